@@ -1,0 +1,25 @@
+# sinkscope: "Sink vs. diagonal patterns" reproduced for every model x dataset pair in config.yaml.
+# The rules only declare inputs, outputs, resources and logs; all logic is in the sinkscope package.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+
+
+rule all:
+    input:
+        all_targets(),
+    default_target: True
+
+
+include: "workflow/rules/prepare.smk"
+include: "workflow/rules/extract.smk"
+include: "workflow/rules/heads.smk"

@@ -1,0 +1,436 @@
+"""Empirical head pattern labelling (paper §3, "Empirical head pattern labeling"; §7; Remark C.4).
+
+The paper labels a head by the *relative attention mass* that falls on a pattern: a head is a
+sink if BOS attention weights make up >= 40% of the total mass, a diagonal head if >= 40% of the
+mass is on the main diagonal (§7), and a sink-lower-diagonal ("sink+previous") head if the joint
+mass on BOS and the lower-1 diagonal is >= 60% and each of the two parts is >= 10% of that joint
+mass (§3, Remark C.4).
+
+Definitions implemented here
+----------------------------
+``probs`` holds one layer's attention probabilities, shape ``(N, H, T1, T1)`` (sequences, heads,
+query, key), ``T1 = T + 1`` positions with position 0 the BOS token; rows are causal and sum to 1.
+Query row 0 (BOS attending to itself) is excluded from every mass, as it is trivially 1 on both
+the BOS column and the diagonal. Over the remaining rows ``i = 1..T`` (total mass ``T``)::
+
+    bos_mass         = (1/T) sum_{i=1..T} A[i, 0]
+    diagonal_mass    = (1/T) sum_{i=1..T} A[i, i]
+    subdiagonal_mass = (1/T) sum_{i=2..T} A[i, i-1]
+    sink_prev_mass   = bos_mass + subdiagonal_mass
+
+Row 1's sub-diagonal entry ``A[1, 0]`` *is* the BOS column: it counts towards ``bos_mass`` only,
+so the two parts of ``sink_prev_mass`` are disjoint and nothing is counted twice. Masses are
+computed in float64 whatever the stored dtype (the activation files hold float16).
+
+Flags (thresholds in :class:`HeadClassThresholds`; every comparison is ``>=`` with a tolerance of
+``1e-9``, so a mass exactly at a threshold qualifies despite float rounding)::
+
+    is_sink      : bos_mass >= sink
+    is_diagonal  : diagonal_mass >= diagonal
+    is_sink_prev : sink_prev_mass >= sink_prev_joint
+                   and bos_mass >= sink_prev_min_part * sink_prev_mass
+                   and subdiagonal_mass >= sink_prev_min_part * sink_prev_mass
+
+The flags are not exclusive: the paper reports a percentage per pattern, so a head can count as
+both a sink and a sink+previous head. For class maps a single label is assigned with precedence
+``"sink+previous"`` (if ``is_sink_prev``), else whichever of ``"sink"`` / ``"diagonal"`` holds
+(if both hold, the one with the larger mass; a tie goes to ``"sink"``), else ``"other"``. Hence
+``"other"`` means exactly "none of the three flags".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import h5py
+import numpy as np
+import polars as pl
+
+__all__ = [
+    "DIAGONAL",
+    "HEAD_CLASSES",
+    "OTHER",
+    "PER_HEAD_COLUMNS",
+    "POOLED",
+    "SINK",
+    "SINK_PREV",
+    "SUMMARY_COLUMNS",
+    "HeadClassThresholds",
+    "attention_masses",
+    "classify",
+    "classify_file",
+    "head_table_for_layer",
+    "pool_datasets",
+    "summarize",
+]
+
+SINK = "sink"
+DIAGONAL = "diagonal"
+SINK_PREV = "sink+previous"
+OTHER = "other"
+#: Every label :func:`classify` can return, in a fixed order (used for legends and colours).
+HEAD_CLASSES: tuple[str, ...] = (SINK, DIAGONAL, SINK_PREV, OTHER)
+
+#: Name of the pooled pseudo-dataset in :func:`pool_datasets` and :func:`summarize`.
+POOLED = "all"
+#: Absolute tolerance of every threshold comparison.
+TOLERANCE = 1e-9
+
+MASS_COLUMNS: tuple[str, ...] = ("bos_mass", "diagonal_mass", "subdiagonal_mass", "sink_prev_mass")
+FLAG_COLUMNS: tuple[str, ...] = ("is_sink", "is_diagonal", "is_sink_prev")
+ATTENTION_DATASET = "attention/probs"
+PER_HEAD_COLUMNS: tuple[str, ...] = (
+    "model",
+    "dataset",
+    "layer",
+    "head",
+    "n_sequences",
+    "bos_mass",
+    "bos_mass_std",
+    "diagonal_mass",
+    "subdiagonal_mass",
+    "sink_prev_mass",
+    *FLAG_COLUMNS,
+    "head_class",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadClassThresholds:
+    """Fractions of the total attention mass (paper §3: 40% sink / diagonal, 60% joint, 10% part).
+
+    ``sink``: minimum ``bos_mass``; ``diagonal``: minimum ``diagonal_mass``;
+    ``sink_prev_joint``: minimum ``bos_mass + subdiagonal_mass``; ``sink_prev_min_part``: minimum
+    share of that joint mass that each of BOS and the sub-diagonal must carry.
+    """
+
+    sink: float = 0.40
+    diagonal: float = 0.40
+    sink_prev_joint: float = 0.60
+    sink_prev_min_part: float = 0.10
+
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(
+                    f"HeadClassThresholds.{field.name} must be a number in [0, 1], got {value!r}"
+                )
+            if not (math.isfinite(value) and 0.0 <= value <= 1.0):
+                raise ValueError(
+                    f"HeadClassThresholds.{field.name} must be in [0, 1], got {value!r}"
+                )
+
+
+def attention_masses(probs: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-sequence, per-head masses of one layer's attention (definitions in the module docstring).
+
+    ``probs``: shape ``(N, H, T1, T1)``, any float dtype, ``T1 >= 3``. Returns float64 arrays of
+    shape ``(N, H)`` under the keys ``bos_mass``, ``diagonal_mass``, ``subdiagonal_mass`` and
+    ``sink_prev_mass``. Only views of ``probs`` are reduced (no float64 copy of the tensor).
+    Raises ``ValueError`` on a wrong shape or a non-finite mass.
+    """
+    probs = np.asarray(probs)
+    if probs.ndim != 4 or probs.shape[-1] != probs.shape[-2]:
+        raise ValueError(f"attention probs must have shape (N, H, T1, T1), got {probs.shape}")
+    t1 = probs.shape[-1]
+    if t1 < 3:
+        raise ValueError(f"need at least 3 positions (BOS + 2 tokens), got T1={t1}")
+    if not np.issubdtype(probs.dtype, np.floating):
+        raise ValueError(f"attention probs must be floating point, got dtype {probs.dtype}")
+    n_rows = t1 - 1
+    bos = probs[..., 1:, 0].sum(axis=-1, dtype=np.float64) / n_rows
+    diagonal = np.diagonal(probs, axis1=-2, axis2=-1)[..., 1:].sum(axis=-1, dtype=np.float64)
+    # offset=-1 yields A[1,0], A[2,1], ..., A[T,T-1]; A[1,0] is the BOS column, counted in bos only.
+    sub = np.diagonal(probs, offset=-1, axis1=-2, axis2=-1)[..., 1:].sum(axis=-1, dtype=np.float64)
+    masses = {
+        "bos_mass": bos,
+        "diagonal_mass": diagonal / n_rows,
+        "subdiagonal_mass": sub / n_rows,
+    }
+    masses["sink_prev_mass"] = masses["bos_mass"] + masses["subdiagonal_mass"]
+    for name, values in masses.items():
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"non-finite {name} in attention probs (NaN or inf in the tensor)")
+    return masses
+
+
+def classify(
+    bos: np.ndarray | float,
+    diag: np.ndarray | float,
+    subdiag: np.ndarray | float,
+    thresholds: HeadClassThresholds | None = None,
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Flags and single labels for masses of any (broadcastable) shape.
+
+    Returns ``({"is_sink", "is_diagonal", "is_sink_prev"} -> bool arrays, labels)`` where labels
+    is a string array with values in :data:`HEAD_CLASSES` (precedence in the module docstring).
+    ``sink_prev_mass`` is recomputed here as ``bos + subdiag``.
+    """
+    th = thresholds or HeadClassThresholds()
+    bos, diag, subdiag = np.broadcast_arrays(
+        *(np.asarray(x, dtype=np.float64) for x in (bos, diag, subdiag))
+    )
+    joint = bos + subdiag
+    is_sink = bos >= th.sink - TOLERANCE
+    is_diagonal = diag >= th.diagonal - TOLERANCE
+    min_part = th.sink_prev_min_part * joint - TOLERANCE
+    is_sink_prev = (
+        (joint >= th.sink_prev_joint - TOLERANCE) & (bos >= min_part) & (subdiag >= min_part)
+    )
+    labels = np.select(
+        [is_sink_prev, is_sink & (~is_diagonal | (bos >= diag)), is_diagonal],
+        [SINK_PREV, SINK, DIAGONAL],
+        default=OTHER,
+    )
+    flags = {"is_sink": is_sink, "is_diagonal": is_diagonal, "is_sink_prev": is_sink_prev}
+    return flags, labels
+
+
+def _with_classes(frame: pl.DataFrame, thresholds: HeadClassThresholds) -> pl.DataFrame:
+    """(Re)compute ``sink_prev_mass``, the flags and ``head_class`` from the mass columns."""
+    frame = frame.with_columns(sink_prev_mass=pl.col("bos_mass") + pl.col("subdiagonal_mass")).drop(
+        [*FLAG_COLUMNS, "head_class"], strict=False
+    )
+    flags, labels = classify(
+        frame["bos_mass"].to_numpy(),
+        frame["diagonal_mass"].to_numpy(),
+        frame["subdiagonal_mass"].to_numpy(),
+        thresholds,
+    )
+    return frame.with_columns(
+        *(pl.Series(name, values, dtype=pl.Boolean) for name, values in flags.items()),
+        pl.Series("head_class", labels, dtype=pl.String),
+    )
+
+
+def head_table_for_layer(
+    layer: int, probs: np.ndarray, thresholds: HeadClassThresholds | None = None
+) -> pl.DataFrame:
+    """One row per (layer, head, sequence) of one layer's attention ``probs`` ``(N, H, T1, T1)``.
+
+    Columns: ``layer, head, sequence`` (Int64), ``bos_mass, diagonal_mass, subdiagonal_mass,
+    sink_prev_mass`` (Float64), ``is_sink, is_diagonal, is_sink_prev`` (Boolean), ``head_class``
+    (String). Rows are ordered by head, then sequence.
+    """
+    th = thresholds or HeadClassThresholds()
+    masses = attention_masses(probs)
+    n_seq, n_heads = masses["bos_mass"].shape
+    # (N, H) -> (H, N) so that rows run over sequences within each head.
+    columns = {name: values.T.ravel() for name, values in masses.items()}
+    flags, labels = classify(
+        columns["bos_mass"], columns["diagonal_mass"], columns["subdiagonal_mass"], th
+    )
+    return pl.DataFrame(
+        {
+            "layer": np.full(n_heads * n_seq, layer, dtype=np.int64),
+            "head": np.repeat(np.arange(n_heads, dtype=np.int64), n_seq),
+            "sequence": np.tile(np.arange(n_seq, dtype=np.int64), n_heads),
+            **columns,
+            **flags,
+            "head_class": pl.Series(labels, dtype=pl.String),
+        }
+    )
+
+
+def _attr_str(attrs: h5py.AttributeManager, name: str, path: str | os.PathLike[str]) -> str:
+    if name not in attrs:
+        raise ValueError(f"{path}: missing file attribute {name!r}")
+    value = attrs[name]
+    if isinstance(value, np.ndarray) and value.shape == ():
+        value = value[()]
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def classify_file(
+    h5_path: str | os.PathLike[str],
+    thresholds: HeadClassThresholds | None = None,
+    layers: Iterable[int] | None = None,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Classify every head of an activation file; returns ``(per_sequence, per_head)``.
+
+    Reads ``attention/probs`` (shape ``(L, N, H, T1, T1)``) one layer at a time, so peak memory is
+    about one layer's tensor; ``layers`` restricts to some layer indices (default: all). Model and
+    dataset names come from the file attributes ``model_name`` and ``dataset_name``; if the file
+    has an ``n_sequences`` attribute it must equal ``N``.
+
+    ``per_sequence``: ``model, dataset`` + the columns of :func:`head_table_for_layer`.
+    ``per_head``: one row per (layer, head): ``model, dataset, layer, head, n_sequences,
+    bos_mass, bos_mass_std, diagonal_mass, subdiagonal_mass, sink_prev_mass, is_sink,
+    is_diagonal, is_sink_prev, head_class``. Masses are means over sequences, ``bos_mass_std`` is
+    the population standard deviation (ddof=0) of ``bos_mass`` over sequences, and flags and
+    label are recomputed from the averaged masses (not a vote over per-sequence labels).
+    """
+    th = thresholds or HeadClassThresholds()
+    per_sequence: list[pl.DataFrame] = []
+    per_head: list[pl.DataFrame] = []
+    with h5py.File(h5_path, "r") as handle:
+        model = _attr_str(handle.attrs, "model_name", h5_path)
+        dataset = _attr_str(handle.attrs, "dataset_name", h5_path)
+        if ATTENTION_DATASET not in handle:
+            raise ValueError(f"{h5_path}: no dataset {ATTENTION_DATASET!r}")
+        probs_ds = handle[ATTENTION_DATASET]
+        if probs_ds.ndim != 5:
+            raise ValueError(
+                f"{h5_path}: {ATTENTION_DATASET} must have shape (L, N, H, T1, T1), "
+                f"got {probs_ds.shape}"
+            )
+        n_layers, n_seq = probs_ds.shape[:2]
+        if "n_sequences" in handle.attrs and int(handle.attrs["n_sequences"]) != n_seq:
+            raise ValueError(
+                f"{h5_path}: attribute n_sequences={int(handle.attrs['n_sequences'])} but "
+                f"{ATTENTION_DATASET} holds {n_seq} sequences"
+            )
+        selected = range(n_layers) if layers is None else [int(layer) for layer in layers]
+        for layer in selected:
+            if not 0 <= layer < n_layers:
+                raise ValueError(f"{h5_path}: layer {layer} out of range [0, {n_layers})")
+            table = head_table_for_layer(layer, probs_ds[layer], th)
+            per_sequence.append(table)
+            per_head.append(
+                table.group_by("layer", "head", maintain_order=True).agg(
+                    pl.len().cast(pl.Int64).alias("n_sequences"),
+                    pl.col("bos_mass").mean(),
+                    pl.col("bos_mass").std(ddof=0).alias("bos_mass_std"),
+                    pl.col("diagonal_mass").mean(),
+                    pl.col("subdiagonal_mass").mean(),
+                )
+            )
+    if not per_sequence:
+        raise ValueError(f"{h5_path}: no layers selected")
+    ids = [pl.lit(model).alias("model"), pl.lit(dataset).alias("dataset")]
+    sequences = pl.concat(per_sequence).select(*ids, pl.all())
+    heads = _with_classes(pl.concat(per_head), th).select(*ids, *PER_HEAD_COLUMNS[2:])
+    return sequences, heads
+
+
+def _check_per_head(frame: pl.DataFrame) -> None:
+    missing = [c for c in PER_HEAD_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"per-head table lacks columns {missing}")
+    keys = ["model", "dataset", "layer", "head"]
+    if frame.select(keys).is_duplicated().any():
+        raise ValueError("per-head table has duplicate (model, dataset, layer, head) rows")
+
+
+def pool_datasets(
+    per_head: pl.DataFrame, thresholds: HeadClassThresholds | None = None
+) -> pl.DataFrame:
+    """Pool a per-head table (as from :func:`classify_file`) over its datasets, per model.
+
+    Each head's masses are averaged over datasets weighted by ``n_sequences`` (so the result is
+    the mean over all pooled sequences); ``bos_mass_std`` is the pooled population standard
+    deviation over all sequences; flags and label are recomputed from the pooled masses. The
+    result has the per-head columns with ``dataset`` set to ``"all"``.
+    """
+    _check_per_head(per_head)
+    weight = pl.col("n_sequences").cast(pl.Float64)
+
+    def wmean(expr: pl.Expr) -> pl.Expr:
+        return (expr * weight).sum() / weight.sum()
+
+    pooled = (
+        per_head.group_by("model", "layer", "head")
+        .agg(
+            pl.col("n_sequences").sum(),
+            wmean(pl.col("bos_mass")).alias("bos_mass"),
+            wmean(pl.col("bos_mass_std") ** 2 + pl.col("bos_mass") ** 2).alias("_bos_sq"),
+            wmean(pl.col("diagonal_mass")).alias("diagonal_mass"),
+            wmean(pl.col("subdiagonal_mass")).alias("subdiagonal_mass"),
+        )
+        .with_columns(
+            dataset=pl.lit(POOLED),
+            bos_mass_std=(pl.col("_bos_sq") - pl.col("bos_mass") ** 2).clip(lower_bound=0.0).sqrt(),
+        )
+        .drop("_bos_sq")
+        .sort("model", "layer", "head")
+    )
+    return _with_classes(pooled, thresholds or HeadClassThresholds()).select(PER_HEAD_COLUMNS)
+
+
+SUMMARY_COLUMNS: tuple[str, ...] = (
+    "model",
+    "dataset",
+    "n_datasets",
+    "n_sequences",
+    "n_heads",
+    "frac_sink",
+    "frac_diagonal",
+    "frac_sink_prev",
+    "frac_other",
+    "statement",
+)
+
+
+def _statement(row: dict[str, Any], th: HeadClassThresholds) -> str:
+    def pct(fraction: float) -> str:
+        return f"{100.0 * fraction:.1f}%"
+
+    def at_least(fraction: float) -> str:
+        return f">= {100.0 * fraction:g}%"
+
+    if row["dataset"] == POOLED:
+        scope = f"pooled over {row['n_datasets']} datasets"
+    else:
+        scope = f"on {row['dataset']}"
+    scope += f", {row['n_sequences']} sequences, {row['n_heads']} heads"
+    return (
+        f"{pct(row['frac_sink'])} of heads of {row['model']} put {at_least(th.sink)} of their "
+        f"attention mass on BOS, {pct(row['frac_diagonal'])} put {at_least(th.diagonal)} on "
+        f"the main diagonal, and {pct(row['frac_sink_prev'])} put "
+        f"{at_least(th.sink_prev_joint)} on BOS plus the previous token with "
+        f"{at_least(th.sink_prev_min_part)} of that on each; {pct(row['frac_other'])} show "
+        f"none of these patterns ({scope})"
+    )
+
+
+def summarize(
+    per_head_tables: Sequence[pl.DataFrame], thresholds: HeadClassThresholds | None = None
+) -> pl.DataFrame:
+    """The paper's head percentages, per model and dataset and pooled over datasets (``"all"``).
+
+    ``per_head_tables``: per-head tables from :func:`classify_file` (one per model x dataset).
+    Flags are recomputed from the masses with ``thresholds``. Columns: ``model, dataset,
+    n_datasets, n_sequences, n_heads, frac_sink, frac_diagonal, frac_sink_prev, frac_other``
+    (fractions in [0, 1]; the pattern fractions overlap, ``frac_other`` is the share of heads
+    with no pattern) and ``statement`` (a sentence with the percentages). Rows are sorted by
+    model, then dataset with ``"all"`` last. The pooled row classifies each head on its masses
+    averaged over datasets weighted by ``n_sequences`` (:func:`pool_datasets`).
+    """
+    th = thresholds or HeadClassThresholds()
+    if not per_head_tables:
+        raise ValueError("summarize needs at least one per-head table")
+    per_head = pl.concat([t.select(PER_HEAD_COLUMNS) for t in per_head_tables], how="vertical")
+    _check_per_head(per_head)
+    if (per_head["dataset"] == POOLED).any():
+        raise ValueError(f"dataset name {POOLED!r} is reserved for the pooled summary")
+    per_head = _with_classes(per_head, th).select(PER_HEAD_COLUMNS)
+    n_datasets = per_head.group_by("model").agg(pl.col("dataset").n_unique().alias("n_datasets"))
+    by_dataset = per_head.with_columns(n_datasets=pl.lit(1, dtype=pl.UInt32))
+    pooled = pool_datasets(per_head, th).join(n_datasets, on="model")
+
+    def fractions(frame: pl.DataFrame) -> pl.DataFrame:
+        return frame.group_by("model", "dataset").agg(
+            pl.col("n_datasets").first(),
+            # per dataset: sequences of one head; pooled: already summed over datasets
+            pl.col("n_sequences").max(),
+            pl.len().cast(pl.Int64).alias("n_heads"),
+            pl.col("is_sink").mean().alias("frac_sink"),
+            pl.col("is_diagonal").mean().alias("frac_diagonal"),
+            pl.col("is_sink_prev").mean().alias("frac_sink_prev"),
+            (pl.col("head_class") == OTHER).mean().alias("frac_other"),
+        )
+
+    summary = (
+        pl.concat([fractions(by_dataset), fractions(pooled)])
+        .with_columns(pl.col("n_datasets").cast(pl.Int64), pl.col("n_sequences").cast(pl.Int64))
+        .sort("model", pl.col("dataset") == POOLED, "dataset")
+    )
+    statements = [_statement(row, th) for row in summary.iter_rows(named=True)]
+    return summary.with_columns(statement=pl.Series(statements, dtype=pl.String)).select(
+        SUMMARY_COLUMNS
+    )

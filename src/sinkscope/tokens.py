@@ -1,0 +1,139 @@
+"""Cutting a tokenized corpus into the N sequences of T tokens that extraction feeds the model.
+
+The paper (Fig. 1 caption) uses 50 sequences of 256 tokens after BOS per dataset. Here the cleaned
+documents are tokenized without special tokens and concatenated (in document order) into one
+stream; the stream is split into consecutive, non-overlapping blocks of ``T`` tokens, and ``N`` blocks
+are drawn without replacement by a seeded generator and kept in corpus order. The model's BOS token
+is then forced at position 0 of every sequence (SmolLM2's tokenizer does not add one, Gemma's does:
+forcing it makes both behave the same and the text part identical in length).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sinkscope import __version__
+from sinkscope.io import read_json, write_json
+
+
+def token_ids_sha256(token_ids: np.ndarray) -> str:
+    """sha256 of token ids as little-endian int32 in C order (the same bytes the HDF5 stores)."""
+    return hashlib.sha256(np.ascontiguousarray(token_ids, dtype="<i4").tobytes()).hexdigest()
+
+
+def cut_sequences(stream: np.ndarray, n_sequences: int, context_length: int, seed: int,
+                  bos_token_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Cut ``n_sequences`` blocks of ``context_length`` tokens from ``stream``, BOS prepended.
+
+    Returns ``(token_ids, block_starts)``: ``token_ids`` has shape (N, T + 1) with the BOS id in
+    column 0; ``block_starts`` are the offsets of the blocks in the stream (sorted).
+    Raises ``ValueError`` when the stream holds fewer than ``n_sequences`` blocks.
+    """
+    if n_sequences < 1 or context_length < 1:
+        raise ValueError("n_sequences and context_length must be at least 1")
+    stream = np.asarray(stream, dtype=np.int64)
+    n_blocks = stream.size // context_length
+    if n_blocks < n_sequences:
+        raise ValueError(
+            f"the corpus has {stream.size} tokens = {n_blocks} blocks of {context_length}, "
+            f"fewer than the {n_sequences} sequences asked for"
+        )
+    rng = np.random.default_rng(seed)
+    chosen = np.sort(rng.choice(n_blocks, size=n_sequences, replace=False))
+    starts = chosen * context_length
+    windows = stream[starts[:, None] + np.arange(context_length)[None, :]]
+    bos = np.full((n_sequences, 1), bos_token_id, dtype=np.int64)
+    return np.concatenate([bos, windows], axis=1).astype(np.int32), starts
+
+
+def tokenize_documents(tokenizer: Any, texts: Iterable[str], batch_size: int = 256) -> np.ndarray:
+    """Tokenize documents without special tokens and concatenate them into one stream."""
+    pieces: list[np.ndarray] = []
+    batch: list[str] = []
+
+    def flush() -> None:
+        if batch:
+            encoded = tokenizer(batch, add_special_tokens=False)["input_ids"]
+            pieces.extend(np.asarray(ids, dtype=np.int64) for ids in encoded)
+            batch.clear()
+
+    for text in texts:
+        batch.append(text)
+        if len(batch) >= batch_size:
+            flush()
+    flush()
+    return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+
+
+def prepare_tokens(
+    documents_parquet: Path,
+    prepared_model_dir: Path,
+    model_name: str,
+    dataset_name: str,
+    n_sequences: int,
+    context_length: int,
+    seed: int,
+    out_json: Path,
+) -> dict[str, Any]:
+    """Tokenize one dataset for one model, cut the sequences and write them as JSON.
+
+    Checks, before any model weights are loaded, that ``T + 1`` fits the model's context
+    (``max_position_embeddings``) and that the corpus holds enough tokens; both errors name the
+    config keys to change.
+    """
+    from sinkscope.corpora import load_documents
+    from sinkscope.models import bos_token_id, load_config, load_tokenizer, model_shape
+
+    config = load_config(prepared_model_dir)
+    shape = model_shape(config)
+    if context_length + 1 > shape.max_positions:
+        raise ValueError(
+            f"extraction.context_length = {context_length} (+1 for BOS) exceeds the "
+            f"{shape.max_positions} positions model {model_name!r} allows"
+        )
+    tokenizer = load_tokenizer(prepared_model_dir)
+    bos = bos_token_id(tokenizer, config)
+    documents = load_documents(documents_parquet)
+    stream = tokenize_documents(tokenizer, documents["text"])
+    try:
+        token_ids, starts = cut_sequences(stream, n_sequences, context_length, seed, bos)
+    except ValueError as error:
+        raise ValueError(
+            f"dataset {dataset_name!r} tokenized by {model_name!r}: {error}; lower "
+            "extraction.n_sequences or extraction.context_length, or use a larger corpus"
+        ) from error
+    corpus = read_json(Path(documents_parquet).with_suffix(".json"))
+    record = {
+        "model_name": model_name,
+        "dataset_name": dataset_name,
+        "n_sequences": n_sequences,
+        "context_length": context_length,
+        "seed": seed,
+        "bos_token_id": bos,
+        "stream_length": int(stream.size),
+        "block_starts": starts.tolist(),
+        "dataset_sha256": corpus["text_sha256"],
+        "token_ids_sha256": token_ids_sha256(token_ids),
+        "sinkscope_version": __version__,
+        "token_ids": token_ids.tolist(),
+    }
+    write_json(record, out_json)
+    return record
+
+
+def read_tokens(path: Path) -> tuple[np.ndarray, dict[str, Any]]:
+    """Token ids (N, T + 1) int32 and the record they came with; the hash is re-checked."""
+    record = read_json(path)
+    token_ids = np.asarray(record["token_ids"], dtype=np.int32)
+    if token_ids_sha256(token_ids) != record["token_ids_sha256"]:
+        raise ValueError(f"{path}: token ids do not match their recorded sha256")
+    return token_ids, record
+
+
+def decode_sequences(tokenizer: Any, token_ids: Sequence[Sequence[int]]) -> list[str]:
+    return [tokenizer.decode(list(row)) for row in token_ids]

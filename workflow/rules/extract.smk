@@ -1,0 +1,22 @@
+# Extraction of activations to HDF5: the GPU rule (it runs on the CPU where no GPU is visible).
+
+
+rule extract_activations:
+    input:
+        model_dir=paths.model_dir,
+        tokens=paths.tokens,
+    output:
+        activations=paths.activations,
+    params:
+        model_entry=lambda wc: config["models"][wc.model],
+        dataset_entry=lambda wc: config["datasets"][wc.dataset],
+        extraction=config["extraction"],
+    log:
+        paths.log("extract_activations", "{model}/{dataset}"),
+    threads: 2
+    resources:
+        gpu=config["resources"]["extraction_gpus"],
+        mem_mb=lambda wc, attempt: config["resources"]["extraction_mem_mb"] * attempt,
+        runtime=lambda wc, attempt: config["resources"]["extraction_runtime_min"] * attempt,
+    script:
+        "../scripts/extract_activations.py"

