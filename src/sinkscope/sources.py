@@ -59,9 +59,7 @@ def _run(command: list[str], cwd: Path, what: str) -> subprocess.CompletedProces
     result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         tail = (result.stdout + result.stderr)[-3000:]
-        raise RuntimeError(
-            f"{what} failed (exit {result.returncode}): {' '.join(command)}\n{tail}"
-        )
+        raise RuntimeError(f"{what} failed (exit {result.returncode}): {' '.join(command)}\n{tail}")
     return result
 
 
@@ -193,17 +191,15 @@ def extract_members(archive: Path, pattern: str) -> list[tuple[str, bytes]]:
             for info in zf.infolist():
                 if not info.is_dir() and fnmatch.fnmatchcase(info.filename, pattern):
                     found[info.filename] = zf.read(info)
-    else:
-        try:
-            tf = tarfile.open(archive, mode="r:*")
-        except tarfile.TarError as exc:
-            raise ValueError(f"{archive} is neither a zip nor a tar archive") from exc
-        with tf:
+    elif tarfile.is_tarfile(archive):
+        with tarfile.open(archive, mode="r:*") as tf:
             for member in tf:
                 if member.isfile() and fnmatch.fnmatchcase(member.name, pattern):
                     handle = tf.extractfile(member)
                     assert handle is not None  # regular files always have data
                     found[member.name] = handle.read()
+    else:
+        raise ValueError(f"{archive} is neither a zip nor a tar archive")
     if not found:
         raise FileNotFoundError(f"no member of {archive} matches {pattern!r}")
     return sorted(found.items())

@@ -16,8 +16,6 @@ from typing import Any, Callable
 import polars as pl
 import torch
 
-DOWNLOAD_DIR = Path("resources/downloads")
-
 
 def redirect_to_log(log_path: str) -> None:
     """Send stderr (Python and C level, progress bars included) and logging to the rule's log."""
@@ -32,13 +30,15 @@ def redirect_to_log(log_path: str) -> None:
 def prepare_model(smk: Any) -> None:
     from sinkscope.models import prepare_model as prepare
 
-    prepare(smk.wildcards.model, smk.params.entry, Path(smk.output.model_dir), DOWNLOAD_DIR)
+    prepare(smk.wildcards.model, smk.params.entry, Path(smk.output.model_dir),
+            Path(smk.params.download_dir))
 
 
 def prepare_corpus(smk: Any) -> None:
     from sinkscope.corpora import prepare_corpus as prepare
 
-    prepare(smk.wildcards.dataset, smk.params.entry, Path(smk.output.documents), DOWNLOAD_DIR)
+    prepare(smk.wildcards.dataset, smk.params.entry, Path(smk.output.documents),
+            Path(smk.params.download_dir))
 
 
 def cut_tokens(smk: Any) -> None:

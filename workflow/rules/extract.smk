@@ -13,6 +13,8 @@ rule extract_activations:
         extraction=config["extraction"],
     log:
         paths.log("extract_activations", "{model}/{dataset}"),
+    conda:
+        "../../envs/sinkscope.yaml"
     threads: 2
     resources:
         gpu=config["resources"]["extraction_gpus"],

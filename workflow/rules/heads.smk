@@ -27,6 +27,8 @@ rule classify_heads:
         thresholds=config["head_classes"],
     log:
         paths.log("classify_heads", "{model}/{dataset}"),
+    conda:
+        "../../envs/sinkscope.yaml"
     resources:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 20 * attempt,
@@ -55,6 +57,8 @@ rule summarize_heads:
         thresholds=config["head_classes"],
     log:
         paths.log("summarize_heads", "all"),
+    conda:
+        "../../envs/sinkscope.yaml"
     resources:
         mem_mb=lambda wc, attempt: 2000 * attempt,
         runtime=lambda wc, attempt: 10 * attempt,

@@ -7,8 +7,11 @@ rule prepare_model:
         model_dir=directory(paths.model_dir),
     params:
         entry=lambda wc: config["models"][wc.model],
+        download_dir=config["download_dir"],
     log:
         paths.log("prepare_model", "{model}"),
+    conda:
+        "../../envs/sinkscope.yaml"
     resources:
         mem_mb=lambda wc, attempt: 8000 * attempt,
         runtime=lambda wc, attempt: 30 * attempt,
@@ -22,8 +25,11 @@ rule prepare_corpus:
         provenance=paths.corpus_provenance,
     params:
         entry=lambda wc: config["datasets"][wc.dataset],
+        download_dir=config["download_dir"],
     log:
         paths.log("prepare_corpus", "{dataset}"),
+    conda:
+        "../../envs/sinkscope.yaml"
     resources:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 20 * attempt,
@@ -45,6 +51,8 @@ rule cut_tokens:
         },
     log:
         paths.log("cut_tokens", "{model}/{dataset}"),
+    conda:
+        "../../envs/sinkscope.yaml"
     resources:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 20 * attempt,

