@@ -80,7 +80,8 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
     for name, entry in config["models"].items():
         for index, part in enumerate(entry["source"].get("parts", [])):
             if part["registry"] == "pypi" and not part["filename"].startswith(
-                    part["package"].replace("-", "_")):
+                part["package"].replace("-", "_")
+            ):
                 problems.append(
                     f"models.{name}.source.parts.{index}.filename: {part['filename']!r} does not "
                     f"belong to package {part['package']!r}"
@@ -88,7 +89,9 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
     for name, entry in config["datasets"].items():
         source = entry["source"]
         if "mediawiki" in entry["cleaning"] and source["kind"] != "registry_archive":
-            problems.append(f"datasets.{name}.cleaning: 'mediawiki' needs a registry_archive source")
+            problems.append(
+                f"datasets.{name}.cleaning: 'mediawiki' needs a registry_archive source"
+            )
         if source["kind"] == "local" and not Path(source["path"]).exists():
             problems.append(f"datasets.{name}.source.path: {source['path']!r} does not exist")
     for name, entry in config["models"].items():

@@ -84,7 +84,8 @@ _DROPPED_ELEMENT = re.compile(
 )
 _TEMPLATE_TOKEN = re.compile(r"\{\{|\}\}")
 _TABLE_TOKEN = re.compile(r"^[ \t:]*\{\||^[ \t]*\|\}", re.MULTILINE)
-_INNER_LINK = re.compile(r"\[\[((?:[^\[\]]|\[(?!\[)|\](?!\]))*)\]\]")  # holds no [[ or ]]
+# a link holding no other link; single brackets inside (``[1840]``, ``a [b``) are allowed
+_INNER_LINK = re.compile(r"\[\[((?:\[[^\[\]]*\]|[^\[\]]|\[(?!\[)|\](?!\]))*)\]\]")
 _DROPPED_NAMESPACES = {"file", "image", "media", "category"}
 _LANGUAGE_PREFIX = re.compile(r"[a-z]{2,3}(?:-[a-z]+)*")
 _EXTERNAL_LINK = re.compile(r"\[(?:(?:https?|ftp|mailto|news|irc):|//)[^\s\]]*\s*([^\]]*)\]")

@@ -85,6 +85,7 @@ def capture_hooks(model: torch.nn.Module) -> Iterator[LayerCapture]:
     capture = LayerCapture([None] * len(layers), [None] * len(layers), [None] * len(layers))
     handles = []
     for index, layer in enumerate(layers):
+
         def keep_z(_module, _inputs, output, index=index):
             capture.z[index] = output.detach()
 
@@ -94,6 +95,7 @@ def capture_hooks(model: torch.nn.Module) -> Iterator[LayerCapture]:
         handles.append(getattr(layer, arch.input_norm).register_forward_hook(keep_z))
         handles.append(getattr(layer, arch.pre_mlp_norm).register_forward_hook(keep_mid))
         if not arch.fused_qkv:
+
             def keep_v(_module, _inputs, output, index=index):
                 capture.values[index] = output.detach()
 
@@ -116,18 +118,25 @@ def _to_storage(array: np.ndarray, dtype: str, name: str) -> np.ndarray:
     return array.astype(dtype, copy=False)
 
 
-def _create_datasets(handle: h5py.File, sizes: Mapping[str, int],
-                     settings: ExtractionSettings) -> dict[str, h5py.Dataset]:
+def _create_datasets(
+    handle: h5py.File, sizes: Mapping[str, int], settings: ExtractionSettings
+) -> dict[str, h5py.Dataset]:
     created = {}
     for spec in layout.DATASETS:
         dtype = spec.fixed_dtype or settings.storage_dtypes[spec.dtype_key]
         kwargs: dict[str, Any] = {}
         if settings.compression_level > 0:
-            kwargs = {"compression": "gzip", "compression_opts": settings.compression_level,
-                      "shuffle": True}
+            kwargs = {
+                "compression": "gzip",
+                "compression_opts": settings.compression_level,
+                "shuffle": True,
+            }
         dataset = handle.create_dataset(
-            spec.name, shape=layout.dataset_shape(spec, sizes), dtype=dtype,
-            chunks=layout.chunk_shape(spec, sizes), **kwargs,
+            spec.name,
+            shape=layout.dataset_shape(spec, sizes),
+            dtype=dtype,
+            chunks=layout.chunk_shape(spec, sizes),
+            **kwargs,
         )
         dataset.attrs["description"] = spec.description
         dataset.attrs["axes"] = ",".join(spec.axes)
@@ -139,9 +148,13 @@ def _create_datasets(handle: h5py.File, sizes: Mapping[str, int],
 def library_versions() -> dict[str, str]:
     import transformers
 
-    return {"torch": torch.__version__, "transformers": transformers.__version__,
-            "h5py": h5py.__version__, "numpy": np.__version__,
-            "python": sys.version.split()[0]}
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "h5py": h5py.__version__,
+        "numpy": np.__version__,
+        "python": sys.version.split()[0],
+    }
 
 
 def extract_activations(
@@ -161,8 +174,9 @@ def extract_activations(
     token_ids, token_record = read_tokens(tokens_json)
     provenance = read_provenance(prepared_model_dir)
     device = pick_device(settings.device)
-    model = load_model(prepared_model_dir, model_entry["dtype"], model_entry["attn_implementation"],
-                       device=device)
+    model = load_model(
+        prepared_model_dir, model_entry["dtype"], model_entry["attn_implementation"], device=device
+    )
     used_impl = model.config._attn_implementation
     if used_impl != "eager":
         raise RuntimeError(
@@ -172,9 +186,17 @@ def extract_activations(
     arch = architecture_of(model)
     shape = model_shape(model.config)
     n_seq, t1 = token_ids.shape
-    sizes = {"layer": shape.n_layers, "sequence": n_seq, "position": t1,
-             "d_model": shape.d_model, "head": shape.n_heads, "kv_head": shape.n_kv_heads,
-             "query": t1, "key": t1, "head_dim": shape.head_dim}
+    sizes = {
+        "layer": shape.n_layers,
+        "sequence": n_seq,
+        "position": t1,
+        "d_model": shape.d_model,
+        "head": shape.n_heads,
+        "kv_head": shape.n_kv_heads,
+        "query": t1,
+        "key": t1,
+        "head_dim": shape.head_dim,
+    }
     attrs: dict[str, Any] = {
         "format": layout.FORMAT,
         "schema_version": layout.SCHEMA_VERSION,
@@ -195,8 +217,11 @@ def extract_activations(
         "context_length": t1 - 1,
         "seed": token_record["seed"],
         "config_sha256": config_sha256,
-        "n_layers": shape.n_layers, "n_heads": shape.n_heads, "n_kv_heads": shape.n_kv_heads,
-        "head_dim": shape.head_dim, "d_model": shape.d_model,
+        "n_layers": shape.n_layers,
+        "n_heads": shape.n_heads,
+        "n_kv_heads": shape.n_kv_heads,
+        "head_dim": shape.head_dim,
+        "d_model": shape.d_model,
         "bos_token_id": token_record["bos_token_id"],
         "post_attention_norm": arch.post_attention_norm,
     }
@@ -209,16 +234,26 @@ def extract_activations(
         _write_weights(model, datasets, shape.n_layers)
         body = base_model(model)
         batches = range(0, n_seq, settings.batch_size)
-        bar = tqdm(batches, desc=f"extract {attrs['model_name']}/{attrs['dataset_name']}",
-                   unit="batch", disable=not progress, file=sys.stderr)
+        bar = tqdm(
+            batches,
+            desc=f"extract {attrs['model_name']}/{attrs['dataset_name']}",
+            unit="batch",
+            disable=not progress,
+            file=sys.stderr,
+        )
         with capture_hooks(model) as capture, torch.inference_mode():
             for start in bar:
                 stop = min(start + settings.batch_size, n_seq)
                 ids = torch.as_tensor(token_ids[start:stop], dtype=torch.long, device=device)
-                out = body(input_ids=ids, output_attentions=True, output_hidden_states=True,
-                           use_cache=False)
-                _write_batch(out, capture, datasets, settings, shape, start, stop, arch.fused_qkv,
-                             model)
+                out = body(
+                    input_ids=ids,
+                    output_attentions=True,
+                    output_hidden_states=True,
+                    use_cache=False,
+                )
+                _write_batch(
+                    out, capture, datasets, settings, shape, start, stop, arch.fused_qkv, model
+                )
         handle.attrs["extraction_seconds"] = round(time.perf_counter() - started, 3)
         handle.attrs["complete"] = True
         final_attrs = dict(handle.attrs)
@@ -226,18 +261,31 @@ def extract_activations(
     return final_attrs
 
 
-def _write_weights(model: torch.nn.Module, datasets: Mapping[str, h5py.Dataset],
-                   n_layers: int) -> None:
+def _write_weights(
+    model: torch.nn.Module, datasets: Mapping[str, h5py.Dataset], n_layers: int
+) -> None:
     for index in range(n_layers):
         w_v, b_v, w_o, gain = per_head_value_output(model, index)
-        for name, tensor in (("weights/W_V", w_v), ("weights/b_V", b_v), ("weights/W_O", w_o),
-                             ("weights/norm_gain", gain)):
+        for name, tensor in (
+            ("weights/W_V", w_v),
+            ("weights/b_V", b_v),
+            ("weights/W_O", w_o),
+            ("weights/norm_gain", gain),
+        ):
             datasets[name][index] = tensor.cpu().numpy().astype(datasets[name].dtype)
 
 
-def _write_batch(out: Any, capture: LayerCapture, datasets: Mapping[str, h5py.Dataset],
-                 settings: ExtractionSettings, shape: Any, start: int, stop: int,
-                 fused_qkv: bool, model: torch.nn.Module) -> None:
+def _write_batch(
+    out: Any,
+    capture: LayerCapture,
+    datasets: Mapping[str, h5py.Dataset],
+    settings: ExtractionSettings,
+    shape: Any,
+    start: int,
+    stop: int,
+    fused_qkv: bool,
+    model: torch.nn.Module,
+) -> None:
     dtypes = settings.storage_dtypes
     n_kv, hd = shape.n_kv_heads, shape.head_dim
     for index in range(shape.n_layers):

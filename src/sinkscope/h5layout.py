@@ -46,60 +46,88 @@ STORAGE_DTYPE_KEYS = ("attention", "residual", "activations", "weights")
 
 DATASETS: tuple[DatasetSpec, ...] = (
     DatasetSpec(
-        "tokens/input_ids", ("sequence", "position"), "int32", "x",
+        "tokens/input_ids",
+        ("sequence", "position"),
+        "int32",
+        "x",
         "Token ids fed to the model; position 0 is the model's BOS token.",
         ("sequence", "position"),
     ),
     DatasetSpec(
-        "residual/X", ("layer", "sequence", "position", "d_model"), "residual", "X^(l)",
+        "residual/X",
+        ("layer", "sequence", "position", "d_model"),
+        "residual",
+        "X^(l)",
         "Residual stream entering layer l (hidden_states[l] of transformers; layer 0 is the "
         "embedding output), unnormalised.",
         ("position", "d_model"),
     ),
     DatasetSpec(
-        "attention/Z", ("layer", "sequence", "position", "d_model"), "activations", "Z^(l)",
+        "attention/Z",
+        ("layer", "sequence", "position", "d_model"),
+        "activations",
+        "Z^(l)",
         "Normed attention input of layer l, with the learnable norm gain: exactly what the "
         "query/key/value projections see (output of the layer's input norm).",
         ("position", "d_model"),
     ),
     DatasetSpec(
-        "attention/probs", ("layer", "sequence", "head", "query", "key"), "attention", "A^(l,h)",
+        "attention/probs",
+        ("layer", "sequence", "head", "query", "key"),
+        "attention",
+        "A^(l,h)",
         "Attention probabilities (softmax output, causal: zero above the diagonal, rows sum to 1).",
         ("head", "query", "key"),
     ),
     DatasetSpec(
-        "attention/values", ("layer", "sequence", "kv_head", "position", "head_dim"), "activations",
+        "attention/values",
+        ("layer", "sequence", "kv_head", "position", "head_dim"),
+        "activations",
         "V^(l,k)",
         "Value vectors of each key/value head, Z W_V^T + b_V (query head h uses kv_head "
         "h // (H / K)).",
         ("kv_head", "position", "head_dim"),
     ),
     DatasetSpec(
-        "attention/residual_update", ("layer", "sequence", "position", "d_model"), "activations",
+        "attention/residual_update",
+        ("layer", "sequence", "position", "d_model"),
+        "activations",
         "ATTN(Z)",
         "What the attention block adds to the residual stream of layer l (all heads, after the "
         "post-attention norm where the model has one, e.g. Gemma 2/3).",
         ("position", "d_model"),
     ),
     DatasetSpec(
-        "weights/W_V", ("layer", "head", "head_dim", "d_model"), "weights", "W_V^(l,h)",
+        "weights/W_V",
+        ("layer", "head", "head_dim", "d_model"),
+        "weights",
+        "W_V^(l,h)",
         "Value map of query head h (grouped-query attention expanded): acts on attention/Z.",
         ("head", "head_dim", "d_model"),
     ),
     DatasetSpec(
-        "weights/b_V", ("layer", "head", "head_dim"), "weights", "b_V^(l,h)",
+        "weights/b_V",
+        ("layer", "head", "head_dim"),
+        "weights",
+        "b_V^(l,h)",
         "Value bias of query head h (zeros where the model has none).",
         ("head", "head_dim"),
     ),
     DatasetSpec(
-        "weights/W_O", ("layer", "head", "d_model", "head_dim"), "weights", "W_O^(l,h)",
+        "weights/W_O",
+        ("layer", "head", "d_model", "head_dim"),
+        "weights",
+        "W_O^(l,h)",
         "Output map of query head h: the head's slice of the output projection. "
         "W_VO = W_O[l,h] @ W_V[l,h] acts on attention/Z; W_O @ W_V @ diag(norm_gain) acts on the "
         "gain-free RMS-normalised input (the paper's W_VO with a non-learnable RMSNorm).",
         ("head", "d_model", "head_dim"),
     ),
     DatasetSpec(
-        "weights/norm_gain", ("layer", "d_model"), "weights", "g^(l)",
+        "weights/norm_gain",
+        ("layer", "d_model"),
+        "weights",
+        "g^(l)",
         "Effective gain of layer l's input norm (w for Llama-style norms, 1 + w for Gemma).",
         ("d_model",),
     ),
@@ -128,7 +156,11 @@ FILE_ATTRIBUTES: dict[str, str] = {
     "context_length": "T (tokens after BOS); sequences have T + 1 positions",
     "seed": "seed of the sequence cut",
     "config_sha256": "sha256 of the config sections this file depends on",
-    "n_layers": "L", "n_heads": "H", "n_kv_heads": "K", "head_dim": "hd", "d_model": "D",
+    "n_layers": "L",
+    "n_heads": "H",
+    "n_kv_heads": "K",
+    "head_dim": "hd",
+    "d_model": "D",
     "bos_token_id": "id of the BOS token at position 0",
     "post_attention_norm": "True where the attention output is normed before the residual add",
 }
@@ -163,12 +195,16 @@ def open_activations(path: str | os.PathLike[str]) -> h5py.File:
     attrs = handle.attrs
     if attrs.get("format") != FORMAT:
         handle.close()
-        raise ActivationFileError(f"{path}: not a sinkscope activation file (format attribute "
-                                  f"is {attrs.get('format')!r}, expected {FORMAT!r})")
+        raise ActivationFileError(
+            f"{path}: not a sinkscope activation file (format attribute "
+            f"is {attrs.get('format')!r}, expected {FORMAT!r})"
+        )
     if int(attrs.get("schema_version", -1)) != SCHEMA_VERSION:
         handle.close()
-        raise ActivationFileError(f"{path}: schema version {attrs.get('schema_version')} is not "
-                                  f"{SCHEMA_VERSION}; re-run the extraction")
+        raise ActivationFileError(
+            f"{path}: schema version {attrs.get('schema_version')} is not "
+            f"{SCHEMA_VERSION}; re-run the extraction"
+        )
     if not bool(attrs.get("complete", False)):
         handle.close()
         raise ActivationFileError(f"{path}: the file was never completed (killed extraction?)")

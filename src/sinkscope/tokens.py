@@ -26,8 +26,9 @@ def token_ids_sha256(token_ids: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(token_ids, dtype="<i4").tobytes()).hexdigest()
 
 
-def cut_sequences(stream: np.ndarray, n_sequences: int, context_length: int, seed: int,
-                  bos_token_id: int) -> tuple[np.ndarray, np.ndarray]:
+def cut_sequences(
+    stream: np.ndarray, n_sequences: int, context_length: int, seed: int, bos_token_id: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Cut ``n_sequences`` blocks of ``context_length`` tokens from ``stream``, BOS prepended.
 
     Returns ``(token_ids, block_starts)``: ``token_ids`` has shape (N, T + 1) with the BOS id in

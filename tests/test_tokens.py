@@ -1,0 +1,51 @@
+"""Sequence cutting is deterministic, BOS sits at position 0, and bad lengths fail early."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sinkscope.tokens import cut_sequences, read_tokens, token_ids_sha256
+
+
+def test_cut_is_deterministic_and_bos_first() -> None:
+    stream = np.arange(1000) + 10
+    a, starts_a = cut_sequences(stream, 5, 32, seed=3, bos_token_id=1)
+    b, starts_b = cut_sequences(stream, 5, 32, seed=3, bos_token_id=1)
+    assert a.shape == (5, 33) and a.dtype == np.int32
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(starts_a, starts_b)
+    assert (a[:, 0] == 1).all()
+    # each row is the stream window it claims to be, blocks do not overlap and are in corpus order
+    for row, start in zip(a, starts_a):
+        np.testing.assert_array_equal(row[1:], stream[start : start + 32])
+    assert (np.diff(starts_a) >= 32).all()
+    assert (starts_a % 32 == 0).all()
+
+
+def test_other_seed_other_blocks() -> None:
+    stream = np.arange(10_000)
+    a, _ = cut_sequences(stream, 4, 16, seed=0, bos_token_id=1)
+    b, _ = cut_sequences(stream, 4, 16, seed=1, bos_token_id=1)
+    assert not np.array_equal(a, b)
+
+
+def test_exactly_enough_tokens_and_one_short() -> None:
+    stream = np.arange(64)
+    ids, _ = cut_sequences(stream, 2, 32, seed=0, bos_token_id=7)
+    np.testing.assert_array_equal(ids[:, 1:].ravel(), stream)
+    with pytest.raises(ValueError, match="fewer than the 2 sequences"):
+        cut_sequences(stream[:63], 2, 32, seed=0, bos_token_id=7)
+
+
+def test_token_hash_is_checked_on_read(tmp_path) -> None:
+    from sinkscope.io import write_json
+
+    ids = np.arange(12, dtype=np.int32).reshape(3, 4)
+    path = tmp_path / "tokens.json"
+    write_json({"token_ids": ids.tolist(), "token_ids_sha256": token_ids_sha256(ids)}, path)
+    read_back, _ = read_tokens(path)
+    np.testing.assert_array_equal(read_back, ids)
+    write_json({"token_ids": ids.tolist(), "token_ids_sha256": "0" * 64}, path)
+    with pytest.raises(ValueError, match="sha256"):
+        read_tokens(path)
