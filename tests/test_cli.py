@@ -1,0 +1,46 @@
+"""``sinkscope inspect`` on a real activation file and on bad files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from sinkscope import h5layout
+from sinkscope.cli import main
+
+
+def test_inspect_prints_provenance_and_datasets(extracted, capsys) -> None:
+    _, path, _, _ = extracted
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    for spec in h5layout.DATASETS:
+        assert spec.name in out
+    assert "attn_implementation: eager" in out and "gzip(1)" in out and "MiB" in out
+
+
+def test_inspect_attention_map(extracted, capsys) -> None:
+    _, path, _, _ = extracted
+    assert main(["inspect", str(path), "--attention", "1", "0", "2"]) == 0
+    out = capsys.readouterr().out
+    with h5layout.open_activations(path) as f:
+        bos = f["attention/probs"][1, 0, 2, 1:, 0].mean()
+    assert f"bos_mass={bos:.4f}" in out
+    with pytest.raises(SystemExit, match="head 99 is out of range"):
+        main(["inspect", str(path), "--attention", "1", "0", "99"])
+
+
+def test_inspect_rejects_foreign_and_missing_files(tmp_path: Path, capsys) -> None:
+    foreign = tmp_path / "foreign.h5"
+    with h5py.File(foreign, "w") as f:
+        f["x"] = np.zeros(2)
+    assert main(["inspect", str(foreign)]) == 2
+    assert "not a sinkscope activation file" in capsys.readouterr().err
+    assert main(["inspect", str(tmp_path / "nope.h5")]) == 2
+
+
+def test_layout(capsys) -> None:
+    assert main(["inspect", "--layout"]) == 0
+    assert "attention/probs" in capsys.readouterr().out
