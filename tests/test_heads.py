@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from sinkscope import h5layout
 from sinkscope.heads import (
     PER_HEAD_COLUMNS,
     SUMMARY_COLUMNS,
@@ -253,6 +254,9 @@ def write_h5(path: Path, probs: np.ndarray, model: str, dataset: str) -> None:
         handle.attrs["dataset_name"] = dataset
         handle.attrs["n_sequences"] = probs.shape[1]
         handle.attrs["context_length"] = probs.shape[-1] - 1
+        handle.attrs["format"] = h5layout.FORMAT
+        handle.attrs["schema_version"] = h5layout.SCHEMA_VERSION
+        handle.attrs["complete"] = True
 
 
 def test_classify_file_matches_head_table(tmp_path: Path) -> None:

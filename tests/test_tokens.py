@@ -49,3 +49,35 @@ def test_token_hash_is_checked_on_read(tmp_path) -> None:
     write_json({"token_ids": ids.tolist(), "token_ids_sha256": "0" * 64}, path)
     with pytest.raises(ValueError, match="sha256"):
         read_tokens(path)
+
+
+def test_context_longer_than_the_model_allows_fails_before_loading(tmp_path) -> None:
+    from transformers import LlamaConfig
+
+    from sinkscope.models import prepare_model
+    from sinkscope.tokens import prepare_tokens
+
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    LlamaConfig(
+        max_position_embeddings=64,
+        hidden_size=16,
+        num_attention_heads=2,
+        num_hidden_layers=1,
+        intermediate_size=32,
+        vocab_size=50,
+    ).save_pretrained(weights)
+    entry = {"source": {"kind": "local", "path": str(weights)}, "dtype": "float32"}
+    prepared = tmp_path / "prepared"
+    prepare_model("tiny", entry, prepared, tmp_path)
+    with pytest.raises(ValueError, match=r"extraction.context_length = 64 \(\+1 for BOS\) exceeds"):
+        prepare_tokens(
+            tmp_path / "no-corpus.parquet",
+            prepared,
+            "tiny",
+            "none",
+            2,
+            64,
+            0,
+            tmp_path / "tokens.json",
+        )

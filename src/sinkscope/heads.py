@@ -50,6 +50,8 @@ import h5py
 import numpy as np
 import polars as pl
 
+from sinkscope.h5layout import open_activations
+
 __all__ = [
     "DIAGONAL",
     "HEAD_CLASSES",
@@ -268,7 +270,7 @@ def classify_file(
     th = thresholds or HeadClassThresholds()
     per_sequence: list[pl.DataFrame] = []
     per_head: list[pl.DataFrame] = []
-    with h5py.File(h5_path, "r") as handle:
+    with open_activations(h5_path) as handle:
         model = _attr_str(handle.attrs, "model_name", h5_path)
         dataset = _attr_str(handle.attrs, "dataset_name", h5_path)
         if ATTENTION_DATASET not in handle:
