@@ -25,7 +25,7 @@ from matplotlib.patches import Patch
 from sinkscope.heads import DIAGONAL, HEAD_CLASSES, OTHER, POOLED, SINK, SINK_PREV
 from sinkscope.io import atomic_path
 
-__all__ = ["CLASS_COLORS", "plot_class_map", "plot_mass_heatmaps", "plot_summary_bars"]
+__all__ = ["CLASS_COLORS", "new_figure", "plot_class_map", "plot_mass_heatmaps", "plot_summary_bars", "save_figure"]
 
 DPI = 120
 PNG_METADATA: dict[str, str | None] = {"Software": None}
@@ -44,13 +44,14 @@ _PATTERN_COLUMNS: dict[str, str] = {
 }
 
 
-def _new_figure(width: float, height: float) -> Figure:
+def new_figure(width: float, height: float) -> Figure:
+    """A pyplot-free figure with an Agg canvas (no global state; deterministic size and dpi)."""
     fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
 
-def _save(fig: Figure, out_png: str | os.PathLike[str]) -> None:
+def save_figure(fig: Figure, out_png: str | os.PathLike[str]) -> None:
     """Write ``fig`` atomically as PNG and release it."""
     try:
         with atomic_path(out_png) as tmp:
@@ -92,7 +93,7 @@ def plot_mass_heatmaps(per_head: pl.DataFrame, out_png: str | os.PathLike[str], 
         "subdiagonal_mass": "sub-diagonal (previous-token) mass",
     }
     grids = {column: _layer_head_grid(per_head, column).astype(float) for column in panels}
-    fig = _new_figure(16.0, 5.5)
+    fig = new_figure(16.0, 5.5)
     axes = fig.subplots(1, 4, gridspec_kw={"width_ratios": [1, 1, 1, 0.05]})
     for index, (column, label) in enumerate(panels.items()):
         ax = axes[index]
@@ -110,7 +111,7 @@ def plot_mass_heatmaps(per_head: pl.DataFrame, out_png: str | os.PathLike[str], 
         ax.set_xlabel("head")
         ax.set_ylabel("layer" if index == 0 else "")
     fig.suptitle(title)
-    _save(fig, out_png)
+    save_figure(fig, out_png)
 
 
 def plot_class_map(per_head: pl.DataFrame, out_png: str | os.PathLike[str], title: str) -> None:
@@ -125,7 +126,7 @@ def plot_class_map(per_head: pl.DataFrame, out_png: str | os.PathLike[str], titl
     code_of = {name: float(code) for code, name in enumerate(HEAD_CLASSES)}
     codes = labels.apply(lambda column: column.map(code_of)).astype(float)
     cmap = mcolors.ListedColormap([CLASS_COLORS[name] for name in HEAD_CLASSES])
-    fig = _new_figure(9.0, 6.5)
+    fig = new_figure(9.0, 6.5)
     ax = fig.subplots()
     sns.heatmap(
         codes,
@@ -153,7 +154,7 @@ def plot_class_map(per_head: pl.DataFrame, out_png: str | os.PathLike[str], titl
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_title(title)
-    _save(fig, out_png)
+    save_figure(fig, out_png)
 
 
 def _facet_order(datasets: Sequence[str]) -> list[str]:
@@ -186,7 +187,7 @@ def plot_summary_bars(
     facets = _facet_order(summary["dataset"].to_list())
     patterns = list(_PATTERN_COLUMNS.values())
     width = 1.5 + len(facets) * max(2.8, 0.9 * len(models) + 1.0)
-    fig = _new_figure(width, 4.5)
+    fig = new_figure(width, 4.5)
     axes = np.atleast_1d(fig.subplots(1, len(facets), sharey=True, squeeze=False)[0])
     for ax, dataset in zip(axes, facets, strict=True):
         sns.barplot(
@@ -222,4 +223,4 @@ def plot_summary_bars(
         frameon=False,
     )
     fig.suptitle(title)
-    _save(fig, out_png)
+    save_figure(fig, out_png)
