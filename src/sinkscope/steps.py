@@ -102,7 +102,11 @@ def classify_heads(smk: Any) -> None:
     per_sequence, per_head = classify_file(Path(smk.input.activations), thresholds)
     write_table(per_sequence, smk.output.per_sequence)
     write_table(per_head, smk.output.per_head)
-    title = f"{smk.wildcards.model} on {smk.wildcards.dataset}"
+    extraction = smk.params.extraction
+    title = (
+        f"{smk.wildcards.model} on {smk.wildcards.dataset} "
+        f"(N={extraction['n_sequences']}, T={extraction['context_length']})"
+    )
     plot_mass_heatmaps(per_head, Path(smk.output.mass_heatmaps), title)
     plot_class_map(per_head, Path(smk.output.class_map), title)
 

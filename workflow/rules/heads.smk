@@ -25,6 +25,7 @@ rule classify_heads:
         ),
     params:
         thresholds=config["head_classes"],
+        extraction=config["extraction"],
     log:
         paths.log("classify_heads", "{model}/{dataset}"),
     conda:
