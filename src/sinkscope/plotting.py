@@ -25,7 +25,14 @@ from matplotlib.patches import Patch
 from sinkscope.heads import DIAGONAL, HEAD_CLASSES, OTHER, POOLED, SINK, SINK_PREV
 from sinkscope.io import atomic_path
 
-__all__ = ["CLASS_COLORS", "new_figure", "plot_class_map", "plot_mass_heatmaps", "plot_summary_bars", "save_figure"]
+__all__ = [
+    "CLASS_COLORS",
+    "new_figure",
+    "plot_class_map",
+    "plot_mass_heatmaps",
+    "plot_summary_bars",
+    "save_figure",
+]
 
 DPI = 120
 PNG_METADATA: dict[str, str | None] = {"Software": None}
