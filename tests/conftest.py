@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,7 @@ from sinkscope.models import load_model, prepare_model
 from sinkscope.tokens import token_ids_sha256
 
 REPO = Path(__file__).resolve().parents[1]
+TINY = REPO / "tests" / "configs" / "tiny.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -123,3 +126,56 @@ def extracted(request, tmp_path: Path):
     extract_activations(prepared, tokens, out, entry, SETTINGS, "cfg", progress=False)
     reference = load_model(prepared, "float32", "eager")
     return request.param, out, reference, ids
+
+
+# --- the real Snakemake DAG on the tiny config (one real model, one real corpus, 2 x 32 tokens)
+
+
+def snakemake(
+    workdir: Path, *args: str, download_dir: Path | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(workdir),
+        "--cores",
+        "2",
+        *args,
+    ]
+    if download_dir is not None:
+        command += ["--config", f"download_dir={download_dir}"]
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"snakemake {args} failed:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def job_counts(stdout: str) -> dict[str, int]:
+    """The 'Job stats' table of a Snakemake (dry) run as {rule: count}."""
+    lines = stdout.splitlines()
+    start = lines.index("Job stats:") + 3  # header, rule line, dashes
+    counts = {}
+    for line in lines[start:]:
+        parts = line.split()
+        if len(parts) != 2 or not parts[1].isdigit():
+            break
+        counts[parts[0]] = int(parts[1])
+    return counts
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory, download_dir: Path) -> Path:
+    workdir = tmp_path_factory.mktemp("tiny")
+    snakemake(workdir, "--configfile", str(TINY), download_dir=download_dir)
+    return workdir

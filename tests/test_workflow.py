@@ -8,7 +8,7 @@ recomputation from that forward.
 
 from __future__ import annotations
 
-import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,63 +20,13 @@ import torch
 
 from sinkscope import h5layout
 from sinkscope.paths import HEAD_FIGURES, Paths
+from tests.conftest import TINY, job_counts, snakemake
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = REPO / "tests" / "configs" / "tiny.yaml"
 TINY_EXTRA = REPO / "tests" / "configs" / "tiny_extra_dataset.yaml"
 PAIR = {"model": "smollm2-135m", "dataset": "alice"}
 
 pytestmark = pytest.mark.integration
-
-
-def snakemake(
-    workdir: Path, *args: str, download_dir: Path | None = None, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    command = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(REPO / "Snakefile"),
-        "-d",
-        str(workdir),
-        "--cores",
-        "2",
-        *args,
-    ]
-    if download_dir is not None:
-        command += ["--config", f"download_dir={download_dir}"]
-    result = subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        check=False,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
-    )
-    if check and result.returncode != 0:
-        raise AssertionError(f"snakemake {args} failed:\n{result.stdout}\n{result.stderr}")
-    return result
-
-
-def job_counts(stdout: str) -> dict[str, int]:
-    """The 'Job stats' table of a Snakemake (dry) run as {rule: count}."""
-    lines = stdout.splitlines()
-    start = lines.index("Job stats:") + 3  # header, rule line, dashes
-    counts = {}
-    for line in lines[start:]:
-        parts = line.split()
-        if len(parts) != 2 or not parts[1].isdigit():
-            break
-        counts[parts[0]] = int(parts[1])
-    return counts
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory, download_dir: Path) -> Path:
-    workdir = tmp_path_factory.mktemp("tiny")
-    snakemake(workdir, "--configfile", str(TINY), download_dir=download_dir)
-    return workdir
 
 
 def test_lint_is_clean() -> None:
@@ -191,7 +141,11 @@ def test_head_tables_match_brute_force(tiny_run: Path) -> None:
     assert sinks > 0.1  # SmolLM2 has many sink heads even on 32 tokens
 
 
-def test_adding_a_dataset_runs_only_its_jobs(tiny_run: Path, download_dir: Path) -> None:
+def test_adding_a_dataset_runs_only_its_jobs(
+    tiny_run: Path, download_dir: Path, tmp_path: Path
+) -> None:
+    # work on a copy (mtimes and Snakemake's metadata kept) so the shared run stays as it was
+    tiny_run = Path(shutil.copytree(tiny_run, tmp_path / "run", symlinks=True))
     before = {
         path: path.stat().st_mtime_ns
         for path in (tiny_run / "results").rglob("*")

@@ -1,0 +1,149 @@
+"""`snakemake --profile slurm` on a real single-node SLURM cluster (Debian's slurmctld/slurmd/munge).
+
+`.ci/run` installs the daemons (tests/slurm/cluster.sh install). The cluster is started here and
+stopped by the PIDs it recorded. The run uses the repository's own profile (profiles/slurm, linked
+as ./slurm) with only what a CI cluster must override: the partition name, no account, and
+`squeue` as the status command because this cluster keeps no accounting database for `sacct`.
+Where the daemons are missing and cannot be installed the tests are skipped with a loud reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import h5py
+import numpy as np
+import polars as pl
+import pytest
+import yaml
+
+from tests.conftest import REPO, TINY
+
+CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
+TIMEOUT = "600"
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    missing = [
+        name for name in ("slurmctld", "slurmd", "munged", "sbatch") if not shutil.which(name)
+    ]
+    if missing:
+        pytest.skip(
+            f"SLURM TEST SKIPPED: {missing} not installed on this machine "
+            "(run `bash tests/slurm/cluster.sh install` as root where Debian packages can be "
+            "installed; .ci/run does so)"
+        )
+    state = tmp_path_factory.mktemp("slurm")
+    started = subprocess.run(
+        ["bash", str(CLUSTER), "start", str(state)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    try:
+        if started.returncode != 0:
+            logs = "\n".join(p.read_text() for p in (state / "log").glob("*") if p.is_file())
+            raise AssertionError(f"SLURM did not start:\n{started.stderr}\n{logs[-4000:]}")
+        yield {**os.environ, "SLURM_CONF": str(state / "slurm.conf")}
+    finally:
+        subprocess.run(["bash", str(CLUSTER), "stop", str(state)], check=False, timeout=60)
+
+
+def ci_profile(folder: Path) -> Path:
+    """The repository's SLURM profile with only the settings a CI cluster must override."""
+    profile = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
+    profile["default-resources"]["slurm_partition"] = "ci"
+    profile["set-resources"]["extract_activations"]["slurm_partition"] = "ci"
+    profile.update(
+        {
+            "slurm-no-account": True,
+            "slurm-status-command": "squeue",  # no accounting database for sacct on this cluster
+            "slurm-init-seconds-before-status-checks": 2,
+            "latency-wait": 5,
+        }
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yaml").write_text(yaml.safe_dump(profile))
+    return folder
+
+
+def run_slurm(
+    workdir: Path, env: dict[str, str], config: Path, download_dir: Path
+) -> subprocess.CompletedProcess[str]:
+    command = [
+        "timeout",
+        "-k",
+        "10",
+        TIMEOUT,
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(workdir),
+        "--profile",
+        str(ci_profile(workdir / "profile")),
+        "--configfile",
+        str(config),
+        "--config",
+        f"download_dir={download_dir}",
+    ]
+    return subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, check=False)
+
+
+def test_profile_is_found_by_name_from_the_repository_root() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--profile", "slurm", "-n", "--configfile", str(TINY)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    # a dry run with the slurm executor needs no cluster; it must parse the profile and the DAG
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_tiny_config_on_slurm_matches_the_local_run(
+    slurm_cluster: dict[str, str], tiny_run: Path, download_dir: Path, tmp_path: Path
+) -> None:
+    result = run_slurm(tmp_path, slurm_cluster, TINY, download_dir)
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
+    assert "sbatch" in result.stdout + result.stderr or "SLURM" in result.stdout + result.stderr
+    rel = Path("results/heads/smollm2-135m/alice/heads_per_head.parquet")
+    local, cluster = pl.read_parquet(tiny_run / rel), pl.read_parquet(tmp_path / rel)
+    assert local.equals(cluster)
+    rel_h5 = Path("results/activations/smollm2-135m/alice.h5")
+    with h5py.File(tiny_run / rel_h5) as a, h5py.File(tmp_path / rel_h5) as b:
+        for name in ("attention/probs", "residual/X", "tokens/input_ids"):
+            np.testing.assert_array_equal(a[name][...], b[name][...])
+    summary = Path("results/summary/head_classes.parquet")
+    assert pl.read_parquet(tiny_run / summary).equals(pl.read_parquet(tmp_path / summary))
+
+
+def test_failing_job_is_reported_failed_and_retried(
+    slurm_cluster: dict[str, str], download_dir: Path, tmp_path: Path
+) -> None:
+    failing = tmp_path / "too_many_sequences.yaml"
+    failing.write_text(TINY.read_text().replace("n_sequences: 2", "n_sequences: 100000"))
+    result = run_slurm(tmp_path / "run", slurm_cluster, failing, download_dir)
+    output = result.stdout + result.stderr
+    assert result.returncode not in (0, 124, 137), output[-5000:]  # failed, not hung
+    # retries: 2 in the profile -> three attempts, each reported FAILED by SLURM, each asking
+    # for more memory (mem_mb = 4000 * attempt in the rule)
+    assert output.count("Error in rule cut_tokens") == 3, output[-5000:]
+    assert output.count("SLURM status is: 'FAILED'") == 3
+    assert output.count("Trying to restart job") == 2
+    for mem_mb in (4000, 8000, 12000):
+        assert f"mem_mb={mem_mb}," in output
+    logs = list((tmp_path / "run" / "results" / "logs" / "cut_tokens").rglob("*.log"))
+    assert logs and "fewer than the 100000 sequences" in logs[0].read_text()
