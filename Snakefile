@@ -23,3 +23,5 @@ rule all:
 include: "workflow/rules/prepare.smk"
 include: "workflow/rules/extract.smk"
 include: "workflow/rules/heads.smk"
+include: "workflow/rules/geometry.smk"
+include: "workflow/rules/oversmoothing.smk"

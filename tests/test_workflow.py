@@ -158,9 +158,13 @@ def test_adding_a_dataset_runs_only_its_jobs(
         "cut_tokens": 1,
         "extract_activations": 1,
         "classify_heads": 1,
+        "analyze_geometry": 1,
+        "analyze_oversmoothing": 1,
         "summarize_heads": 1,
+        "summarize_geometry": 1,
+        "summarize_oversmoothing": 1,
         "all": 1,
-        "total": 6,
+        "total": 10,
     }, dry.stdout
     snakemake(tiny_run, "--configfile", str(TINY_EXTRA), download_dir=download_dir)
     after = {path: path.stat().st_mtime_ns for path in before}

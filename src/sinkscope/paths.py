@@ -9,6 +9,25 @@ from dataclasses import dataclass
 
 HEAD_FIGURES = ("mass_heatmaps", "class_map")
 
+#: Tables and figures of each per-pair analysis (paper section in the rule files).
+GEOMETRY_TABLES = (
+    "bos_alignment", "bos_cosine_hist", "halfspace", "halfspace_layer", "value_rank",
+    "value_rank_worst", "bos_value_norm", "bos_residual_norm",
+)
+GEOMETRY_SUMMARY_TABLES = (
+    "bos_alignment", "halfspace_layer", "value_rank", "value_rank_worst",
+    "bos_value_norm_classes", "bos_residual_norm", "statements",
+)
+GEOMETRY_FIGURES = (
+    "bos_alignment", "halfspace_margins", "value_rank", "bos_value_norm", "bos_residual_norm",
+)
+OVERSMOOTHING_TABLES = ("per_head", "per_layer", "summary", "conditions", "claims")
+OVERSMOOTHING_FIGURES = (
+    "fig2_left_approximation", "fig2_right_components", "fig4_layer_similarity",
+    "fig7_head_errors", "fig8_attention_deltas", "fig9_uniform_deltas", "fig10_uniformity",
+    "fig11_deviating_heads",
+)
+
 
 @dataclass(frozen=True)
 class Paths:
@@ -50,6 +69,19 @@ class Paths:
     def heads_summary_figure(self) -> str:
         return f"{self.root}/summary/head_classes.png"
 
+    # per-pair analyses and their cross-pair summaries
+    def table(self, analysis: str, name: str, suffix: str = "parquet") -> str:
+        return f"{self.root}/{analysis}/{{model}}/{{dataset}}/{name}.{suffix}"
+
+    def figure(self, analysis: str, name: str) -> str:
+        return f"{self.root}/{analysis}/{{model}}/{{dataset}}/{name}.png"
+
+    def summary_table(self, analysis: str, name: str, suffix: str = "parquet") -> str:
+        return f"{self.root}/summary/{analysis}/{name}.{suffix}"
+
+    def summary_figure(self, analysis: str, name: str) -> str:
+        return f"{self.root}/summary/{analysis}/{name}.png"
+
     def log(self, rule: str, pattern: str) -> str:
         return f"{self.root}/logs/{rule}/{pattern}.log"
 
@@ -62,5 +94,17 @@ class Paths:
             for level in ("per_head", "per_sequence"):
                 targets.append(self.heads_table(level).format(**fill))
             targets.extend(self.heads_figure(name).format(**fill) for name in HEAD_FIGURES)
+            for analysis, tables, figures in (
+                ("geometry", GEOMETRY_TABLES, GEOMETRY_FIGURES),
+                ("oversmoothing", OVERSMOOTHING_TABLES, OVERSMOOTHING_FIGURES),
+            ):
+                targets += [self.table(analysis, name).format(**fill) for name in tables]
+                targets += [self.figure(analysis, name).format(**fill) for name in figures]
         targets += [self.heads_summary(), self.heads_summary("csv"), self.heads_summary_figure]
+        for analysis, tables, figures in (
+            ("geometry", GEOMETRY_SUMMARY_TABLES, GEOMETRY_FIGURES),
+            ("oversmoothing", OVERSMOOTHING_TABLES, OVERSMOOTHING_FIGURES),
+        ):
+            targets += [self.summary_table(analysis, name) for name in tables]
+            targets += [self.summary_figure(analysis, name) for name in figures]
         return targets

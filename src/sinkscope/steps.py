@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Any
 
 import polars as pl
 import torch
+
+from sinkscope.io import write_table
 
 
 def redirect_to_log(log_path: str) -> None:
@@ -95,25 +98,19 @@ def extract_activations(smk: Any) -> None:
 
 def classify_heads(smk: Any) -> None:
     from sinkscope.heads import HeadClassThresholds, classify_file
-    from sinkscope.io import write_table
     from sinkscope.plotting import plot_class_map, plot_mass_heatmaps
 
     thresholds = HeadClassThresholds(**smk.params.thresholds)
     per_sequence, per_head = classify_file(Path(smk.input.activations), thresholds)
     write_table(per_sequence, smk.output.per_sequence)
     write_table(per_head, smk.output.per_head)
-    extraction = smk.params.extraction
-    title = (
-        f"{smk.wildcards.model} on {smk.wildcards.dataset} "
-        f"(N={extraction['n_sequences']}, T={extraction['context_length']})"
-    )
+    title = _pair_title(smk)
     plot_mass_heatmaps(per_head, Path(smk.output.mass_heatmaps), title)
     plot_class_map(per_head, Path(smk.output.class_map), title)
 
 
 def summarize_heads(smk: Any) -> None:
     from sinkscope.heads import HeadClassThresholds, summarize
-    from sinkscope.io import write_table
     from sinkscope.plotting import plot_summary_bars
 
     thresholds = HeadClassThresholds(**smk.params.thresholds)
@@ -123,18 +120,127 @@ def summarize_heads(smk: Any) -> None:
     plot_summary_bars(summary, Path(smk.output.figure))
 
 
+def _pair_title(smk: Any) -> str:
+    extraction = smk.params.extraction
+    return (
+        f"{smk.wildcards.model} on {smk.wildcards.dataset} "
+        f"(N={extraction['n_sequences']}, T={extraction['context_length']})"
+    )
+
+
+def _write_tables(tables: dict[str, pl.DataFrame], outputs: Any, names: tuple[str, ...]) -> None:
+    """Write each named table to the output ``table_<name>`` (parquet, plus CSV beside it)."""
+    missing = [name for name in names if name not in tables]
+    if missing:
+        raise KeyError(f"the analysis returned no table(s) {missing}")
+    for name in names:
+        write_table(tables[name], getattr(outputs, f"table_{name}"))
+
+
+def _read_tables(paths: list[str], names: tuple[str, ...]) -> list[dict[str, pl.DataFrame]]:
+    """Per-pair table dicts from the parquet inputs ``results/<analysis>/<model>/<dataset>/``."""
+    by_pair: dict[str, dict[str, pl.DataFrame]] = {}
+    for path in map(Path, paths):
+        if path.suffix == ".parquet" and path.stem in names:
+            by_pair.setdefault(str(path.parent), {})[path.stem] = pl.read_parquet(path)
+    return list(by_pair.values())
+
+
+def analyze_geometry(smk: Any) -> None:
+    from sinkscope import geometry_plots as plots
+    from sinkscope.geometry import analyze_file
+    from sinkscope.heads import HeadClassThresholds
+    from sinkscope.paths import GEOMETRY_TABLES
+
+    tables = analyze_file(
+        Path(smk.input.activations),
+        pl.read_parquet(smk.input.per_head),
+        HeadClassThresholds(**smk.params.thresholds),
+        attend_threshold=smk.params.geometry["attend_threshold"],
+    )
+    _write_tables(tables, smk.output, GEOMETRY_TABLES)
+    title, out = _pair_title(smk), smk.output
+    plots.plot_bos_alignment(tables["bos_alignment"], out.figure_bos_alignment, title)
+    plots.plot_halfspace_margins(tables["halfspace"], out.figure_halfspace_margins, title)
+    plots.plot_value_rank(tables["value_rank"], out.figure_value_rank, title)
+    plots.plot_bos_value_norm(tables["bos_value_norm"], out.figure_bos_value_norm, title)
+    plots.plot_bos_residual_norm(tables["bos_residual_norm"], out.figure_bos_residual_norm, title)
+
+
+def summarize_geometry(smk: Any) -> None:
+    from sinkscope import geometry_plots as plots
+    from sinkscope.geometry import summarize
+    from sinkscope.paths import GEOMETRY_SUMMARY_TABLES, GEOMETRY_TABLES
+
+    pairs = _read_tables(list(smk.input), GEOMETRY_TABLES)
+    summary = summarize(pairs)
+    _write_tables(summary, smk.output, GEOMETRY_SUMMARY_TABLES)
+    title, out = "pooled over datasets", smk.output
+    plots.plot_bos_alignment(summary["bos_alignment"], out.figure_bos_alignment, title)
+    plots.plot_halfspace_margins(
+        [p["halfspace"] for p in pairs], out.figure_halfspace_margins, title
+    )
+    plots.plot_value_rank([p["value_rank"] for p in pairs], out.figure_value_rank, title)
+    plots.plot_bos_value_norm(
+        [p["bos_value_norm"] for p in pairs], out.figure_bos_value_norm, title
+    )
+    plots.plot_bos_residual_norm(summary["bos_residual_norm"], out.figure_bos_residual_norm, title)
+
+
+def analyze_oversmoothing(smk: Any) -> None:
+    from sinkscope.oversmoothing import analyze_file
+    from sinkscope.paths import OVERSMOOTHING_TABLES
+
+    settings = smk.params.oversmoothing
+    tables = analyze_file(
+        Path(smk.input.activations),
+        pl.read_parquet(smk.input.per_head),
+        settings["context_lengths"],
+        settings["uniformity_threshold"],
+        include_bos=settings["include_bos"],
+    )
+    _write_tables(tables, smk.output, OVERSMOOTHING_TABLES)
+    _plot_oversmoothing(tables, smk.output, settings["uniformity_threshold"])
+
+
+def summarize_oversmoothing(smk: Any) -> None:
+    from sinkscope.oversmoothing import summarize
+    from sinkscope.paths import OVERSMOOTHING_TABLES
+
+    summary = summarize(_read_tables(list(smk.input), OVERSMOOTHING_TABLES))
+    _write_tables(summary, smk.output, OVERSMOOTHING_TABLES)
+    _plot_oversmoothing(summary, smk.output, smk.params.oversmoothing["uniformity_threshold"])
+
+
+def _plot_oversmoothing(
+    tables: dict[str, pl.DataFrame], outputs: Any, uniformity_threshold: float
+) -> None:
+    """``plot_all`` writes the paper-numbered figures into a folder; move them to the outputs."""
+    from sinkscope.oversmoothing_plots import FIGURES, plot_all
+    from sinkscope.paths import OVERSMOOTHING_FIGURES
+
+    folder = Path(getattr(outputs, f"figure_{OVERSMOOTHING_FIGURES[0]}")).parent
+    staging = folder / f".figures-{os.getpid()}"
+    try:
+        plot_all(tables, staging, uniformity_threshold)
+        written = {Path(filename).stem: filename for filename in FIGURES.values()}
+        for name in OVERSMOOTHING_FIGURES:
+            os.replace(staging / written[name], getattr(outputs, f"figure_{name}"))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 STEPS: dict[str, Callable[[Any], None]] = {
-    name: function
-    for name, function in globals().items()
-    if name
-    in {
-        "prepare_model",
-        "prepare_corpus",
-        "cut_tokens",
-        "extract_activations",
-        "classify_heads",
-        "summarize_heads",
-    }
+    "prepare_model": prepare_model,
+    "prepare_corpus": prepare_corpus,
+    "cut_tokens": cut_tokens,
+    "extract_activations": extract_activations,
+    "classify_heads": classify_heads,
+    "summarize_heads": summarize_heads,
+    "analyze_geometry": analyze_geometry,
+    "summarize_geometry": summarize_geometry,
+    "analyze_oversmoothing": analyze_oversmoothing,
+    "summarize_oversmoothing": summarize_oversmoothing,
 }
 
 

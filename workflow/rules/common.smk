@@ -11,7 +11,14 @@ from snakemake.utils import validate
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 from sinkscope.config import validate_config, pairs
-from sinkscope.paths import Paths
+from sinkscope.paths import (
+    GEOMETRY_FIGURES,
+    GEOMETRY_SUMMARY_TABLES,
+    GEOMETRY_TABLES,
+    OVERSMOOTHING_FIGURES,
+    OVERSMOOTHING_TABLES,
+    Paths,
+)
 
 
 # sinkscope's validator first: its messages name every offending key as a dotted path; then
@@ -33,3 +40,55 @@ localrules:
 
 def all_targets():
     return paths.all_targets(pairs(config))
+
+
+# Named outputs of the analysis rules: table_<name> (parquet), table_<name>_csv, figure_<name>.
+def tables_of(analysis, names):
+    outputs = {}
+    for name in names:
+        outputs[f"table_{name}"] = paths.table(analysis, name)
+        outputs[f"table_{name}_csv"] = paths.table(analysis, name, "csv")
+    return outputs
+
+
+def figures_of(analysis, names, category):
+    return {
+        f"figure_{name}": report(
+            paths.figure(analysis, name),
+            caption=f"../report/{analysis}_{name}.rst",
+            category=category,
+            subcategory="{model}",
+            labels={"model": "{model}", "dataset": "{dataset}", "figure": name},
+        )
+        for name in names
+    }
+
+
+def summary_tables_of(analysis, names):
+    outputs = {}
+    for name in names:
+        outputs[f"table_{name}"] = paths.summary_table(analysis, name)
+        outputs[f"table_{name}_csv"] = paths.summary_table(analysis, name, "csv")
+    return outputs
+
+
+def summary_figures_of(analysis, names, category):
+    return {
+        f"figure_{name}": report(
+            paths.summary_figure(analysis, name),
+            caption=f"../report/{analysis}_{name}_summary.rst",
+            category="Summary",
+            subcategory=category,
+            labels={"model": "all", "dataset": "pooled", "figure": name},
+        )
+        for name in names
+    }
+
+
+def pair_tables(analysis, names):
+    """Every pair's parquet tables of one analysis (inputs of its summary rule)."""
+    return [
+        paths.table(analysis, name).format(model=model, dataset=dataset)
+        for model, dataset in pairs(config)
+        for name in names
+    ]

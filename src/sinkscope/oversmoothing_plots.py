@@ -1,0 +1,586 @@
+"""Figures of the oversmoothing analysis (:mod:`sinkscope.oversmoothing`; paper Figs. 2, 4-11).
+
+Every function takes tables of :func:`sinkscope.oversmoothing.analyze_file` (one pair) or
+:func:`sinkscope.oversmoothing.summarize` (several pairs; its pooled ``"all"`` rows are never
+plotted) and lays the pairs out as panels. Which head update each figure shows follows App. E.1:
+
+* Fig. 2 left / 5 (:func:`plot_approximation`) and Fig. 7 (:func:`plot_head_errors`): the head
+  update as it is, ``X + W Z`` (the quantity of the theory);
+* Fig. 2 right / 6, 8, 9, 10, 11: the update rescaled by ``s_l`` of eq. (11) ("effect after the
+  skip connection"); Figs. 8-9 colour heads by the conditions evaluated for that rescaled map
+  (``condition_s``) and leave out sink heads, as the paper does.
+
+Figures are built with :func:`sinkscope.plotting.new_figure` and written with
+:func:`sinkscope.plotting.save_figure` (atomic, deterministic PNG).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from sinkscope.oversmoothing import POOLED
+from sinkscope.plotting import CLASS_COLORS, new_figure, save_figure
+
+__all__ = [
+    "CONDITION_COLORS",
+    "FIGURES",
+    "plot_all",
+    "plot_approximation",
+    "plot_components",
+    "plot_condition_deltas",
+    "plot_deviating_heads",
+    "plot_head_errors",
+    "plot_layers",
+    "plot_uniformity",
+    "select_deviating_heads",
+]
+
+#: Theorem 5.1's conditions: (i) red, (ii) blue, neither grey (paper Figs. 8-9).
+CONDITION_COLORS: dict[str, str] = {"i": "#d62728", "ii": "#1f77b4", "neither": "#9e9e9e"}
+CONDITION_LABELS: dict[str, str] = {
+    "i": r"(i) $\beta\,$tr$(BW)>0$",
+    "ii": r"(ii) $\beta\,$tr$(BW)+$tr$(BW^\top W)<0$",
+    "neither": "neither",
+}
+#: ρ of the four token matrices of Fig. 2 right (rescaled head update), with colours.
+COMPONENTS: dict[str, tuple[str, str]] = {
+    "rho_x": ("$X$", "#000000"),
+    "rho_xwz_s": ("$X+WZ$", "#ff7f0e"),
+    "rho_xwza_s": (r"$X+WZA^\top$", "#2ca02c"),
+    "rho_xwzau_s": (r"$X+WZA_u^\top$", "#9467bd"),
+}
+#: Fig. 10: head type by attention mass, threshold 0.5 (sink yellow, self-attention green).
+PATTERN_THRESHOLD = 0.5
+PATTERN_COLORS: dict[str, str] = {
+    "sink": CLASS_COLORS["sink"],
+    "self-attention": CLASS_COLORS["diagonal"],
+    "neither": "#4c72b0",
+}
+#: File names written by :func:`plot_all`.
+FIGURES: dict[str, str] = {
+    "approximation": "fig2_left_approximation.png",
+    "components": "fig2_right_components.png",
+    "layers": "fig4_layer_similarity.png",
+    "head_errors": "fig7_head_errors.png",
+    "attention_deltas": "fig8_attention_deltas.png",
+    "uniform_deltas": "fig9_uniform_deltas.png",
+    "uniformity": "fig10_uniformity.png",
+    "deviating_heads": "fig11_deviating_heads.png",
+}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _pairs(table: pl.DataFrame) -> list[tuple[str, str]]:
+    """(model, dataset) pairs of a table, pooled rows excluded, in a stable order."""
+    frame = table.filter(pl.col("dataset") != POOLED).select("model", "dataset").unique()
+    return sorted(frame.iter_rows())
+
+
+def _pair(table: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame:
+    return table.filter((pl.col("model") == model) & (pl.col("dataset") == dataset))
+
+
+def _largest(table: pl.DataFrame) -> pl.DataFrame:
+    """Rows of the largest context length (the paper's 512; here the file's T at most)."""
+    return table.filter(pl.col("context_length") == pl.col("context_length").max())
+
+
+def _label(frame: pl.DataFrame, model: str, dataset: str, with_t: bool = True) -> str:
+    n = int(frame["n_sequences"].max()) if "n_sequences" in frame.columns else None
+    parts = [f"{model} · {dataset}"]
+    details = []
+    if n is not None:
+        details.append(f"N={n}")
+    if with_t:
+        details.append(f"T'={int(frame['context_length'].max())}")
+    if details:
+        parts.append(f"({', '.join(details)})")
+    return " ".join(parts)
+
+
+def _check(table: pl.DataFrame, columns: list[str], what: str) -> None:
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ValueError(f"{what} lacks columns {missing}")
+    if table.filter(pl.col("dataset") != POOLED).is_empty():
+        raise ValueError(f"{what} has no rows to plot")
+
+
+def _grid(fig, n_panels: int, max_cols: int, **kwargs) -> list:
+    cols = min(max_cols, n_panels)
+    rows = math.ceil(n_panels / cols)
+    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False, **kwargs)).ravel()
+    for ax in axes[n_panels:]:
+        ax.set_visible(False)
+    return list(axes[:n_panels])
+
+
+def _length_axis(ax, lengths) -> None:
+    """Log-2 context-length axis with the analysed lengths as plain tick labels."""
+    ticks = sorted({int(t) for t in lengths})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(t) for t in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel("context length $T'$ (text tokens)")
+
+
+def _head_index(frame: pl.DataFrame) -> np.ndarray:
+    """Heads numbered in order from the first to the last layer (the paper's x-axis)."""
+    n_heads = int(frame["head"].max()) + 1
+    return frame["layer"].to_numpy() * n_heads + frame["head"].to_numpy()
+
+
+def _layer_ticks(ax, frame: pl.DataFrame) -> None:
+    n_heads = int(frame["head"].max()) + 1
+    layers = np.unique(frame["layer"].to_numpy())
+    step = max(1, math.ceil(len(layers) / 15))
+    ax.set_xticks(layers[::step] * n_heads + (n_heads - 1) / 2)
+    ax.set_xticklabels([str(v) for v in layers[::step]])
+    for layer in layers[1:]:
+        ax.axvline(layer * n_heads - 0.5, color="#e0e0e0", lw=0.5, zorder=0)
+    ax.set_xlim(layers[0] * n_heads - 1, (layers[-1] + 1) * n_heads)
+    ax.set_xlabel("head (grouped by layer; tick = layer index)")
+
+
+# --------------------------------------------------------------------------- Fig. 2 left / 5
+
+
+def plot_approximation(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) -> None:
+    """Figs. 2 left / 5: mean over heads of the empirical ``rho`` (solid) and Theorem 5.1's
+    approximation (dashed) against the context length, for ``X`` and ``X + WZ``; one row per
+    dataset, one colour per model."""
+    _check(per_head, ["rho_x", "rhohat_x", "rho_xwz", "rhohat_xwz"], "per-head table")
+    frame = per_head.filter(pl.col("dataset") != POOLED)
+    means = (
+        frame.group_by("model", "dataset", "context_length")
+        .agg(pl.col("rho_x", "rhohat_x", "rho_xwz", "rhohat_xwz", "n_sequences").mean())
+        .sort("model", "dataset", "context_length")
+    )
+    datasets = sorted(set(means["dataset"].to_list()))
+    models = sorted(set(means["model"].to_list()))
+    colors = dict(zip(models, _palette(len(models)), strict=True))
+    fig = new_figure(10.0, 3.4 * len(datasets) + 0.6)
+    axes = np.atleast_2d(fig.subplots(len(datasets), 2, squeeze=False))
+    for row, dataset in enumerate(datasets):
+        for col, (emp, approx, name) in enumerate(
+            (("rho_x", "rhohat_x", "$X$"), ("rho_xwz", "rhohat_xwz", "$X+WZ$"))
+        ):
+            ax = axes[row, col]
+            for model in models:
+                part = _pair(means, model, dataset)
+                if part.is_empty():
+                    continue
+                t = part["context_length"].to_numpy()
+                ax.plot(t, part[emp], "-o", color=colors[model], ms=3, label=model)
+                ax.plot(t, part[approx], "--", color=colors[model], lw=1.5)
+            _length_axis(ax, means["context_length"].to_list())
+            ax.set_ylabel("avg. cosine similarity (mean over heads)")
+            n = int(_pair_rows(frame, dataset)["n_sequences"].max())
+            ax.set_title(f"{name} · {dataset} (N={n})")
+    handles = [Line2D([], [], color=colors[m], marker="o", ms=3, label=m) for m in models]
+    handles += [
+        Line2D([], [], color="k", ls="-", label="empirical"),
+        Line2D([], [], color="k", ls="--", label="approximation (eqs. 1-2)"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
+    fig.suptitle(
+        "Empirical average cosine similarity (solid) vs Theorem 5.1's approximation "
+        "(dashed), head update without rescaling"
+    )
+    save_figure(fig, out_png)
+
+
+def _pair_rows(frame: pl.DataFrame, dataset: str) -> pl.DataFrame:
+    return frame.filter(pl.col("dataset") == dataset)
+
+
+def _palette(n: int) -> list[str]:
+    base = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+    return [base[i % len(base)] for i in range(n)]
+
+
+# --------------------------------------------------------------------------- Fig. 2 right / 6
+
+
+def plot_components(
+    per_head: pl.DataFrame, out_png: str | os.PathLike[str], uniformity_threshold: float = 0.6
+) -> None:
+    """Figs. 2 right / 6: ``rho`` of ``X, X+WZ, X+WZA^T, X+WZA_u^T`` (head update rescaled by
+    ``s_l``) against the context length, averaged over all heads (left) and over heads with
+    uniformity above ``uniformity_threshold`` (right); one row per pair."""
+    _check(per_head, [*COMPONENTS, "uniformity"], "per-head table")
+    pairs = _pairs(per_head)
+    fig = new_figure(10.5, 3.3 * len(pairs) + 0.6)
+    axes = np.atleast_2d(fig.subplots(len(pairs), 2, squeeze=False))
+    for row, (model, dataset) in enumerate(pairs):
+        frame = _pair(per_head, model, dataset)
+        for col, dense in enumerate((False, True)):
+            ax = axes[row, col]
+            part = frame.filter(pl.col("uniformity") > uniformity_threshold) if dense else frame
+            means = (
+                part.group_by("context_length")
+                .agg(pl.len().alias("n"), *(pl.col(c).mean() for c in COMPONENTS))
+                .sort("context_length")
+            )
+            for column, (label, color) in COMPONENTS.items():
+                if means.height:
+                    ax.plot(
+                        means["context_length"], means[column], "-o", ms=3, color=color, label=label
+                    )
+            _length_axis(ax, frame["context_length"].to_list())
+            ax.set_ylabel("avg. cosine similarity")
+            n_heads = int(means["n"].max()) if means.height else 0
+            which = f"heads with u > {uniformity_threshold:g}" if dense else "all heads"
+            ax.set_title(
+                f"{_label(frame, model, dataset, with_t=False)}\n{which} "
+                f"({n_heads} heads at the largest T')",
+                fontsize=10,
+            )
+            if not means.height:
+                ax.text(
+                    0.5, 0.5, "no head above the threshold", ha="center", transform=ax.transAxes
+                )
+    handles = [
+        Line2D([], [], color=c, marker="o", ms=3, label=lab) for lab, c in COMPONENTS.values()
+    ]
+    fig.legend(
+        handles=handles,
+        loc="outside right upper",
+        frameon=False,
+        title=r"head update $\times s_l$ (eq. 11)",
+    )
+    fig.suptitle("Average cosine similarity of the attention step's components")
+    save_figure(fig, out_png)
+
+
+# --------------------------------------------------------------------------- Fig. 4
+
+
+def plot_layers(per_layer: pl.DataFrame, out_png: str | os.PathLike[str]) -> None:
+    """Fig. 4: per layer, ``rho`` before the layer (at ``l``) and after adding the full attention
+    update (at ``l + 0.5``), one line per context length; one panel per pair."""
+    _check(per_layer, ["rho_before", "rho_after", "layer", "context_length"], "per-layer table")
+    pairs = _pairs(per_layer)
+    fig = new_figure(7.0 * min(2, len(pairs)), 3.6 * math.ceil(len(pairs) / 2) + 0.5)
+    axes = _grid(fig, len(pairs), 2)
+    lengths = sorted(set(per_layer["context_length"].to_list()))
+    colors = dict(zip(lengths, _palette(len(lengths)), strict=True))
+    for ax, (model, dataset) in zip(axes, pairs, strict=True):
+        frame = _pair(per_layer, model, dataset).sort("layer")
+        for t in lengths:
+            part = frame.filter(pl.col("context_length") == t)
+            if part.is_empty():
+                continue
+            layers = part["layer"].to_numpy()
+            xs = np.column_stack([layers, layers + 0.5]).ravel()
+            ys = np.column_stack([part["rho_before"], part["rho_after"]]).ravel()
+            ax.plot(xs, ys, "-", color=colors[t], lw=1.2, label=f"T'={t}")
+            ax.plot(layers, part["rho_before"], "o", color=colors[t], ms=3)
+            ax.plot(layers + 0.5, part["rho_after"], "^", color=colors[t], ms=3)
+        ax.axhline(0.0, color="k", lw=0.6)
+        ax.set_xlabel("layer (o: entering the layer, ^: after adding the attention update)")
+        ax.set_ylabel("avg. cosine similarity")
+        ax.set_title(_label(frame, model, dataset, with_t=False))
+        ax.legend(fontsize=8, frameon=False)
+    fig.suptitle("Average cosine similarity of the residual stream across layers")
+    save_figure(fig, out_png)
+
+
+# --------------------------------------------------------------------------- Fig. 7
+
+
+def plot_head_errors(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) -> None:
+    """Fig. 7: ``|rho - rho_hat|`` per head at the largest context length, for ``X`` (blue) and
+    ``X + WZ`` (orange); heads ordered from the first to the last layer; one row per pair."""
+    _check(per_head, ["abs_err_x", "abs_err_xwz"], "per-head table")
+    pairs = _pairs(per_head)
+    fig = new_figure(12.0, 2.9 * len(pairs) + 0.6)
+    axes = np.atleast_1d(fig.subplots(len(pairs), 1, squeeze=False)[:, 0])
+    for ax, (model, dataset) in zip(axes, pairs, strict=True):
+        frame = _largest(_pair(per_head, model, dataset)).sort("layer", "head")
+        index = _head_index(frame)
+        ax.plot(index, frame["abs_err_x"], "o", ms=3, color="#1f77b4", label="$X$")
+        ax.plot(index, frame["abs_err_xwz"], "o", ms=3, color="#ff7f0e", label="$X+WZ$")
+        top = float(max(frame["abs_err_x"].max(), frame["abs_err_xwz"].max()))
+        if top > 0.05:
+            ax.axhline(0.1, color="k", ls=":", lw=0.8, label="0.1")
+        _layer_ticks(ax, frame)
+        ax.set_ylabel(r"$|\rho - \hat\rho|$")
+        ax.set_ylim(bottom=0)
+        ax.set_title(
+            f"{_label(frame, model, dataset)}: max {frame['abs_err_x'].max():.2g} ($X$), "
+            f"{frame['abs_err_xwz'].max():.2g} ($X+WZ$)",
+            fontsize=10,
+        )
+        ax.legend(fontsize=8, frameon=False, loc="upper right")
+    fig.suptitle("Per-head error of Theorem 5.1's approximation (head update without rescaling)")
+    save_figure(fig, out_png)
+
+
+# --------------------------------------------------------------------------- Figs. 8 and 9
+
+
+def plot_condition_deltas(
+    per_head: pl.DataFrame, out_png: str | os.PathLike[str], which: str = "attention"
+) -> None:
+    """Fig. 8 (``which="attention"``: ``rho(X+WZA^T) - rho(X+WZ)``) or Fig. 9 (``"uniform"``:
+    ``rho(X+WZA_u^T) - rho(X+WZA^T)``) per non-sink head at the largest context length, head
+    update rescaled by ``s_l``, coloured by Theorem 5.1's condition for the rescaled map."""
+    if which not in ("attention", "uniform"):
+        raise ValueError(f"which must be 'attention' or 'uniform', got {which!r}")
+    column = "delta_attn_s" if which == "attention" else "delta_unif_s"
+    _check(per_head, [column, "condition_s", "is_sink"], "per-head table")
+    pairs = _pairs(per_head)
+    fig = new_figure(12.0, 2.9 * len(pairs) + 0.7)
+    axes = np.atleast_1d(fig.subplots(len(pairs), 1, squeeze=False)[:, 0])
+    for ax, (model, dataset) in zip(axes, pairs, strict=True):
+        full = _largest(_pair(per_head, model, dataset)).sort("layer", "head")
+        frame = full.filter(~pl.col("is_sink"))
+        index = _head_index(full)[~full["is_sink"].to_numpy()]
+        conditions = frame["condition_s"].to_numpy()
+        values = frame[column].to_numpy()
+        texts = []
+        for cond, color in CONDITION_COLORS.items():
+            mask = conditions == cond
+            ax.bar(index[mask], values[mask], width=0.9, color=color)
+            if mask.any() and cond != "neither":
+                sign = 1 if cond == "i" else -1
+                agree = float(np.mean(np.sign(values[mask]) == sign))
+                texts.append(f"{cond}: {mask.sum()} heads, {agree:.0%} with the predicted sign")
+            elif mask.any():
+                texts.append(f"neither: {mask.sum()} heads")
+        ax.axhline(0.0, color="k", lw=0.6)
+        _layer_ticks(ax, full)
+        ax.set_ylabel(r"$\Delta$ avg. cos. sim.")
+        n_sink = int(full["is_sink"].sum())
+        ax.set_title(
+            f"{_label(full, model, dataset)}, {n_sink} sink heads left out\n" + "; ".join(texts),
+            fontsize=9,
+        )
+    handles = [Patch(color=c, label=CONDITION_LABELS[k]) for k, c in CONDITION_COLORS.items()]
+    fig.legend(
+        handles=handles,
+        loc="outside lower center",
+        ncols=3,
+        frameon=False,
+        title=r"Theorem 5.1 condition for the map $s_l W$",
+    )
+    quantity = (
+        r"$\rho(X+WZA^\top)-\rho(X+WZ)$"
+        if which == "attention"
+        else r"$\rho(X+WZA_u^\top)-\rho(X+WZA^\top)$"
+    )
+    fig.suptitle(f"{quantity} per head (head update rescaled by $s_l$)")
+    save_figure(fig, out_png)
+
+
+# --------------------------------------------------------------------------- Fig. 10
+
+
+def _pattern(frame: pl.DataFrame) -> np.ndarray:
+    """Sink / self-attention / neither at the 0.5 mass threshold (larger mass wins a tie)."""
+    bos = frame["bos_mass"].to_numpy()
+    diag = frame["diagonal_mass"].to_numpy()
+    sink = (bos >= PATTERN_THRESHOLD) & (bos >= diag)
+    self_attention = (diag >= PATTERN_THRESHOLD) & ~sink
+    return np.select([sink, self_attention], ["sink", "self-attention"], default="neither")
+
+
+def plot_uniformity(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) -> None:
+    """Fig. 10: relative change ``(rho(X+WZA^T) - rho(X)) / |rho(X)|`` (rescaled update) against
+    the head's uniformity at the largest context length, heads coloured sink / self-attention /
+    neither (mass >= 0.5); black: mean within uniformity bins of width 0.1."""
+    _check(per_head, ["rel_change_s", "uniformity", "bos_mass", "diagonal_mass"], "per-head table")
+    pairs = _pairs(per_head)
+    fig = new_figure(6.2 * min(2, len(pairs)), 3.9 * math.ceil(len(pairs) / 2) + 0.6)
+    axes = _grid(fig, len(pairs), 2)
+    edges = np.linspace(0.0, 1.0, 11)
+    for ax, (model, dataset) in zip(axes, pairs, strict=True):
+        frame = _largest(_pair(per_head, model, dataset))
+        u = frame["uniformity"].to_numpy()
+        change = frame["rel_change_s"].to_numpy()
+        kinds = _pattern(frame)
+        for kind, color in PATTERN_COLORS.items():
+            mask = kinds == kind
+            ax.scatter(
+                u[mask],
+                change[mask],
+                s=14,
+                color=color,
+                alpha=0.85,
+                label=f"{kind} ({mask.sum()})",
+                edgecolors="none",
+            )
+        bins = np.clip(np.digitize(u, edges) - 1, 0, len(edges) - 2)
+        centres, means = [], []
+        for b in range(len(edges) - 1):
+            if (bins == b).any():
+                centres.append((edges[b] + edges[b + 1]) / 2)
+                means.append(change[bins == b].mean())
+        ax.plot(centres, means, "-o", color="k", ms=3, label="bin mean (width 0.1)")
+        ax.axhline(0.0, color="k", lw=0.5, ls=":")
+        ax.set_yscale("symlog", linthresh=0.1, linscale=1.5)  # a few heads of early layers,
+        ax.set_xlim(0, 1)  # where rho(X) is small, change rho several-fold
+        ax.set_xlabel("uniformity coefficient u (eq. 12)")
+        ax.set_ylabel(r"$(\rho(X+WZA^\top)-\rho(X))\,/\,|\rho(X)|$ (symlog)")
+        ax.set_title(_label(frame, model, dataset))
+        ax.legend(fontsize=8, frameon=False)
+    fig.suptitle(
+        "Relative change in avg. cosine similarity vs head uniformity\n"
+        "(head update rescaled by $s_l$; sink / self-attention: attention mass >= 0.5)"
+    )
+    save_figure(fig, out_png)
+
+
+# --------------------------------------------------------------------------- Fig. 11
+
+
+def select_deviating_heads(per_head: pl.DataFrame, n: int = 4) -> pl.DataFrame:
+    """Heads that deviate from "denser attention smooths more" (Fig. 11), per pair.
+
+    Rule: at the largest context length, among non-sink heads, a head deviates if uniform
+    attention mixes no more than its learned attention (``rho(X+WZA_u^T) <= rho(X+WZA^T)``) or
+    than no attention (``rho(X+WZA_u^T) < rho(X+WZ)``), all with the rescaled update. Deviation
+    score: ``min(rho(X+WZA_u^T) - rho(X+WZA^T), rho(X+WZA_u^T) - rho(X+WZ))``; the ``n`` most
+    negative scores are kept (at most one head per layer, so the panels show different layers).
+    Returns ``model, dataset, layer, head, score, uniformity_mean`` (``uniformity`` averaged over
+    context lengths, as in the paper's panel titles).
+    """
+    largest = per_head.filter(
+        (pl.col("dataset") != POOLED)
+        & (pl.col("context_length") == pl.col("context_length").max().over("model", "dataset"))
+        & ~pl.col("is_sink")
+    ).with_columns(
+        score=pl.min_horizontal(
+            pl.col("rho_xwzau_s") - pl.col("rho_xwza_s"),
+            pl.col("rho_xwzau_s") - pl.col("rho_xwz_s"),
+        )
+    )
+    candidates = largest.filter(pl.col("score") <= 0).sort("score")
+    picked = (
+        candidates.group_by("model", "dataset", "layer", maintain_order=True)
+        .first()
+        .sort("score")
+        .group_by("model", "dataset", maintain_order=True)
+        .head(n)
+        .select("model", "dataset", "layer", "head", "score")
+    )
+    mean_u = per_head.group_by("model", "dataset", "layer", "head").agg(
+        pl.col("uniformity").mean().alias("uniformity_mean")
+    )
+    return picked.join(mean_u, on=["model", "dataset", "layer", "head"], how="left").sort(
+        "model", "dataset", "score"
+    )
+
+
+def plot_deviating_heads(
+    per_head: pl.DataFrame, out_png: str | os.PathLike[str], n: int = 4
+) -> None:
+    """Fig. 11: ``rho`` of the four components against the context length for the heads chosen
+    by :func:`select_deviating_heads` (one row per pair, one panel per head)."""
+    _check(per_head, [*COMPONENTS, "is_sink", "uniformity"], "per-head table")
+    pairs = _pairs(per_head)
+    chosen = select_deviating_heads(per_head, n)
+    cols = max(
+        1,
+        min(
+            n,
+            max(
+                (
+                    chosen.filter((pl.col("model") == m) & (pl.col("dataset") == d)).height
+                    for m, d in pairs
+                ),
+                default=1,
+            ),
+        ),
+    )
+    fig = new_figure(3.6 * cols + 1.8, 3.1 * len(pairs) + 0.6)
+    axes = np.atleast_2d(fig.subplots(len(pairs), cols, squeeze=False))
+    for row, (model, dataset) in enumerate(pairs):
+        frame = _pair(per_head, model, dataset)
+        heads = chosen.filter((pl.col("model") == model) & (pl.col("dataset") == dataset))
+        if heads.is_empty():
+            ax = axes[row, 0]
+            ax.text(
+                0.5,
+                0.5,
+                f"{model} · {dataset}:\nno non-sink head deviates",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+            )
+            ax.set_axis_off()
+        for col in range(cols):
+            ax = axes[row, col]
+            if col >= heads.height:
+                if col > 0 or not heads.is_empty():
+                    ax.set_visible(False)
+                continue
+            info = heads.row(col, named=True)
+            part = frame.filter(
+                (pl.col("layer") == info["layer"]) & (pl.col("head") == info["head"])
+            ).sort("context_length")
+            for column, (label, color) in COMPONENTS.items():
+                ax.plot(part["context_length"], part[column], "-o", ms=3, color=color, label=label)
+            _length_axis(ax, part["context_length"].to_list())
+            if col == 0:
+                ax.set_ylabel("avg. cosine similarity")
+            ax.set_title(
+                f"{model} · {dataset}\nlayer {info['layer']}, head {info['head']}, "
+                f"unif. {info['uniformity_mean']:.2f}",
+                fontsize=9,
+            )
+    handles = [
+        Line2D([], [], color=c, marker="o", ms=3, label=lab) for lab, c in COMPONENTS.values()
+    ]
+    fig.legend(
+        handles=handles, loc="outside right upper", frameon=False, title=r"head update $\times s_l$"
+    )
+    fig.suptitle(
+        "Heads where uniform attention does not smooth more (non-sink heads, most deviating first)"
+    )
+    save_figure(fig, out_png)
+
+
+# --------------------------------------------------------------------------- all
+
+
+def plot_all(
+    tables: Mapping[str, pl.DataFrame],
+    out_dir: str | os.PathLike[str],
+    uniformity_threshold: float = 0.6,
+) -> list[Path]:
+    """Write every figure of :data:`FIGURES` into ``out_dir``; returns the paths written.
+
+    ``tables``: the dict of :func:`~sinkscope.oversmoothing.analyze_file` or
+    :func:`~sinkscope.oversmoothing.summarize` (needs ``per_head`` and ``per_layer``).
+    """
+    out = Path(out_dir)
+    per_head, per_layer = tables["per_head"], tables["per_layer"]
+    jobs = {
+        "approximation": lambda p: plot_approximation(per_head, p),
+        "components": lambda p: plot_components(per_head, p, uniformity_threshold),
+        "layers": lambda p: plot_layers(per_layer, p),
+        "head_errors": lambda p: plot_head_errors(per_head, p),
+        "attention_deltas": lambda p: plot_condition_deltas(per_head, p, "attention"),
+        "uniform_deltas": lambda p: plot_condition_deltas(per_head, p, "uniform"),
+        "uniformity": lambda p: plot_uniformity(per_head, p),
+        "deviating_heads": lambda p: plot_deviating_heads(per_head, p),
+    }
+    written = []
+    for key, job in jobs.items():
+        path = out / FIGURES[key]
+        job(path)
+        written.append(path)
+    return written

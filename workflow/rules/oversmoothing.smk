@@ -1,0 +1,43 @@
+# Oversmoothing (paper §5, Theorem 5.1, eqs. 1-2, 11, 12; App. E.1, Figs. 2 and 4-11): average
+# cosine similarity with no / learned / uniform attention, and Theorem 5.1's approximation.
+
+
+rule analyze_oversmoothing:
+    input:
+        activations=paths.activations,
+        per_head=paths.heads_table("per_head"),
+    output:
+        **tables_of("oversmoothing", OVERSMOOTHING_TABLES),
+        **figures_of("oversmoothing", OVERSMOOTHING_FIGURES, "Oversmoothing"),
+    params:
+        oversmoothing=config["oversmoothing"],
+        extraction=config["extraction"],
+    log:
+        paths.log("analyze_oversmoothing", "{model}/{dataset}"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    threads: 2
+    resources:
+        mem_mb=lambda wc, attempt: 4000 * attempt,
+        runtime=lambda wc, attempt: 30 * attempt,
+    script:
+        "../scripts/analyze_oversmoothing.py"
+
+
+rule summarize_oversmoothing:
+    input:
+        pair_tables("oversmoothing", OVERSMOOTHING_TABLES),
+    output:
+        **summary_tables_of("oversmoothing", OVERSMOOTHING_TABLES),
+        **summary_figures_of("oversmoothing", OVERSMOOTHING_FIGURES, "Oversmoothing"),
+    params:
+        oversmoothing=config["oversmoothing"],
+    log:
+        paths.log("summarize_oversmoothing", "all"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    resources:
+        mem_mb=lambda wc, attempt: 4000 * attempt,
+        runtime=lambda wc, attempt: 20 * attempt,
+    script:
+        "../scripts/summarize_oversmoothing.py"
