@@ -8,14 +8,17 @@ CORES  ?= 2
 # find-links folder; elsewhere add PyTorch's CPU index:
 #   make run PIP_EXTRA="--extra-index-url https://download.pytorch.org/whl/cpu"
 PIP_EXTRA ?=
+# GPU clusters: the same pins with PyPI's CUDA build of torch (and its nvidia-* wheels):
+#   make run LOCK=requirements-cuda.lock
+LOCK ?= requirements.lock
 
 .PHONY: install run test report lock clean-results
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-$(VENV)/.installed: requirements.lock pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --require-hashes $(PIP_EXTRA) -r requirements.lock
+$(VENV)/.installed: $(LOCK) pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --require-hashes $(PIP_EXTRA) -r $(LOCK)
 	$(BIN)/python -m pip install --no-deps -e .
 	touch $@
 
@@ -30,9 +33,14 @@ test: install
 report: install
 	$(BIN)/snakemake --report report.html
 
-# Regenerate the lock: CPU torch pinned by envs/torch-cpu.txt, taken from pip's local wheel folder.
+# Regenerate both locks from pyproject.toml: the CPU one (torch==2.13.0+cpu, from pip's local wheel
+# folder) and the CUDA one (torch==2.13.0 from PyPI); tests/test_reproducibility.py checks that
+# they pin the same versions of everything else.
 lock: install
 	$(BIN)/python -m pip install --quiet uv
 	$(BIN)/uv pip compile pyproject.toml --extra test --python-version 3.11 \
 	  --python-platform x86_64-manylinux_2_28 --generate-hashes --no-header \
 	  --constraint envs/torch-cpu.txt --find-links /opt/wheels -o requirements.lock
+	$(BIN)/uv pip compile pyproject.toml --extra test --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_28 --generate-hashes --no-header \
+	  --constraint envs/torch-cuda.txt -o requirements-cuda.lock
