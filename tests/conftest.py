@@ -131,10 +131,9 @@ def extracted(request, tmp_path: Path):
 # --- the real Snakemake DAG on the tiny config (one real model, one real corpus, 2 x 32 tokens)
 
 
-def snakemake(
-    workdir: Path, *args: str, download_dir: Path | None = None, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    command = [
+def snakemake_command(workdir: Path, *args: str) -> list[str]:
+    """``python -m snakemake`` on this repository's Snakefile, run in ``workdir``."""
+    return [
         sys.executable,
         "-m",
         "snakemake",
@@ -142,10 +141,14 @@ def snakemake(
         str(REPO / "Snakefile"),
         "-d",
         str(workdir),
-        "--cores",
-        "2",
         *args,
     ]
+
+
+def snakemake(
+    workdir: Path, *args: str, download_dir: Path | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    command = snakemake_command(workdir, "--cores", "2", *args)
     if download_dir is not None:
         command += ["--config", f"download_dir={download_dir}"]
     result = subprocess.run(

@@ -22,7 +22,7 @@ import polars as pl
 import pytest
 import yaml
 
-from tests.conftest import REPO, TINY
+from tests.conftest import REPO, TINY, snakemake_command
 
 CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
 TIMEOUT = "600"
@@ -84,19 +84,15 @@ def run_slurm(
         "-k",
         "10",
         TIMEOUT,
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(REPO / "Snakefile"),
-        "-d",
-        str(workdir),
-        "--profile",
-        str(ci_profile(workdir / "profile")),
-        "--configfile",
-        str(config),
-        "--config",
-        f"download_dir={download_dir}",
+        *snakemake_command(
+            workdir,
+            "--profile",
+            str(ci_profile(workdir / "profile")),
+            "--configfile",
+            str(config),
+            "--config",
+            f"download_dir={download_dir}",
+        ),
     ]
     return subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, check=False)
 

@@ -107,7 +107,7 @@ import polars as pl
 import torch
 
 from sinkscope.h5layout import open_activations
-from sinkscope.heads import HeadClassThresholds, classify
+from sinkscope.heads import HeadClassThresholds, with_classes
 
 __all__ = [
     "COSINE_BINS",
@@ -810,16 +810,8 @@ def _head_classes(
             f"per-head table has {frame.height} rows for {model}/{dataset}; expected one per "
             f"(layer, head), {expected} in all"
         )
-    flags, labels = classify(
-        frame["bos_mass"].to_numpy(),
-        frame["diagonal_mass"].to_numpy(),
-        frame["subdiagonal_mass"].to_numpy(),
-        thresholds,
-    )
-    return frame.with_columns(
-        pl.col("layer", "head").cast(pl.Int64),
-        is_sink=pl.Series(flags["is_sink"], dtype=pl.Boolean),
-        head_class=pl.Series(labels, dtype=pl.String),
+    return with_classes(frame, thresholds).select(
+        pl.col("layer", "head").cast(pl.Int64), *needed[2:], "is_sink", "head_class"
     )
 
 

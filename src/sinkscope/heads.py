@@ -68,6 +68,7 @@ __all__ = [
     "head_table_for_layer",
     "pool_datasets",
     "summarize",
+    "with_classes",
 ]
 
 SINK = "sink"
@@ -193,7 +194,7 @@ def classify(
     return flags, labels
 
 
-def _with_classes(frame: pl.DataFrame, thresholds: HeadClassThresholds) -> pl.DataFrame:
+def with_classes(frame: pl.DataFrame, thresholds: HeadClassThresholds) -> pl.DataFrame:
     """(Re)compute ``sink_prev_mass``, the flags and ``head_class`` from the mass columns."""
     frame = frame.with_columns(sink_prev_mass=pl.col("bos_mass") + pl.col("subdiagonal_mass")).drop(
         [*FLAG_COLUMNS, "head_class"], strict=False
@@ -306,7 +307,7 @@ def classify_file(
         raise ValueError(f"{h5_path}: no layers selected")
     ids = [pl.lit(model).alias("model"), pl.lit(dataset).alias("dataset")]
     sequences = pl.concat(per_sequence).select(*ids, pl.all())
-    heads = _with_classes(pl.concat(per_head), th).select(*ids, *PER_HEAD_COLUMNS[2:])
+    heads = with_classes(pl.concat(per_head), th).select(*ids, *PER_HEAD_COLUMNS[2:])
     return sequences, heads
 
 
@@ -351,7 +352,7 @@ def pool_datasets(
         .drop("_bos_sq")
         .sort("model", "layer", "head")
     )
-    return _with_classes(pooled, thresholds or HeadClassThresholds()).select(PER_HEAD_COLUMNS)
+    return with_classes(pooled, thresholds or HeadClassThresholds()).select(PER_HEAD_COLUMNS)
 
 
 SUMMARY_COLUMNS: tuple[str, ...] = (
@@ -410,7 +411,7 @@ def summarize(
     _check_per_head(per_head)
     if (per_head["dataset"] == POOLED).any():
         raise ValueError(f"dataset name {POOLED!r} is reserved for the pooled summary")
-    per_head = _with_classes(per_head, th).select(PER_HEAD_COLUMNS)
+    per_head = with_classes(per_head, th).select(PER_HEAD_COLUMNS)
     n_datasets = per_head.group_by("model").agg(pl.col("dataset").n_unique().alias("n_datasets"))
     by_dataset = per_head.with_columns(n_datasets=pl.lit(1, dtype=pl.UInt32))
     pooled = pool_datasets(per_head, th).join(n_datasets, on="model")
