@@ -94,6 +94,19 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
             )
         if source["kind"] == "local" and not Path(source["path"]).exists():
             problems.append(f"datasets.{name}.source.path: {source['path']!r} does not exist")
+    costs = config.get("costs", {})
+    if costs.get("enabled"):
+        from sinkscope.costs import DEFAULT_BACKCOPY_PARAMS, DEFAULT_COPYPASTE_PARAMS
+
+        for task, known in (
+            ("backcopy", DEFAULT_BACKCOPY_PARAMS),
+            ("copypaste", DEFAULT_COPYPASTE_PARAMS),
+        ):
+            unknown = sorted(set(costs[task]["params"]) - set(known))
+            if unknown:
+                problems.append(
+                    f"costs.{task}.params: unknown keys {unknown}; known: {sorted(known)}"
+                )
     for name, entry in config["models"].items():
         source = entry["source"]
         if source["kind"] == "local" and not Path(source["path"]).exists():

@@ -11,20 +11,40 @@ HEAD_FIGURES = ("mass_heatmaps", "class_map")
 
 #: Tables and figures of each per-pair analysis (paper section in the rule files).
 GEOMETRY_TABLES = (
-    "bos_alignment", "bos_cosine_hist", "halfspace", "halfspace_layer", "value_rank",
-    "value_rank_worst", "bos_value_norm", "bos_residual_norm",
+    "bos_alignment",
+    "bos_cosine_hist",
+    "halfspace",
+    "halfspace_layer",
+    "value_rank",
+    "value_rank_worst",
+    "bos_value_norm",
+    "bos_residual_norm",
 )
 GEOMETRY_SUMMARY_TABLES = (
-    "bos_alignment", "halfspace_layer", "value_rank", "value_rank_worst",
-    "bos_value_norm_classes", "bos_residual_norm", "statements",
+    "bos_alignment",
+    "halfspace_layer",
+    "value_rank",
+    "value_rank_worst",
+    "bos_value_norm_classes",
+    "bos_residual_norm",
+    "statements",
 )
 GEOMETRY_FIGURES = (
-    "bos_alignment", "halfspace_margins", "value_rank", "bos_value_norm", "bos_residual_norm",
+    "bos_alignment",
+    "halfspace_margins",
+    "value_rank",
+    "bos_value_norm",
+    "bos_residual_norm",
 )
 OVERSMOOTHING_TABLES = ("per_head", "per_layer", "summary", "conditions", "claims")
 OVERSMOOTHING_FIGURES = (
-    "fig2_left_approximation", "fig2_right_components", "fig4_layer_similarity",
-    "fig7_head_errors", "fig8_attention_deltas", "fig9_uniform_deltas", "fig10_uniformity",
+    "fig2_left_approximation",
+    "fig2_right_components",
+    "fig4_layer_similarity",
+    "fig7_head_errors",
+    "fig8_attention_deltas",
+    "fig9_uniform_deltas",
+    "fig10_uniformity",
     "fig11_deviating_heads",
 )
 
@@ -82,11 +102,32 @@ class Paths:
     def summary_figure(self, analysis: str, name: str) -> str:
         return f"{self.root}/summary/{analysis}/{name}.png"
 
+    # §7 synthetic cost experiments (no model): one JSON row per run, then tables and figures
+    def cost_run(self, task: str) -> str:
+        patterns = {
+            "backcopy": "{pattern}_T{T}_seed{seed}",
+            "copypaste": "{pattern}_n{n}_delta{delta}_seed{seed}",
+        }
+        return f"{self.root}/costs/{task}/runs/{patterns[task]}.json"
+
+    def cost_table(self, name: str, suffix: str = "parquet") -> str:
+        return f"{self.root}/costs/{name}.{suffix}"
+
+    def cost_figure(self, name: str) -> str:
+        return f"{self.root}/costs/{name}.png"
+
+    def cost_targets(self, costs: dict) -> list[str]:
+        if not costs.get("enabled"):
+            return []
+        tables = ["toy", "backcopy_runs", "backcopy_slopes", "condition3", "copypaste_runs"]
+        figures = ["toy", "backcopy_costs", "condition3", "copypaste_costs"]
+        return [self.cost_table(n) for n in tables] + [self.cost_figure(n) for n in figures]
+
     def log(self, rule: str, pattern: str) -> str:
         return f"{self.root}/logs/{rule}/{pattern}.log"
 
-    def all_targets(self, pairs: list[tuple[str, str]]) -> list[str]:
-        """Every final output for the given (model, dataset) pairs, plus the summaries."""
+    def all_targets(self, pairs: list[tuple[str, str]], costs: dict | None = None) -> list[str]:
+        """Every final output for the given (model, dataset) pairs, the summaries and §7."""
         targets: list[str] = []
         for model, dataset in pairs:
             fill = {"model": model, "dataset": dataset}
@@ -107,4 +148,4 @@ class Paths:
         ):
             targets += [self.summary_table(analysis, name) for name in tables]
             targets += [self.summary_figure(analysis, name) for name in figures]
-        return targets
+        return targets + self.cost_targets(costs or {})

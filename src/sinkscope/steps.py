@@ -230,7 +230,79 @@ def _plot_oversmoothing(
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def cost_toy(smk: Any) -> None:
+    from sinkscope.costs import toy_table
+    from sinkscope.costs.plots import plot_toy
+
+    rows = toy_table(smk.params.T)
+    write_table(pl.DataFrame(rows), smk.output.table)
+    plot_toy(rows, smk.output.figure)
+
+
+def cost_backcopy_run(smk: Any) -> None:
+    from sinkscope.costs import run_backcopy
+    from sinkscope.io import write_json
+
+    wc = smk.wildcards
+    write_json(run_backcopy(int(wc.T), wc.pattern, int(wc.seed), smk.params.params), smk.output.row)
+
+
+def cost_copypaste_run(smk: Any) -> None:
+    from sinkscope.costs import run_copypaste
+    from sinkscope.io import write_json
+
+    wc = smk.wildcards
+    row = run_copypaste(int(wc.n), float(wc.delta), wc.pattern, int(wc.seed), smk.params.params)
+    write_json(row, smk.output.row)
+
+
+def _rows(paths: list[str]) -> list[dict[str, Any]]:
+    from sinkscope.io import read_json
+
+    return [read_json(path) for path in paths]
+
+
+def summarize_backcopy(smk: Any) -> None:
+    from sinkscope.costs import condition3_grid, fit_slopes
+    from sinkscope.costs.plots import plot_backcopy_costs, plot_condition3
+
+    rows = _rows(list(smk.input.rows))
+    write_table(pl.DataFrame(rows), smk.output.table_runs)
+    slopes = [
+        {"cost": cost, "pattern": pattern, **fit}
+        for cost in ("cost_total", "cost_qk", "cost_total_sqrt_d")
+        for pattern, fit in fit_slopes(rows, "T", cost).items()
+    ]
+    write_table(pl.DataFrame(slopes), smk.output.table_slopes)
+    grid = condition3_grid(**smk.params.condition3)
+    write_table(pl.DataFrame(grid), smk.output.table_condition3)
+    plot_backcopy_costs(rows, smk.output.figure_costs, "backcopy task (Theorem 7.1)")
+    sizes = smk.params.condition3["sizes"]
+    n_dormant = smk.params.n_dormant if smk.params.n_dormant in sizes else sizes[0]
+    plot_condition3(
+        grid,
+        smk.output.figure_condition3,
+        n_dormant=n_dormant,
+        n_copy=n_dormant,
+        d_offset=max(smk.params.condition3["d_offsets"]),
+        measured=rows,
+    )
+
+
+def summarize_copypaste(smk: Any) -> None:
+    from sinkscope.costs.plots import plot_copypaste_costs
+
+    rows = _rows(list(smk.input.rows))
+    write_table(pl.DataFrame(rows), smk.output.table_runs)
+    plot_copypaste_costs(rows, smk.output.figure_costs)
+
+
 STEPS: dict[str, Callable[[Any], None]] = {
+    "cost_toy": cost_toy,
+    "cost_backcopy_run": cost_backcopy_run,
+    "cost_copypaste_run": cost_copypaste_run,
+    "summarize_backcopy": summarize_backcopy,
+    "summarize_copypaste": summarize_copypaste,
     "prepare_model": prepare_model,
     "prepare_corpus": prepare_corpus,
     "cut_tokens": cut_tokens,

@@ -31,6 +31,11 @@ paths = Paths("results")
 wildcard_constraints:
     model="|".join(map(re.escape, config["models"])),
     dataset="|".join(map(re.escape, config["datasets"])),
+    pattern="sink|diagonal",
+    T=r"\d+",
+    n=r"\d+",
+    seed=r"\d+",
+    delta=r"\d+(\.\d+)?",
 
 
 localrules:
@@ -39,7 +44,7 @@ localrules:
 
 
 def all_targets():
-    return paths.all_targets(pairs(config))
+    return paths.all_targets(pairs(config), config["costs"])
 
 
 # Named outputs of the analysis rules: table_<name> (parquet), table_<name>_csv, figure_<name>.
