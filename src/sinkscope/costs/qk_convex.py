@@ -348,20 +348,7 @@ def _solve_fista(
             )
         if best is not None and dual_best > 0 and best[0] / dual_best - 1.0 < tol:
             break
-    if best is None:
-        raise RuntimeError(
-            "margin program: no positive-margin iterate found (infeasible or not converged)"
-        )
-    primal, mmin, Wbest = best
-    return MarginSolution(
-        W=Wbest,
-        primal=primal,
-        dual=dual_best,
-        gap=primal / dual_best - 1.0 if dual_best > 0 else float("inf"),
-        min_margin_before_rescale=mmin,
-        outer_iterations=outer,
-        inner_iterations=total_inner,
-    )
+    return _solution(best, dual_best, outer, total_inner)
 
 
 def _solve_bm(
@@ -460,13 +447,20 @@ def _solve_bm(
             )
         if best is not None and dual_best > 0 and best[0] / dual_best - 1.0 < tol:
             break
+    return _solution(best, dual_best, outer, total_inner)
+
+
+def _solution(
+    best: tuple[float, float, torch.Tensor] | None, dual_best: float, outer: int, total_inner: int
+) -> MarginSolution:
+    """The best rescaled iterate ``(primal, min margin, W)`` with its certified gap."""
     if best is None:
         raise RuntimeError(
             "margin program: no positive-margin iterate found (infeasible or not converged)"
         )
-    primal, mmin, Wbest = best
+    primal, mmin, w_best = best
     return MarginSolution(
-        W=Wbest,
+        W=w_best,
         primal=primal,
         dual=dual_best,
         gap=primal / dual_best - 1.0 if dual_best > 0 else float("inf"),
