@@ -1,0 +1,400 @@
+"""Figures of :mod:`sinkscope.dynamics` (value-softmax dynamics and the induction task).
+
+Every function takes the ``tables`` dict of the matching ``summarize_*`` function and the output
+PNG path, builds its figure with :func:`sinkscope.plotting.new_figure` and writes it with
+:func:`sinkscope.plotting.save_figure`. Trajectory figures show seed 0 (the smallest seed present).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import polars as pl
+import seaborn as sns
+
+from sinkscope.plotting import new_figure, save_figure
+
+__all__ = [
+    "plot_classification_attention",
+    "plot_classification_flips",
+    "plot_induction_accuracy",
+    "plot_induction_curves",
+    "plot_induction_patterns",
+    "plot_induction_sinks",
+    "plot_vs_activations",
+    "plot_vs_losses",
+    "plot_vs_polarization",
+    "plot_vs_regression",
+    "plot_vs_tied",
+]
+
+PathLike = str | os.PathLike[str]
+
+
+# --------------------------------------------------------------------------- value-softmax
+
+
+def _runs(tables: dict[str, pl.DataFrame], **match) -> pl.DataFrame:
+    """Final rows matching ``match`` at the smallest seed, sorted by run id."""
+    final = tables["final"]
+    for key, value in match.items():
+        final = final.filter(pl.col(key) == value)
+    if final.is_empty():
+        raise ValueError(f"no value-softmax run matches {match}")
+    return final.filter(pl.col("seed") == final["seed"].min()).sort("run_id")
+
+
+def _traj(tables: dict[str, pl.DataFrame], run_id: str) -> pl.DataFrame:
+    return tables["trajectory"].filter(pl.col("run_id") == run_id).sort("step", "entry")
+
+
+def _scal(tables: dict[str, pl.DataFrame], run_id: str) -> pl.DataFrame:
+    return tables["scalars"].filter(pl.col("run_id") == run_id).sort("step")
+
+
+def _lines(ax, traj: pl.DataFrame, column: str) -> None:
+    traj = traj.filter(pl.col("step") > 0)
+    entries = sorted(set(traj["entry"].to_list()))
+    colors = sns.color_palette("tab10", max(len(entries), 3))
+    for k, e in enumerate(entries):
+        part = traj.filter(pl.col("entry") == e)
+        ax.plot(part["time"], part[column], color=colors[k % 10], lw=1.2, label=f"i={e}")
+    ax.set_xscale("log")
+    ax.set_xlabel("gradient-flow time (lr x step)")
+
+
+def plot_vs_polarization(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
+    """Figure 2: untied softmax model, logistic loss - sigma(a), value projections u and the
+    entropy / ||V|| / loss over time."""
+    row = _runs(tables, experiment="untied", loss="logistic", activation="softmax").row(
+        0, named=True
+    )
+    traj, scal = _traj(tables, row["run_id"]), _scal(tables, row["run_id"])
+    fig = new_figure(14.0, 4.0)
+    ax1, ax2, ax3 = fig.subplots(1, 3)
+    _lines(ax1, traj, "weight")
+    ax1.set_ylabel("attention score sigma(a)_i")
+    ax1.set_ylim(-0.02, 1.02)
+    ax1.legend(fontsize=7, frameon=False)
+    _lines(ax2, traj, "value_proj")
+    ax2.set_ylabel("value projection u_i = <w, v_i>")
+    s = scal.filter(pl.col("step") > 0)
+    ax3.plot(s["time"], s["entropy"], label="entropy of sigma(a)")
+    ax3.plot(s["time"], s["v_norm"], label="||V||_F")
+    ax3.plot(s["time"], s["loss_value"], label="loss")
+    ax3.set_xscale("log")
+    ax3.set_yscale("log")
+    ax3.set_xlabel("gradient-flow time (lr x step)")
+    ax3.legend(fontsize=7, frameon=False)
+    fig.suptitle(
+        f"Value-softmax, logistic loss (n={row['n']}, d={row['d']}, seed {row['seed']}): "
+        f"final top weight {row['top_weight']:.3f}, order of u kept for "
+        f"{row['order_preserved']:.0%} of pairs"
+    )
+    save_figure(fig, out_png)
+
+
+def plot_vs_losses(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
+    """Figure 10 and the loss comparison: sigma(a) and u over time per loss (untied softmax)."""
+    runs = _runs(tables, experiment="untied", activation="softmax")
+    fig = new_figure(10.0, 2.6 * runs.height)
+    axes = np.atleast_2d(fig.subplots(runs.height, 2, squeeze=False))
+    for r, row in enumerate(runs.iter_rows(named=True)):
+        traj = _traj(tables, row["run_id"])
+        _lines(axes[r, 0], traj, "weight")
+        _lines(axes[r, 1], traj, "value_proj")
+        label = row["loss"]
+        if row["loss"] == "square":
+            label += f" (y={row['target']:g})"
+        if row["loss"] == "kl":
+            label += f" (target sharpness {row['kl_sharpness']:g})"
+        axes[r, 0].set_ylabel(f"{label}\nsigma(a)_i")
+        axes[r, 0].set_ylim(-0.02, 1.02)
+        axes[r, 1].set_ylabel("u_i")
+        axes[r, 0].set_title(
+            f"entropy {row['entropy']:.2f} / {row['max_entropy']:.2f}, top {row['top_weight']:.2f}",
+            fontsize=9,
+        )
+    fig.suptitle("Value-softmax model per loss (untied, softmax)")
+    save_figure(fig, out_png)
+
+
+def plot_vs_activations(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
+    """Figure 13: weights ``|phi_i| / sum |phi|`` over time, rows square / logistic loss,
+    columns softmax / sum / sigmoid."""
+    acts = ["softmax", "sum", "sigmoid"]
+    losses = ["square", "logistic"]
+    fig = new_figure(13.0, 6.5)
+    axes = fig.subplots(len(losses), len(acts), squeeze=False, sharey=True)
+    for r, loss in enumerate(losses):
+        for c, act in enumerate(acts):
+            match = {"experiment": "untied", "loss": loss, "activation": act}
+            if loss == "square":
+                match["target"] = 1.0
+            row = _runs(tables, **match).row(0, named=True)
+            _lines(axes[r, c], _traj(tables, row["run_id"]), "weight")
+            axes[r, c].set_title(
+                f"{loss} / {act}: entropy {row['entropy']:.2f}, top {row['top_weight']:.2f}",
+                fontsize=9,
+            )
+            axes[r, c].set_ylim(-0.02, 1.02)
+        axes[r, 0].set_ylabel("|phi_i| / sum |phi|")
+    fig.suptitle("Activation variants (sum: phi(a)=a, sigmoid: elementwise, unnormalised)")
+    save_figure(fig, out_png)
+
+
+def plot_vs_tied(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
+    """Figure 11: tied model ``U softmax(U a)``, logistic loss: top weight, entropy and
+    ``||U^(m)||`` over time for each D."""
+    runs = _runs(tables, experiment="tied").sort("n")
+    fig = new_figure(13.0, 4.0)
+    axes = fig.subplots(1, 3)
+    colors = sns.color_palette("viridis", runs.height)
+    for k, row in enumerate(runs.iter_rows(named=True)):
+        s = _scal(tables, row["run_id"]).filter(pl.col("step") > 0)
+        for ax, col in zip(axes, ("top_weight", "entropy", "top_value_norm"), strict=True):
+            ax.plot(s["time"], s[col], color=colors[k], label=f"D={row['n']}")
+    for ax, label in zip(
+        axes,
+        ("max_i softmax(Ua)_i", "entropy of softmax(Ua)", "||U^(m)|| (column at top)"),
+        strict=True,
+    ):
+        ax.set_xscale("log")
+        ax.set_xlabel("gradient-flow time")
+        ax.set_ylabel(label)
+    axes[0].legend(fontsize=8, frameon=False)
+    fig.suptitle("Tied value-softmax model U softmax(U a), logistic loss")
+    save_figure(fig, out_png)
+
+
+def plot_vs_regression(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
+    """Figures 3 and 12: logits ``a`` over time for every kappa, plus final entropy vs kappa
+    (all seeds)."""
+    runs = _runs(tables, experiment="regression").sort("kappa")
+    fig = new_figure(3.2 * (runs.height + 1), 3.6)
+    axes = fig.subplots(1, runs.height + 1)
+    for ax, row in zip(axes, runs.iter_rows(named=True), strict=False):
+        _lines(ax, _traj(tables, row["run_id"]), "logit")
+        ax.set_title(f"kappa={row['kappa']:g}: entropy {row['entropy']:.2f}", fontsize=9)
+        ax.set_ylabel("logit a_i")
+    allk = tables["final"].filter(pl.col("experiment") == "regression").sort("kappa")
+    ax = axes[-1]
+    for seed in sorted(set(allk["seed"].to_list())):
+        part = allk.filter(pl.col("seed") == seed)
+        ax.plot(part["kappa"], part["entropy"], marker="o", label=f"seed {seed}")
+    ax.set_xlabel("condition number kappa")
+    ax.set_ylabel("final entropy of softmax(a)")
+    ax.legend(fontsize=7, frameon=False)
+    fig.suptitle("Regression with condition number kappa: logits over time")
+    save_figure(fig, out_png)
+
+
+# --------------------------------------------------------------------------- induction
+
+
+def _grid_panels(
+    tables: dict[str, pl.DataFrame], column: str, out_png: PathLike, title: str, fmt: str
+) -> None:
+    by = tables["by_setup"]
+    variants = sorted(set(by["variant"].to_list()), key=lambda v: (v != "softmax", v))
+    pes = [p for p in ("none", "absolute", "rope") if p in set(by["positional"].to_list())]
+    wds = sorted(set(by["weight_decay"].to_list()))
+    fig = new_figure(max(8.0, 1.5 + 0.75 * len(variants) * len(wds)), 2.4 + 0.8 * len(pes))
+    axes = np.atleast_1d(fig.subplots(1, len(wds), squeeze=False)[0])
+    for ax, wd in zip(axes, wds, strict=True):
+        part = by.filter(pl.col("weight_decay") == wd)
+        grid = np.full((len(pes), len(variants)), np.nan)
+        failed = np.zeros_like(grid, dtype=bool)
+        for row in part.iter_rows(named=True):
+            i, j = pes.index(row["positional"]), variants.index(row["variant"])
+            grid[i, j] = row[column]
+            failed[i, j] = row["learned_runs"] < row["runs"]
+        sns.heatmap(
+            grid,
+            ax=ax,
+            vmin=0.0,
+            vmax=1.0,
+            cmap="viridis",
+            annot=True,
+            fmt=fmt,
+            cbar=ax is axes[-1],
+            xticklabels=variants,
+            yticklabels=pes,
+        )
+        for i, j in zip(*np.nonzero(failed), strict=True):
+            ax.plot(j + 0.5, i + 0.5, marker="x", color="red", ms=18, mew=2)
+        ax.set_title(f"lambda = {wd:g}")
+        ax.set_xlabel("attention function")
+        ax.set_ylabel("positional encoding")
+        ax.tick_params(axis="x", labelrotation=60)
+    fig.suptitle(title + " (red x: a run did not learn, accuracy < 0.5)")
+    save_figure(fig, out_png)
+
+
+def plot_induction_sinks(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
+    """Figures 4, 14, 15: share of layer-2 sink heads per attention function x PE, one panel per
+    weight decay, failed setups crossed out."""
+    _grid_panels(tables, "sink_proportion_mean", out_png, "Share of sink heads in layer 2", ".2f")
+
+
+def plot_induction_accuracy(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
+    """Figures 16, 17: mean induction accuracy per attention function x PE per weight decay."""
+    _grid_panels(tables, "accuracy_mean", out_png, "Induction accuracy", ".2f")
+
+
+def plot_induction_patterns(
+    tables: dict[str, pl.DataFrame], out_png: PathLike, kind: str = "example"
+) -> None:
+    """Figure 1: layer-2 attention (rows as distributions ``|A| / row sum``; ``kind="example"``:
+    evaluation sequence 0, ``"mean"``: mean over evaluation sequences) of one head per
+    attention function: softmax and the *unnormalised* variants, at the smallest seed, the
+    largest weight decay and the first positional encoding among rope / absolute / none present.
+    The head shown is the layer-2 head with the largest sink mass (the strongest sink candidate).
+    """
+    final = tables["final"]
+    pe = next(p for p in ("rope", "absolute", "none") if p in set(final["positional"].to_list()))
+    wd = final["weight_decay"].max()
+    pick = final.filter(
+        (pl.col("positional") == pe)
+        & (pl.col("weight_decay") == wd)
+        & ((pl.col("attention") == "softmax") | ~pl.col("normalize"))
+    )
+    pick = pick.filter(pl.col("seed") == pick["seed"].min())
+    order = ["softmax", "sigmoid", "elu", "elu_elu", "mlp", "linear"]
+    rows = sorted(pick.iter_rows(named=True), key=lambda r: order.index(r["attention"]))
+    fig = new_figure(max(6.0, 2.8 * len(rows)), 3.6)
+    axes = np.atleast_1d(fig.subplots(1, len(rows), squeeze=False)[0])
+    heads = tables["heads"]
+    for ax, row in zip(axes, rows, strict=True):
+        h2 = heads.filter((pl.col("run_id") == row["run_id"]) & (pl.col("layer") == 2))
+        best = h2.sort("sink_mass", descending=True).row(0, named=True)
+        pat = tables["pattern"].filter(
+            (pl.col("run_id") == row["run_id"]) & (pl.col("head") == best["head"])
+        )
+        if "kind" in pat.columns:
+            pat = pat.filter(pl.col("kind") == kind)
+        T = int(pat["query"].max()) + 1
+        mat = np.zeros((T, T))
+        mat[pat["query"].to_numpy(), pat["key"].to_numpy()] = pat["weight"].to_numpy()
+        sns.heatmap(mat, ax=ax, vmin=0, vmax=1, cmap="Blues", cbar=False, square=True)
+        ax.set_title(
+            f"{row['variant']}\nhead {best['head']}, sink mass {best['sink_mass']:.2f}, "
+            f"acc {row['accuracy']:.2f}",
+            fontsize=8,
+        )
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+        ax.tick_params(labelsize=6)
+    what = "eval sequence 0" if kind == "example" else "mean over eval sequences"
+    fig.suptitle(f"Layer-2 attention ({what}), PE={pe}, lambda={wd:g}")
+    save_figure(fig, out_png)
+
+
+def plot_induction_curves(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
+    """Training curves (train loss per logged step) of every run, one panel per PE x lambda,
+    coloured by attention variant; runs that did not learn are dashed."""
+    final = tables["final"]
+    curve = tables["curve"].filter(pl.col("eval_accuracy").is_null())
+    pes = [p for p in ("none", "absolute", "rope") if p in set(final["positional"].to_list())]
+    wds = sorted(set(final["weight_decay"].to_list()))
+    variants = sorted(set(final["variant"].to_list()), key=lambda v: (v != "softmax", v))
+    colors = dict(zip(variants, sns.color_palette("tab20", len(variants)), strict=True))
+    fig = new_figure(5.0 * len(wds) + 2.0, 3.2 * len(pes))
+    axes = fig.subplots(len(pes), len(wds), squeeze=False)
+    for i, pe in enumerate(pes):
+        for j, wd in enumerate(wds):
+            ax = axes[i, j]
+            part = final.filter((pl.col("positional") == pe) & (pl.col("weight_decay") == wd))
+            for row in part.iter_rows(named=True):
+                c = curve.filter(pl.col("run_id") == row["run_id"])
+                ax.plot(
+                    c["step"],
+                    c["train_loss"],
+                    color=colors[row["variant"]],
+                    ls="-" if row["learned"] else "--",
+                    lw=1.0,
+                    label=row["variant"],
+                )
+            ax.set_title(f"PE={pe}, lambda={wd:g}", fontsize=9)
+            ax.set_xlabel("step")
+            ax.set_ylabel("train loss")
+    seen: dict[str, object] = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, handle)
+    fig.legend(
+        list(seen.values()), list(seen), loc="outside right upper", fontsize=7, frameon=False
+    )
+    fig.suptitle("Induction training curves (dashed: did not learn)")
+    save_figure(fig, out_png)
+
+
+# --------------------------------------------------------------------------- classification
+
+
+def plot_classification_flips(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
+    """Figures 6, 18-21: one-token flip rate (and accuracy) over epochs, rows = number of heads,
+    columns = number of layers, one line per vocabulary / MLP / LayerNorm setup (mean over
+    seeds)."""
+    curve = tables["curve"].with_columns(
+        setup=pl.format(
+            "|V|={} mlp={} ln={}",
+            pl.col("vocab_size"),
+            pl.col("use_mlp").cast(pl.Int8),
+            pl.col("use_layernorm").cast(pl.Int8),
+        )
+    )
+    agg = (
+        curve.group_by("setup", "n_heads", "n_layers", "epoch")
+        .agg(pl.col("flip_rate").mean(), pl.col("eval_accuracy").mean())
+        .sort("epoch")
+    )
+    heads = sorted(set(agg["n_heads"].to_list()))
+    layers = sorted(set(agg["n_layers"].to_list()))
+    setups = sorted(set(agg["setup"].to_list()))
+    colors = dict(zip(setups, sns.color_palette("tab10", max(len(setups), 3)), strict=False))
+    fig = new_figure(4.2 * len(layers) + 1.5, 3.0 * len(heads))
+    axes = fig.subplots(len(heads), len(layers), squeeze=False, sharey=True)
+    for i, h in enumerate(heads):
+        for j, n in enumerate(layers):
+            ax = axes[i, j]
+            part = agg.filter((pl.col("n_heads") == h) & (pl.col("n_layers") == n))
+            for setup in setups:
+                p = part.filter(pl.col("setup") == setup)
+                ax.plot(p["epoch"], p["flip_rate"], marker="o", color=colors[setup], label=setup)
+                ax.plot(p["epoch"], p["eval_accuracy"], ls=":", color=colors[setup])
+            ax.set_ylim(-0.02, 1.02)
+            ax.set_title(f"H={h}, L={n}", fontsize=9)
+            ax.set_xlabel("epoch")
+            ax.set_ylabel("flip rate (solid) / accuracy (dotted)")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside right upper", fontsize=7, frameon=False)
+    fig.suptitle("Adversarial one-token flip success rate")
+    save_figure(fig, out_png)
+
+
+def plot_classification_attention(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
+    """Figure 5: layer-1 CLS attention (head 0) over epochs for the two recorded samples of the
+    1-layer 1-head run (or the first run)."""
+    final = tables["final"].sort("n_layers", "n_heads", "seed")
+    run_id = final["run_id"][0]
+    att = tables["attention"].filter((pl.col("run_id") == run_id) & (pl.col("head") == 0))
+    fig = new_figure(10.0, 3.6)
+    axes = fig.subplots(1, 2)
+    for ax, sample in zip(axes, (0, 1), strict=True):
+        part = att.filter(pl.col("sample") == sample)
+        epochs = sorted(set(part["epoch"].to_list()))
+        T = int(part["position"].max()) + 1
+        mat = np.zeros((len(epochs), T))
+        for row in part.iter_rows(named=True):
+            mat[epochs.index(row["epoch"]), row["position"]] = row["weight"]
+        tokens = part.filter(pl.col("epoch") == epochs[0]).sort("position")["token"].to_list()
+        sns.heatmap(
+            mat, ax=ax, vmin=0, vmax=1, cmap="Blues", xticklabels=tokens, yticklabels=epochs
+        )
+        ax.set_xlabel("token at position (0 = CLS)")
+        ax.set_ylabel("epoch")
+        ax.set_title(f"sample {sample}, label {part['label'][0]}", fontsize=9)
+    fig.suptitle(f"CLS attention over training ({run_id})")
+    save_figure(fig, out_png)
