@@ -38,6 +38,22 @@ rule cost_backcopy_run:
         "../scripts/cost_backcopy_run.py"
 
 
+rule cost_backcopy_e2e:
+    output:
+        row=paths.cost_run("backcopy_e2e"),
+    params:
+        params=config["costs"]["backcopy"]["params"],
+    log:
+        paths.log("cost_backcopy_e2e", "{pattern}_T{T}_seed{seed}"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    resources:
+        mem_mb=lambda wc, attempt: 4000 * attempt,
+        runtime=lambda wc, attempt: 120 * attempt,
+    script:
+        "../scripts/cost_backcopy_e2e.py"
+
+
 rule cost_copypaste_run:
     output:
         row=paths.cost_run("copypaste"),
@@ -69,6 +85,8 @@ rule summarize_backcopy:
         table_slopes_csv=paths.cost_table("backcopy_slopes", "csv"),
         table_condition3=paths.cost_table("condition3"),
         table_condition3_csv=paths.cost_table("condition3", "csv"),
+        table_condition3_measured=paths.cost_table("condition3_measured"),
+        table_condition3_measured_csv=paths.cost_table("condition3_measured", "csv"),
         figure_costs=report(
             paths.cost_figure("backcopy_costs"),
             caption="../report/costs_backcopy.rst",
@@ -116,3 +134,22 @@ rule summarize_copypaste:
         "../../envs/sinkscope.yaml"
     script:
         "../scripts/summarize_copypaste.py"
+
+
+rule summarize_backcopy_e2e:
+    input:
+        rows=expand(
+            paths.cost_run("backcopy_e2e"),
+            pattern=config["costs"]["backcopy"]["end_to_end"]["patterns"],
+            T=config["costs"]["backcopy"]["end_to_end"]["T"],
+            seed=config["costs"]["backcopy"]["end_to_end"]["seeds"],
+        ),
+    output:
+        table=paths.cost_table("backcopy_end_to_end"),
+        table_csv=paths.cost_table("backcopy_end_to_end", "csv"),
+    log:
+        paths.log("summarize_backcopy_e2e", "all"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    script:
+        "../scripts/summarize_backcopy_e2e.py"

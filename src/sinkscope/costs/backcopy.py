@@ -45,6 +45,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from sinkscope.costs.fitting import (
+    balance_vo,
+    balanced_mlp_cost,
+    fit_with_penalties,
+    lbfgs,
+    seed_run,
+)
 from sinkscope.costs.qk_convex import MarginProgram, exact_margins, padded, solve_margin_program
 
 __all__ = [
@@ -52,6 +59,7 @@ __all__ = [
     "BackcopyTask",
     "condition3",
     "condition3_grid",
+    "condition3_vs_measured",
     "fit_slopes",
     "make_task",
     "qk_structure",
@@ -86,14 +94,6 @@ DEFAULT_BACKCOPY_PARAMS: dict[str, Any] = {
     "check_sequences": 256,  # random sequences for the soft-attention output check
     "threads": 1,  # torch intra-op threads for this run (one run = one job = one core)
 }
-
-
-def _setup(seed: int, p: Mapping[str, Any]) -> None:
-    """Determinism for one run: seed, deterministic algorithms, fixed thread count."""
-    torch.manual_seed(seed)
-    torch.use_deterministic_algorithms(True)
-    if p.get("threads"):
-        torch.set_num_threads(int(p["threads"]))
 
 
 def _params(params: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -324,27 +324,6 @@ def _cost(params: Mapping[str, Tensor]) -> Tensor:
     return sum((p**2).sum() for p in params.values())  # type: ignore[return-value]
 
 
-def _lbfgs(loss_fn, tensors: list[Tensor], iters: int) -> None:
-    opt = torch.optim.LBFGS(
-        tensors,
-        lr=1.0,
-        max_iter=iters,
-        max_eval=int(iters * 1.25) + 10,
-        history_size=50,
-        tolerance_grad=1e-12,
-        tolerance_change=1e-15,
-        line_search_fn="strong_wolfe",
-    )
-
-    def closure() -> Tensor:
-        opt.zero_grad()
-        loss = loss_fn()
-        loss.backward()
-        return loss
-
-    opt.step(closure)
-
-
 def fit_value_mlp(
     task: BackcopyTask, pattern: str, seed: int, p: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -370,36 +349,21 @@ def fit_value_mlp(
             ).requires_grad_()
             for k, sh in shapes.items()
         }
-        lam = torch.zeros_like(y)
 
         def residual(W: dict[str, Tensor] = W) -> Tensor:
             return (_block_tail(W, xq, xa) - y) / ynorm
 
-        stages = list(p["fit_penalties"]) + [p["fit_penalties"][-1]] * int(p["fit_extra_stages"])
-        for k, mu in enumerate(stages):
-            _lbfgs(
-                lambda W=W, lam=lam, mu=mu: (
-                    _cost(W) + (lam * residual(W)).sum() + 0.5 * mu * (residual(W) ** 2).sum()
-                ),
-                list(W.values()),
-                int(p["fit_lbfgs_iters"]),
-            )
-            with torch.no_grad():
-                r = residual()
-                lam = lam + mu * r
-                err = float((r**2).sum())
-            if k >= len(p["fit_penalties"]) - 1 and err <= float(p["fit_tol"]):
-                break
+        fit_with_penalties(list(W.values()), lambda W=W: _cost(W), residual, p)
         with torch.no_grad():
             err = float((residual() ** 2).sum())
             Wd = {k: v.detach().clone() for k, v in W.items()}
         cand = {"weights": Wd, "fit_relerr": err, "cost_raw": float(_cost(Wd))}
         # balance the value/output factorisation (same function, minimal cost 2||W_VO||_*)
-        cand["weights"] = _balance_vo(Wd)
+        cand["weights"] = balance_vo(Wd)
         cand["cost_ov"] = float(
             (cand["weights"]["W_V"] ** 2).sum() + (cand["weights"]["W_O"] ** 2).sum()
         )
-        cand["cost_mlp"] = _balanced_mlp_cost(cand["weights"])
+        cand["cost_mlp"] = balanced_mlp_cost(cand["weights"])
         ok = err <= float(p["fit_tol"])
         key = (not ok, cand["cost_ov"] + cand["cost_mlp"])
         if best is None or key < best["_key"]:
@@ -407,28 +371,6 @@ def fit_value_mlp(
     assert best is not None
     best.pop("_key")
     return best
-
-
-def _balance_vo(W: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """Replace (W_V, W_O) by the balanced SVD factorisation of W_O W_V; rescale each ReLU unit."""
-    U, s, Vh = torch.linalg.svd(W["W_O"] @ W["W_V"])
-    out = dict(W)
-    out["W_O"] = U * s.sqrt()[None, :]
-    out["W_V"] = s.sqrt()[:, None] * Vh
-    # ReLU is positively homogeneous: unit j can be rescaled (a w1_j, w2_j / a); the optimal a
-    # balances ||w1_j|| = ||w2_j|| and gives 2 ||w1_j|| ||w2_j||.
-    n1 = torch.linalg.norm(W["W_1"], dim=1)
-    n2 = torch.linalg.norm(W["W_2"], dim=0)
-    a = torch.where(
-        (n1 > 0) & (n2 > 0), (n2 / torch.clamp(n1, min=1e-300)).sqrt(), torch.ones_like(n1)
-    )
-    out["W_1"] = W["W_1"] * a[:, None]
-    out["W_2"] = W["W_2"] / a[None, :]
-    return out
-
-
-def _balanced_mlp_cost(W: Mapping[str, Tensor]) -> float:
-    return float((W["W_1"] ** 2).sum() + (W["W_2"] ** 2).sum())
 
 
 # --------------------------------------------------------------------------------------------
@@ -574,7 +516,7 @@ def solve_backcopy(
 ) -> tuple[dict[str, Any], dict[str, Tensor], BackcopyTask]:
     """:func:`run_backcopy` that also returns the block weights (in R^d) and the task."""
     p = _params(params)
-    _setup(seed, p)
+    seed_run(seed, p)
     t0 = time.perf_counter()
     task = make_task(T, int(p["n_dormant"]), int(p["n_copy"]), int(p["d_extra"]), seed)
     qk = solve_qk(task, pattern, p)
@@ -657,15 +599,17 @@ def run_backcopy_end_to_end(
     minimum margin is ``kappa``, all factorisations are balanced, and the hard-attention fit is
     checked on every distinct input. The decomposition is rerun with the query-key gap tolerance
     ``e2e_qk_gap_tol`` (default 2e-3) so that the comparison is sharper than the default 1%.
-    Returns cost columns for the end-to-end weights plus ``cost_total_decomp``,
-    ``cost_qk_decomp_lower`` (certified) and ``e2e_gap = cost_e2e / cost_decomp - 1``.
+    Returns cost columns for the end-to-end weights plus ``fit_ok`` (hard-attention fit within
+    ``fit_tol``), ``cost_total_decomp``, ``cost_qk_decomp_lower`` (certified) and
+    ``e2e_gap = cost_e2e / cost_decomp - 1``. Raises if the trained query-key cost falls below
+    the certified lower bound (impossible unless the program or the certificate is wrong).
     """
     p = _params(params)
     n_seq = int(p.get("e2e_sequences", 2000))
     penalties = list(p.get("e2e_penalties", [100.0, 1e3, 1e4, 1e5]))
     penalties += [penalties[-1]] * int(p["fit_extra_stages"])
     iters = int(p.get("e2e_lbfgs_iters", 500))
-    _setup(seed, p)
+    seed_run(seed, p)
     t0 = time.perf_counter()
     task = make_task(T, int(p["n_dormant"]), int(p["n_copy"]), int(p["d_extra"]), seed)
     prog = margin_program(task, pattern)
@@ -723,7 +667,7 @@ def run_backcopy_end_to_end(
                 + ((hinge**2 - lam_m**2 * mask) / (2 * mu)).sum()
             )
 
-        _lbfgs(loss, list(W.values()), iters)
+        lbfgs(loss, list(W.values()), iters)
         with torch.no_grad():
             r, viol, _ = pieces()
             lam_r = lam_r + mu * r
@@ -746,27 +690,34 @@ def run_backcopy_end_to_end(
         )
     Wqk = (Wd["W_Q"].T @ Wd["W_K"]) * (kappa / mmin)
     W_Q, W_K = factor_qk(Wqk)
-    rest = _balance_vo({k: Wd[k] for k in ("W_V", "W_O", "W_1", "W_2")})
+    rest = balance_vo({k: Wd[k] for k in ("W_V", "W_O", "W_1", "W_2")})
     weights = {"W_Q": W_Q, "W_K": W_K, **rest}
     check = _verify(task, pattern, weights, p, seed, prog)
     cost_qk = float((W_Q**2).sum() + (W_K**2).sum())
     cost_ov = float((rest["W_V"] ** 2).sum() + (rest["W_O"] ** 2).sum())
-    cost_mlp = _balanced_mlp_cost(rest)
+    cost_mlp = balanced_mlp_cost(rest)
     dp = {k: v for k, v in p.items() if not k.startswith("e2e_")}
     dp["qk_gap_tol"] = min(float(p["qk_gap_tol"]), float(p.get("e2e_qk_gap_tol", 2e-3)))
     decomp = run_backcopy(T, pattern, seed, dp)
+    if cost_qk < decomp["cost_qk_lower"] * (1 - 1e-6):
+        raise RuntimeError(
+            f"end-to-end T={T} {pattern}: query-key cost {cost_qk:.6g} below the certified lower "
+            f"bound {decomp['cost_qk_lower']:.6g} of the convex program (a bug in one of them)"
+        )
     total = cost_qk + cost_ov + cost_mlp
     return {
         "T": T,
         "pattern": pattern,
         "seed": seed,
         "d": d,
+        "kappa": kappa,
         "cost_total": total,
         "cost_qk": cost_qk,
         "cost_ov": cost_ov,
         "cost_mlp": cost_mlp,
         "margin_rescale": kappa / mmin,
         **check,
+        "fit_ok": check["fit_relerr_hard"] <= float(p["fit_tol"]),
         "cost_total_decomp": decomp["cost_total"],
         "cost_qk_decomp": decomp["cost_qk"],
         "cost_qk_decomp_lower": decomp["cost_qk_lower"],
@@ -894,6 +845,82 @@ def condition3_grid(
     return rows
 
 
+def condition3_panel(
+    sizes: Sequence[int], d_offsets: Sequence[int], n_dormant: int
+) -> dict[str, int]:
+    """The slice of the condition-(3) grid drawn beside the measured runs.
+
+    ``|D| = |C|`` = the measured runs' ``n_dormant`` when the grid holds that size, else the
+    grid's first size (the figure then shows the condition without measured marks); the largest
+    ``d`` offset (the measured runs use ``d = T + |D| + |C| + 2``).
+    """
+    if not sizes or not d_offsets:
+        raise ValueError("costs.condition3: sizes and d_offsets must not be empty")
+    size = n_dormant if n_dormant in sizes else sizes[0]
+    return {"n_dormant": size, "n_copy": size, "d_offset": max(d_offsets)}
+
+
+#: Which measured total answers which reading of kappa in condition (3) (see condition3_grid).
+READING_COST_COLUMN = {"literal": "cost_total_sqrt_d", "folded": "cost_total_d"}
+
+
+def condition3_vs_measured(table: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Condition (3) of Theorem 7.1 side by side with the measured costs (Figure 3 left).
+
+    For every measured ``(T, d, |D|, |C|, kappa)`` with both patterns present and each reading of
+    kappa (``literal``: margin of ``1/sqrt(d)`` scores, compared with ``cost_total_sqrt_d``;
+    ``folded``: margin kappa of scores ``/d``, i.e. ``kappa sqrt(d)`` of ``1/sqrt(d)`` scores,
+    compared with ``cost_total_d``), returns the mean measured totals over seeds, whether the
+    sink is cheaper, both sides of (3), and ``sink_cheaper_without_condition``: the sink was
+    measured cheaper although the sufficient condition (3) does not hold.
+    """
+    keys = sorted(
+        {
+            (int(r["T"]), int(r["d"]), int(r["n_dormant"]), int(r["n_copy"]), float(r["kappa"]))
+            for r in table
+        }
+    )
+    out: list[dict[str, Any]] = []
+    for T, d, nd, nc, kappa in keys:
+        sel = [
+            r
+            for r in table
+            if (int(r["T"]), int(r["d"]), int(r["n_dormant"]), int(r["n_copy"]), float(r["kappa"]))
+            == (T, d, nd, nc, kappa)
+        ]
+        for reading, column in READING_COST_COLUMN.items():
+            costs = {
+                pattern: [float(r[column]) for r in sel if r["pattern"] == pattern]
+                for pattern in PATTERNS
+            }
+            if not all(costs.values()):
+                continue
+            k_eff = kappa if reading == "literal" else kappa * math.sqrt(d)
+            c = condition3(T, nd, nc, d, k_eff)
+            sink, diagonal = float(np.mean(costs["sink"])), float(np.mean(costs["diagonal"]))
+            holds = bool(c["holds"])
+            out.append(
+                {
+                    "T": T,
+                    "d": d,
+                    "n_dormant": nd,
+                    "n_copy": nc,
+                    "kappa": kappa,
+                    "reading": reading,
+                    "cost_column": column,
+                    "n_seeds": min(len(v) for v in costs.values()),
+                    "cost_sink": sink,
+                    "cost_diagonal": diagonal,
+                    "sink_cheaper": sink < diagonal,
+                    "lhs": c["lhs"],
+                    "rhs": c["rhs"],
+                    "condition_holds": holds,
+                    "sink_cheaper_without_condition": sink < diagonal and not holds,
+                }
+            )
+    return out
+
+
 def qk_structure(T: int, pattern: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Where the query-key nuclear norm sits (normalised program, margin 1; see the notes).
 
@@ -903,7 +930,7 @@ def qk_structure(T: int, pattern: str, params: Mapping[str, Any] | None = None) 
     position-position (``pp``) blocks (the blocks' norms do not add up to the total).
     """
     p = _params(params)
-    _setup(0, p)
+    seed_run(0, p)
     task = make_task(T, int(p["n_dormant"]), int(p["n_copy"]), int(p["d_extra"]), 0)
     sol = solve_margin_program(
         margin_program(task, pattern, reduced=True),

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from sinkscope.costs.backcopy import _balance_vo, _balanced_mlp_cost, _lbfgs, _setup
+from sinkscope.costs.fitting import balance_vo, balanced_mlp_cost, fit_with_penalties, seed_run
 from sinkscope.costs.qk_convex import MarginProgram, exact_margins, padded, solve_margin_program
 
 __all__ = [
@@ -406,7 +406,6 @@ def fit_value_mlp(
     W["b_1"] = torch.zeros(h, dtype=torch.float64, requires_grad=True)
     W["b_2"] = torch.zeros(m, dtype=torch.float64, requires_grad=True)
     rms = task.d if p["mlp_rmsnorm"] else None
-    lam = torch.zeros_like(inp["base"])
 
     def cost() -> Tensor:
         return sum((W[k] ** 2).sum() for k in shapes)  # type: ignore[return-value]
@@ -414,23 +413,11 @@ def fit_value_mlp(
     def resid() -> Tensor:
         return label_residual(_tail(W, inp["xq"], inp["xa"], rms), inp, eps) / scale
 
-    stages = list(p["fit_penalties"]) + [p["fit_penalties"][-1]] * int(p["fit_extra_stages"])
-    for k, mu in enumerate(stages):
-        _lbfgs(
-            lambda lam=lam, mu=mu: cost() + (lam * resid()).sum() + 0.5 * mu * (resid() ** 2).sum(),
-            list(W.values()),
-            int(p["fit_lbfgs_iters"]),
-        )
-        with torch.no_grad():
-            r = resid()
-            lam = lam + mu * r
-            err = float((r**2).sum())
-        if k >= len(p["fit_penalties"]) - 1 and err <= float(p["fit_tol"]):
-            break
+    fit_with_penalties(list(W.values()), cost, resid, p)
     with torch.no_grad():
         Wd = {k: v.detach().clone() for k, v in W.items()}
         err = float((resid() ** 2).sum())
-    bal = _balance_vo({k: Wd[k] for k in shapes})
+    bal = balance_vo({k: Wd[k] for k in shapes})
     # the per-unit ReLU rescaling (a w1_j, w2_j / a) must scale the hidden bias too
     n_old = torch.linalg.norm(Wd["W_1"], dim=1)
     scale_unit = torch.where(
@@ -447,7 +434,7 @@ def fit_value_mlp(
         "weights": bal,
         "fit_relerr": max(err, err_bal),
         "cost_ov": float((bal["W_V"] ** 2).sum() + (bal["W_O"] ** 2).sum()),
-        "cost_mlp": _balanced_mlp_cost(bal),
+        "cost_mlp": balanced_mlp_cost(bal),
         "n_inputs": int(inp["xq"].shape[0]),
     }
 
@@ -473,7 +460,7 @@ def run_copypaste(
         if unknown:
             raise ValueError(f"unknown copy-paste parameters {sorted(unknown)}")
         p.update(params)
-    _setup(seed, p)
+    seed_run(seed, p)
     t0 = time.perf_counter()
     C, d = int(p["C"]), int(p["d"])
     if n + 1 > int(p["T"]):

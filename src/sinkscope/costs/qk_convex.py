@@ -250,6 +250,84 @@ def solve_margin_program(
     raise ValueError(f"method must be 'bm' or 'fista', not {method!r}")
 
 
+@dataclass
+class _AugmentedLagrangian:
+    """Multipliers, masks and the best certified iterate shared by both solvers.
+
+    ``mu`` (S_t - a >= 0), ``nu`` (b - S_o >= 0), ``pi`` (a - b - target >= 0), ``zeta``
+    (W[zero] = 0); ``target = 1 + overshoot``: aiming slightly above the unit margin makes the
+    rescaled iterate feasible at most (1 + overshoot) times its cost, instead of one violation
+    dragging it down.
+    """
+
+    prog: MarginProgram
+    rho: float
+    target: float
+    mu: Tensor
+    nu: Tensor
+    pi: Tensor
+    zeta: Tensor
+    tmask: Tensor
+    omask: Tensor
+    zm: Tensor | None
+    zmf: Tensor | None
+    best: tuple[float, float, Tensor] | None = None
+    dual_best: float = 0.0
+
+    @classmethod
+    def start(cls, prog: MarginProgram, rho: float, overshoot: float) -> _AugmentedLagrangian:
+        dtype = torch.float64
+        G, A = prog.tgt.shape
+        B = prog.oth.shape[1]
+        m = prog.dim
+        zm = prog.zero_mask
+        return cls(
+            prog=prog,
+            rho=rho,
+            target=1.0 + overshoot,
+            mu=torch.zeros((G, A), dtype=dtype),
+            nu=torch.zeros((G, B), dtype=dtype),
+            pi=torch.zeros(G, dtype=dtype),
+            zeta=torch.zeros((m, m), dtype=dtype),
+            tmask=prog.tgt_mask.to(dtype),
+            omask=prog.oth_mask.to(dtype),
+            zm=zm,
+            zmf=zm.to(dtype) if zm is not None else None,
+        )
+
+    def update(
+        self, W: Tensor, a: Tensor, b: Tensor, outer: int, tol: float, verbose: bool
+    ) -> bool:
+        """Multiplier update, then the certificate: exact margin rescale of ``W`` (a feasible
+        point) and the dual bound. Returns whether the certified gap is below ``tol``."""
+        prog, rho = self.prog, self.rho
+        st, so = _scores(prog, W)
+        self.mu = torch.clamp(self.mu - rho * (st - a[:, None]), min=0.0) * self.tmask
+        self.nu = torch.clamp(self.nu - rho * (b[:, None] - so), min=0.0) * self.omask
+        self.pi = torch.clamp(self.pi - rho * (a - b - self.target), min=0.0)
+        if self.zmf is not None:
+            self.zeta = (self.zeta + rho * W) * self.zmf
+        Wf = torch.where(self.zm, torch.zeros_like(W), W) if self.zm is not None else W
+        mmin = float(exact_margins(prog, Wf).min())
+        if mmin > 0:
+            primal = _nuclear(Wf) / mmin
+            if self.best is None or primal < self.best[0]:
+                self.best = (primal, mmin, Wf / mmin)
+        zeta = self.zeta if self.zm is not None else None
+        self.dual_best = max(self.dual_best, dual_bound(prog, self.pi, self.mu, self.nu, zeta))
+        if verbose:
+            primal_best = self.best[0] if self.best else float("nan")
+            print(
+                f"outer {outer}: min margin {mmin:.4f} primal {primal_best:.5f} "
+                f"dual {self.dual_best:.5f}"
+            )
+        return (
+            self.best is not None
+            and self.dual_best > 0
+            and self.best[0] / self.dual_best - 1.0 < tol
+        )
+
+
 def _solve_fista(
     prog: MarginProgram,
     *,
@@ -265,41 +343,28 @@ def _solve_fista(
     gap then says how far from optimal the feasible point may be).
     """
     dtype = torch.float64
-    G, A = prog.tgt.shape
-    B = prog.oth.shape[1]
+    G = prog.tgt.shape[0]
     m = prog.dim
     L = rho * _op_norm_sq(prog) * 1.05
     step = 1.0 / L
     W = torch.zeros((m, m), dtype=dtype)
     a = torch.ones(G, dtype=dtype)
     b = torch.zeros(G, dtype=dtype)
-    mu = torch.zeros((G, A), dtype=dtype)  # S_t - a >= 0
-    nu = torch.zeros((G, B), dtype=dtype)  # b - S_o >= 0
-    pi = torch.zeros(G, dtype=dtype)  # a - b - 1 >= 0
-    zeta = torch.zeros((m, m), dtype=dtype)  # W[zero] = 0 (equality)
-    zm = prog.zero_mask
-    zmf = zm.to(dtype) if zm is not None else None
-    # aim slightly above the unit margin: the rescaled iterate is then feasible at a cost of at
-    # most (1 + overshoot) times the iterate's, instead of being dragged down by one violation
-    target = 1.0 + overshoot
-    tmask = prog.tgt_mask.to(dtype)
-    omask = prog.oth_mask.to(dtype)
+    al = _AugmentedLagrangian.start(prog, rho, overshoot)
 
     def grad(W: Tensor, a: Tensor, b: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         st, so = _scores(prog, W)
         # psi(g, y) = (max(0, y - rho g)^2 - y^2) / (2 rho); d psi / d g = -max(0, y - rho g)
-        lt = -torch.clamp(mu - rho * (st - a[:, None]), min=0.0) * tmask
-        lo = -torch.clamp(nu - rho * (b[:, None] - so), min=0.0) * omask
-        lm = -torch.clamp(pi - rho * (a - b - target), min=0.0)
+        lt = -torch.clamp(al.mu - rho * (st - a[:, None]), min=0.0) * al.tmask
+        lo = -torch.clamp(al.nu - rho * (b[:, None] - so), min=0.0) * al.omask
+        lm = -torch.clamp(al.pi - rho * (a - b - al.target), min=0.0)
         gW = symmetrize(prog, _adjoint(prog, lt, -lo))
-        if zmf is not None:
-            gW = gW + (zeta + rho * W) * zmf
+        if al.zmf is not None:
+            gW = gW + (al.zeta + rho * W) * al.zmf
         ga = -lt.sum(1) + lm
         gb = lo.sum(1) - lm
         return gW, ga, gb
 
-    best: tuple[float, float, Tensor] | None = None
-    dual_best = 0.0
     total_inner = 0
     outer = 0
     for outer in range(1, max_outer + 1):
@@ -326,29 +391,9 @@ def _solve_fista(
             Wy, ay, by = Wn + c * (Wn - W), an + c * (an - a), bn + c * (bn - b)
             W, a, b, t = Wn, an, bn, tn
         total_inner += inner_iters
-        # multiplier updates
-        st, so = _scores(prog, W)
-        mu = torch.clamp(mu - rho * (st - a[:, None]), min=0.0) * tmask
-        nu = torch.clamp(nu - rho * (b[:, None] - so), min=0.0) * omask
-        pi = torch.clamp(pi - rho * (a - b - target), min=0.0)
-        if zmf is not None:
-            zeta = (zeta + rho * W) * zmf
-        # certificate
-        Wf = torch.where(zm, torch.zeros_like(W), W) if zm is not None else W
-        mmin = float(exact_margins(prog, Wf).min())
-        if mmin > 0:
-            primal = _nuclear(Wf) / mmin
-            if best is None or primal < best[0]:
-                best = (primal, mmin, Wf / mmin)
-        dual = dual_bound(prog, pi, mu, nu, zeta if zm is not None else None)
-        dual_best = max(dual_best, dual)
-        if verbose:
-            print(
-                f"outer {outer}: min margin {mmin:.4f} primal {best[0] if best else float('nan'):.5f} dual {dual_best:.5f}"
-            )
-        if best is not None and dual_best > 0 and best[0] / dual_best - 1.0 < tol:
+        if al.update(W, a, b, outer, tol, verbose):
             break
-    return _solution(best, dual_best, outer, total_inner)
+    return _solution(al.best, al.dual_best, outer, total_inner)
 
 
 def _solve_bm(
@@ -363,39 +408,33 @@ def _solve_bm(
 ) -> MarginSolution:
     """Augmented Lagrangian with L-BFGS inner solves on full-rank factors ``W = A^T B``."""
     dtype = torch.float64
-    G, A_ = prog.tgt.shape
-    B_ = prog.oth.shape[1]
+    G = prog.tgt.shape[0]
     m = prog.dim
     gen = torch.Generator().manual_seed(0)
     A = (0.01 * torch.randn((m, m), generator=gen, dtype=dtype)).requires_grad_()
     Bf = (0.01 * torch.randn((m, m), generator=gen, dtype=dtype)).requires_grad_()
     a = torch.ones(G, dtype=dtype).requires_grad_()
     b = torch.zeros(G, dtype=dtype).requires_grad_()
-    mu = torch.zeros((G, A_), dtype=dtype)
-    nu = torch.zeros((G, B_), dtype=dtype)
-    pi = torch.zeros(G, dtype=dtype)
-    zeta = torch.zeros((m, m), dtype=dtype)
-    zm = prog.zero_mask
-    zmf = zm.to(dtype) if zm is not None else None
-    # aim slightly above the unit margin: the rescaled iterate is then feasible at a cost of at
-    # most (1 + overshoot) times the iterate's, instead of being dragged down by one violation
-    target = 1.0 + overshoot
-    tmask = prog.tgt_mask.to(dtype)
-    omask = prog.oth_mask.to(dtype)
+    al = _AugmentedLagrangian.start(prog, rho, overshoot)
 
     def alm() -> Tensor:
         W = symmetrize(prog, A.T @ Bf)
         st, so = _scores(prog, W)
         gt = st - a[:, None]
         go = b[:, None] - so
-        gm = a - b - target
+        gm = a - b - al.target
+        mu, nu, pi = al.mu, al.nu, al.pi
         val = 0.5 * ((A**2).sum() + (Bf**2).sum())
-        val = val + ((torch.clamp(mu - rho * gt, min=0.0) ** 2 - mu**2) * tmask).sum() / (2 * rho)
-        val = val + ((torch.clamp(nu - rho * go, min=0.0) ** 2 - nu**2) * omask).sum() / (2 * rho)
+        val = val + ((torch.clamp(mu - rho * gt, min=0.0) ** 2 - mu**2) * al.tmask).sum() / (
+            2 * rho
+        )
+        val = val + ((torch.clamp(nu - rho * go, min=0.0) ** 2 - nu**2) * al.omask).sum() / (
+            2 * rho
+        )
         val = val + (torch.clamp(pi - rho * gm, min=0.0) ** 2 - pi**2).sum() / (2 * rho)
-        if zmf is not None:
-            e = W * zmf
-            val = val + (zeta * e).sum() + 0.5 * rho * (e**2).sum()
+        if al.zmf is not None:
+            e = W * al.zmf
+            val = val + (al.zeta * e).sum() + 0.5 * rho * (e**2).sum()
         return val
 
     opt = torch.optim.LBFGS(
@@ -415,39 +454,20 @@ def _solve_bm(
         val.backward()
         return val
 
-    best: tuple[float, float, Tensor] | None = None
-    dual_best = 0.0
     outer = 0
     total_inner = 0
     for outer in range(1, max_outer + 1):
         opt.step(closure)
         total_inner += inner_iters
         with torch.no_grad():
-            W = symmetrize(prog, A.T @ Bf)
-            st, so = _scores(prog, W)
-            mu = torch.clamp(mu - rho * (st - a[:, None]), min=0.0) * tmask
-            nu = torch.clamp(nu - rho * (b[:, None] - so), min=0.0) * omask
-            pi = torch.clamp(pi - rho * (a - b - target), min=0.0)
-            if zmf is not None:
-                zeta = (zeta + rho * W) * zmf
-            Wf = torch.where(zm, torch.zeros_like(W), W) if zm is not None else W
-            mmin = float(exact_margins(prog, Wf).min())
-            if mmin > 0:
-                primal = _nuclear(Wf) / mmin
-                if best is None or primal < best[0]:
-                    best = (primal, mmin, Wf / mmin)
-            dual_best = max(
-                dual_best, dual_bound(prog, pi, mu, nu, zeta if zm is not None else None)
+            done = al.update(
+                symmetrize(prog, A.T @ Bf), a.detach(), b.detach(), outer, tol, verbose
             )
         # the L-BFGS history refers to the previous multipliers
         opt.state.clear()
-        if verbose:
-            print(
-                f"outer {outer}: min margin {mmin:.4f} primal {best[0] if best else float('nan'):.5f} dual {dual_best:.5f}"
-            )
-        if best is not None and dual_best > 0 and best[0] / dual_best - 1.0 < tol:
+        if done:
             break
-    return _solution(best, dual_best, outer, total_inner)
+    return _solution(al.best, al.dual_best, outer, total_inner)
 
 
 def _solution(
