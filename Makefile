@@ -12,7 +12,7 @@ PIP_EXTRA ?=
 #   make run LOCK=requirements-cuda.lock
 LOCK ?= requirements.lock
 
-.PHONY: install run test report lock clean-results
+.PHONY: install run test report lock clean-results bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ test: install
 
 report: install
 	$(BIN)/snakemake --report report.html
+
+# Benchmarks (bench/run.py; needs the default run's prepared models and corpora): regenerates
+# BENCHMARKS.md and bench/results.json. BENCH_ARGS=--quick for a one-minute smoke run.
+BENCH_ARGS ?=
+bench: install
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 # Regenerate both locks from pyproject.toml: the CPU one (torch==2.13.0+cpu, from pip's local wheel
 # folder) and the CUDA one (torch==2.13.0 from PyPI); tests/test_reproducibility.py checks that

@@ -11,6 +11,8 @@ or the model's own modules):
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import h5py
@@ -19,8 +21,19 @@ import pytest
 import torch
 
 from sinkscope import h5layout
-from sinkscope.models import decoder_layers
+from sinkscope.extract import (
+    CPU_BATCH_BUDGET_BYTES,
+    _to_storage,
+    auto_batch_size,
+    batch_bytes_per_sequence,
+    encode_chunk,
+    extract_activations,
+    resolve_batch_size,
+    resolve_overlap,
+)
+from sinkscope.models import ModelShape, decoder_layers
 from sinkscope.tokens import token_ids_sha256
+from tests.conftest import SETTINGS
 
 
 def test_stored_tensors_match_a_plain_forward(extracted) -> None:
@@ -123,3 +136,77 @@ def test_w_vo_reader_matches_factors(extracted) -> None:
             rtol=1e-6,
             atol=1e-8,
         )
+
+
+def test_chunks_written_directly_equal_hdf5_own_filters(tmp_path: Path) -> None:
+    """encode_chunk reproduces HDF5's shuffle + deflate pipeline byte for byte."""
+    rng = np.random.default_rng(1)
+    for dtype in ("float16", "float32", "int32"):
+        for level in (0, 1, 6):
+            chunk = (rng.standard_normal((3, 5, 7)) * 100).astype(dtype)
+            filters = {"compression": "gzip", "compression_opts": level, "shuffle": True}
+            with h5py.File(tmp_path / f"{dtype}{level}.h5", "w") as f:
+                kwargs = {"shape": (2, 3, 5, 7), "dtype": dtype, "chunks": (1, 3, 5, 7)}
+                own = f.create_dataset("own", **kwargs, **(filters if level else {}))
+                direct = f.create_dataset("direct", **kwargs, **(filters if level else {}))
+                own[1] = chunk
+                direct.id.write_direct_chunk((1, 0, 0, 0), encode_chunk(chunk, level))
+                assert (
+                    own.id.read_direct_chunk((1, 0, 0, 0))[1]
+                    == direct.id.read_direct_chunk((1, 0, 0, 0))[1]
+                )
+                np.testing.assert_array_equal(direct[1], chunk)
+                np.testing.assert_array_equal(direct[0], np.zeros_like(chunk))
+
+
+def test_overlapped_writes_and_auto_batch_give_the_same_file(extracted, tmp_path: Path) -> None:
+    _, path, _, ids = extracted
+    settings = dataclasses.replace(SETTINGS, batch_size="auto", overlap_writes="on")
+    entry = {"dtype": "float32", "attn_implementation": "eager"}
+    other = tmp_path / "overlap.h5"
+    extract_activations(
+        path.parent / "prepared", path.parent / "tokens.json", other, entry, settings, "cfg", False
+    )
+    with h5layout.open_activations(path) as a, h5layout.open_activations(other) as b:
+        for spec in h5layout.DATASETS:
+            np.testing.assert_array_equal(a[spec.name][...], b[spec.name][...], err_msg=spec.name)
+        profile = json.loads(b.attrs["extraction_profile"])
+        assert profile["batch_size"] == len(ids)  # tiny sequences: all fit the CPU budget
+        assert profile["overlap_writes"] is True
+        stages = profile["forward"] + profile["to_host"] + profile["write_wait"]
+        assert 0 < stages <= float(b.attrs["extraction_seconds"])
+        assert 0 <= profile["write_io"] <= profile["write"]
+
+
+def test_batch_size_and_overlap_settings() -> None:
+    shape = ModelShape(
+        n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_model=32, max_positions=64
+    )
+    t1 = 11
+    per_sequence = 4 * ((2 + 2) * 4 * t1 * t1 + 4 * 2 * t1 * 32 + 2 * 2 * t1 * 8)
+    assert batch_bytes_per_sequence(shape, t1) == per_sequence
+    assert auto_batch_size(shape, t1, 10**9, "cpu") == CPU_BATCH_BUDGET_BYTES // per_sequence
+    assert auto_batch_size(shape, t1, 3, "cpu") == 3
+    big = ModelShape(
+        n_layers=80, n_heads=64, n_kv_heads=8, head_dim=128, d_model=8192, max_positions=8192
+    )
+    assert auto_batch_size(big, 8193, 50, "cpu") == 1
+    assert resolve_batch_size(5, shape, t1, 10, "cpu") == 5
+    for bad in (0, -1, "8", True, 2.5):
+        with pytest.raises(ValueError, match=r"extraction\.batch_size"):
+            resolve_batch_size(bad, shape, t1, 10, "cpu")
+    assert resolve_overlap("auto", "cpu") is False
+    assert resolve_overlap("auto", "cuda:0") is True
+    assert resolve_overlap("on", "cpu") is True
+    with pytest.raises(ValueError, match=r"extraction\.overlap_writes"):
+        resolve_overlap("yes", "cpu")
+
+
+def test_float16_overflow_names_the_dataset() -> None:
+    with pytest.raises(OverflowError, match="attention/Z layer 3"):
+        _to_storage(torch.tensor([1.0, 7e4]), "float16", "attention/Z layer 3")
+    with pytest.raises(OverflowError, match="float32"):
+        _to_storage(torch.tensor([1.0, float("nan")]), "float16", "x")
+    stored = _to_storage(torch.tensor([[0.5, -3.0]]), "float16", "x")
+    assert stored.dtype == np.float16
+    np.testing.assert_array_equal(stored, [[0.5, -3.0]])

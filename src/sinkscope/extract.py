@@ -9,8 +9,16 @@ output maps (``W_V``, ``W_O``) and the input-norm gains. The layout is defined i
 The forward pass runs the transformer body only (no full-vocabulary logits) with eager attention,
 in batches; ``X`` comes from ``output_hidden_states``, ``A`` from ``output_attentions``, and ``Z``,
 the values and the post-attention residual from forward hooks on the layer's input norm, value
-projection and pre-MLP norm. Everything is copied to the host and written batch by batch into
-chunked, compressed datasets (one chunk per layer x sequence), so memory stays at one batch.
+projection and pre-MLP norm. Everything is cast to its storage dtype on the device (half the
+bytes to copy for float16), copied to the host and written batch by batch into chunked, compressed
+datasets (one chunk per layer x sequence), so memory stays at one batch (two with overlapped
+writes). The chunks are compressed by a pool of threads with HDF5's own filters (shuffle + gzip,
+:func:`encode_chunk`) and written with ``write_direct_chunk``: HDF5 alone compresses one chunk at
+a time on one core, as long as the forward itself on a CPU (``BENCHMARKS.md``). On a GPU the host-side compression and writing of batch ``b`` run in a background thread
+while batch ``b + 1`` is computed (``extraction.overlap_writes``); on the CPU both compete for the
+same cores, so they run in turn (``bench/run.py`` measures both). The wall seconds of each stage
+(forward, device-to-host copies, compression + writing) are stored in the file attribute
+``extraction_profile``.
 """
 
 from __future__ import annotations
@@ -18,10 +26,13 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import sys
 import time
+import zlib
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +62,98 @@ FLOAT16_MAX = float(np.finfo(np.float16).max)
 
 @dataclass(frozen=True)
 class ExtractionSettings:
-    """The ``extraction`` section of the config that affects the file's contents."""
+    """The ``extraction`` section of the config that affects the file's contents.
 
-    batch_size: int
+    ``batch_size``: sequences per forward pass, or ``"auto"`` (:func:`auto_batch_size`);
+    ``overlap_writes``: ``"auto"`` (on for a GPU, off on the CPU), ``"on"`` or ``"off"``.
+    """
+
+    batch_size: int | str
     storage_dtypes: Mapping[str, str]
     compression_level: int
     device: str = "auto"
+    overlap_writes: str = "auto"
+
+
+# bytes one batch may hold: on the CPU a fixed budget (the host arrays of a batch), on a GPU this
+# fraction of the free device memory (the forward's activations, all layers' attention maps)
+CPU_BATCH_BUDGET_BYTES = 1 << 30
+GPU_FREE_MEMORY_FRACTION = 0.5
+
+
+def batch_bytes_per_sequence(shape: Any, t1: int, forward_bytes: int = 4) -> int:
+    """Memory one sequence takes during an extraction forward, in bytes (an upper estimate).
+
+    ``output_attentions`` keeps every layer's maps, ``L·H·T1²``, and eager attention holds the
+    scores and probabilities of one layer at a time (``2·H·T1²``); ``output_hidden_states`` and the
+    three hooks keep ``4·L·T1·D``, and the values ``L·K·T1·hd``.
+    """
+    maps = (shape.n_layers + 2) * shape.n_heads * t1 * t1
+    rows = 4 * shape.n_layers * t1 * shape.d_model
+    values = shape.n_layers * shape.n_kv_heads * t1 * shape.head_dim
+    return forward_bytes * (maps + rows + values)
+
+
+def auto_batch_size(shape: Any, t1: int, n_sequences: int, device: str) -> int:
+    """``extraction.batch_size: auto``: as many sequences as fit the memory budget, at most N.
+
+    CPU: :data:`CPU_BATCH_BUDGET_BYTES` (larger batches do not run faster there: the matrix
+    products are already large enough to keep the cores busy). GPU: half the free device memory,
+    so that the next batch's forward fits beside the host copies in flight.
+    """
+    per_sequence = batch_bytes_per_sequence(shape, t1)
+    if device.startswith("cuda"):
+        free, _total = torch.cuda.mem_get_info(torch.device(device))
+        budget = int(free * GPU_FREE_MEMORY_FRACTION)
+    else:
+        budget = CPU_BATCH_BUDGET_BYTES
+    return int(max(1, min(n_sequences, budget // max(per_sequence, 1))))
+
+
+def resolve_batch_size(requested: int | str, shape: Any, t1: int, n_seq: int, device: str) -> int:
+    if requested == "auto":
+        return auto_batch_size(shape, t1, n_seq, device)
+    if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
+        raise ValueError(
+            f"extraction.batch_size must be a positive integer or 'auto', got {requested!r}"
+        )
+    return requested
+
+
+def resolve_overlap(requested: str, device: str) -> bool:
+    if requested not in ("auto", "on", "off"):
+        raise ValueError(
+            f"extraction.overlap_writes must be 'auto', 'on' or 'off', got {requested!r}"
+        )
+    return device.startswith("cuda") if requested == "auto" else requested == "on"
+
+
+@dataclass
+class StageClock:
+    """Wall seconds per extraction stage, summed over batches (``extraction_profile``).
+
+    On a GPU the clock synchronises the device at stage boundaries, so that asynchronous kernels
+    are charged to the stage that launched them.
+    """
+
+    device: str
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        cuda = self.device.startswith("cuda")
+        if cuda:
+            torch.cuda.synchronize()
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            if cuda:
+                torch.cuda.synchronize()
+            self.add(name, time.perf_counter() - started)
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
 
 
 def pick_device(requested: str) -> str:
@@ -107,15 +204,16 @@ def capture_hooks(model: torch.nn.Module) -> Iterator[LayerCapture]:
             handle.remove()
 
 
-def _to_storage(array: np.ndarray, dtype: str, name: str) -> np.ndarray:
+def _to_storage(tensor: torch.Tensor, dtype: str, name: str) -> np.ndarray:
+    """Cast on the device (float16 halves the bytes copied), then copy to the host."""
     if dtype == "float16":
-        peak = float(np.max(np.abs(array))) if array.size else 0.0
+        peak = float(torch.linalg.vector_norm(tensor, float("inf"))) if tensor.numel() else 0.0
         if not np.isfinite(peak) or peak > FLOAT16_MAX:
             raise OverflowError(
                 f"{name}: values up to {peak:.3g} do not fit float16; set the matching "
                 "extraction.storage_dtypes entry to float32"
             )
-    return array.astype(dtype, copy=False)
+    return tensor.to(getattr(torch, dtype)).cpu().numpy()
 
 
 def _create_datasets(
@@ -225,6 +323,9 @@ def extract_activations(
         "bos_token_id": token_record["bos_token_id"],
         "post_attention_norm": arch.post_attention_norm,
     }
+    batch_size = resolve_batch_size(settings.batch_size, shape, t1, n_seq, device)
+    overlap = resolve_overlap(settings.overlap_writes, device)
+    clock = StageClock(device)
     started = time.perf_counter()
     with atomic_path(out_h5) as tmp, h5py.File(tmp, "w") as handle:
         for key, value in attrs.items():
@@ -233,7 +334,7 @@ def extract_activations(
         datasets["tokens/input_ids"][...] = token_ids
         _write_weights(model, datasets, shape.n_layers)
         body = base_model(model)
-        batches = range(0, n_seq, settings.batch_size)
+        batches = range(0, n_seq, batch_size)
         bar = tqdm(
             batches,
             desc=f"extract {attrs['model_name']}/{attrs['dataset_name']}",
@@ -241,23 +342,53 @@ def extract_activations(
             disable=not progress,
             file=sys.stderr,
         )
-        with capture_hooks(model) as capture, torch.inference_mode():
+        with (
+            capture_hooks(model) as capture,
+            torch.inference_mode(),
+            ThreadPoolExecutor(max_workers=1) as writer,
+            ThreadPoolExecutor(max_workers=compression_threads()) as compressors,
+        ):
+            pending: Future[None] | None = None
             for start in bar:
-                stop = min(start + settings.batch_size, n_seq)
+                stop = min(start + batch_size, n_seq)
                 ids = torch.as_tensor(token_ids[start:stop], dtype=torch.long, device=device)
-                out = body(
-                    input_ids=ids,
-                    output_attentions=True,
-                    output_hidden_states=True,
-                    use_cache=False,
+                with clock.stage("forward"):
+                    out = body(
+                        input_ids=ids,
+                        output_attentions=True,
+                        output_hidden_states=True,
+                        use_cache=False,
+                    )
+                with clock.stage("to_host"):
+                    arrays = _host_arrays(
+                        out, capture, settings, shape, stop - start, arch.fused_qkv, model
+                    )
+                del out
+                if pending is not None:  # at most one batch is being written
+                    with clock.stage("write_wait"):
+                        pending.result()
+                pending = writer.submit(
+                    _write_arrays,
+                    datasets,
+                    arrays,
+                    start,
+                    settings.compression_level,
+                    compressors,
+                    clock,
                 )
-                _write_batch(
-                    out, capture, datasets, settings, shape, start, stop, arch.fused_qkv, model
-                )
+                if not overlap:
+                    pending.result()
+                del arrays
+            if pending is not None:
+                with clock.stage("write_wait"):
+                    pending.result()
+        profile = {key: round(value, 3) for key, value in sorted(clock.seconds.items())}
+        profile.update(batch_size=batch_size, overlap_writes=overlap)
+        handle.attrs["extraction_profile"] = json.dumps(profile, sort_keys=True)
         handle.attrs["extraction_seconds"] = round(time.perf_counter() - started, 3)
         handle.attrs["complete"] = True
         final_attrs = dict(handle.attrs)
-    log.info("wrote %s in %.1f s", out_h5, time.perf_counter() - started)
+    log.info("wrote %s in %.1f s (%s)", out_h5, time.perf_counter() - started, profile)
     return final_attrs
 
 
@@ -275,19 +406,19 @@ def _write_weights(
             datasets[name][index] = tensor.cpu().numpy().astype(datasets[name].dtype)
 
 
-def _write_batch(
+def _host_arrays(
     out: Any,
     capture: LayerCapture,
-    datasets: Mapping[str, h5py.Dataset],
     settings: ExtractionSettings,
     shape: Any,
-    start: int,
-    stop: int,
+    batch: int,
     fused_qkv: bool,
     model: torch.nn.Module,
-) -> None:
+) -> list[tuple[str, int, np.ndarray]]:
+    """Every layer's tensors of one batch, cast to their storage dtypes and copied to the host."""
     dtypes = settings.storage_dtypes
     n_kv, hd = shape.n_kv_heads, shape.head_dim
+    arrays: list[tuple[str, int, np.ndarray]] = []
     for index in range(shape.n_layers):
         x = out.hidden_states[index]
         z = capture.z[index]
@@ -300,9 +431,8 @@ def _write_batch(
             values = torch.einsum("btd,khd->bkth", z.float(), w_v[::group].to(z.device))
             values = values + b_v[::group].to(z.device)[None, :, None, :]
         else:
-            values = capture.values[index].reshape(stop - start, -1, n_kv, hd).transpose(1, 2)
+            values = capture.values[index].reshape(batch, -1, n_kv, hd).transpose(1, 2)
         update = capture.mid_residual[index] - x
-        rows = slice(start, stop)
         for name, tensor, key in (
             ("residual/X", x, "residual"),
             ("attention/Z", z, "activations"),
@@ -310,8 +440,60 @@ def _write_batch(
             ("attention/values", values, "activations"),
             ("attention/residual_update", update, "activations"),
         ):
-            array = tensor.float().cpu().numpy()
-            datasets[name][index, rows] = _to_storage(array, dtypes[key], f"{name} layer {index}")
+            arrays.append((name, index, _to_storage(tensor, dtypes[key], f"{name} layer {index}")))
+    return arrays
+
+
+def encode_chunk(chunk: np.ndarray, level: int) -> bytes:
+    """One chunk as HDF5's shuffle + deflate filters store it, for ``write_direct_chunk``.
+
+    Shuffle puts byte ``j`` of every element together (``H5Z_filter_shuffle``), deflate is zlib's
+    ``compress2`` at the dataset's level (``H5Z_filter_deflate``), so any HDF5 reader decodes the
+    chunk through the dataset's own filter pipeline. ``zlib`` releases the GIL, so chunks are
+    compressed by several threads at once (HDF5 compresses one chunk at a time on one core).
+    """
+    data = np.ascontiguousarray(chunk)
+    if level == 0:
+        return data.tobytes()
+    if data.dtype.itemsize > 1:
+        data = np.ascontiguousarray(data.view(np.uint8).reshape(-1, data.dtype.itemsize).T)
+    return zlib.compress(data, level)
+
+
+def compression_threads() -> int:
+    """Threads that compress chunks: torch's thread count (the rule's ``threads``), at most the
+    cores this process may use."""
+    return max(1, min(torch.get_num_threads(), len(os.sched_getaffinity(0))))
+
+
+def _write_arrays(
+    datasets: Mapping[str, h5py.Dataset],
+    arrays: list[tuple[str, int, np.ndarray]],
+    start: int,
+    level: int,
+    pool: ThreadPoolExecutor,
+    clock: StageClock,
+) -> None:
+    """Compress one batch's chunks in ``pool`` and write them (runs in the writer thread alone).
+
+    Every chunk is one (layer, sequence) slice, so each sequence of ``array`` is a whole chunk.
+    """
+    started = time.perf_counter()
+    jobs = []
+    for name, index, array in arrays:
+        dataset = datasets[name]
+        if array.dtype != dataset.dtype or array.shape[1:] != dataset.chunks[2:]:
+            raise RuntimeError(f"{name}: batch {array.dtype} {array.shape} does not fit {dataset}")
+        jobs += [(dataset, index, start + row, array[row]) for row in range(array.shape[0])]
+    encoded = pool.map(lambda job: encode_chunk(job[3], level), jobs)
+    io_seconds = 0.0
+    for (dataset, index, sequence, chunk), payload in zip(jobs, encoded, strict=True):
+        io_started = time.perf_counter()
+        offset = (index, sequence) + (0,) * (chunk.ndim)
+        dataset.id.write_direct_chunk(offset, payload)
+        io_seconds += time.perf_counter() - io_started
+    clock.add("write", time.perf_counter() - started)
+    clock.add("write_io", io_seconds)
 
 
 def config_digest(*sections: Any) -> str:

@@ -163,6 +163,10 @@ FILE_ATTRIBUTES: dict[str, str] = {
     "d_model": "D",
     "bos_token_id": "id of the BOS token at position 0",
     "post_attention_norm": "True where the attention output is normed before the residual add",
+    "extraction_seconds": "wall seconds of the extraction (not byte-stable)",
+    "extraction_profile": "wall seconds per stage: forward, to_host (cast + device-to-host copy), "
+    "write (compression + writing), write_io (the writing alone), write_wait (forward waiting "
+    "for the writer); batch_size, overlap_writes (JSON)",
 }
 
 
