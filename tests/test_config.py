@@ -108,3 +108,19 @@ def test_load_config_names_the_file(tmp_path, default_config: dict) -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(path)
     assert "broken.yaml" in str(caught.value) and "extraction.context_length" in str(caught.value)
+
+
+def test_oversmoothing_prefixes_longer_than_the_extraction_rejected(default_config: dict) -> None:
+    default_config["extraction"]["context_length"] = 64
+    default_config["oversmoothing"]["context_lengths"] = [32, 64, 128]
+    with pytest.raises(ConfigError) as caught:
+        validate_config(default_config)
+    message = str(caught.value)
+    assert "oversmoothing.context_lengths" in message and "[128]" in message
+    default_config["oversmoothing"]["context_lengths"] = [32, 64]
+    validate_config(default_config)
+
+
+def test_unknown_streaming_params_rejected(default_config: dict) -> None:
+    default_config["streaming"] = {"params": {"stream_lenght": 512}}
+    _expect(default_config, "streaming.params")

@@ -1,4 +1,4 @@
-"""Induction task and attention functions (sinkscope.dynamics.induction)."""
+"""Induction task and attention functions (sinkscope.dynamics.induction, .common)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,13 @@ import polars as pl
 import pytest
 import torch
 
+from sinkscope.dynamics.common import attention_weights, elu_plus_one
 from sinkscope.dynamics.induction import (
     ATTENTION_VARIANTS,
     InductionTransformer,
-    _elu1,
-    attention_weights,
+    attention_mass,
     induction_grid,
+    loss_and_accuracy,
     make_induction_data,
     run_induction,
     sink_mass,
@@ -30,19 +31,47 @@ TINY = {
 }
 
 
-def test_task_format() -> None:
-    x, y = make_induction_data(500, seed=0)
-    assert x.shape == (500, 13) and (x[:, 0] == 0).all()
-    body = x[:, 1:12]
-    assert ((body >= 1) & (body <= 50)).all()
-    assert all(len(set(row.tolist())) == 11 for row in body)  # distinct tokens
-    for row, target in zip(x, y, strict=True):
-        i = int((row[1:12] == row[-1]).nonzero()[0, 0]) + 1
-        assert i <= 10 and row[i + 1] == target
-    xd, yd = make_induction_data(500, seed=0, repeat_distinct=True)
-    assert ((xd[:, -1] > 50) & (xd[:, -1] <= 100)).all()
-    assert torch.equal(xd[:, :-1], x[:, :-1]) and torch.equal(yd, y)
-    assert torch.equal(xd[:, -1], x[:, -1] + 50)
+def test_task_format_and_induction_positions_by_brute_force() -> None:
+    x, mask = make_induction_data(400, seed=0)
+    assert x.shape == mask.shape == (400, 13) and (x[:, 0] == 0).all()
+    first = x[:, 1:7]
+    assert ((first >= 1) & (first <= 50)).all()
+    assert all(len(set(row.tolist())) == 6 for row in first)  # distinct tokens
+    shifts = set()
+    for row, m in zip(x.tolist(), mask.tolist(), strict=True):
+        half = row[1:7]
+        # the second half is the first half rotated
+        s = half.index(row[7])
+        shifts.add(s)
+        assert row[7:] == half[s:] + half[:s]
+        for i in range(13):
+            # an induction position: second half, its token has a successor in the first half,
+            # and that successor is the next token
+            expect = 7 <= i < 12 and half.index(row[i]) < 5
+            assert m[i] == expect
+            if expect:
+                assert row[i + 1] == half[half.index(row[i]) + 1]
+    assert shifts == set(range(6))  # every rotation occurs: no fixed-offset shortcut
+    xd, md = make_induction_data(400, seed=0, repeat_distinct=True)
+    assert torch.equal(xd[:, :7], x[:, :7]) and torch.equal(xd[:, 7:], x[:, 7:] + 50)
+    assert torch.equal(md, mask)
+    with pytest.raises(ValueError, match="seq_len"):
+        make_induction_data(3, seed=0, seq_len=12)
+
+
+def test_loss_and_accuracy_on_planted_logits() -> None:
+    x, mask = make_induction_data(50, seed=3)
+    perfect = torch.full((50, 13, 51), -30.0)
+    perfect[:, :-1].scatter_(2, x[:, 1:, None], 30.0)  # always predicts the next token
+    loss, acc = loss_and_accuracy(perfect, x, mask, "all")
+    assert acc == 1.0 and loss < 1e-6
+    wrong = perfect.roll(1, dims=2)
+    assert loss_and_accuracy(wrong, x, mask, "induction")[1] == 0.0
+    # "induction" averages over the masked positions only: spoil an unmasked one
+    spoiled = perfect.clone()
+    spoiled[:, 2] = 0.0
+    assert loss_and_accuracy(spoiled, x, mask, "induction")[0] < 1e-6
+    assert loss_and_accuracy(spoiled, x, mask, "all")[0] > 0.1
 
 
 @pytest.mark.parametrize("attention,normalize", ATTENTION_VARIANTS)
@@ -61,7 +90,7 @@ def test_attention_functions_normalisation(attention: str, normalize: bool) -> N
             torch.testing.assert_close(rows, torch.ones_like(rows))
         else:
             assert not torch.allclose(rows, torch.ones_like(rows))
-    elif normalize:  # mlp / linear: divided by max(sum, 1) -> |row sum| <= 1 where sum >= 1 ...
+    elif normalize:  # mlp / linear: divided by max(sum, 1)
         scores = attention_weights(q, k, attention, False, mlp)
         raw = scores.sum(-1)
         expect = torch.where(raw >= 1, torch.ones_like(raw), raw)
@@ -70,7 +99,7 @@ def test_attention_functions_normalisation(attention: str, normalize: bool) -> N
 
 def test_sink_mass_on_planted_attention() -> None:
     T = 13
-    B, H = 4, 3
+    B, H = 4, 4
     att = torch.zeros(B, H, T, T)
     att[:, 0, :, 0] = 1.0  # head 0: perfect sink
     causal = torch.ones(T, T).tril()
@@ -78,33 +107,41 @@ def test_sink_mass_on_planted_attention() -> None:
     att[:, 2] = torch.eye(T)  # head 2: diagonal
     att[:, 2, :, 0] = -3.0  # ... plus a negative (unnormalised) weight on position 0
     att[:, 2, 0, 0] = 1.0
-    mean0, last0 = sink_mass(att)
-    assert mean0[0] == pytest.approx(1.0) and last0[0] == pytest.approx(1.0)
+    att[:, 3] = 1e-3 * causal  # head 3: "does nothing" with tiny unnormalised weights
+    att[:, 3, :, 0] = 2e-3
+    mean0, idle0 = sink_mass(att, idle_rows=6)
+    assert mean0[0] == pytest.approx(1.0) and idle0[0] == pytest.approx(1.0)
     uniform = sum(1.0 / (i + 1) for i in range(1, T)) / (T - 1)
     assert mean0[1] == pytest.approx(uniform) and 0.18 < uniform < 0.19
+    assert idle0[1] == pytest.approx(sum(1.0 / (i + 1) for i in range(1, 7)) / 6)
     assert mean0[2] == pytest.approx(0.75)  # |-3| / (|-3| + 1) on every row i >= 1
-    # scale invariance: unnormalised heads are measured as distributions
-    m2, _ = sink_mass(7.0 * att)
-    torch.testing.assert_close(m2, mean0)
+    assert mean0[3] == pytest.approx(2e-3)  # small rows stay small: not a sink
+    # rows of total weight >= 1 are measured as distributions whatever their scale
+    m2, _ = sink_mass(7.0 * att[:, :3], idle_rows=6)
+    torch.testing.assert_close(m2, mean0[:3])
+    assert attention_mass(att).shape == att.shape
 
 
 def test_tiny_run_is_deterministic_and_complete() -> None:
     spec = {**TINY, "attention": "elu", "normalize": False, "positional": "rope", "id": "t"}
     a = run_induction(spec)
     b = run_induction(spec)
-    for name in ("curve", "heads", "pattern"):
+    for name in ("final", "curve", "heads", "pattern"):
         assert a[name].equals(b[name]), name
-    assert a["final"].drop("wall_s", "cpu_s").equals(b["final"].drop("wall_s", "cpu_s"))
+    assert [c for c in a["timing"].columns if c != "run_id"] == ["wall_s", "wall_cpu_s"]
     final = a["final"].row(0, named=True)
     assert final["steps"] == 8 and final["learned"] == (final["accuracy"] >= 0.5)
+    assert final["loss_positions"] == "all"
     assert a["heads"].height == 2 * 4
     assert a["curve"]["eval_accuracy"].drop_nulls().len() == 2
-    pat = a["pattern"].group_by("kind", "head", "query").agg(pl.col("weight").sum())
-    assert (pat["weight"] - 1.0).abs().max() < 1e-9
+    assert a["pattern"]["weight"].min() >= 0.0
     c = run_induction({**spec, "seed": 1})
     assert not c["curve"].equals(a["curve"])
     summary = summarize_induction([a, c])
     assert summary["by_setup"].height == 1 and summary["by_setup"]["runs"][0] == 2
+    s = run_induction({**TINY, "attention": "softmax", "id": "s"})
+    pat = s["pattern"].group_by("kind", "head", "query").agg(pl.col("weight").sum())
+    assert (pat["weight"] - 1.0).abs().max() < 1e-6  # softmax rows are distributions
 
 
 def test_model_variants_build_and_grids() -> None:
@@ -113,11 +150,16 @@ def test_model_variants_build_and_grids() -> None:
             model = InductionTransformer({**TINY, "positional": pe, "repeat_distinct": distinct})
             x, _ = make_induction_data(5, 0, repeat_distinct=distinct)
             logits, atts = model(x)
-            assert logits.shape == (5, 101 if distinct else 51) and len(atts) == 2
+            assert logits.shape == (5, 13, 101 if distinct else 51) and len(atts) == 2
     default, paper = induction_grid("default"), induction_grid("paper")
-    assert len({s["id"] for s in default}) == len(default)
+    assert len({s["id"] for s in default}) == len(default) == 26
     assert len({s["id"] for s in paper}) == len(paper) == 11 * 3 * 2 * 3
     assert [s["id"] for s in default] == [s["id"] for s in induction_grid("default")]
+    small = induction_grid("default", {"n_train": 640})
+    assert all(s["n_train"] == 640 for s in small)
+    assert {s["id"] for s in small}.isdisjoint(s["id"] for s in default)
+    with pytest.raises(KeyError, match="colour"):
+        induction_grid("default", {"colour": 1})
 
 
 @pytest.mark.parametrize("attention", ["sigmoid", "elu", "elu_elu"])
@@ -129,4 +171,4 @@ def test_normalised_positive_scores_survive_underflow(attention: str) -> None:
     att = attention_weights(q, k, attention, True)
     assert torch.isfinite(att).all()
     x = torch.linspace(-10, 10, 101)
-    torch.testing.assert_close(_elu1(x), torch.nn.functional.elu(x) + 1.0)
+    torch.testing.assert_close(elu_plus_one(x), torch.nn.functional.elu(x) + 1.0)

@@ -76,6 +76,11 @@ def ci_profile(folder: Path) -> Path:
     return folder
 
 
+#: tiny.yaml without the model-free experiments: SLURM runs every job as its own sbatch job, and
+#: those CPU-only jobs test nothing cluster-specific that the model pipeline does not.
+MODEL_ONLY = REPO / "tests" / "configs" / "tiny_model_only.yaml"
+
+
 def run_slurm(
     workdir: Path, env: dict[str, str], config: Path, download_dir: Path
 ) -> subprocess.CompletedProcess[str]:
@@ -90,6 +95,7 @@ def run_slurm(
             str(ci_profile(workdir / "profile")),
             "--configfile",
             str(config),
+            str(MODEL_ONLY),
             "--config",
             f"download_dir={download_dir}",
         ),

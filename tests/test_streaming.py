@@ -9,6 +9,7 @@ query's kept set, the query at rank ``|kept| - 1``), by re-rotating each key per
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -287,29 +288,40 @@ def test_in_cache_positions_change_the_result():
     assert (cache[:, 9:] - orig[:, 9:]).abs().max() > 1e-4
 
 
-def test_policy_grid_and_pair_tables():
-    params = {
-        "window_sizes": [4, 8, 64],
-        "sink_count": 2,
-        "sink_counts": [1, 2],
-        "neutral_counts": [1],
-        "k_sweep_window": 8,
-        "positions": "cache",
-        "position_ablation": True,
-        "layer_ablation_window": 6,
-        "layer_ablation_length": 24,
-        "tail_start": None,
-    }
+#: A small policy grid for the tiny models (streams of T tokens).
+SMALL_PARAMS = {
+    "window_sizes": [4, 8],
+    "sink_count": 2,
+    "sink_counts": [1, 2],
+    "neutral_counts": [1],
+    "k_sweep_window": 8,
+    "positions": "cache",
+    "position_ablation": True,
+    "layer_ablation_window": 6,
+    "layer_ablation_length": 24,
+    "tail_start": None,
+}
+
+
+def _pair_tables(family: str, params: dict) -> tuple[dict[str, pl.DataFrame], list, Any]:
+    """Every table of one tiny pair (model "m", dataset "d") under ``params``' policies."""
+    model = tiny_model(family)
     policies = build_policies(params, T)
+    evaluator = StreamingEvaluator(model, chunk_size=16)
+    tables = _evaluate_policies(evaluator, streams(model), policies, 5, params)
+    named = {n: t.with_columns(model=pl.lit("m"), dataset=pl.lit("d")) for n, t in tables.items()}
+    return named, policies, model
+
+
+def test_policy_grid_and_pair_tables():
+    params = {**SMALL_PARAMS, "window_sizes": [4, 8, 64]}
+    tables, policies, model = _pair_tables("gemma3", params)
     names = [p.name for p in policies]
     assert names[0] == "dense" and len(names) == len(set(names))
     assert "window_L64" not in names  # never evicts in a stream of 40
     assert {"window_L4", "sink2_L4", "neutral2_L4", "sink1_L8", "neutral1_L8"} <= set(names)
     assert next(p for p in policies if p.name == "sink2_L8_pos-original").positions == "original"
-    model = tiny_model("gemma3")
-    evaluator = StreamingEvaluator(model, chunk_size=16)
     ids = streams(model)
-    tables = _evaluate_policies(evaluator, ids, policies, 5, params)
     nll = tables["nll_by_position"]
     assert nll.height == len(policies) * (T - 1)
     assert not nll["nll"].is_nan().any()
@@ -323,9 +335,6 @@ def test_policy_grid_and_pair_tables():
     assert evicting["first_position"][0] == 2 + 4 + 1
     assert tables["layer_ablation"].height == model.config.num_hidden_layers
     assert set(tables["timings"]["policy"]) == set(names)
-    named = {
-        name: t.with_columns(model=pl.lit("m"), dataset=pl.lit("d")) for name, t in tables.items()
-    }
     heads = pl.DataFrame(
         {
             "model": "m",
@@ -336,10 +345,13 @@ def test_policy_grid_and_pair_tables():
             "bos_mass": [0.9, 0.1, 0.8, 0.7, 0.2, 0.1],
         }
     )
-    summary = summarize([named], [heads])
+    summary = summarize([tables], [heads])
     assert set(summary) == {"perplexity", "overview", "sink_heads", "layers", "correlations"}
     layer_rows = summary["correlations"].filter(pl.col("level") == "layer")
     assert layer_rows.height == 4 and set(layer_rows["n"]) == {3}
+    # the permutation p-values do not depend on the order of the head rows (joins reorder)
+    shuffled = summarize([tables], [heads.sample(fraction=1.0, shuffle=True, seed=3)])
+    assert shuffled["correlations"].equals(summary["correlations"])
 
 
 def test_correlation_helper():
@@ -374,23 +386,8 @@ def test_figures(tmp_path):
 
     from sinkscope import streaming_plots as sp
 
-    params = {
-        "window_sizes": [4, 8],
-        "sink_count": 2,
-        "sink_counts": [1, 2, 4],
-        "neutral_counts": [1, 2],
-        "k_sweep_window": 8,
-        "positions": "cache",
-        "position_ablation": True,
-        "layer_ablation_window": 6,
-        "layer_ablation_length": 24,
-        "tail_start": None,
-    }
-    model = tiny_model("llama")
-    evaluator = StreamingEvaluator(model, chunk_size=16)
-    ids = streams(model)
-    tables = _evaluate_policies(evaluator, ids, build_policies(params, T), 5, params)
-    tables = {n: t.with_columns(model=pl.lit("m"), dataset=pl.lit("d")) for n, t in tables.items()}
+    params = {**SMALL_PARAMS, "sink_counts": [1, 2, 4], "neutral_counts": [1, 2]}
+    tables, _, _ = _pair_tables("llama", params)
     written = sp.plot_all(tables, tmp_path, "tiny")
     mass = pl.DataFrame(
         {

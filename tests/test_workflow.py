@@ -60,6 +60,7 @@ def test_bad_config_fails_before_any_job(tmp_path: Path) -> None:
 def test_all_outputs_exist_and_rerun_is_a_no_op(tiny_run: Path, download_dir: Path) -> None:
     paths = Paths(str(tiny_run / "results"))
     expected = paths.all_targets([(PAIR["model"], PAIR["dataset"])])
+    expected += paths.streaming_targets([(PAIR["model"], PAIR["dataset"])], {"enabled": True})
     missing = [path for path in expected if not Path(path).exists()]
     assert not missing
     for name in HEAD_FIGURES:
@@ -149,9 +150,13 @@ def test_adding_a_dataset_runs_only_its_jobs(
     before = {
         path: path.stat().st_mtime_ns
         for path in (tiny_run / "results").rglob("*")
-        if path.is_file() and "logs" not in path.parts and "summary" not in path.parts
+        if path.is_file()
+        and "logs" not in path.parts
+        and "summary" not in path.parts
+        and path.stem != "claims"  # the claims table pools every pair
     }
-    dry = snakemake(tiny_run, "-n", "--configfile", str(TINY_EXTRA), download_dir=download_dir)
+    extra = ("--configfile", str(TINY), str(TINY_EXTRA))  # tiny.yaml plus one dataset
+    dry = snakemake(tiny_run, "-n", *extra, download_dir=download_dir)
     counts = job_counts(dry.stdout)
     assert counts == {
         "prepare_corpus": 1,
@@ -160,15 +165,66 @@ def test_adding_a_dataset_runs_only_its_jobs(
         "classify_heads": 1,
         "analyze_geometry": 1,
         "analyze_oversmoothing": 1,
+        "analyze_streaming": 1,
         "summarize_heads": 1,
         "summarize_geometry": 1,
         "summarize_oversmoothing": 1,
+        "summarize_streaming": 1,
+        "claims": 1,
         "all": 1,
-        "total": 10,
+        "total": 13,
     }, dry.stdout
-    snakemake(tiny_run, "--configfile", str(TINY_EXTRA), download_dir=download_dir)
+    snakemake(tiny_run, *extra, download_dir=download_dir)
     after = {path: path.stat().st_mtime_ns for path in before}
     assert before == after
     assert (tiny_run / "results/activations/smollm2-135m/shakespeare.h5").exists()
     summary = pl.read_parquet(tiny_run / "results/summary/head_classes.parquet")
     assert set(summary["dataset"]) == {"alice", "shakespeare", "all"}
+
+
+def test_streaming_tables_of_the_tiny_run(tiny_run: Path) -> None:
+    """The StreamingLLM rule on a real model: evicting the sink hurts, keeping it helps."""
+    folder = tiny_run / "results/streaming" / PAIR["model"] / PAIR["dataset"]
+    ppl = pl.read_parquet(folder / "perplexity.parquet").filter(pl.col("region") == "evicting")
+    assert set(ppl["kind"]) == {"dense", "window", "sink", "neutral"}
+    for window in (16, 32):
+        at = ppl.filter(pl.col("window") == window)
+        only = at.filter(pl.col("kind") == "window")["log_ppl_ratio"][0]
+        sink = at.filter((pl.col("kind") == "sink") & (pl.col("positions") == "cache"))
+        assert only > 0.5  # window-only eviction of SmolLM2 at L <= 32 costs > 1.6x perplexity
+        assert (sink["log_ppl_ratio"] < only).all()
+    # the attention-mass table is the HDF5's attention, recomputed here for the last layer
+    mass = pl.read_parquet(folder / "first_position_mass.parquet")
+    with h5layout.open_activations(
+        tiny_run / "results/activations" / PAIR["model"] / f"{PAIR['dataset']}.h5"
+    ) as f:
+        probs = np.asarray(f["attention/probs"][-1], dtype=np.float64)  # (N, H, T1, T1)
+    k = int(mass["key_position"].max()) + 1
+    last = mass.filter(pl.col("layer") == mass["layer"].max()).sort("key_position")
+    assert np.allclose(last["mass"].to_numpy(), probs[:, :, k:, :k].mean(axis=(0, 1, 2)))
+    summary = pl.read_parquet(tiny_run / "results/summary/streaming/correlations.parquet")
+    assert {"level", "spearman_rho", "n"} <= set(summary.columns) and summary.height > 0
+
+
+def test_dynamics_outputs_of_the_tiny_run(tiny_run: Path) -> None:
+    """The training-dynamics rules: every target, one summary row per configured run, logs with
+    the progress bar, wall times only in the timing JSON."""
+    from sinkscope.config import load_config
+    from sinkscope.dynamics.common import dynamics_jobs
+    from sinkscope.io import read_json
+
+    config = load_config(TINY)
+    paths = Paths(str(tiny_run / "results"))
+    targets = paths.dynamics_targets(config["dynamics"])
+    assert len(targets) == 3 + 2 * (4 + 5 + 4) + (5 + 4 + 3)
+    assert not [path for path in targets if not Path(path).exists()]
+    for part, runs in dynamics_jobs(config["dynamics"]).items():
+        final = pl.read_parquet(paths.dynamics_table(part, "final"))
+        assert sorted(final["run_id"]) == sorted(runs) and runs
+        assert not [c for c in final.columns if c.startswith("wall")]
+        timing = read_json(paths.dynamics_timing(part))
+        assert [row["spec"]["id"] for row in timing] == sorted(runs)
+        assert all(row["wall_s"] > 0 for row in timing)
+    (run,) = dynamics_jobs(config["dynamics"])["induction"]
+    log = (tiny_run / paths.log("dynamics_induction_run", run)).read_text()
+    assert "10/10" in log  # the progress bar went to the job's log

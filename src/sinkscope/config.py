@@ -107,6 +107,30 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
                 problems.append(
                     f"costs.{task}.params: unknown keys {unknown}; known: {sorted(known)}"
                 )
+    dynamics = config.get("dynamics", {})
+    if dynamics.get("enabled"):
+        from sinkscope.dynamics.common import dynamics_jobs
+
+        try:
+            dynamics_jobs(dynamics)
+        except ValueError as error:
+            problems.append(str(error))
+    text_tokens = config["extraction"]["context_length"]
+    too_long = [t for t in config["oversmoothing"]["context_lengths"] if t > text_tokens]
+    if too_long:
+        problems.append(
+            f"oversmoothing.context_lengths: {too_long} exceed extraction.context_length = "
+            f"{text_tokens} (every prefix T' must fit in the extracted sequences)"
+        )
+    streaming = config.get("streaming", {})
+    if streaming.get("enabled"):
+        from sinkscope.streaming import DEFAULT_PARAMS as STREAMING_PARAMS
+
+        unknown = sorted(set(streaming["params"]) - set(STREAMING_PARAMS))
+        if unknown:
+            problems.append(
+                f"streaming.params: unknown keys {unknown}; known: {sorted(STREAMING_PARAMS)}"
+            )
     for name, entry in config["models"].items():
         source = entry["source"]
         if source["kind"] == "local" and not Path(source["path"]).exists():

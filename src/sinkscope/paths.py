@@ -5,7 +5,9 @@ Paths are Snakemake patterns with ``{model}`` and ``{dataset}`` wildcards under 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 HEAD_FIGURES = ("mass_heatmaps", "class_map")
 
@@ -37,6 +39,42 @@ GEOMETRY_FIGURES = (
     "bos_residual_norm",
 )
 OVERSMOOTHING_TABLES = ("per_head", "per_layer", "summary", "conditions", "claims")
+#: StreamingLLM cache policies (sinkscope.streaming): per pair and across pairs.
+STREAMING_TABLES = (
+    "nll_by_position",
+    "perplexity",
+    "timings",
+    "layer_ablation",
+    "settings",
+    "first_position_mass",
+)
+STREAMING_FIGURES = ("nll_by_position", "perplexity_vs_window", "sink_count", "first_position_mass")
+STREAMING_SUMMARY_TABLES = ("perplexity", "overview", "sink_heads", "layers", "correlations")
+STREAMING_SUMMARY_FIGURES = ("eviction_damage",)
+#: Summary tables read by rule ``claims`` (sinkscope.claims), per analysis.
+CLAIMS_SUMMARY_TABLES = {
+    "geometry": ("bos_alignment", "value_rank", "bos_value_norm_classes", "statements"),
+    "oversmoothing": ("summary", "per_head"),
+}
+CLAIMS_COST_TABLES = ("toy", "backcopy_runs", "backcopy_slopes", "copypaste_runs")
+#: Training-dynamics experiments (companion paper; rules in workflow/rules/dynamics.smk): the
+#: tables of one run (``run_*`` of sinkscope.dynamics), the summary tables (``summarize_*``) and
+#: the figures of each part.
+DYNAMICS_RUN_TABLES = {
+    "value_softmax": ("final", "trajectory", "scalars"),
+    "induction": ("final", "curve", "heads", "pattern"),
+    "classification": ("final", "curve", "attention"),
+}
+DYNAMICS_SUMMARY_TABLES = {
+    "value_softmax": ("final", "by_variant", "trajectory", "scalars"),
+    "induction": ("final", "by_setup", "curve", "heads", "pattern"),
+    "classification": ("final", "by_setup", "curve", "attention"),
+}
+DYNAMICS_FIGURES = {
+    "value_softmax": ("polarization", "losses", "activations", "tied", "regression"),
+    "induction": ("sinks", "accuracy", "patterns", "curves"),
+    "classification": ("flips", "flips_by_size", "attention"),
+}
 OVERSMOOTHING_FIGURES = (
     "fig2_left_approximation",
     "fig2_right_components",
@@ -47,6 +85,20 @@ OVERSMOOTHING_FIGURES = (
     "fig10_uniformity",
     "fig11_deviating_heads",
 )
+
+
+def analysis_runs(config: Mapping[str, Any], analysis: str) -> bool:
+    """Whether ``analysis`` runs in ``config``: heads, geometry and oversmoothing always; another
+    section when its ``enabled`` is true; a dotted ``section.part`` when both the section and the
+    part are enabled (a part without ``enabled`` follows its section)."""
+    section, _, part = analysis.partition(".")
+    entry = config.get(section)
+    enabled = entry.get("enabled") if isinstance(entry, Mapping) else None
+    runs = section in ("heads", "geometry", "oversmoothing") if enabled is None else bool(enabled)
+    if runs and part:
+        sub = entry.get(part) if isinstance(entry, Mapping) else None
+        runs = bool(sub.get("enabled", True)) if isinstance(sub, Mapping) else True
+    return runs
 
 
 @dataclass(frozen=True)
@@ -106,6 +158,7 @@ class Paths:
     def cost_run(self, task: str) -> str:
         patterns = {
             "backcopy": "{pattern}_T{T}_seed{seed}",
+            "backcopy_e2e": "{pattern}_T{T}_seed{seed}",
             "copypaste": "{pattern}_n{n}_delta{delta}_seed{seed}",
         }
         return f"{self.root}/costs/{task}/runs/{patterns[task]}.json"
@@ -119,9 +172,94 @@ class Paths:
     def cost_targets(self, costs: dict) -> list[str]:
         if not costs.get("enabled"):
             return []
-        tables = ["toy", "backcopy_runs", "backcopy_slopes", "condition3", "copypaste_runs"]
+        tables = ["toy", "backcopy_runs", "backcopy_slopes", "condition3", "condition3_measured"]
+        tables.append("copypaste_runs")
+        if costs.get("backcopy", {}).get("end_to_end", {}).get("T"):
+            tables.append("backcopy_end_to_end")
         figures = ["toy", "backcopy_costs", "condition3", "copypaste_costs"]
         return [self.cost_table(n) for n in tables] + [self.cost_figure(n) for n in figures]
+
+    # the claims table (rule claims; sinkscope.claims)
+    def claims(self, suffix: str = "md") -> str:
+        return f"{self.root}/claims.{suffix}"
+
+    def claims_targets(self) -> list[str]:
+        return [self.claims(suffix) for suffix in ("md", "parquet", "csv", "rst")]
+
+    def claims_inputs(self, config: Mapping[str, Any]) -> dict[str, str]:
+        """The summary tables rule ``claims`` reads, keyed as ``sinkscope.claims.TABLE_ANALYSIS``,
+        for the analyses this config runs: heads, geometry and oversmoothing always, any other
+        analysis when its config section says ``enabled: true``. Claims whose tables are not
+        listed come out "not applicable -- analysis not run in this config"."""
+        tables: dict[str, tuple[str, str]] = {
+            "head_classes": ("heads", self.heads_summary()),
+            **{
+                f"{analysis}_{name}": (analysis, self.summary_table(analysis, name))
+                for analysis, names in CLAIMS_SUMMARY_TABLES.items()
+                for name in names
+            },
+            **{f"costs_{name}": ("costs", self.cost_table(name)) for name in CLAIMS_COST_TABLES},
+            "streaming_sink_heads": ("streaming", self.summary_table("streaming", "sink_heads")),
+            "dynamics_value_softmax_by_variant": (
+                "dynamics.value_softmax",
+                self.dynamics_table("value_softmax", "by_variant"),
+            ),
+            "dynamics_induction_by_setup": (
+                "dynamics.induction",
+                self.dynamics_table("induction", "by_setup"),
+            ),
+            "dynamics_classification_final": (
+                "dynamics.classification",
+                self.dynamics_table("classification", "final"),
+            ),
+        }
+        return {
+            key: path for key, (analysis, path) in tables.items() if analysis_runs(config, analysis)
+        }
+
+    def streaming_targets(
+        self, pairs: list[tuple[str, str]], streaming: Mapping[str, Any]
+    ) -> list[str]:
+        """Per-pair and summary outputs of the StreamingLLM analysis (when enabled)."""
+        if not streaming.get("enabled"):
+            return []
+        targets = []
+        for model, dataset in pairs:
+            fill = {"model": model, "dataset": dataset}
+            targets += [self.table("streaming", n).format(**fill) for n in STREAMING_TABLES]
+            targets += [self.figure("streaming", n).format(**fill) for n in STREAMING_FIGURES]
+        targets += [self.summary_table("streaming", n) for n in STREAMING_SUMMARY_TABLES]
+        targets += [self.summary_figure("streaming", n) for n in STREAMING_SUMMARY_FIGURES]
+        return targets
+
+    # training dynamics of the companion paper (no model): per-run tables, summaries, figures
+    def dynamics_run_table(self, part: str, name: str) -> str:
+        return f"{self.root}/dynamics/{part}/runs/{{run}}/{name}.parquet"
+
+    def dynamics_run_timing(self, part: str) -> str:
+        return f"{self.root}/dynamics/{part}/runs/{{run}}/timing.json"
+
+    def dynamics_table(self, part: str, name: str, suffix: str = "parquet") -> str:
+        return f"{self.root}/dynamics/{part}/{name}.{suffix}"
+
+    def dynamics_figure(self, part: str, name: str) -> str:
+        return f"{self.root}/dynamics/{part}/{name}.png"
+
+    def dynamics_timing(self, part: str) -> str:
+        return f"{self.root}/dynamics/{part}/timing.json"
+
+    def dynamics_targets(self, dynamics: Mapping[str, Any]) -> list[str]:
+        """Summary tables, figures and timings of every enabled part of the ``dynamics`` section."""
+        if not dynamics.get("enabled"):
+            return []
+        targets = []
+        for part, names in DYNAMICS_SUMMARY_TABLES.items():
+            if not dynamics.get(part, {}).get("enabled", True):
+                continue
+            targets += [self.dynamics_table(part, n, s) for n in names for s in ("parquet", "csv")]
+            targets += [self.dynamics_figure(part, n) for n in DYNAMICS_FIGURES[part]]
+            targets.append(self.dynamics_timing(part))
+        return targets
 
     def log(self, rule: str, pattern: str) -> str:
         return f"{self.root}/logs/{rule}/{pattern}.log"
@@ -148,4 +286,4 @@ class Paths:
         ):
             targets += [self.summary_table(analysis, name) for name in tables]
             targets += [self.summary_figure(analysis, name) for name in figures]
-        return targets + self.cost_targets(costs or {})
+        return targets + self.cost_targets(costs or {}) + self.claims_targets()

@@ -84,6 +84,7 @@ def extract_activations(smk: Any) -> None:
         storage_dtypes=extraction["storage_dtypes"],
         compression_level=extraction["compression_level"],
         device=extraction["device"],
+        overlap_writes=extraction.get("overlap_writes", "auto"),
     )
     digest = config_digest(smk.params.model_entry, smk.params.dataset_entry, extraction)
     extract(
@@ -230,6 +231,39 @@ def _plot_oversmoothing(
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def analyze_streaming(smk: Any) -> None:
+    from sinkscope import streaming_plots as plots
+    from sinkscope.paths import STREAMING_TABLES
+    from sinkscope.streaming import evaluate_pair, first_position_mass
+
+    model, dataset = smk.wildcards.model, smk.wildcards.dataset
+    tables = evaluate_pair(
+        smk.input.model_dir,
+        smk.input.documents,
+        {**smk.params.params, "model_name": model, "dataset_name": dataset},
+    )
+    tables["first_position_mass"] = first_position_mass(
+        smk.input.activations, smk.params.first_positions
+    )
+    _write_tables(tables, smk.output, STREAMING_TABLES)
+    title = f"{model} / {dataset}"
+    plots.plot_nll_by_position(tables, smk.output.figure_nll_by_position, title)
+    plots.plot_perplexity_vs_window(tables, smk.output.figure_perplexity_vs_window, title)
+    plots.plot_sink_count(tables, smk.output.figure_sink_count, title)
+    plots.plot_first_position_mass(tables, smk.output.figure_first_position_mass, title)
+
+
+def summarize_streaming(smk: Any) -> None:
+    from sinkscope.paths import STREAMING_SUMMARY_TABLES, STREAMING_TABLES
+    from sinkscope.streaming import summarize
+    from sinkscope.streaming_plots import plot_summary
+
+    heads = [pl.read_parquet(path) for path in smk.input.per_head]
+    summary = summarize(_read_tables(list(smk.input.tables), STREAMING_TABLES), heads)
+    _write_tables(summary, smk.output, STREAMING_SUMMARY_TABLES)
+    plot_summary(summary, smk.output.figure_eviction_damage, "StreamingLLM caches, all pairs")
+
+
 def cost_toy(smk: Any) -> None:
     from sinkscope.costs import toy_table
     from sinkscope.costs.plots import plot_toy
@@ -245,6 +279,15 @@ def cost_backcopy_run(smk: Any) -> None:
 
     wc = smk.wildcards
     write_json(run_backcopy(int(wc.T), wc.pattern, int(wc.seed), smk.params.params), smk.output.row)
+
+
+def cost_backcopy_e2e(smk: Any) -> None:
+    from sinkscope.costs import run_backcopy_end_to_end
+    from sinkscope.io import write_json
+
+    wc = smk.wildcards
+    row = run_backcopy_end_to_end(int(wc.T), wc.pattern, int(wc.seed), smk.params.params)
+    write_json(row, smk.output.row)
 
 
 def cost_copypaste_run(smk: Any) -> None:
@@ -263,7 +306,8 @@ def _rows(paths: list[str]) -> list[dict[str, Any]]:
 
 
 def summarize_backcopy(smk: Any) -> None:
-    from sinkscope.costs import condition3_grid, fit_slopes
+    from sinkscope.costs import condition3_grid, condition3_vs_measured, fit_slopes
+    from sinkscope.costs.backcopy import condition3_panel
     from sinkscope.costs.plots import plot_backcopy_costs, plot_condition3
 
     rows = _rows(list(smk.input.rows))
@@ -276,17 +320,16 @@ def summarize_backcopy(smk: Any) -> None:
     write_table(pl.DataFrame(slopes), smk.output.table_slopes)
     grid = condition3_grid(**smk.params.condition3)
     write_table(pl.DataFrame(grid), smk.output.table_condition3)
+    write_table(pl.DataFrame(condition3_vs_measured(rows)), smk.output.table_condition3_measured)
     plot_backcopy_costs(rows, smk.output.figure_costs, "backcopy task (Theorem 7.1)")
-    sizes = smk.params.condition3["sizes"]
-    n_dormant = smk.params.n_dormant if smk.params.n_dormant in sizes else sizes[0]
-    plot_condition3(
-        grid,
-        smk.output.figure_condition3,
-        n_dormant=n_dormant,
-        n_copy=n_dormant,
-        d_offset=max(smk.params.condition3["d_offsets"]),
-        measured=rows,
+    panel = condition3_panel(
+        smk.params.condition3["sizes"], smk.params.condition3["d_offsets"], smk.params.n_dormant
     )
+    plot_condition3(grid, smk.output.figure_condition3, **panel, measured=rows)
+
+
+def summarize_backcopy_e2e(smk: Any) -> None:
+    write_table(pl.DataFrame(_rows(list(smk.input.rows))), smk.output.table)
 
 
 def summarize_copypaste(smk: Any) -> None:
@@ -297,10 +340,95 @@ def summarize_copypaste(smk: Any) -> None:
     plot_copypaste_costs(rows, smk.output.figure_costs)
 
 
+def claims(smk: Any) -> None:
+    from sinkscope.claims import evaluate_claims, write_claims
+
+    tables = {key: pl.read_parquet(path) for key, path in smk.input.items()}
+    table = evaluate_claims(tables, smk.params.tolerances, smk.params.models)
+    write_claims(table, smk.output.markdown, smk.output.table, smk.output.rst)
+
+
+# --- training dynamics of the companion paper (workflow/rules/dynamics.smk)
+
+
+def _dynamics_run(smk: Any, part: str, run_fn: Callable[[dict], dict[str, pl.DataFrame]]) -> None:
+    from sinkscope.io import write_json
+    from sinkscope.paths import DYNAMICS_RUN_TABLES
+
+    tables = run_fn(dict(smk.params.spec))
+    for name in DYNAMICS_RUN_TABLES[part]:
+        write_table(tables[name], getattr(smk.output, name))
+    timing = tables["timing"].row(0, named=True)
+    write_json({**timing, "spec": dict(smk.params.spec)}, smk.output.timing)
+
+
+def dynamics_value_softmax_run(smk: Any) -> None:
+    from sinkscope.dynamics import run_value_softmax
+
+    _dynamics_run(smk, "value_softmax", run_value_softmax)
+
+
+def dynamics_induction_run(smk: Any) -> None:
+    from sinkscope.dynamics import run_induction
+
+    _dynamics_run(smk, "induction", run_induction)
+
+
+def dynamics_classification_run(smk: Any) -> None:
+    from sinkscope.dynamics import run_classification
+
+    _dynamics_run(smk, "classification", run_classification)
+
+
+def _summarize_dynamics(smk: Any, part: str, summarize: Callable[[list], dict]) -> None:
+    from sinkscope.dynamics.plots import FIGURES
+    from sinkscope.io import write_json
+    from sinkscope.paths import DYNAMICS_RUN_TABLES, DYNAMICS_SUMMARY_TABLES
+
+    names = DYNAMICS_RUN_TABLES[part]
+    runs = [
+        {name: pl.read_parquet(path) for name, path in zip(names, files, strict=True)}
+        for files in zip(*(getattr(smk.input, name) for name in names), strict=True)
+    ]
+    tables = summarize(runs)
+    for name in DYNAMICS_SUMMARY_TABLES[part]:
+        write_table(tables[name], getattr(smk.output, f"table_{name}"))
+    for name, plot in FIGURES[part].items():
+        plot(tables, getattr(smk.output, f"figure_{name}"))
+    write_json(_rows(list(smk.input.timing)), smk.output.timing)
+
+
+def summarize_dynamics_value_softmax(smk: Any) -> None:
+    from sinkscope.dynamics import summarize_value_softmax
+
+    _summarize_dynamics(smk, "value_softmax", summarize_value_softmax)
+
+
+def summarize_dynamics_induction(smk: Any) -> None:
+    from sinkscope.dynamics import summarize_induction
+
+    _summarize_dynamics(smk, "induction", summarize_induction)
+
+
+def summarize_dynamics_classification(smk: Any) -> None:
+    from sinkscope.dynamics import summarize_classification
+
+    _summarize_dynamics(smk, "classification", summarize_classification)
+
+
 STEPS: dict[str, Callable[[Any], None]] = {
+    "dynamics_value_softmax_run": dynamics_value_softmax_run,
+    "dynamics_induction_run": dynamics_induction_run,
+    "dynamics_classification_run": dynamics_classification_run,
+    "summarize_dynamics_value_softmax": summarize_dynamics_value_softmax,
+    "summarize_dynamics_induction": summarize_dynamics_induction,
+    "summarize_dynamics_classification": summarize_dynamics_classification,
+    "claims": claims,
     "cost_toy": cost_toy,
     "cost_backcopy_run": cost_backcopy_run,
     "cost_copypaste_run": cost_copypaste_run,
+    "cost_backcopy_e2e": cost_backcopy_e2e,
+    "summarize_backcopy_e2e": summarize_backcopy_e2e,
     "summarize_backcopy": summarize_backcopy,
     "summarize_copypaste": summarize_copypaste,
     "prepare_model": prepare_model,
@@ -313,6 +441,8 @@ STEPS: dict[str, Callable[[Any], None]] = {
     "summarize_geometry": summarize_geometry,
     "analyze_oversmoothing": analyze_oversmoothing,
     "summarize_oversmoothing": summarize_oversmoothing,
+    "analyze_streaming": analyze_streaming,
+    "summarize_streaming": summarize_streaming,
 }
 
 

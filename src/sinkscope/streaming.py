@@ -748,7 +748,8 @@ def evaluate_pair(
       (positions ``> k + L``, where the policy differs from dense) and ``tail`` (positions
       ``>= tail_start``, common to all policies): ``n_tokens, nll, ppl, dense_nll, dense_ppl,
       log_ppl_ratio`` (= nll - dense_nll).
-    * ``timings``: ``policy, tokens, wall_s, tokens_per_s`` (query tokens actually computed).
+    * ``timings``: ``policy, tokens, wall_s, wall_tokens_per_s`` (query tokens actually
+      computed; ``wall_*`` columns depend on the machine).
     * ``layer_ablation``: window-only eviction in one layer at a time (``layer_ablation_window``
       on the first ``layer_ablation_length`` tokens): ``layer, window, n_tokens, nll, dense_nll,
       log_ppl_ratio`` over the evicting positions (empty when disabled).
@@ -884,7 +885,9 @@ def _evaluate_policies(
                 "policy": policy.name,
                 "tokens": run.n_tokens,
                 "wall_s": run.wall_s,
-                "tokens_per_s": run.n_tokens / run.wall_s if run.wall_s > 0 else float("nan"),
+                "wall_tokens_per_s": (
+                    run.n_tokens / run.wall_s if run.wall_s > 0 else float("nan")
+                ),
             }
         )
     tables = {
@@ -1095,8 +1098,11 @@ def summarize(
     corr_rows = []
     if per_pair is not None:
         for window in sorted(window_damage["window"].unique().to_list()):
-            part = window_damage.filter(pl.col("window") == window).join(
-                per_pair, on=["model", "dataset"], how="inner"
+            # sorted: the permutation p-value depends on the row order (joins do not keep it)
+            part = (
+                window_damage.filter(pl.col("window") == window)
+                .join(per_pair, on=["model", "dataset"], how="inner")
+                .sort("model", "dataset")
             )
             for predictor in ("frac_sink_heads", "mean_bos_mass"):
                 stats = correlation(part[predictor], part["window_log_ppl_ratio"])
@@ -1124,7 +1130,7 @@ def summarize(
         layers = pl.concat(ablations, how="diagonal_relaxed").join(
             per_layer, on=["model", "dataset", "layer"], how="inner"
         )
-        layers_table = layers.sort("model", "dataset", "layer")
+        layers = layers_table = layers.sort("model", "dataset", "layer")  # deterministic order
         groups = [("all pairs", layers)]
         for (model, dataset), part in layers.group_by("model", "dataset", maintain_order=True):
             groups.append((f"{model}/{dataset}", part))

@@ -17,6 +17,10 @@ from sinkscope.paths import (
     GEOMETRY_TABLES,
     OVERSMOOTHING_FIGURES,
     OVERSMOOTHING_TABLES,
+    STREAMING_FIGURES,
+    STREAMING_SUMMARY_FIGURES,
+    STREAMING_SUMMARY_TABLES,
+    STREAMING_TABLES,
     Paths,
 )
 
@@ -44,7 +48,16 @@ localrules:
 
 
 def all_targets():
-    return paths.all_targets(pairs(config), config["costs"])
+    return (
+        paths.all_targets(pairs(config), config["costs"])
+        + paths.streaming_targets(pairs(config), config["streaming"])
+        + paths.dynamics_targets(config["dynamics"])
+    )
+
+
+def claims_inputs():
+    """The summary tables of the analyses this config runs (inputs of rule claims)."""
+    return paths.claims_inputs(config)
 
 
 # Named outputs of the analysis rules: table_<name> (parquet), table_<name>_csv, figure_<name>.

@@ -2,13 +2,14 @@
 
 * :mod:`.value_softmax` - gradient flow of ``L(V phi(a))`` (Theorem 3.3, Figures 2, 3, 10-13).
 * :mod:`.induction` - the induction task with Table 1's attention functions and the share of
-  layer-2 sink heads (Figures 1, 4, 14-17, Tables 1-2).
+  layer-2 sink heads (Figures 1, 4, 8, 14-17, Tables 1-2).
 * :mod:`.classification` - the classification task and adversarial one-token flips (Table 3,
   Figures 5, 6, 9, 18-21).
-* :mod:`.plots` - the figures (``plot_*(tables, out_png)``).
+* :mod:`.common` - the attention functions and transformer block both tasks use, grid helpers.
+* :mod:`.plots` - the figures (``plot_*(tables, out_png)``; import them from there).
 
-One ``run_*(spec)`` call is one job; ``*_grid(scale)`` lists the jobs of a scale ("default" for
-2 CPU cores, "paper" for the paper's sizes), each spec with a stable string ``id``;
+One ``run_*(spec)`` call is one job; ``*_grid(scale, overrides)`` lists the jobs of a scale
+("default" for 2 CPU cores, "paper" for the paper's sizes), each spec with a stable string ``id``;
 ``summarize_*`` concatenates the per-run tables.
 """
 
@@ -19,25 +20,7 @@ from sinkscope.dynamics.classification import (
     run_classification,
     summarize_classification,
 )
-from sinkscope.dynamics.induction import (
-    ATTENTION_VARIANTS,
-    induction_grid,
-    run_induction,
-    summarize_induction,
-)
-from sinkscope.dynamics.plots import (
-    plot_classification_attention,
-    plot_classification_flips,
-    plot_induction_accuracy,
-    plot_induction_curves,
-    plot_induction_patterns,
-    plot_induction_sinks,
-    plot_vs_activations,
-    plot_vs_losses,
-    plot_vs_polarization,
-    plot_vs_regression,
-    plot_vs_tied,
-)
+from sinkscope.dynamics.induction import induction_grid, run_induction, summarize_induction
 from sinkscope.dynamics.value_softmax import (
     run_value_softmax,
     summarize_value_softmax,
@@ -45,20 +28,8 @@ from sinkscope.dynamics.value_softmax import (
 )
 
 __all__ = [
-    "ATTENTION_VARIANTS",
     "classification_grid",
     "induction_grid",
-    "plot_classification_attention",
-    "plot_classification_flips",
-    "plot_induction_accuracy",
-    "plot_induction_curves",
-    "plot_induction_patterns",
-    "plot_induction_sinks",
-    "plot_vs_activations",
-    "plot_vs_losses",
-    "plot_vs_polarization",
-    "plot_vs_regression",
-    "plot_vs_tied",
     "run_classification",
     "run_induction",
     "run_value_softmax",

@@ -1,4 +1,4 @@
-"""Figures of :mod:`sinkscope.dynamics` (value-softmax dynamics and the induction task).
+"""Figures of :mod:`sinkscope.dynamics` (value-softmax dynamics, induction, classification).
 
 Every function takes the ``tables`` dict of the matching ``summarize_*`` function and the output
 PNG path, builds its figure with :func:`sinkscope.plotting.new_figure` and writes it with
@@ -7,7 +7,9 @@ PNG path, builds its figure with :func:`sinkscope.plotting.new_figure` and write
 
 from __future__ import annotations
 
+import functools
 import os
+from collections.abc import Callable
 
 import numpy as np
 import polars as pl
@@ -16,8 +18,10 @@ import seaborn as sns
 from sinkscope.plotting import new_figure, save_figure
 
 __all__ = [
+    "FIGURES",
     "plot_classification_attention",
     "plot_classification_flips",
+    "plot_classification_flips_by_size",
     "plot_induction_accuracy",
     "plot_induction_curves",
     "plot_induction_patterns",
@@ -30,9 +34,29 @@ __all__ = [
 ]
 
 PathLike = str | os.PathLike[str]
+Plot = Callable[[dict[str, pl.DataFrame], PathLike], None]
 
 
 # --------------------------------------------------------------------------- value-softmax
+
+
+class MissingRuns(ValueError):
+    """The config's grid holds no run of the kind a figure shows."""
+
+
+def _or_placeholder(plot: Plot) -> Plot:
+    """``plot``, or a figure saying which runs are missing when the config selected none."""
+
+    @functools.wraps(plot)
+    def wrapped(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
+        try:
+            plot(tables, out_png)
+        except MissingRuns as error:
+            fig = new_figure(6.0, 2.0)
+            fig.text(0.5, 0.5, f"not run in this config:\n{error}", ha="center", va="center")
+            save_figure(fig, out_png)
+
+    return wrapped
 
 
 def _runs(tables: dict[str, pl.DataFrame], **match) -> pl.DataFrame:
@@ -41,7 +65,7 @@ def _runs(tables: dict[str, pl.DataFrame], **match) -> pl.DataFrame:
     for key, value in match.items():
         final = final.filter(pl.col(key) == value)
     if final.is_empty():
-        raise ValueError(f"no value-softmax run matches {match}")
+        raise MissingRuns(f"no value-softmax run with {match}")
     return final.filter(pl.col("seed") == final["seed"].min()).sort("run_id")
 
 
@@ -64,6 +88,7 @@ def _lines(ax, traj: pl.DataFrame, column: str) -> None:
     ax.set_xlabel("gradient-flow time (lr x step)")
 
 
+@_or_placeholder
 def plot_vs_polarization(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
     """Figure 2: untied softmax model, logistic loss - sigma(a), value projections u and the
     entropy / ||V|| / loss over time."""
@@ -95,6 +120,7 @@ def plot_vs_polarization(tables: dict[str, pl.DataFrame], out_png: PathLike) -> 
     save_figure(fig, out_png)
 
 
+@_or_placeholder
 def plot_vs_losses(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
     """Figure 10 and the loss comparison: sigma(a) and u over time per loss (untied softmax)."""
     runs = _runs(tables, experiment="untied", activation="softmax")
@@ -120,6 +146,7 @@ def plot_vs_losses(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
     save_figure(fig, out_png)
 
 
+@_or_placeholder
 def plot_vs_activations(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
     """Figure 13: weights ``|phi_i| / sum |phi|`` over time, rows square / logistic loss,
     columns softmax / sum / sigmoid."""
@@ -144,6 +171,7 @@ def plot_vs_activations(tables: dict[str, pl.DataFrame], out_png: PathLike) -> N
     save_figure(fig, out_png)
 
 
+@_or_placeholder
 def plot_vs_tied(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
     """Figure 11: tied model ``U softmax(U a)``, logistic loss: top weight, entropy and
     ``||U^(m)||`` over time for each D."""
@@ -168,6 +196,7 @@ def plot_vs_tied(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
     save_figure(fig, out_png)
 
 
+@_or_placeholder
 def plot_vs_regression(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
     """Figures 3 and 12: logits ``a`` over time for every kappa, plus final entropy vs kappa
     (all seeds)."""
@@ -374,9 +403,47 @@ def plot_classification_flips(tables: dict[str, pl.DataFrame], out_png: PathLike
     save_figure(fig, out_png)
 
 
+def plot_classification_flips_by_size(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
+    """Figure 21's question in one panel per |V| / MLP / LayerNorm setup: final flip rate (all
+    replacements: solid; neutral tokens only: dashed) against the number of heads, one line per
+    number of layers, mean over seeds with the seeds' min-max range as error bars."""
+    by = tables["by_setup"].with_columns(
+        setup=pl.format(
+            "|V|={} mlp={} ln={}",
+            pl.col("vocab_size"),
+            pl.col("use_mlp").cast(pl.Int8),
+            pl.col("use_layernorm").cast(pl.Int8),
+        )
+    )
+    setups = sorted(set(by["setup"].to_list()))
+    layers = sorted(set(by["n_layers"].to_list()))
+    colors = dict(zip(layers, sns.color_palette("tab10", max(len(layers), 3)), strict=False))
+    fig = new_figure(max(7.5, 4.2 * len(setups)), 3.8)
+    axes = np.atleast_1d(fig.subplots(1, len(setups), squeeze=False, sharey=True)[0])
+    for ax, setup in zip(axes, setups, strict=True):
+        for n in layers:
+            p = by.filter((pl.col("setup") == setup) & (pl.col("n_layers") == n)).sort("n_heads")
+            mean = p["flip_rate_mean"].to_numpy()
+            err = np.vstack([mean - p["flip_rate_min"].to_numpy(), p["flip_rate_max"] - mean])
+            ax.errorbar(
+                p["n_heads"], mean, yerr=err, marker="o", capsize=3, color=colors[n], label=f"L={n}"
+            )
+            ax.plot(p["n_heads"], p["flip_rate_neutral_mean"], ls="--", color=colors[n])
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted(set(by["n_heads"].to_list())))
+        ax.set_xticklabels([str(h) for h in sorted(set(by["n_heads"].to_list()))])
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("heads H")
+        ax.set_ylabel("final one-token flip rate")
+        ax.set_title(f"{setup} ({int(p['runs'][0])} seeds)", fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle("Final one-token flip rate (dashed: neutral-token replacements only)")
+    save_figure(fig, out_png)
+
+
 def plot_classification_attention(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
     """Figure 5: layer-1 CLS attention (head 0) over epochs for the two recorded samples of the
-    1-layer 1-head run (or the first run)."""
+    1-layer 1-head run (or the first run); signal tokens are starred on the x axis."""
     final = tables["final"].sort("n_layers", "n_heads", "seed")
     run_id = final["run_id"][0]
     att = tables["attention"].filter((pl.col("run_id") == run_id) & (pl.col("head") == 0))
@@ -389,12 +456,39 @@ def plot_classification_attention(tables: dict[str, pl.DataFrame], out_png: Path
         mat = np.zeros((len(epochs), T))
         for row in part.iter_rows(named=True):
             mat[epochs.index(row["epoch"]), row["position"]] = row["weight"]
-        tokens = part.filter(pl.col("epoch") == epochs[0]).sort("position")["token"].to_list()
+        first = part.filter(pl.col("epoch") == epochs[0]).sort("position")
+        labels = [
+            f"{tok}*" if signal else str(tok)
+            for tok, signal in zip(first["token"], first["is_signal"], strict=True)
+        ]
         sns.heatmap(
-            mat, ax=ax, vmin=0, vmax=1, cmap="Blues", xticklabels=tokens, yticklabels=epochs
+            mat, ax=ax, vmin=0, vmax=1, cmap="Blues", xticklabels=labels, yticklabels=epochs
         )
-        ax.set_xlabel("token at position (0 = CLS)")
+        ax.set_xlabel("token at position (0 = CLS, * = signal token)")
         ax.set_ylabel("epoch")
         ax.set_title(f"sample {sample}, label {part['label'][0]}", fontsize=9)
     fig.suptitle(f"CLS attention over training ({run_id})")
     save_figure(fig, out_png)
+
+
+#: The figures of each part of the ``dynamics`` config section (names as in sinkscope.paths).
+FIGURES: dict[str, dict[str, Plot]] = {
+    "value_softmax": {
+        "polarization": plot_vs_polarization,
+        "losses": plot_vs_losses,
+        "activations": plot_vs_activations,
+        "tied": plot_vs_tied,
+        "regression": plot_vs_regression,
+    },
+    "induction": {
+        "sinks": plot_induction_sinks,
+        "accuracy": plot_induction_accuracy,
+        "patterns": plot_induction_patterns,
+        "curves": plot_induction_curves,
+    },
+    "classification": {
+        "flips": plot_classification_flips,
+        "flips_by_size": plot_classification_flips_by_size,
+        "attention": plot_classification_attention,
+    },
+}

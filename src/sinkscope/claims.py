@@ -1,0 +1,1825 @@
+"""The claims table: every claim of the three studies checked against what the pipeline measured.
+
+One :class:`Claim` per statement of the papers (``/work/shared/papers``: *Sink vs. diagonal
+patterns* (§3-§7, App. C-E), the value-softmax polarization abstracts and figure captions, and the
+StreamingLLM notes). Each claim names the section / figure / number where the paper makes it, the
+paper's value, the summary tables it reads, and a small, named, typed ``check_*`` function that
+takes those tables and the claim's tolerances (config section ``claims``; defaults in
+:data:`DEFAULT_TOLERANCES`, documented per key in ``workflow/schemas/config.schema.yaml``) and
+returns one row per model (x dataset, or per setting for the synthetic experiments) with
+
+* ``measured`` (a short human-readable statement) and ``value`` (the number the test compares),
+* ``test`` (the comparison, tolerance included),
+* ``verdict`` in :data:`VERDICTS` and a ``reason``.
+
+Verdicts: ``reproduced`` / ``not reproduced`` when the measured number passes / fails the test;
+``not applicable`` when the claim cannot be tested here -- the analysis did not run in this config
+(its summary table is not an input: :data:`NOT_RUN`), or the model has nothing the claim speaks
+about (e.g. no sink heads), with the reason spelled out. Tolerances come from the paper's own
+numbers where it states them (0.1 in Fig. 7, 40 % / 60 % thresholds, 13-21 %, slopes 1 and 3/2);
+where the paper only uses words ("most", "few", "roughly half", "sharply") the tolerance is a
+fixed reading of that word, chosen once and documented, never tuned to turn a verdict.
+
+Inputs are the summary tables of the analyses, keyed as in :data:`TABLE_ANALYSIS` (the rule reads
+the parquet files that :meth:`sinkscope.paths.Paths.claims_inputs` lists for this config).
+:func:`evaluate_claims` runs every claim; :func:`write_claims` writes ``claims.md`` (not-reproduced
+claims first), ``claims.parquet`` / ``.csv`` and ``claims.rst`` (included at the top of the
+Snakemake report's main page).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from sinkscope.costs.backcopy import fit_slopes
+from sinkscope.geometry import middle_layers
+from sinkscope.io import atomic_path, write_table
+
+__all__ = [
+    "CLAIMS",
+    "COLUMNS",
+    "DEFAULT_TOLERANCES",
+    "NOT_APPLICABLE",
+    "NOT_REPRODUCED",
+    "NOT_RUN",
+    "REPRODUCED",
+    "SYNTHETIC",
+    "TABLE_ANALYSIS",
+    "VERDICTS",
+    "Claim",
+    "claims_markdown",
+    "claims_rst",
+    "evaluate_claims",
+    "resolve_tolerances",
+    "write_claims",
+]
+
+REPRODUCED = "reproduced"
+NOT_REPRODUCED = "not reproduced"
+NOT_APPLICABLE = "not applicable"
+VERDICTS = (NOT_REPRODUCED, REPRODUCED, NOT_APPLICABLE)
+#: Reason of a claim whose analysis is not part of this config.
+NOT_RUN = "analysis not run in this config"
+#: ``model`` of the claims about synthetic experiments (no pretrained model involved).
+SYNTHETIC = "synthetic"
+#: Name of the pooled pseudo-dataset of the summary tables.
+POOLED = "all"
+
+#: Columns of the claims table, in order.
+COLUMNS: dict[str, Any] = {
+    "claim_id": pl.String,
+    "claim": pl.String,
+    "source": pl.String,
+    "paper_value": pl.String,
+    "model": pl.String,
+    "dataset": pl.String,
+    "setting": pl.String,
+    "measured": pl.String,
+    "value": pl.Float64,
+    "test": pl.String,
+    "verdict": pl.String,
+    "reason": pl.String,
+}
+
+#: Summary table key -> the analysis that writes it (the ``model`` axis of a missing table's
+#: rows: per-model analyses get one not-applicable row per model, synthetic ones a single row).
+TABLE_ANALYSIS: dict[str, str] = {
+    "head_classes": "heads",
+    "geometry_bos_alignment": "geometry",
+    "geometry_value_rank": "geometry",
+    "geometry_bos_value_norm_classes": "geometry",
+    "geometry_statements": "geometry",
+    "oversmoothing_summary": "oversmoothing",
+    "oversmoothing_per_head": "oversmoothing",
+    "costs_toy": "costs",
+    "costs_backcopy_runs": "costs",
+    "costs_backcopy_slopes": "costs",
+    "costs_copypaste_runs": "costs",
+    "streaming_sink_heads": "streaming",
+    "dynamics_value_softmax_by_variant": "dynamics",
+    "dynamics_induction_by_setup": "dynamics",
+    "dynamics_classification_final": "dynamics",
+}
+PER_MODEL_ANALYSES = ("heads", "geometry", "oversmoothing", "streaming")
+
+#: Default tolerances of every claim (the config's ``claims`` section overrides them per key).
+DEFAULT_TOLERANCES: dict[str, dict[str, Any]] = {
+    "heads": {
+        "sink_min_fraction": 0.1,
+        "diagonal_fraction_range": [0.006, 0.095],
+        "sink_prev_fraction_range": [0.13, 0.21],
+    },
+    "geometry": {
+        "bos_cosine_max": 0.0,
+        "representable_min_fraction": 1.0,
+        "near_full_rank": 0.9,
+        "bos_value_norm_max": 0.5,
+    },
+    "oversmoothing": {
+        "approximation_error": 0.1,
+        "most": 0.5,
+        "min_difference": 0.0,
+        "half_band": 0.25,
+        "few_max_fraction": 0.1,
+    },
+    "costs": {
+        "toy_rtol": 1e-6,
+        "slope_tolerance": 0.25,
+        "flat_max_slope": 0.1,
+        "growth_min_slope": 0.1,
+    },
+    "streaming": {
+        "sharp_ppl_ratio": 2.0,
+        "max_sink_tokens": 4,
+        "min_recovered_fraction": 0.9,
+    },
+    "dynamics": {
+        "majority": 0.5,
+        "softmax_min_sink_proportion": 0.1,
+        "unnormalized_max_sink_proportion": 0.05,
+        "min_difference": 0.0,
+    },
+}
+
+Row = dict[str, Any]
+Tables = Mapping[str, pl.DataFrame]
+
+
+def resolve_tolerances(overrides: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any]:
+    """:data:`DEFAULT_TOLERANCES` with the config's ``claims`` section applied (unknown keys fail)."""
+    out = copy.deepcopy(DEFAULT_TOLERANCES)
+    for group, values in (overrides or {}).items():
+        if group not in out:
+            raise KeyError(f"claims.{group}: unknown group; known: {sorted(out)}")
+        for key, value in values.items():
+            if key not in out[group]:
+                raise KeyError(f"claims.{group}.{key}: unknown key; known: {sorted(out[group])}")
+            out[group][key] = value
+    return out
+
+
+def _verdict(passed: bool | None) -> str:
+    if passed is None:
+        return NOT_APPLICABLE
+    return REPRODUCED if passed else NOT_REPRODUCED
+
+
+def _row(
+    model: str,
+    dataset: str,
+    setting: str,
+    measured: str,
+    value: float | None,
+    test: str,
+    passed: bool | None,
+    reason: str,
+) -> Row:
+    number = None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+    return {
+        "model": model,
+        "dataset": dataset,
+        "setting": setting,
+        "measured": measured,
+        "value": None if number is None else float(number),
+        "test": test,
+        "verdict": _verdict(passed),
+        "reason": reason,
+    }
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
+
+
+def _num(x: float | None, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{x:.{digits}g}"
+
+
+def _heads(n: int) -> str:
+    return f"{n} head" if n == 1 else f"{n} heads"
+
+
+def _require(table: pl.DataFrame, columns: Sequence[str], name: str) -> None:
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ValueError(f"claims: table {name!r} lacks the column(s) {missing}")
+
+
+def _model_dataset_order(table: pl.DataFrame) -> pl.DataFrame:
+    """Rows sorted by model, then datasets with the pooled ``"all"`` last."""
+    return table.sort("model", pl.col("dataset") == POOLED, "dataset")
+
+
+# =============================================================================== heads (§3, §7)
+
+
+def check_sink_heads_common(head_classes: pl.DataFrame, sink_min_fraction: float) -> list[Row]:
+    """§1/§7: sink heads are common and more prevalent than diagonal heads.
+
+    Per model and dataset: ``frac_sink >= sink_min_fraction`` and ``frac_sink > frac_diagonal``.
+    """
+    _require(
+        head_classes, ["model", "dataset", "n_heads", "frac_sink", "frac_diagonal"], "head_classes"
+    )
+    rows = []
+    for r in _model_dataset_order(head_classes).iter_rows(named=True):
+        sink, diag = r["frac_sink"], r["frac_diagonal"]
+        common, more = sink >= sink_min_fraction, sink > diag
+        reason = (
+            f"{_pct(sink)} sink heads vs {_pct(diag)} diagonal heads"
+            + ("" if common else f"; below the {_pct(sink_min_fraction)} floor")
+            + ("" if more else "; sinks are not more common than diagonals")
+        )
+        rows.append(
+            _row(
+                r["model"],
+                r["dataset"],
+                f"{r['n_heads']} heads",
+                f"sink {_pct(sink)}, diagonal {_pct(diag)}",
+                sink,
+                f"frac_sink >= {sink_min_fraction:g} and frac_sink > frac_diagonal",
+                common and more,
+                reason,
+            )
+        )
+    return rows
+
+
+def check_diagonal_heads_rarer(head_classes: pl.DataFrame) -> list[Row]:
+    """§7: diagonal heads exist (at least one head) but are rarer than sink heads."""
+    _require(
+        head_classes, ["model", "dataset", "n_heads", "frac_sink", "frac_diagonal"], "head_classes"
+    )
+    rows = []
+    for r in _model_dataset_order(head_classes).iter_rows(named=True):
+        sink, diag = r["frac_sink"], r["frac_diagonal"]
+        n_diag = round(diag * r["n_heads"])
+        exists, rarer = n_diag >= 1, diag < sink
+        if not exists:
+            reason = "no head has >= the diagonal threshold of its mass on the diagonal"
+        elif not rarer:
+            reason = f"diagonal heads ({_pct(diag)}) are not rarer than sink heads ({_pct(sink)})"
+        else:
+            reason = f"{_heads(n_diag)} diagonal ({_pct(diag)}) < sink heads ({_pct(sink)})"
+        rows.append(
+            _row(
+                r["model"],
+                r["dataset"],
+                f"{r['n_heads']} heads",
+                f"diagonal {_pct(diag)} ({_heads(n_diag)}), sink {_pct(sink)}",
+                diag,
+                "0 < frac_diagonal < frac_sink",
+                exists and rarer,
+                reason,
+            )
+        )
+    return rows
+
+
+def _range_rows(
+    head_classes: pl.DataFrame, column: str, bounds: Sequence[float], label: str
+) -> list[Row]:
+    _require(head_classes, ["model", "dataset", "n_heads", column], "head_classes")
+    lo, hi = float(bounds[0]), float(bounds[1])
+    if lo > hi:
+        raise ValueError(f"claims: the range of {column} is empty ({lo} > {hi})")
+    rows = []
+    for r in _model_dataset_order(head_classes).iter_rows(named=True):
+        x = r[column]
+        inside = lo <= x <= hi
+        where = "inside" if inside else ("below" if x < lo else "above")
+        rows.append(
+            _row(
+                r["model"],
+                r["dataset"],
+                f"{r['n_heads']} heads",
+                f"{label} {_pct(x)}",
+                x,
+                f"{lo:g} <= {column} <= {hi:g}",
+                inside,
+                f"{_pct(x)} is {where} the paper's range {_pct(lo)}-{_pct(hi)}",
+            )
+        )
+    return rows
+
+
+def check_diagonal_fraction_in_paper_range(
+    head_classes: pl.DataFrame, diagonal_fraction_range: Sequence[float]
+) -> list[Row]:
+    """§7: 6 % / 0.6 % / 9.5 % of heads (gpt2-medium / Llama 3.1-8B / Gemma 7B) are diagonal."""
+    return _range_rows(head_classes, "frac_diagonal", diagonal_fraction_range, "diagonal heads")
+
+
+def check_sink_prev_fraction_in_paper_range(
+    head_classes: pl.DataFrame, sink_prev_fraction_range: Sequence[float]
+) -> list[Row]:
+    """Remark C.4: 16 % / 13 % / 21 % of heads (gpt2 / Llama 3.1-8B / Gemma 7B) are sink+prev."""
+    return _range_rows(
+        head_classes, "frac_sink_prev", sink_prev_fraction_range, "sink+previous-token heads"
+    )
+
+
+# =============================================================================== geometry (§4, §6, E.2)
+
+
+def check_bos_cosine_middle_layers(bos_alignment: pl.DataFrame, bos_cosine_max: float) -> list[Row]:
+    """§4 / Fig. 1: the maximum cosine between BOS and every other token at the attention input
+    (``space == "Z"``, pooled over datasets) stays below ``bos_cosine_max`` (paper: 0) in every
+    middle layer (:func:`sinkscope.geometry.middle_layers`)."""
+    _require(
+        bos_alignment,
+        ["model", "dataset", "space", "layer", "max", "n_positive", "n_values"],
+        "bos_alignment",
+    )
+    rows = []
+    z = bos_alignment.filter(pl.col("space") == "Z")
+    for model in sorted(set(z["model"].to_list())):
+        a = z.filter(pl.col("model") == model).sort("layer")
+        layers = a["layer"].to_list()
+        middle = middle_layers(len(layers))
+        mid = a.filter(pl.col("layer").is_in(middle))
+        below = mid.filter(pl.col("max") < bos_cosine_max)["layer"].to_list()
+        worst = mid.sort("max", descending=True).row(0, named=True)
+        frac_pos = float(mid["n_positive"].sum() / mid["n_values"].sum())
+        dataset = str(a["dataset"][0])
+        rows.append(
+            _row(
+                model,
+                dataset,
+                f"middle layers {middle[0]}..{middle[-1]} of {len(layers)}",
+                f"max cosine {worst['max']:.3f} (layer {worst['layer']}); "
+                f"{len(below)}/{len(middle)} middle layers below {bos_cosine_max:g}; "
+                f"{_pct(frac_pos)} of cosines > 0",
+                float(mid["max"].max()),
+                f"max over middle layers of max cosine < {bos_cosine_max:g}",
+                len(below) == len(middle),
+                f"the maximum BOS cosine is below {bos_cosine_max:g} in {len(below)} of "
+                f"{len(middle)} middle layers (largest {worst['max']:.3f} in layer {worst['layer']})",
+            )
+        )
+    return rows
+
+
+def check_sink_representable(
+    statements: pl.DataFrame, representable_min_fraction: float
+) -> list[Row]:
+    """§4 / Prop. 4.1: the sink is representable: the proposition's half-space condition holds for
+    the tokens that attend to BOS in sink heads (reads the ``sink_representable`` statement of
+    :func:`sinkscope.geometry.summarize`)."""
+    _require(statements, ["model", "claim", "value", "statement"], "geometry statements")
+    rows = []
+    rep = statements.filter(pl.col("claim") == "sink_representable").sort("model")
+    for r in rep.iter_rows(named=True):
+        value = r["value"]
+        if value is None or math.isnan(value):
+            rows.append(
+                _row(
+                    r["model"],
+                    POOLED,
+                    "(layer, sequence) pairs with attending tokens",
+                    "no (layer, sequence) pair has sink-attending tokens",
+                    None,
+                    f"fraction >= {representable_min_fraction:g}",
+                    None,
+                    "model has no BOS-attending tokens in sink heads",
+                )
+            )
+            continue
+        rows.append(
+            _row(
+                r["model"],
+                POOLED,
+                "(layer, sequence) pairs with attending tokens",
+                f"Prop. 4.1's condition holds in {_pct(value)}",
+                value,
+                f"fraction >= {representable_min_fraction:g}",
+                value >= representable_min_fraction,
+                r["statement"],
+            )
+        )
+    return rows
+
+
+def check_value_rank_middle_layers(value_rank: pl.DataFrame, near_full_rank: float) -> list[Row]:
+    """App. E.2 / Fig. 12 (used by Prop. 6.1): value matrices have (near) full relative rank in the
+    middle layers: the median relative rank of every middle layer is ``>= near_full_rank``."""
+    _require(value_rank, ["model", "dataset", "layer", "median", "min"], "value_rank")
+    rows = []
+    for (model, dataset), v in _model_dataset_order(value_rank).group_by(
+        "model", "dataset", maintain_order=True
+    ):
+        v = v.sort("layer")
+        n_layers = int(v["layer"].max()) + 1
+        middle = middle_layers(n_layers)
+        vm = v.filter(pl.col("layer").is_in(middle))
+        worst = vm.sort("median").row(0, named=True)
+        ok = vm.filter(pl.col("median") >= near_full_rank).height
+        rows.append(
+            _row(
+                str(model),
+                str(dataset),
+                f"middle layers {middle[0]}..{middle[-1]}",
+                f"lowest layer median {worst['median']:.3f} (layer {worst['layer']}); "
+                f"minimum {float(vm['min'].min()):.3f}",
+                float(worst["median"]),
+                f"per-layer median relative rank >= {near_full_rank:g} in every middle layer",
+                ok == vm.height,
+                f"{ok} of {vm.height} middle layers have median relative rank >= {near_full_rank:g}",
+            )
+        )
+    return rows
+
+
+def check_sink_bos_value_norm(
+    bos_value_norm_classes: pl.DataFrame, bos_value_norm_max: float
+) -> list[Row]:
+    """§6 (assumption ``W_VO x_0 = 0``, supported by [13]): sink heads have a small BOS value-output
+    norm: the median over sink-head instances of ``|W_VO z_0| / median_i |W_VO z_i|`` is at most
+    ``bos_value_norm_max`` and below that of the other heads."""
+    _require(
+        bos_value_norm_classes,
+        ["model", "dataset", "group", "n_heads", "median_rel_bos_vo_norm"],
+        "bos_value_norm_classes",
+    )
+    rows = []
+    table = _model_dataset_order(bos_value_norm_classes)
+    for (model, dataset), c in table.group_by("model", "dataset", maintain_order=True):
+        sink = c.filter(pl.col("group") == "is_sink")
+        other = c.filter(pl.col("group") == "not_sink")
+        n_sink = int(sink["n_heads"].sum()) if sink.height else 0
+        test = f"sink median <= {bos_value_norm_max:g} and < other heads' median"
+        if n_sink == 0:
+            rows.append(
+                _row(
+                    str(model),
+                    str(dataset),
+                    "sink head instances",
+                    "no sink heads",
+                    None,
+                    test,
+                    None,
+                    "model has no BOS-attending (sink) heads",
+                )
+            )
+            continue
+        s = float(sink["median_rel_bos_vo_norm"][0])
+        o = float(other["median_rel_bos_vo_norm"][0]) if other.height else None
+        small = s <= bos_value_norm_max
+        below = o is None or s < o
+        rows.append(
+            _row(
+                str(model),
+                str(dataset),
+                f"{n_sink} sink head instances",
+                f"sink {s:.3f} vs other heads {_num(o)}",
+                s,
+                test,
+                small and below,
+                f"median relative BOS value-output norm {s:.3f} for sink heads vs {_num(o)} for the "
+                "others"
+                + ("" if small else f"; above {bos_value_norm_max:g}")
+                + ("" if below else "; not below the other heads"),
+            )
+        )
+    return rows
+
+
+# =============================================================================== oversmoothing (§5, E.1)
+
+
+def _largest_context(summary: pl.DataFrame) -> pl.DataFrame:
+    largest = summary.filter(
+        pl.col("context_length") == pl.col("context_length").max().over("model", "dataset")
+    )
+    return _model_dataset_order(largest)
+
+
+def _with_pooled_heads(per_head: pl.DataFrame) -> pl.DataFrame:
+    heads = per_head.filter(pl.col("dataset") != POOLED)
+    return pl.concat([heads, heads.with_columns(dataset=pl.lit(POOLED))], how="vertical_relaxed")
+
+
+def check_approximation_every_head(per_head: pl.DataFrame, approximation_error: float) -> list[Row]:
+    """App. E.1 / Fig. 7: ``|rho - rho_hat|`` (approximation (2) of Theorem 5.1) is below
+    ``approximation_error`` (paper: 0.1) for every head, for ``X`` and ``X + WZ``, at each pair's
+    largest context length (the paper's Fig. 7 uses 512)."""
+    _require(
+        per_head, ["model", "dataset", "context_length", "abs_err_x", "abs_err_xwz"], "per_head"
+    )
+    rows = []
+    heads = _largest_context(_with_pooled_heads(per_head))
+    for (model, dataset), h in heads.group_by("model", "dataset", maintain_order=True):
+        err = h.select(pl.max_horizontal("abs_err_x", "abs_err_xwz").alias("e"))["e"]
+        worst = float(err.max())
+        n_over = int((err >= approximation_error).sum())
+        rows.append(
+            _row(
+                str(model),
+                str(dataset),
+                f"T'={int(h['context_length'][0])}, {h.height} heads",
+                f"max error {worst:.3f} (X: {float(h['abs_err_x'].max()):.3g}, "
+                f"X+WZ: {float(h['abs_err_xwz'].max()):.3g})",
+                worst,
+                f"max over heads of |rho - rho_hat| < {approximation_error:g}",
+                worst < approximation_error,
+                f"{n_over} of {h.height} heads have an error >= {approximation_error:g}",
+            )
+        )
+    return rows
+
+
+def check_approximation_most_heads(
+    per_head: pl.DataFrame, approximation_error: float, most: float
+) -> list[Row]:
+    """§5: the approximation is accurate "for most individual attention heads": more than
+    ``most`` of the heads have ``|rho - rho_hat| < approximation_error`` for both ``X`` and
+    ``X + WZ``."""
+    _require(
+        per_head, ["model", "dataset", "context_length", "abs_err_x", "abs_err_xwz"], "per_head"
+    )
+    rows = []
+    heads = _largest_context(_with_pooled_heads(per_head))
+    for (model, dataset), h in heads.group_by("model", "dataset", maintain_order=True):
+        err = h.select(pl.max_horizontal("abs_err_x", "abs_err_xwz").alias("e"))["e"]
+        frac = float((err < approximation_error).mean())
+        rows.append(
+            _row(
+                str(model),
+                str(dataset),
+                f"T'={int(h['context_length'][0])}, {h.height} heads",
+                f"{_pct(frac)} of heads within {approximation_error:g}",
+                frac,
+                f"fraction of heads with error < {approximation_error:g} > {most:g}",
+                frac > most,
+                f"{_pct(frac)} of heads have both errors below {approximation_error:g}",
+            )
+        )
+    return rows
+
+
+def check_mean_approximation(summary: pl.DataFrame, approximation_error: float) -> list[Row]:
+    """§5 / Fig. 2 left: the head-averaged ``rho`` matches approximation (2) for ``X`` and ``X+WZ``
+    at every context length: mean ``|rho - rho_hat|`` below ``approximation_error``."""
+    _require(
+        summary,
+        ["model", "dataset", "context_length", "mean_abs_err_x", "mean_abs_err_xwz"],
+        "summary",
+    )
+    rows = []
+    for (model, dataset), s in _model_dataset_order(summary).group_by(
+        "model", "dataset", maintain_order=True
+    ):
+        worst = float(
+            s.select(pl.max_horizontal("mean_abs_err_x", "mean_abs_err_xwz").max()).item()
+        )
+        lengths = sorted(s["context_length"].to_list())
+        rows.append(
+            _row(
+                str(model),
+                str(dataset),
+                f"T' in {lengths}",
+                f"largest mean error {worst:.3g}",
+                worst,
+                f"mean |rho - rho_hat| < {approximation_error:g} for X and X+WZ at every T'",
+                worst < approximation_error,
+                f"X: {float(s['mean_abs_err_x'].max()):.3g}, X+WZ: {float(s['mean_abs_err_xwz'].max()):.3g}"
+                " (largest over context lengths)",
+            )
+        )
+    return rows
+
+
+def _difference_rows(
+    summary: pl.DataFrame,
+    larger: str,
+    smaller: str | None,
+    min_difference: float,
+    what: str,
+    needs: str | None = None,
+) -> list[Row]:
+    """Rows testing ``larger - smaller > min_difference`` (``smaller=None``: 0) at the largest T'."""
+    cols = ["model", "dataset", "context_length", "n_heads", larger]
+    cols += [c for c in (smaller, needs) if c]
+    _require(summary, cols, "oversmoothing summary")
+    rows = []
+    test = f"{larger}{f' - {smaller}' if smaller else ''} > {min_difference:g}"
+    for r in _largest_context(summary).iter_rows(named=True):
+        a = r[larger]
+        b = r[smaller] if smaller else 0.0
+        setting = f"T'={r['context_length']}, {r['n_heads']} heads"
+        if needs and not r[needs]:
+            rows.append(
+                _row(
+                    r["model"],
+                    r["dataset"],
+                    setting,
+                    "n/a",
+                    None,
+                    test,
+                    None,
+                    f"no heads to average over ({needs} = 0)",
+                )
+            )
+            continue
+        if a is None or b is None or math.isnan(a) or math.isnan(b):
+            rows.append(
+                _row(r["model"], r["dataset"], setting, "n/a", None, test, None, "value missing")
+            )
+            continue
+        diff = a - b
+        measured = f"{what}: {a:.4f}" + (f" vs {b:.4f} (difference {diff:+.4f})" if smaller else "")
+        rows.append(
+            _row(
+                r["model"],
+                r["dataset"],
+                setting,
+                measured,
+                diff,
+                test,
+                diff > min_difference,
+                f"{larger} = {a:.4f}" + (f", {smaller} = {b:.4f}" if smaller else ""),
+            )
+        )
+    return rows
+
+
+def check_w_decreases_similarity(summary: pl.DataFrame, min_difference: float) -> list[Row]:
+    """§5 / Fig. 2 right: applying ``W`` decreases the average cosine: ``rho(X) > rho(X + WZ)``
+    (rescaled head update, App. E.1 eq. (11)), averaged over heads."""
+    return _difference_rows(
+        summary, "mean_rho_x", "mean_rho_xwz_s", min_difference, "rho(X) vs rho(X+WZ)"
+    )
+
+
+def check_attention_raises_similarity(summary: pl.DataFrame, min_difference: float) -> list[Row]:
+    """§5 / Figs. 2, 6: attention raises the average cosine on average:
+    ``rho(X + WZA^T) - rho(X) > 0`` (rescaled), averaged over heads."""
+    return _difference_rows(
+        summary, "mean_increase_attn_s", None, min_difference, "mean rho(X+WZA^T) - rho(X)"
+    )
+
+
+def check_dense_heads_raise_more(summary: pl.DataFrame, min_difference: float) -> list[Row]:
+    """§5 / Figs. 2, 6: the increase is larger for heads with uniformity above the threshold
+    (paper: 0.6) than for all heads."""
+    return _difference_rows(
+        summary,
+        "mean_increase_attn_s_dense",
+        "mean_increase_attn_s",
+        min_difference,
+        "increase for dense heads vs all heads",
+        needs="n_dense",
+    )
+
+
+def check_uniform_raises_more(summary: pl.DataFrame, min_difference: float) -> list[Row]:
+    """§5 / Figs. 2, 6: uniform attention ``A_u`` raises the average cosine more than the learned
+    attention: ``rho(X + WZA_u^T) > rho(X + WZA^T)`` on average (rescaled)."""
+    return _difference_rows(
+        summary,
+        "mean_increase_unif_s",
+        "mean_increase_attn_s",
+        min_difference,
+        "increase under uniform vs learned attention",
+    )
+
+
+def check_condition_i_about_half(summary: pl.DataFrame, half_band: float) -> list[Row]:
+    """§5 / Figs. 8-9: roughly half of the heads satisfy condition (i) ``beta tr(BW) > 0``:
+    ``|frac_cond_i - 1/2| <= half_band``."""
+    _require(
+        summary, ["model", "dataset", "context_length", "frac_cond_i"], "oversmoothing summary"
+    )
+    rows = []
+    for r in _largest_context(summary).iter_rows(named=True):
+        x = r["frac_cond_i"]
+        rows.append(
+            _row(
+                r["model"],
+                r["dataset"],
+                f"T'={r['context_length']}, {r['n_heads']} heads",
+                f"{_pct(x)} of heads satisfy (i)",
+                x,
+                f"|frac_cond_i - 0.5| <= {half_band:g}",
+                abs(x - 0.5) <= half_band,
+                f"{_pct(x)} of heads satisfy condition (i)",
+            )
+        )
+    return rows
+
+
+def check_condition_ii_few(summary: pl.DataFrame, few_max_fraction: float) -> list[Row]:
+    """§5 / Figs. 8-9, App. E.1: few heads satisfy condition (ii)
+    ``beta tr(BW) + tr(BW^T W) < 0``: ``frac_cond_ii <= few_max_fraction``."""
+    _require(
+        summary, ["model", "dataset", "context_length", "frac_cond_ii"], "oversmoothing summary"
+    )
+    rows = []
+    for r in _largest_context(summary).iter_rows(named=True):
+        x = r["frac_cond_ii"]
+        rows.append(
+            _row(
+                r["model"],
+                r["dataset"],
+                f"T'={r['context_length']}, {r['n_heads']} heads",
+                f"{_pct(x)} of heads satisfy (ii)",
+                x,
+                f"frac_cond_ii <= {few_max_fraction:g}",
+                x <= few_max_fraction,
+                f"{_pct(x)} of heads satisfy condition (ii)",
+            )
+        )
+    return rows
+
+
+def check_predicted_signs(summary: pl.DataFrame, most: float) -> list[Row]:
+    """§5 / Figs. 8-9: the monotonicity predicted by Theorem 5.1 mostly holds: among non-sink heads
+    with a prediction (condition (i) or (ii), rescaled update), the fraction whose ``rho`` changes
+    with the predicted sign both from ``X+WZ`` to ``X+WZA^T`` and on to ``X+WZA_u^T`` is > ``most``."""
+    _require(
+        summary,
+        ["model", "dataset", "context_length", "agree_both_s", "agree_both"],
+        "oversmoothing summary",
+    )
+    rows = []
+    for r in _largest_context(summary).iter_rows(named=True):
+        x = r["agree_both_s"]
+        setting = f"T'={r['context_length']}, non-sink heads with a prediction"
+        if x is None or math.isnan(x):
+            rows.append(
+                _row(
+                    r["model"],
+                    r["dataset"],
+                    setting,
+                    "n/a",
+                    None,
+                    f"agree_both_s > {most:g}",
+                    None,
+                    "no non-sink head satisfies condition (i) or (ii)",
+                )
+            )
+            continue
+        rows.append(
+            _row(
+                r["model"],
+                r["dataset"],
+                setting,
+                f"{_pct(x)} follow the predicted signs (unscaled update: {_pct(r['agree_both'])})",
+                x,
+                f"agree_both_s > {most:g}",
+                x > most,
+                f"{_pct(x)} of the heads with a prediction change rho with the predicted sign",
+            )
+        )
+    return rows
+
+
+def check_similarity_stays_positive(summary: pl.DataFrame) -> list[Row]:
+    """App. E.1 / Fig. 4: the average token cosine similarity stays positive across layers (before
+    and after each attention update): smallest per-layer ``rho`` > 0 (the paper's own bound)."""
+    _require(
+        summary, ["model", "dataset", "context_length", "min_rho_layers"], "oversmoothing summary"
+    )
+    rows = []
+    for (model, dataset), s in _model_dataset_order(summary).group_by(
+        "model", "dataset", maintain_order=True
+    ):
+        x = float(s["min_rho_layers"].min())
+        rows.append(
+            _row(
+                str(model),
+                str(dataset),
+                f"T' in {sorted(s['context_length'].to_list())}",
+                f"smallest layer rho {x:.3f}",
+                x,
+                "min over layers and T' of rho > 0",
+                x > 0,
+                f"the smallest average cosine over layers and context lengths is {x:.3f}",
+            )
+        )
+    return rows
+
+
+# =============================================================================== costs (§7, Fig. 3, D.1)
+
+
+def check_toy_nuclear_norms(toy: pl.DataFrame, toy_rtol: float) -> list[Row]:
+    """§7 (intro): on ``X = I_{T+1}`` the sink needs nuclear norm ``kappa sqrt(T+1)``, the diagonal
+    ``kappa (T+1)``: the measured ratio diagonal / sink equals ``sqrt(T+1)``."""
+    _require(toy, ["T", "ratio_diag_over_sink"], "costs toy")
+    expected = np.sqrt(toy["T"].to_numpy().astype(float) + 1.0)
+    rel = np.abs(toy["ratio_diag_over_sink"].to_numpy() / expected - 1.0)
+    worst = float(rel.max())
+    return [
+        _row(
+            SYNTHETIC,
+            "-",
+            f"T in {toy['T'].to_list()}",
+            f"largest relative deviation from sqrt(T+1): {worst:.2g}",
+            worst,
+            f"|ratio / sqrt(T+1) - 1| <= {toy_rtol:g} at every T",
+            worst <= toy_rtol,
+            f"diagonal / sink nuclear norm = sqrt(T+1) within {worst:.2g} (relative)",
+        )
+    ]
+
+
+def check_backcopy_slopes(backcopy_slopes: pl.DataFrame, slope_tolerance: float) -> list[Row]:
+    """§7 / Fig. 3 left (Theorem 7.1): on a log-log scale the backcopy cost grows with slope about
+    1 for the sink and 3/2 for the diagonal (total cost, ``1/d`` score normalisation as in the
+    paper): ``|slope - expected| <= slope_tolerance`` (0.25 = half the gap between 1 and 3/2)."""
+    _require(backcopy_slopes, ["cost", "pattern", "slope", "n"], "backcopy_slopes")
+    rows = []
+    expected = {"sink": 1.0, "diagonal": 1.5}
+    total = backcopy_slopes.filter(pl.col("cost") == "cost_total").sort("pattern", descending=True)
+    for r in total.iter_rows(named=True):
+        want = expected.get(r["pattern"])
+        if want is None:
+            continue
+        slope = r["slope"]
+        test = f"|slope - {want:g}| <= {slope_tolerance:g}"
+        if slope is None or math.isnan(slope):
+            rows.append(
+                _row(
+                    SYNTHETIC,
+                    "-",
+                    f"pattern={r['pattern']}",
+                    "n/a",
+                    None,
+                    test,
+                    None,
+                    f"fewer than 2 context lengths ({int(r['n'])}) to fit a slope",
+                )
+            )
+            continue
+        rows.append(
+            _row(
+                SYNTHETIC,
+                "-",
+                f"pattern={r['pattern']}, {int(r['n'])} values of T",
+                f"slope {slope:.3f}",
+                slope,
+                test,
+                abs(slope - want) <= slope_tolerance,
+                f"log-log slope of the total cost in T is {slope:.3f} (paper: about {want:g})",
+            )
+        )
+    return rows
+
+
+def check_backcopy_sink_cheaper(backcopy_runs: pl.DataFrame) -> list[Row]:
+    """§7 / Theorem 7.1, Fig. 3 left: larger context lengths favour sinks: at the largest ``T``
+    the sink block is cheaper than the diagonal one (mean total cost over seeds)."""
+    _require(backcopy_runs, ["T", "pattern", "cost_total"], "backcopy_runs")
+    means = backcopy_runs.group_by("T", "pattern").agg(pl.col("cost_total").mean()).sort("T")
+    wide = means.pivot(on="pattern", index="T", values="cost_total").sort("T")
+    if "sink" not in wide.columns or "diagonal" not in wide.columns:
+        return [
+            _row(
+                SYNTHETIC,
+                "-",
+                "both patterns",
+                "n/a",
+                None,
+                "sink < diagonal at the largest T",
+                None,
+                "the runs do not include both patterns",
+            )
+        ]
+    wide = wide.drop_nulls(["sink", "diagonal"])
+    if wide.height == 0:
+        return [
+            _row(
+                SYNTHETIC,
+                "-",
+                "both patterns",
+                "n/a",
+                None,
+                "sink < diagonal at the largest T",
+                None,
+                "no T with runs of both patterns",
+            )
+        ]
+    last = wide.row(wide.height - 1, named=True)
+    cheaper = [
+        int(t) for t, s, d in zip(wide["T"], wide["sink"], wide["diagonal"], strict=True) if s < d
+    ]
+    ratio = last["diagonal"] / last["sink"]
+    return [
+        _row(
+            SYNTHETIC,
+            "-",
+            f"T={last['T']}",
+            f"sink {last['sink']:.1f} vs diagonal {last['diagonal']:.1f} (ratio {ratio:.2f})",
+            ratio,
+            "diagonal / sink cost > 1 at the largest T",
+            ratio > 1,
+            f"sink cheaper at T in {cheaper} of {wide['T'].to_list()}",
+        )
+    ]
+
+
+def _fit(rows: pl.DataFrame) -> float:
+    fit = fit_slopes(rows.to_dicts(), "reff_over_delta2", "cost_total")
+    return next(iter(fit.values()))["slope"] if fit else float("nan")
+
+
+def check_copypaste_trends(
+    copypaste_runs: pl.DataFrame, flat_max_slope: float, growth_min_slope: float
+) -> list[Row]:
+    """§7 / Fig. 3 right (Theorem 7.2): over the sweep of ``delta`` and dormant tokens per group,
+    the sink cost is flat in ``r_eff(Sigma_D)/delta^2`` and the diagonal cost grows with it:
+    log-log slope (:func:`sinkscope.costs.fit_slopes`) ``|slope| <= flat_max_slope`` for the sink,
+    ``slope >= growth_min_slope`` for the diagonal."""
+    _require(copypaste_runs, ["pattern", "n", "reff_over_delta2", "cost_total"], "copypaste_runs")
+    rows = []
+    for pattern in ("sink", "diagonal"):
+        runs = copypaste_runs.filter(pl.col("pattern") == pattern)
+        flat = pattern == "sink"
+        test = f"|slope| <= {flat_max_slope:g}" if flat else f"slope >= {growth_min_slope:g}"
+        if runs["reff_over_delta2"].n_unique() < 2:
+            rows.append(
+                _row(
+                    SYNTHETIC,
+                    "-",
+                    f"pattern={pattern}",
+                    "n/a",
+                    None,
+                    test,
+                    None,
+                    "fewer than 2 values of r_eff/delta^2 to fit a slope",
+                )
+            )
+            continue
+        slope = _fit(runs)
+        within = [
+            (int(n), _fit(part))
+            for (n,), part in runs.sort("n").group_by("n", maintain_order=True)
+            if part["reff_over_delta2"].n_unique() >= 2
+        ]
+        within_txt = ", ".join(f"n={n}: {s:.2f}" for n, s in within) or "none (one delta per n)"
+        passed = abs(slope) <= flat_max_slope if flat else slope >= growth_min_slope
+        rows.append(
+            _row(
+                SYNTHETIC,
+                "-",
+                f"pattern={pattern}, {runs.height} runs",
+                f"log-log slope {slope:.3f}",
+                slope,
+                test,
+                passed,
+                f"pooled over the sweep; at fixed dormant tokens per group the slopes are {within_txt}",
+            )
+        )
+    return rows
+
+
+def check_theorem_d1_bounds(copypaste_runs: pl.DataFrame) -> list[Row]:
+    """Theorem D.1 (App. D): every measured copy-paste cost lies inside the theorem's lower and
+    upper bounds for its pattern (``in_bounds`` of every run)."""
+    _require(
+        copypaste_runs,
+        ["pattern", "in_bounds", "cost_total", "lower_bound", "upper_bound"],
+        "copypaste_runs",
+    )
+    rows = []
+    for pattern in sorted(set(copypaste_runs["pattern"].to_list()), reverse=True):
+        runs = copypaste_runs.filter(pl.col("pattern") == pattern)
+        inside = int(runs["in_bounds"].sum())
+        rows.append(
+            _row(
+                SYNTHETIC,
+                "-",
+                f"pattern={pattern}, {runs.height} runs",
+                f"{inside}/{runs.height} runs inside the bounds",
+                inside / runs.height,
+                "every run: lower_bound <= cost_total <= upper_bound",
+                inside == runs.height,
+                f"cost / upper bound ranges {float((runs['cost_total'] / runs['upper_bound']).min()):.2f}"
+                f"-{float((runs['cost_total'] / runs['upper_bound']).max()):.2f}",
+            )
+        )
+    return rows
+
+
+# =============================================================================== StreamingLLM notes
+
+
+def check_eviction_raises_perplexity(sink_heads: pl.DataFrame, sharp_ppl_ratio: float) -> list[Row]:
+    """StreamingLLM notes: evicting the first tokens (window-only cache) raises perplexity sharply:
+    window-only / dense perplexity on the evicting positions ``>= sharp_ppl_ratio`` (2 = doubles)."""
+    _require(
+        sink_heads, ["model", "dataset", "window", "window_log_ppl_ratio"], "streaming sink_heads"
+    )
+    rows = []
+    table = sink_heads.unique(["model", "dataset", "window"]).sort("model", "dataset", "window")
+    for r in table.iter_rows(named=True):
+        ratio = math.exp(r["window_log_ppl_ratio"])
+        rows.append(
+            _row(
+                r["model"],
+                r["dataset"],
+                f"window L={r['window']}",
+                f"perplexity x{ratio:.2f} vs dense",
+                ratio,
+                f"window-only ppl / dense ppl >= {sharp_ppl_ratio:g}",
+                ratio >= sharp_ppl_ratio,
+                f"evicting all but the last {r['window']} tokens multiplies perplexity by {ratio:.2f}",
+            )
+        )
+    return rows
+
+
+def check_sink_tokens_restore(
+    sink_heads: pl.DataFrame, max_sink_tokens: int, min_recovered_fraction: float
+) -> list[Row]:
+    """StreamingLLM notes: keeping a few (``<= max_sink_tokens``) first tokens restores perplexity:
+    the sink cache removes at least ``min_recovered_fraction`` of the window-only log-perplexity
+    increase, ``1 - sink_log_ratio / window_log_ratio``."""
+    cols = ["model", "dataset", "window", "n_sink", "window_log_ppl_ratio", "sink_log_ppl_ratio"]
+    _require(sink_heads, cols, "streaming sink_heads")
+    rows = []
+    table = sink_heads.filter(
+        pl.col("n_sink").is_not_null() & (pl.col("n_sink") <= max_sink_tokens)
+    )
+    if "sink_positions" in table.columns:
+        table = table.filter(pl.col("sink_positions") == "cache")
+    for r in table.sort("model", "dataset", "window", "n_sink").iter_rows(named=True):
+        w, s = r["window_log_ppl_ratio"], r["sink_log_ppl_ratio"]
+        setting = f"window L={r['window']}, k={r['n_sink']} sink tokens"
+        test = f"recovered fraction >= {min_recovered_fraction:g}"
+        if w <= 0:
+            rows.append(
+                _row(
+                    r["model"],
+                    r["dataset"],
+                    setting,
+                    "n/a",
+                    None,
+                    test,
+                    None,
+                    "evicting the first tokens did not raise perplexity here: nothing to restore",
+                )
+            )
+            continue
+        recovered = 1.0 - s / w
+        rows.append(
+            _row(
+                r["model"],
+                r["dataset"],
+                setting,
+                f"ppl x{math.exp(s):.3f} with sinks vs x{math.exp(w):.3f} window-only",
+                recovered,
+                test,
+                recovered >= min_recovered_fraction,
+                f"the sink tokens remove {_pct(recovered)} of the window-only log-perplexity increase",
+            )
+        )
+    return rows
+
+
+# =============================================================================== value-softmax paper
+
+
+def _share_rows(
+    by_variant: pl.DataFrame,
+    loss: str,
+    activations: Sequence[str],
+    majority: float,
+    polarizes: bool,
+) -> list[Row]:
+    _require(
+        by_variant,
+        ["experiment", "loss", "activation", "n", "d", "runs", "polarized_share"],
+        "value_softmax by_variant",
+    )
+    rows = []
+    part = by_variant.filter(
+        (pl.col("experiment") == "untied")
+        & (pl.col("loss") == loss)
+        & pl.col("activation").is_in(list(activations))
+    ).sort("activation", "n", "d")
+    test = f"polarized share > {majority:g}" if polarizes else f"polarized share < {majority:g}"
+    if part.height == 0:
+        return [
+            _row(
+                SYNTHETIC,
+                "-",
+                f"loss={loss}, phi in {list(activations)}",
+                "n/a",
+                None,
+                test,
+                None,
+                "no run of this loss and activation in this config",
+            )
+        ]
+    for r in part.iter_rows(named=True):
+        share = r["polarized_share"]
+        passed = share > majority if polarizes else share < majority
+        rows.append(
+            _row(
+                SYNTHETIC,
+                "-",
+                f"loss={loss}, phi={r['activation']}, n={r['n']}, d={r['d']}",
+                f"{_pct(share)} of {r['runs']} runs polarized (top weight {r['top_weight_mean']:.3f})"
+                if "top_weight_mean" in r
+                else f"{_pct(share)} of {r['runs']} runs polarized",
+                share,
+                test,
+                passed,
+                f"{_pct(share)} of seeds end with a top attention weight >= 0.9",
+            )
+        )
+    return rows
+
+
+def check_logistic_polarizes(by_variant: pl.DataFrame, majority: float) -> list[Row]:
+    """Value-softmax paper, Theorem 3.3 / Fig. 2: with the logistic loss gradient flow drives
+    ``softmax(a)`` to a one-hot vector: most seeds polarize (top weight >= 0.9)."""
+    return _share_rows(by_variant, "logistic", ["softmax"], majority, polarizes=True)
+
+
+def check_square_does_not_polarize(by_variant: pl.DataFrame, majority: float) -> list[Row]:
+    """Value-softmax paper, Fig. 13 caption: the square loss does not give rise to sparse
+    solutions (the abstract's "universality ... including square loss" says otherwise): most
+    seeds do not polarize."""
+    return _share_rows(by_variant, "square", ["softmax"], majority, polarizes=False)
+
+
+def check_unnormalized_do_not_polarize(by_variant: pl.DataFrame, majority: float) -> list[Row]:
+    """Value-softmax paper, Fig. 13 caption: ``sum`` and ``sigmoid`` (no normalisation) do not
+    converge to sparse solutions under the logistic loss: most seeds do not polarize."""
+    return _share_rows(by_variant, "logistic", ["sum", "sigmoid"], majority, polarizes=False)
+
+
+def check_softmax_sinks_emerge(
+    by_setup: pl.DataFrame,
+    softmax_min_sink_proportion: float,
+    unnormalized_max_sink_proportion: float,
+) -> list[Row]:
+    """Value-softmax paper, Fig. 1 / Fig. 4 (and the "sinks are necessary" abstract): in the
+    induction task sinks emerge in layer 2 with softmax attention but not with the attention
+    functions trained without normalisation: per (positional encoding, weight decay), the softmax
+    sink proportion is ``>= softmax_min_sink_proportion`` and every un-normalised variant's is
+    ``<= unnormalized_max_sink_proportion``."""
+    cols = [
+        "variant",
+        "attention",
+        "normalize",
+        "positional",
+        "weight_decay",
+        "runs",
+        "sink_proportion_mean",
+    ]
+    _require(by_setup, cols, "induction by_setup")
+    rows = []
+    test = (
+        f"softmax >= {softmax_min_sink_proportion:g} and every un-normalised variant <= "
+        f"{unnormalized_max_sink_proportion:g}"
+    )
+    for (pe, wd), part in by_setup.sort("positional", "weight_decay").group_by(
+        "positional", "weight_decay", maintain_order=True
+    ):
+        setting = f"positional={pe}, weight_decay={wd}"
+        soft = part.filter(pl.col("attention") == "softmax")
+        raw = part.filter((pl.col("attention") != "softmax") & ~pl.col("normalize"))
+        if soft.height == 0 or raw.height == 0:
+            rows.append(
+                _row(
+                    SYNTHETIC,
+                    "-",
+                    setting,
+                    "n/a",
+                    None,
+                    test,
+                    None,
+                    "this setup lacks softmax or un-normalised runs",
+                )
+            )
+            continue
+        s = float(soft["sink_proportion_mean"][0])
+        worst = raw.sort("sink_proportion_mean", descending=True).row(0, named=True)
+        others = ", ".join(
+            f"{v}: {p:.2f}"
+            for v, p in zip(raw["variant"], raw["sink_proportion_mean"], strict=True)
+        )
+        rows.append(
+            _row(
+                SYNTHETIC,
+                "-",
+                setting,
+                f"softmax {s:.2f} vs un-normalised max {worst['sink_proportion_mean']:.2f} ({worst['variant']})",
+                s - float(worst["sink_proportion_mean"]),
+                test,
+                s >= softmax_min_sink_proportion
+                and float(worst["sink_proportion_mean"]) <= unnormalized_max_sink_proportion,
+                f"layer-2 sink-head proportion: softmax {s:.2f}; {others}",
+            )
+        )
+    return rows
+
+
+def check_flip_rate_decreases(final: pl.DataFrame, min_difference: float) -> list[Row]:
+    """Value-softmax paper, Fig. 21: more heads or more layers make the classifier harder to flip
+    with one adversarial token: the mean final flip rate at the largest number of heads (layers)
+    is lower than at the smallest by more than ``min_difference``. Fig. 21's setup (|V| = 41, no
+    MLP, no LayerNorm) is used when the runs include it with both levels, otherwise all runs
+    pooled over the other factors."""
+    _require(final, ["n_heads", "n_layers", "flip_rate"], "classification final")
+    rows = []
+    fig21 = final
+    if {"vocab_size", "use_mlp", "use_layernorm"} <= set(final.columns):
+        fig21 = final.filter(
+            (pl.col("vocab_size") == 41) & ~pl.col("use_mlp") & ~pl.col("use_layernorm")
+        )
+    for factor in ("n_heads", "n_layers"):
+        runs, scope = fig21, "|V|=41, no MLP, no LayerNorm"
+        if fig21[factor].n_unique() < 2:
+            runs, scope = final, "all runs pooled"
+        levels = sorted(set(runs[factor].to_list()))
+        test = f"flip rate(min {factor}) - flip rate(max {factor}) > {min_difference:g}"
+        if len(levels) < 2:
+            rows.append(
+                _row(
+                    SYNTHETIC,
+                    "-",
+                    f"{factor} in {levels}",
+                    "n/a",
+                    None,
+                    test,
+                    None,
+                    f"only one value of {factor} was run",
+                )
+            )
+            continue
+        lo = float(runs.filter(pl.col(factor) == levels[0])["flip_rate"].mean())
+        hi = float(runs.filter(pl.col(factor) == levels[-1])["flip_rate"].mean())
+        rows.append(
+            _row(
+                SYNTHETIC,
+                "-",
+                f"{factor} {levels[0]} vs {levels[-1]} ({scope})",
+                f"flip rate {lo:.3f} -> {hi:.3f}",
+                lo - hi,
+                test,
+                lo - hi > min_difference,
+                f"mean final flip rate {lo:.3f} with {factor}={levels[0]}, {hi:.3f} with "
+                f"{factor}={levels[-1]} ({runs.height} runs)",
+            )
+        )
+    return rows
+
+
+# =============================================================================== registry
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of the papers and its check (``check(tables, tolerances) -> rows``)."""
+
+    id: str
+    claim: str
+    source: str
+    paper_value: str
+    inputs: tuple[str, ...]
+    check: Callable[[Tables, Mapping[str, Any]], list[Row]]
+
+
+CLAIMS: tuple[Claim, ...] = (
+    # ---------------------------------------------------------------- §3 / §7 / Remark C.4: heads
+    Claim(
+        "heads.sinks_common",
+        "Sink heads (>= 40% of the attention mass on BOS) are common and more prevalent than diagonal heads.",
+        "Sink vs. diagonal, §1, §4 ('many heads per block'), §7 summary",
+        "no single number; 'prevalent' vs 0.6-9.5% diagonal heads",
+        ("head_classes",),
+        lambda tb, t: check_sink_heads_common(tb["head_classes"], t["heads"]["sink_min_fraction"]),
+    ),
+    Claim(
+        "heads.diagonals_exist_rarer",
+        "Diagonal heads (>= 40% of the mass on the main diagonal) exist but are rarer than sink heads.",
+        "Sink vs. diagonal, §7 ('diagonal attention is common'), §8 (v)",
+        "6% / 0.6% / 9.5% (gpt2-medium / Llama 3.1-8B / Gemma 7B)",
+        ("head_classes",),
+        lambda tb, t: check_diagonal_heads_rarer(tb["head_classes"]),
+    ),
+    Claim(
+        "heads.diagonal_fraction",
+        "The share of diagonal heads lies in the range the paper reports across its models.",
+        "Sink vs. diagonal, §7, first paragraph",
+        "6% / 0.6% / 9.5% (gpt2-medium / Llama 3.1-8B / Gemma 7B)",
+        ("head_classes",),
+        lambda tb, t: check_diagonal_fraction_in_paper_range(
+            tb["head_classes"], t["heads"]["diagonal_fraction_range"]
+        ),
+    ),
+    Claim(
+        "heads.sink_prev_fraction",
+        "Sink + previous-token heads (>= 60% joint mass, >= 10% each) make up 13-21% of the heads.",
+        "Sink vs. diagonal, Remark C.4 (App. C)",
+        "16% / 13% / 21% (gpt2 / Llama 3.1-8B / Gemma 7B)",
+        ("head_classes",),
+        lambda tb, t: check_sink_prev_fraction_in_paper_range(
+            tb["head_classes"], t["heads"]["sink_prev_fraction_range"]
+        ),
+    ),
+    # ---------------------------------------------------------------- §4 / §6 / E.2: geometry
+    Claim(
+        "geometry.bos_cosine_below_zero",
+        "In the middle layers the maximum cosine between BOS and every other token at the attention input stays below 0.",
+        "Sink vs. diagonal, §4, Fig. 1",
+        "max cosine < 0 in all middle layers (gpt2-small, Llama 3.1-8B, Gemma 7B)",
+        ("geometry_bos_alignment",),
+        lambda tb, t: check_bos_cosine_middle_layers(
+            tb["geometry_bos_alignment"], t["geometry"]["bos_cosine_max"]
+        ),
+    ),
+    Claim(
+        "geometry.sink_representable",
+        "Sinks are representable: the tokens attending to BOS satisfy Proposition 4.1's half-space condition.",
+        "Sink vs. diagonal, §4, Proposition 4.1, Fig. 1",
+        "holds in all middle layers ('allowing each attention head to produce any sink pattern')",
+        ("geometry_statements",),
+        lambda tb, t: check_sink_representable(
+            tb["geometry_statements"], t["geometry"]["representable_min_fraction"]
+        ),
+    ),
+    Claim(
+        "geometry.value_rank_full",
+        "Value matrices have (near) full relative rank in the middle layers.",
+        "Sink vs. diagonal, §6 (Prop. 6.1's condition), App. E.2, Fig. 12",
+        "'very high ranks in the middle layers' (tolerance 1e-3)",
+        ("geometry_value_rank",),
+        lambda tb, t: check_value_rank_middle_layers(
+            tb["geometry_value_rank"], t["geometry"]["near_full_rank"]
+        ),
+    ),
+    Claim(
+        "geometry.sink_bos_value_small",
+        "Sink heads have a small BOS value-output vector (the hard switch assumes W_VO x_0 = 0).",
+        "Sink vs. diagonal, §6 (assumption from [13], Fig. 1(b) there)",
+        "W_VO x_0 = 0 (assumed; supported empirically in [13])",
+        ("geometry_bos_value_norm_classes",),
+        lambda tb, t: check_sink_bos_value_norm(
+            tb["geometry_bos_value_norm_classes"], t["geometry"]["bos_value_norm_max"]
+        ),
+    ),
+    # ---------------------------------------------------------------- §5 / E.1: oversmoothing
+    Claim(
+        "oversmoothing.approximation_every_head",
+        "The approximation (2) of Theorem 5.1 is within 0.1 of the empirical average cosine for every head (X and X+WZ).",
+        "Sink vs. diagonal, §5, App. E.1, Fig. 7",
+        "|error| < 0.1 for every head shown (T' = 512)",
+        ("oversmoothing_per_head",),
+        lambda tb, t: check_approximation_every_head(
+            tb["oversmoothing_per_head"], t["oversmoothing"]["approximation_error"]
+        ),
+    ),
+    Claim(
+        "oversmoothing.approximation_most_heads",
+        "The approximation (2) stays accurate for most individual heads.",
+        "Sink vs. diagonal, §5 ('for most individual attention heads'), Fig. 7",
+        "most heads within 0.1",
+        ("oversmoothing_per_head",),
+        lambda tb, t: check_approximation_most_heads(
+            tb["oversmoothing_per_head"],
+            t["oversmoothing"]["approximation_error"],
+            t["oversmoothing"]["most"],
+        ),
+    ),
+    Claim(
+        "oversmoothing.approximation_mean",
+        "Averaged over heads, the approximation (2) agrees with the empirical average cosine for X and X+WZ at every context length.",
+        "Sink vs. diagonal, §5, Fig. 2 left, Fig. 5",
+        "'excellent agreement' (curves overlap)",
+        ("oversmoothing_summary",),
+        lambda tb, t: check_mean_approximation(
+            tb["oversmoothing_summary"], t["oversmoothing"]["approximation_error"]
+        ),
+    ),
+    Claim(
+        "oversmoothing.w_decreases",
+        "Applying W (value-output with the norm gain) decreases the average cosine similarity.",
+        "Sink vs. diagonal, §5, Fig. 2 right, Fig. 6",
+        "rho(X+WZ) < rho(X) on average",
+        ("oversmoothing_summary",),
+        lambda tb, t: check_w_decreases_similarity(
+            tb["oversmoothing_summary"], t["oversmoothing"]["min_difference"]
+        ),
+    ),
+    Claim(
+        "oversmoothing.attention_raises",
+        "Attention raises the average cosine similarity on average (rho(X+WZA^T) > rho(X)).",
+        "Sink vs. diagonal, §5, Fig. 2 right, Fig. 6",
+        "'slightly stronger than W': rho(X+WZA^T) > rho(X)",
+        ("oversmoothing_summary",),
+        lambda tb, t: check_attention_raises_similarity(
+            tb["oversmoothing_summary"], t["oversmoothing"]["min_difference"]
+        ),
+    ),
+    Claim(
+        "oversmoothing.dense_heads_raise_more",
+        "The increase is larger for heads with uniformity above 0.6.",
+        "Sink vs. diagonal, §5, Fig. 2 right (fourth plot), Fig. 6, Fig. 10",
+        "bigger gap rho(X+WZA^T) - rho(X) for u > 0.6",
+        ("oversmoothing_summary",),
+        lambda tb, t: check_dense_heads_raise_more(
+            tb["oversmoothing_summary"], t["oversmoothing"]["min_difference"]
+        ),
+    ),
+    Claim(
+        "oversmoothing.uniform_raises_more",
+        "Uniform attention raises the average cosine more than the learned attention.",
+        "Sink vs. diagonal, §5, Fig. 2 right, Fig. 6",
+        "'significant increase' for X+WZA_u^T over X+WZA^T",
+        ("oversmoothing_summary",),
+        lambda tb, t: check_uniform_raises_more(
+            tb["oversmoothing_summary"], t["oversmoothing"]["min_difference"]
+        ),
+    ),
+    Claim(
+        "oversmoothing.condition_i_half",
+        "Roughly half of the heads satisfy condition (i) of Theorem 5.1 (beta tr(BW) > 0).",
+        "Sink vs. diagonal, §5, Figs. 8-9",
+        "'roughly half'",
+        ("oversmoothing_summary",),
+        lambda tb, t: check_condition_i_about_half(
+            tb["oversmoothing_summary"], t["oversmoothing"]["half_band"]
+        ),
+    ),
+    Claim(
+        "oversmoothing.condition_ii_few",
+        "Few heads satisfy condition (ii) of Theorem 5.1 (beta tr(BW) + tr(BW^T W) < 0).",
+        "Sink vs. diagonal, §5, Figs. 8-9, App. E.1",
+        "'few' / 'rare in all models except GPT2-XL'",
+        ("oversmoothing_summary",),
+        lambda tb, t: check_condition_ii_few(
+            tb["oversmoothing_summary"], t["oversmoothing"]["few_max_fraction"]
+        ),
+    ),
+    Claim(
+        "oversmoothing.predicted_signs",
+        "The monotonicity predicted by Theorem 5.1 mostly holds for the heads it makes a prediction for.",
+        "Sink vs. diagonal, §5, Figs. 8-9, App. E.1",
+        "'replicates well in practice'",
+        ("oversmoothing_summary",),
+        lambda tb, t: check_predicted_signs(
+            tb["oversmoothing_summary"], t["oversmoothing"]["most"]
+        ),
+    ),
+    Claim(
+        "oversmoothing.similarity_positive",
+        "Token representations keep a positive average cosine similarity across layers.",
+        "Sink vs. diagonal, §5, App. E.1, Fig. 4",
+        "positive in all cases",
+        ("oversmoothing_summary",),
+        lambda tb, t: check_similarity_stays_positive(tb["oversmoothing_summary"]),
+    ),
+    # ---------------------------------------------------------------- §7 / App. D: costs
+    Claim(
+        "costs.toy_nuclear_norm",
+        "On X = I the sink's query-key matrix has nuclear norm kappa sqrt(T+1), the diagonal's kappa (T+1).",
+        "Sink vs. diagonal, §7, first trade-off paragraph",
+        "ratio diagonal / sink = sqrt(T+1)",
+        ("costs_toy",),
+        lambda tb, t: check_toy_nuclear_norms(tb["costs_toy"], t["costs"]["toy_rtol"]),
+    ),
+    Claim(
+        "costs.backcopy_slopes",
+        "Backcopy task: on a log-log scale the sink cost grows with slope about 1 in T, the diagonal cost with about 3/2.",
+        "Sink vs. diagonal, §7, Theorem 7.1, Fig. 3 left",
+        "slopes about 1 (sink) and 3/2 (diagonal)",
+        ("costs_backcopy_slopes",),
+        lambda tb, t: check_backcopy_slopes(
+            tb["costs_backcopy_slopes"], t["costs"]["slope_tolerance"]
+        ),
+    ),
+    Claim(
+        "costs.backcopy_sink_cheaper",
+        "Backcopy task: large context lengths favour sinks (the sink block is cheaper).",
+        "Sink vs. diagonal, §7, Theorem 7.1, Fig. 3 left",
+        "sink cheaper, gap growing like T^(1/2)",
+        ("costs_backcopy_runs",),
+        lambda tb, t: check_backcopy_sink_cheaper(tb["costs_backcopy_runs"]),
+    ),
+    Claim(
+        "costs.copypaste_trends",
+        "Copy-paste task: the sink cost is flat in r_eff(Sigma_D)/delta^2 while the diagonal cost grows with it.",
+        "Sink vs. diagonal, §7, Theorem 7.2, Fig. 3 right",
+        "sink independent of r_eff/delta^2; diagonal grows log-linearly",
+        ("costs_copypaste_runs",),
+        lambda tb, t: check_copypaste_trends(
+            tb["costs_copypaste_runs"], t["costs"]["flat_max_slope"], t["costs"]["growth_min_slope"]
+        ),
+    ),
+    Claim(
+        "costs.theorem_d1_bounds",
+        "Measured copy-paste costs lie inside the lower and upper bounds of Theorem D.1.",
+        "Sink vs. diagonal, App. D, Theorem D.1",
+        "L <= cost <= U for both patterns",
+        ("costs_copypaste_runs",),
+        lambda tb, t: check_theorem_d1_bounds(tb["costs_copypaste_runs"]),
+    ),
+    # ---------------------------------------------------------------- StreamingLLM notes
+    Claim(
+        "streaming.eviction_hurts",
+        "Evicting the first tokens from the KV cache (window-only attention) raises perplexity sharply.",
+        "StreamingLLM notes, 'sink removal event'",
+        "model breaks (perplexity explodes) once the sinks are evicted",
+        ("streaming_sink_heads",),
+        lambda tb, t: check_eviction_raises_perplexity(
+            tb["streaming_sink_heads"], t["streaming"]["sharp_ppl_ratio"]
+        ),
+    ),
+    Claim(
+        "streaming.sinks_restore",
+        "Keeping a few first (sink) tokens next to the window restores the perplexity.",
+        "StreamingLLM notes, 'StreamingLLM's insight' (sinks {0..k-1} + window)",
+        "perplexity back to the trained regime with a few sink tokens (k = 4 in StreamingLLM)",
+        ("streaming_sink_heads",),
+        lambda tb, t: check_sink_tokens_restore(
+            tb["streaming_sink_heads"],
+            t["streaming"]["max_sink_tokens"],
+            t["streaming"]["min_recovered_fraction"],
+        ),
+    ),
+    # ---------------------------------------------------------------- value-softmax paper
+    Claim(
+        "dynamics.logistic_polarizes",
+        "Gradient flow on L(V softmax(a)) with the logistic loss drives softmax(a) to a one-hot vector.",
+        "Value-softmax paper, Theorem 3.3, Fig. 2",
+        "attention converges to one-hot",
+        ("dynamics_value_softmax_by_variant",),
+        lambda tb, t: check_logistic_polarizes(
+            tb["dynamics_value_softmax_by_variant"], t["dynamics"]["majority"]
+        ),
+    ),
+    Claim(
+        "dynamics.square_no_polarization",
+        "With the square loss softmax(a) does not polarize.",
+        "Value-softmax paper, Fig. 13 caption (the abstract claims universality incl. square loss)",
+        "'square loss does not give rise to sparse solutions'",
+        ("dynamics_value_softmax_by_variant",),
+        lambda tb, t: check_square_does_not_polarize(
+            tb["dynamics_value_softmax_by_variant"], t["dynamics"]["majority"]
+        ),
+    ),
+    Claim(
+        "dynamics.unnormalized_no_polarization",
+        "Without normalisation (sum, sigmoid) the logistic loss does not polarize the attention either.",
+        "Value-softmax paper, Fig. 13 caption",
+        "'sum and sigmoid do not converge to sparse solutions'",
+        ("dynamics_value_softmax_by_variant",),
+        lambda tb, t: check_unnormalized_do_not_polarize(
+            tb["dynamics_value_softmax_by_variant"], t["dynamics"]["majority"]
+        ),
+    ),
+    Claim(
+        "dynamics.softmax_sinks_emerge",
+        "In the induction task sinks emerge with softmax attention and not with the non-normalised alternatives.",
+        "Value-softmax paper, Fig. 1, Fig. 4, Table 1; trigger-conditional abstract",
+        "sink clearly emerges for softmax but not for sigmoid / linear without normalisation",
+        ("dynamics_induction_by_setup",),
+        lambda tb, t: check_softmax_sinks_emerge(
+            tb["dynamics_induction_by_setup"],
+            t["dynamics"]["softmax_min_sink_proportion"],
+            t["dynamics"]["unnormalized_max_sink_proportion"],
+        ),
+    ),
+    Claim(
+        "dynamics.flip_rate_decreases",
+        "More heads or layers make the classifier harder to flip with one adversarial token.",
+        "Value-softmax paper, Fig. 21 caption",
+        "'increasing the number of heads or layers leads to the diminishing flip rate'",
+        ("dynamics_classification_final",),
+        lambda tb, t: check_flip_rate_decreases(
+            tb["dynamics_classification_final"], t["dynamics"]["min_difference"]
+        ),
+    ),
+)
+
+
+def _not_run_rows(claim: Claim, missing: Sequence[str], models: Sequence[str]) -> list[Row]:
+    analyses = sorted({TABLE_ANALYSIS.get(key, key) for key in missing})
+    per_model = all(a in PER_MODEL_ANALYSES for a in analyses)
+    reason = f"{NOT_RUN} (no {', '.join(analyses)} summary table: {', '.join(missing)})"
+    return [
+        _row(model, "-", "-", "-", None, "-", None, reason)
+        for model in (list(models) if per_model and models else [SYNTHETIC])
+    ]
+
+
+def evaluate_claims(
+    tables: Mapping[str, pl.DataFrame | None],
+    tolerances: Mapping[str, Mapping[str, Any]] | None = None,
+    models: Sequence[str] = (),
+    claims: Sequence[Claim] = CLAIMS,
+) -> pl.DataFrame:
+    """Run every claim's check on the summary ``tables`` (keys as in :data:`TABLE_ANALYSIS`).
+
+    A claim whose input tables are absent (or ``None``) gets ``not applicable`` rows with reason
+    :data:`NOT_RUN` -- one per model in ``models`` for the per-model analyses. ``tolerances``:
+    the config's ``claims`` section (merged over :data:`DEFAULT_TOLERANCES`). Returns the table
+    with :data:`COLUMNS`, in registry order.
+    """
+    unknown = sorted(set(tables) - set(TABLE_ANALYSIS))
+    if unknown:
+        raise KeyError(f"claims: unknown input table(s) {unknown}; known: {sorted(TABLE_ANALYSIS)}")
+    tol = resolve_tolerances(tolerances)
+    rows: list[Row] = []
+    for claim in claims:
+        missing = [key for key in claim.inputs if tables.get(key) is None]
+        found = (
+            _not_run_rows(claim, missing, models)
+            if missing
+            else claim.check({k: v for k, v in tables.items() if v is not None}, tol)
+        )
+        meta = {
+            "claim_id": claim.id,
+            "claim": claim.claim,
+            "source": claim.source,
+            "paper_value": claim.paper_value,
+        }
+        rows.extend({**meta, **row} for row in found)
+    return pl.DataFrame(rows, schema=COLUMNS).select(list(COLUMNS))
+
+
+# =============================================================================== writers
+
+
+def _cell(text: Any) -> str:
+    if text is None:
+        return ""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(frame: pl.DataFrame, columns: Sequence[str]) -> list[str]:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for r in frame.iter_rows(named=True):
+        lines.append("| " + " | ".join(_cell(r[c]) for c in columns) + " |")
+    return lines
+
+
+def _overview(table: pl.DataFrame) -> pl.DataFrame:
+    """One row per claim and model: counts of verdicts over datasets/settings."""
+    return (
+        table.group_by("claim_id", "model", maintain_order=True)
+        .agg(
+            pl.col("claim").first(),
+            (pl.col("verdict") == REPRODUCED).sum().alias("n_reproduced"),
+            (pl.col("verdict") == NOT_REPRODUCED).sum().alias("n_not_reproduced"),
+            (pl.col("verdict") == NOT_APPLICABLE).sum().alias("n_not_applicable"),
+            pl.col("reason").first(),
+        )
+        .with_columns(
+            summary=pl.when(pl.col("n_reproduced") + pl.col("n_not_reproduced") == 0)
+            .then(pl.lit(NOT_APPLICABLE))
+            .when(pl.col("n_not_reproduced") == 0)
+            .then(pl.lit(REPRODUCED))
+            .when(pl.col("n_reproduced") == 0)
+            .then(pl.lit(NOT_REPRODUCED))
+            .otherwise(pl.lit("mixed"))
+        )
+    )
+
+
+def _summary_cell(r: Mapping[str, Any]) -> str:
+    n = r["n_reproduced"] + r["n_not_reproduced"]
+    if r["summary"] == NOT_APPLICABLE:
+        return NOT_APPLICABLE
+    text = f"{r['summary']} ({r['n_reproduced']}/{n})"
+    return f"**{text}**" if r["summary"] in (NOT_REPRODUCED, "mixed") else text
+
+
+def _md_by_claim(frame: pl.DataFrame, columns: Sequence[str]) -> list[str]:
+    """One block per claim: its sentence, where the paper makes it and its value, then the rows."""
+    lines: list[str] = []
+    for (claim_id,), part in frame.group_by("claim_id", maintain_order=True):
+        first = part.row(0, named=True)
+        lines += [
+            f"### `{claim_id}`: {first['claim']}",
+            "",
+            f"Paper: {first['source']}. Paper's value: {first['paper_value']}.",
+            "",
+            *_md_table(part, columns),
+            "",
+        ]
+    return lines
+
+
+def claims_markdown(table: pl.DataFrame) -> str:
+    """``claims.md``: counts, the not-reproduced rows first (per claim), an overview of verdicts
+    per claim and model, then every row (per claim)."""
+    counts = {v: int((table["verdict"] == v).sum()) for v in VERDICTS}
+    n_not_run = int(table["reason"].str.starts_with(NOT_RUN).sum())
+    lines = [
+        "# Claims of the papers, checked against this run",
+        "",
+        (
+            f"{table.height} checks: **{counts[NOT_REPRODUCED]} not reproduced**, "
+            f"{counts[REPRODUCED]} reproduced, {counts[NOT_APPLICABLE]} not applicable "
+            f"({n_not_run} of them because the analysis did not run in this config)."
+        ),
+        "",
+        (
+            "Each row is one claim x model (x dataset or setting). `dataset` = `all` pools the "
+            "model's datasets (the paper pools its four); `synthetic` rows need no pretrained "
+            "model. `value` in claims.csv is the number the test compares; the tolerances are in "
+            "the config's `claims` section (documented in `workflow/schemas/config.schema.yaml`)."
+        ),
+        "",
+        f"## Not reproduced ({counts[NOT_REPRODUCED]})",
+        "",
+    ]
+    bad = table.filter(pl.col("verdict") == NOT_REPRODUCED)
+    short = ["model", "dataset", "setting", "measured", "test", "reason"]
+    lines += _md_by_claim(bad, short) if bad.height else ["None.", ""]
+    overview = _overview(table)
+    models = list(dict.fromkeys(overview["model"].to_list()))
+    lines += ["## Overview: verdict per claim and model (reproduced / tested rows)", ""]
+    lines += ["| claim | " + " | ".join(models) + " |", "|" + "---|" * (len(models) + 1)]
+    for (claim_id,), part in overview.group_by("claim_id", maintain_order=True):
+        cells = {r["model"]: _summary_cell(r) for r in part.iter_rows(named=True)}
+        text = f"`{claim_id}` {part['claim'][0]}"
+        lines.append("| " + " | ".join([_cell(text)] + [cells.get(m, "") for m in models]) + " |")
+    lines += ["", "## All checks", ""]
+    lines += _md_by_claim(table, ["model", "dataset", "setting", "verdict", *short[3:]])
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _rst_cell(text: Any) -> str:
+    """Plain text made inert for reStructuredText (no emphasis, references or substitutions)."""
+    out = str(text).replace("\n", " ").replace("\\", "\\\\").replace("`", "'")
+    for char in "*|":
+        out = out.replace(char, "\\" + char)
+    return re.sub(r"_(?=\W|$)", r"\\_", out)
+
+
+def claims_rst(table: pl.DataFrame) -> str:
+    """``claims.rst``: the section included at the top of the report's main page (overview per
+    claim and model, then the not-reproduced rows)."""
+    counts = {v: int((table["verdict"] == v).sum()) for v in VERDICTS}
+    overview = _overview(table)
+    models = list(dict.fromkeys(overview["model"].to_list()))
+    lines = [
+        "Claims",
+        "------",
+        "",
+        (
+            f"{table.height} checks of the papers' claims: **{counts[NOT_REPRODUCED]} not reproduced**, "
+            f"{counts[REPRODUCED]} reproduced, {counts[NOT_APPLICABLE]} not applicable. Every row with "
+            "its measured value, test and tolerance is in ``results/claims.md`` (and ``claims.csv``)."
+        ),
+        "",
+        ".. list-table::",
+        "   :header-rows: 1",
+        f"   :widths: {' '.join(['40'] + [str(max(1, 60 // max(1, len(models))))] * len(models))}",
+        "",
+        "   * - claim",
+    ]
+    lines += [f"     - {_rst_cell(m)}" for m in models]
+    for (claim_id,), part in overview.group_by("claim_id", maintain_order=True):
+        cells = {r["model"]: _summary_cell(r) for r in part.iter_rows(named=True)}
+        lines.append(f"   * - ``{claim_id}`` {_rst_cell(part['claim'][0])}")
+        lines += [f"     - {cells.get(m, '')}" for m in models]
+    bad = table.filter(pl.col("verdict") == NOT_REPRODUCED)
+    lines += ["", "Not reproduced:", ""]
+    if bad.height == 0:
+        lines.append("none.")
+    for r in bad.iter_rows(named=True):
+        lines.append(
+            f"* ``{r['claim_id']}`` -- {_rst_cell(r['model'])} / {_rst_cell(r['dataset'])} "
+            f"({_rst_cell(r['setting'])}): {_rst_cell(r['measured'])}; paper: "
+            f"{_rst_cell(r['paper_value'])}; test: {_rst_cell(r['test'])}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_claims(
+    table: pl.DataFrame,
+    markdown_path: str | Path,
+    parquet_path: str | Path,
+    rst_path: str | Path | None = None,
+) -> None:
+    """Write ``claims.md``, ``claims.parquet`` + ``.csv`` (:func:`sinkscope.io.write_table`) and,
+    if given, the report snippet ``claims.rst`` -- all atomically."""
+    missing = [c for c in COLUMNS if c not in table.columns]
+    if missing:
+        raise ValueError(f"write_claims: the table lacks the column(s) {missing}")
+    write_table(table, parquet_path)
+    with atomic_path(markdown_path) as tmp:
+        tmp.write_text(claims_markdown(table))
+    if rst_path is not None:
+        with atomic_path(rst_path) as tmp:
+            tmp.write_text(claims_rst(table))

@@ -1,0 +1,234 @@
+"""Pieces shared by the training-dynamics experiments (:mod:`.induction`,
+:mod:`.classification`): the attention functions of Table 1, the transformer block built on
+them, and the helpers that turn a grid of specs into stable job ids and filter it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = [
+    "ATTENTION_FUNCTIONS",
+    "DYNAMICS_PARTS",
+    "SelfAttention",
+    "TransformerBlock",
+    "attention_weights",
+    "digest",
+    "dynamics_jobs",
+    "elu_plus_one",
+    "rope",
+    "select_specs",
+]
+
+ATTENTION_FUNCTIONS = ("softmax", "sigmoid", "elu", "elu_elu", "mlp", "linear")
+
+
+def attention_weights(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    attention: str,
+    normalize: bool,
+    mlp: nn.Module | None = None,
+    causal: bool = True,
+) -> torch.Tensor:
+    """Attention weights ``(..., T, T)`` of Table 1 from ``q, k`` of shape ``(..., T, d_h)``.
+
+    With ``causal`` the masked (future) entries are exactly 0 and the normalisation runs over
+    ``j <= i``; otherwise over all ``T`` keys. ``mlp`` is the feature map of ``attention="mlp"``.
+    """
+    T, dh = q.shape[-2], q.shape[-1]
+    scale = 1.0 / math.sqrt(dh)
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device)
+    if causal:
+        mask = mask.tril()
+    if attention == "softmax":
+        logits = (q @ k.transpose(-1, -2)) * scale
+        return torch.softmax(logits.masked_fill(~mask, float("-inf")), dim=-1)
+    if attention == "sigmoid":
+        s = torch.sigmoid((q @ k.transpose(-1, -2)) * scale)
+    elif attention == "elu":
+        s = elu_plus_one((q @ k.transpose(-1, -2)) * scale)
+    elif attention == "elu_elu":
+        s = elu_plus_one(q) @ elu_plus_one(k).transpose(-1, -2) * scale
+    elif attention == "mlp":
+        if mlp is None:
+            raise ValueError("attention='mlp' needs its feature map")
+        s = (mlp(q) @ mlp(k).transpose(-1, -2)) * scale
+    elif attention == "linear":
+        s = (q @ k.transpose(-1, -2)) * scale
+    else:
+        raise ValueError(f"unknown attention {attention!r}")
+    s = s.masked_fill(~mask, 0.0)
+    if not normalize:
+        return s
+    total = s.sum(dim=-1, keepdim=True)
+    if attention in ("mlp", "linear"):
+        total = torch.clamp(total, min=1.0)  # max(sum, 1) of Table 1
+    else:  # positive scores: guard rows whose scores all underflow to 0
+        total = torch.clamp(total, min=1e-30)
+    return s / total
+
+
+def elu_plus_one(x: torch.Tensor) -> torch.Tensor:
+    """``elu(x) + 1`` without the cancellation of ``(exp(x) - 1) + 1``, which is exactly 0 in
+    float32 for ``x < -17`` and made normalised elu attention divide 0 by 0."""
+    return torch.where(x > 0, x + 1.0, torch.exp(torch.clamp(x, max=0.0)))
+
+
+def rope(x: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding on the last dim of ``x`` (..., T, d_h), half-split convention."""
+    T, dh = x.shape[-2], x.shape[-1]
+    half = dh // 2
+    freq = 10_000.0 ** (-torch.arange(half, dtype=x.dtype) / half)
+    ang = torch.arange(T, dtype=x.dtype)[:, None] * freq[None, :]
+    cos, sin = torch.cos(ang), torch.sin(ang)
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with the attention function of Table 1 (returns the output and
+    the weights ``(B, H, T, T)`` that multiply the values)."""
+
+    def __init__(
+        self,
+        hidden: int,
+        n_heads: int,
+        attention: str,
+        normalize: bool,
+        rotary: bool = False,
+        causal: bool = True,
+    ) -> None:
+        super().__init__()
+        if hidden % n_heads:
+            raise ValueError(f"hidden={hidden} is not a multiple of n_heads={n_heads}")
+        if attention not in ATTENTION_FUNCTIONS:
+            raise ValueError(f"unknown attention {attention!r}; known: {ATTENTION_FUNCTIONS}")
+        self.h = n_heads
+        self.dh = hidden // n_heads
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.out = nn.Linear(hidden, hidden)
+        self.attention = attention
+        self.normalize = normalize or attention == "softmax"
+        self.rotary = rotary
+        self.causal = causal
+        self.mlp = (
+            nn.Sequential(nn.Linear(self.dh, self.dh), nn.ReLU(), nn.Linear(self.dh, self.dh))
+            if attention == "mlp"
+            else None
+        )
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        B, T, D = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
+        if self.rotary:
+            q, k = rope(q), rope(k)
+        att = attention_weights(q, k, self.attention, self.normalize, self.mlp, self.causal)
+        y = (att @ v).transpose(1, 2).reshape(B, T, D)
+        return self.out(y), att
+
+
+class TransformerBlock(nn.Module):
+    """Pre-LN block ``x + attn(ln1(x))`` then ``x + mlp(ln2(x))`` (GELU, ``ffn`` wide); the
+    LayerNorms become identities without ``use_layernorm``, the MLP is skipped without
+    ``use_mlp``. ``forward`` returns the new residual stream and the attention weights."""
+
+    def __init__(
+        self,
+        hidden: int,
+        ffn: int,
+        n_heads: int,
+        attention: str = "softmax",
+        normalize: bool = True,
+        rotary: bool = False,
+        causal: bool = True,
+        use_layernorm: bool = True,
+        use_mlp: bool = True,
+    ) -> None:
+        super().__init__()
+        norm = nn.LayerNorm if use_layernorm else nn.Identity
+        self.ln1 = norm(hidden)
+        self.attn = SelfAttention(hidden, n_heads, attention, normalize, rotary, causal)
+        self.use_mlp = use_mlp
+        if use_mlp:
+            self.ln2 = norm(hidden)
+            self.mlp = nn.Sequential(nn.Linear(hidden, ffn), nn.GELU(), nn.Linear(ffn, hidden))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        a, att = self.attn(self.ln1(x))
+        x = x + a
+        if self.use_mlp:
+            x = x + self.mlp(self.ln2(x))
+        return x, att
+
+
+def digest(values: Mapping[str, Any]) -> str:
+    """8 hex digits of a mapping's sorted items: the size/override part of a job id."""
+    return hashlib.sha256(repr(sorted(values.items())).encode()).hexdigest()[:8]
+
+
+def select_specs(
+    specs: Sequence[dict],
+    where: Mapping[str, Sequence[Any]],
+    defaults: Mapping[str, Any] | None = None,
+) -> list[dict]:
+    """The specs whose value of every key in ``where`` (the spec's own, else ``defaults``') is one
+    of the listed values (a config's ``select``); an unknown key raises ``KeyError`` naming it."""
+    defaults = defaults or {}
+    known = set(defaults).union(*(spec.keys() for spec in specs))
+    unknown = sorted(set(where) - known)
+    if unknown:
+        raise KeyError(f"select keys {unknown} are not spec keys; known: {sorted(known)}")
+    return [
+        spec
+        for spec in specs
+        if all(spec.get(k, defaults.get(k)) in list(v) for k, v in where.items())
+    ]
+
+
+#: The parts of the ``dynamics`` config section, in workflow order.
+DYNAMICS_PARTS = ("value_softmax", "induction", "classification")
+
+
+def dynamics_jobs(section: Mapping[str, Any]) -> dict[str, dict[str, dict]]:
+    """``{part: {run id: spec}}`` of a config's ``dynamics`` section (one Snakemake job each).
+
+    Each part ``{enabled, scale, overrides, select}`` is expanded by its module's ``*_grid(scale,
+    overrides)`` and filtered by :func:`select_specs`; a disabled part (or section) has no jobs.
+    Raises ``ValueError`` naming the dotted key on unknown keys or an empty selection.
+    """
+    from sinkscope.dynamics import classification, induction, value_softmax
+
+    grids = {
+        "value_softmax": (value_softmax.value_softmax_grid, value_softmax.DEFAULTS),
+        "induction": (induction.induction_grid, induction.PAPER_INDUCTION),
+        "classification": (classification.classification_grid, classification.PAPER_CLASSIFICATION),
+    }
+    jobs: dict[str, dict[str, dict]] = {part: {} for part in DYNAMICS_PARTS}
+    if not section.get("enabled", True):
+        return jobs
+    for part in DYNAMICS_PARTS:
+        entry = section.get(part, {})
+        if not entry.get("enabled", True):
+            continue
+        try:
+            grid, defaults = grids[part]
+            specs = grid(entry.get("scale", "default"), entry.get("overrides") or {})
+        except (KeyError, ValueError) as error:
+            raise ValueError(f"dynamics.{part}.overrides: {error}") from error
+        try:
+            specs = select_specs(specs, entry.get("select") or {}, defaults)
+        except KeyError as error:
+            raise ValueError(f"dynamics.{part}.select: {error}") from error
+        if not specs:
+            raise ValueError(
+                f"dynamics.{part}.select: no job of the grid matches {entry['select']}"
+            )
+        jobs[part] = {spec["id"]: spec for spec in specs}
+    return jobs

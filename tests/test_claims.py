@@ -1,0 +1,792 @@
+"""The claims table (sinkscope.claims): every check on constructed tables where the claim holds,
+where it fails and at the boundary of its tolerance; the registry's not-applicable handling; the
+writers; and the agreement of the tolerances' defaults with the config schema.
+
+Where an analysis module defines the summary table (heads.summarize, oversmoothing.summary_tables,
+streaming.summarize, costs.fit_slopes / toy_table), the tables are produced by calling it on
+planted inputs, so a change of their format breaks these tests; the expected numbers are computed
+here by hand from the planted inputs.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from docutils.core import publish_parts
+
+from sinkscope import claims as C
+from sinkscope import oversmoothing as ov
+from sinkscope import streaming
+from sinkscope.config import ConfigError, load_config, load_schema, validate_config
+from sinkscope.costs import fit_slopes, toy_table
+from sinkscope.heads import PER_HEAD_COLUMNS, HeadClassThresholds, summarize, with_classes
+from sinkscope.paths import Paths, analysis_runs
+
+REPO = Path(__file__).resolve().parents[1]
+TH = HeadClassThresholds()
+
+
+def verdicts(rows: list[dict]) -> list[str]:
+    return [r["verdict"] for r in rows]
+
+
+def by(rows: list[dict], **keys: object) -> dict:
+    (match,) = [r for r in rows if all(r[k] == v for k, v in keys.items())]
+    return match
+
+
+# =============================================================================== heads
+
+
+def head_table(model: str, dataset: str, masses: list[tuple[float, float, float]]) -> pl.DataFrame:
+    """A per-head table (heads.classify_file format) with planted (bos, diagonal, subdiag) masses."""
+    frame = pl.DataFrame(
+        {
+            "model": model,
+            "dataset": dataset,
+            "layer": [i // 4 for i in range(len(masses))],
+            "head": [i % 4 for i in range(len(masses))],
+            "n_sequences": 10,
+            "bos_mass": [m[0] for m in masses],
+            "bos_mass_std": 0.0,
+            "diagonal_mass": [m[1] for m in masses],
+            "subdiagonal_mass": [m[2] for m in masses],
+        }
+    )
+    return with_classes(frame, TH).select(PER_HEAD_COLUMNS)
+
+
+SINK, DIAG, PREV, OTHER = (0.9, 0.05, 0.0), (0.05, 0.9, 0.0), (0.45, 0.05, 0.3), (0.1, 0.1, 0.1)
+
+
+@pytest.fixture()
+def head_classes() -> pl.DataFrame:
+    # model "a": 20 heads, 8 sinks + 3 sink+prev (which are also sinks: bos 0.45), 1 diagonal
+    a = [SINK] * 8 + [PREV] * 3 + [DIAG] + [OTHER] * 8
+    # model "b": 20 heads, 1 sink, 2 diagonal, no sink+prev
+    b = [SINK] + [DIAG] * 2 + [OTHER] * 17
+    # model "c": 10 heads, no diagonal head, 2 sinks
+    c = [SINK] * 2 + [OTHER] * 8
+    return summarize([head_table("a", "d1", a), head_table("b", "d1", b), head_table("c", "d1", c)])
+
+
+def test_head_fractions_come_from_the_planted_heads(head_classes: pl.DataFrame) -> None:
+    a = head_classes.filter((pl.col("model") == "a") & (pl.col("dataset") == "all")).row(
+        0, named=True
+    )
+    assert (a["frac_sink"], a["frac_diagonal"], a["frac_sink_prev"]) == (0.55, 0.05, 0.15)
+
+
+def test_sinks_common(head_classes: pl.DataFrame) -> None:
+    rows = C.check_sink_heads_common(head_classes, sink_min_fraction=0.1)
+    assert by(rows, model="a", dataset="all")["verdict"] == C.REPRODUCED
+    # b: 5% sinks < 10% floor and fewer sinks than diagonals
+    assert by(rows, model="b", dataset="all")["verdict"] == C.NOT_REPRODUCED
+    # boundary: c has exactly 20% sinks; a floor of 0.2 still passes (>=), 0.21 fails
+    c = head_classes.filter(pl.col("model") == "c")
+    assert verdicts(C.check_sink_heads_common(c, 0.2)) == [C.REPRODUCED] * 2
+    assert verdicts(C.check_sink_heads_common(c, 0.21)) == [C.NOT_REPRODUCED] * 2
+
+
+def test_diagonals_exist_but_rarer(head_classes: pl.DataFrame) -> None:
+    rows = C.check_diagonal_heads_rarer(head_classes)
+    assert by(rows, model="a", dataset="all")["verdict"] == C.REPRODUCED
+    assert by(rows, model="b", dataset="all")["verdict"] == C.NOT_REPRODUCED  # 10% > 5% sinks
+    c = by(rows, model="c", dataset="all")
+    assert c["verdict"] == C.NOT_REPRODUCED and "no head" in c["reason"]
+    # boundary: as many diagonal as sink heads is not "rarer"
+    equal = summarize([head_table("e", "d1", [SINK, DIAG, OTHER, OTHER])])
+    assert verdicts(C.check_diagonal_heads_rarer(equal)) == [C.NOT_REPRODUCED] * 2
+
+
+def test_paper_ranges_are_inclusive(head_classes: pl.DataFrame) -> None:
+    a = head_classes.filter(pl.col("model") == "a")  # 5% diagonal, 15% sink+prev
+    assert (
+        verdicts(C.check_diagonal_fraction_in_paper_range(a, [0.006, 0.095])) == [C.REPRODUCED] * 2
+    )
+    assert verdicts(C.check_diagonal_fraction_in_paper_range(a, [0.05, 0.05])) == [C.REPRODUCED] * 2
+    assert (
+        verdicts(C.check_diagonal_fraction_in_paper_range(a, [0.051, 0.2]))
+        == [C.NOT_REPRODUCED] * 2
+    )
+    rows = C.check_sink_prev_fraction_in_paper_range(head_classes, [0.13, 0.21])
+    assert by(rows, model="a", dataset="all")["verdict"] == C.REPRODUCED
+    b = by(rows, model="b", dataset="all")
+    assert b["verdict"] == C.NOT_REPRODUCED and "below" in b["reason"]
+    assert verdicts(C.check_sink_prev_fraction_in_paper_range(a, [0.1, 0.15])) == [C.REPRODUCED] * 2
+    with pytest.raises(ValueError, match="empty"):
+        C.check_sink_prev_fraction_in_paper_range(a, [0.2, 0.1])
+
+
+# =============================================================================== geometry
+
+
+def bos_alignment(maxima: list[float]) -> pl.DataFrame:
+    n = len(maxima)
+    rows = [
+        {
+            "model": "m",
+            "dataset": "all",
+            "space": space,
+            "layer": layer,
+            "max": mx,
+            "n_positive": int(mx > 0),
+            "n_values": 10,
+        }
+        for layer, mx in enumerate(maxima)
+        for space in ("X", "Z")
+    ]
+    frame = pl.DataFrame(rows)
+    # the X space is never read: make it positive everywhere
+    return frame.with_columns(
+        max=pl.when(pl.col("space") == "X").then(0.9).otherwise(pl.col("max"))
+    ).filter(pl.col("layer") < n)
+
+
+def test_bos_cosine_uses_the_middle_layers_of_z() -> None:
+    # 8 layers: middle = 2..5 (L/4 <= l < 3L/4); outer layers may be positive
+    holds = bos_alignment([0.5, 0.5, -0.1, -0.2, -0.3, -0.01, 0.7, 0.8])
+    (row,) = C.check_bos_cosine_middle_layers(holds, 0.0)
+    assert row["verdict"] == C.REPRODUCED and row["value"] == pytest.approx(-0.01)
+    assert "2..5" in row["setting"]
+    fails = bos_alignment([0.5, 0.5, -0.1, 0.3, -0.3, -0.01, 0.7, 0.8])
+    (row,) = C.check_bos_cosine_middle_layers(fails, 0.0)
+    assert row["verdict"] == C.NOT_REPRODUCED and "3 of 4" in row["reason"]
+    boundary = bos_alignment([0.5, 0.5, -0.1, 0.0, -0.3, -0.01, 0.7, 0.8])  # max == 0 is not < 0
+    assert verdicts(C.check_bos_cosine_middle_layers(boundary, 0.0)) == [C.NOT_REPRODUCED]
+    assert verdicts(C.check_bos_cosine_middle_layers(boundary, 0.01)) == [C.REPRODUCED]
+
+
+def test_sink_representable() -> None:
+    statements = pl.DataFrame(
+        {
+            "model": ["a", "b", "c"],
+            "claim": "sink_representable",
+            "value": [1.0, 0.99, None],
+            "statement": "s",
+        },
+        schema_overrides={"value": pl.Float64},
+    )
+    rows = C.check_sink_representable(statements, 1.0)
+    assert verdicts(rows) == [C.REPRODUCED, C.NOT_REPRODUCED, C.NOT_APPLICABLE]
+    assert verdicts(C.check_sink_representable(statements, 0.99))[:2] == [C.REPRODUCED] * 2
+
+
+def test_value_rank_middle_layers() -> None:
+    medians = [0.2, 0.5, 0.95, 0.9, 1.0, 1.0, 0.97, 0.3]  # middle layers 2..5
+    table = pl.DataFrame(
+        {"model": "m", "dataset": "d", "layer": range(8), "median": medians, "min": [0.1] * 8}
+    )
+    assert verdicts(C.check_value_rank_middle_layers(table, 0.9)) == [C.REPRODUCED]  # 0.9 >= 0.9
+    (row,) = C.check_value_rank_middle_layers(table, 0.91)
+    assert row["verdict"] == C.NOT_REPRODUCED and row["value"] == 0.9 and "3 of 4" in row["reason"]
+
+
+def test_sink_bos_value_norm() -> None:
+    def table(sink: float | None, other: float) -> pl.DataFrame:
+        groups = [("not_sink", 10, other)] + ([("is_sink", 5, sink)] if sink is not None else [])
+        return pl.DataFrame(
+            {
+                "model": "m",
+                "dataset": "all",
+                "group": [g[0] for g in groups],
+                "n_heads": [g[1] for g in groups],
+                "median_rel_bos_vo_norm": [g[2] for g in groups],
+            }
+        )
+
+    assert verdicts(C.check_sink_bos_value_norm(table(0.2, 0.4), 0.5)) == [C.REPRODUCED]
+    assert verdicts(C.check_sink_bos_value_norm(table(0.5, 0.6), 0.5)) == [C.REPRODUCED]  # boundary
+    assert verdicts(C.check_sink_bos_value_norm(table(0.51, 0.6), 0.5)) == [C.NOT_REPRODUCED]
+    assert verdicts(C.check_sink_bos_value_norm(table(0.3, 0.25), 0.5)) == [C.NOT_REPRODUCED]
+    (row,) = C.check_sink_bos_value_norm(table(None, 0.4), 0.5)
+    assert row["verdict"] == C.NOT_APPLICABLE and "no BOS-attending" in row["reason"]
+
+
+# =============================================================================== oversmoothing
+
+
+def oversmoothing_tables(
+    rho_x: list[float], rho_xwza_s: list[float], err_xwz: list[float], context_lengths=(8, 16)
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per-head / per-layer tables in oversmoothing's format (other columns random) for heads with
+    the given values at every context length."""
+    rng = np.random.default_rng(0)
+    n = len(rho_x)
+    per_head = []
+    for t in context_lengths:
+        cols: dict[str, object] = {}
+        for name in ov.PER_HEAD_COLUMNS:
+            cols[name] = rng.uniform(0.1, 0.9, n)
+        cols.update(
+            model="m",
+            dataset="d",
+            n_sequences=[4] * n,
+            layer=list(range(n)),
+            head=[0] * n,
+            context_length=[t] * n,
+            n_tokens=[t] * n,
+            head_class=["other"] * n,
+            is_sink=[False] * n,
+            is_diagonal=[False] * n,
+            condition=(["i", "ii", "neither"] * n)[:n],
+            condition_s=(["i", "ii", "neither"] * n)[:n],
+            predicted_sign=([1, -1, 0] * n)[:n],
+            predicted_sign_s=([1, -1, 0] * n)[:n],
+            rhohat_trend=["increasing"] * n,
+            rhohat_trend_s=["increasing"] * n,
+            expectation_positive=[True] * n,
+            rho_x=rho_x,
+            rho_xwza_s=rho_xwza_s,
+            abs_err_xwz=err_xwz,
+            abs_err_x=[0.0] * n,
+            uniformity=np.linspace(0.1, 0.9, n),
+        )
+        per_head.append(pl.DataFrame(cols).select(ov.PER_HEAD_COLUMNS))
+    per_layer = pl.DataFrame(
+        {name: [0.5] * len(context_lengths) for name in ov.PER_LAYER_COLUMNS}
+    ).with_columns(
+        model=pl.lit("m"),
+        dataset=pl.lit("d"),
+        layer=0,
+        n_sequences=4,
+        context_length=pl.Series(list(context_lengths)),
+        n_tokens=8,
+    )
+    return pl.concat(per_head), per_layer
+
+
+def test_oversmoothing_claims_read_the_module_summary() -> None:
+    rho_x = [0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
+    after = [0.25, 0.28, 0.5, 0.5, 0.9, 0.75]
+    per_head, per_layer = oversmoothing_tables(rho_x, after, [0.01, 0.02, 0.05, 0.09, 0.099, 0.2])
+    summary = ov.summary_tables(per_head, per_layer, 0.6)["summary"]
+    (row,) = C.check_attention_raises_similarity(summary, 0.0)
+    assert row["value"] == pytest.approx(np.mean(np.subtract(after, rho_x)))
+    assert row["verdict"] == C.REPRODUCED and "T'=16" in row["setting"]  # the largest T'
+    (row,) = C.check_attention_raises_similarity(summary, row["value"])  # boundary: not > itself
+    assert row["verdict"] == C.NOT_REPRODUCED
+    (row,) = C.check_condition_i_about_half(summary, 0.25)  # 2 of 6 heads satisfy (i)
+    assert row["value"] == pytest.approx(1 / 3) and row["verdict"] == C.REPRODUCED
+    assert verdicts(C.check_condition_i_about_half(summary, 0.16)) == [C.NOT_REPRODUCED]
+    (row,) = C.check_condition_ii_few(summary, 0.1)  # 2 of 6 satisfy (ii)
+    assert row["verdict"] == C.NOT_REPRODUCED
+    assert verdicts(C.check_condition_ii_few(summary, 1 / 3)) == [C.REPRODUCED]
+    # every-head vs most-heads reading of Fig. 7 on the per-head table: one head at 0.2
+    every, pooled = C.check_approximation_every_head(per_head, 0.1)
+    assert (every["dataset"], pooled["dataset"]) == ("d", "all")
+    assert every["verdict"] == C.NOT_REPRODUCED and every["value"] == pytest.approx(0.2)
+    assert verdicts(C.check_approximation_every_head(per_head, 0.2)) == [C.NOT_REPRODUCED] * 2
+    assert verdicts(C.check_approximation_every_head(per_head, 0.21)) == [C.REPRODUCED] * 2
+    most, _ = C.check_approximation_most_heads(per_head, 0.1, 0.5)
+    assert most["value"] == pytest.approx(5 / 6) and most["verdict"] == C.REPRODUCED
+    assert (
+        verdicts(C.check_approximation_most_heads(per_head, 0.1, 5 / 6)) == [C.NOT_REPRODUCED] * 2
+    )
+
+
+def test_every_head_check_pools_datasets() -> None:
+    a, _ = oversmoothing_tables([0.5] * 3, [0.5] * 3, [0.01, 0.02, 0.03])
+    b = a.with_columns(dataset=pl.lit("e"), abs_err_xwz=pl.lit(0.5))
+    rows = C.check_approximation_every_head(pl.concat([a, b]), 0.1)
+    assert [(r["dataset"], r["verdict"]) for r in rows] == [
+        ("d", C.REPRODUCED),
+        ("e", C.NOT_REPRODUCED),
+        ("all", C.NOT_REPRODUCED),
+    ]
+
+
+def summary_row(**values: float | None) -> pl.DataFrame:
+    base = {
+        "model": "m",
+        "dataset": "d",
+        "context_length": 16,
+        "n_heads": 10,
+        "n_dense": 3,
+        "mean_rho_x": 0.5,
+        "mean_rho_xwz_s": 0.4,
+        "mean_increase_attn_s": 0.02,
+        "mean_increase_attn_s_dense": 0.05,
+        "mean_increase_unif_s": 0.1,
+        "mean_abs_err_x": 0.01,
+        "mean_abs_err_xwz": 0.02,
+        "agree_both_s": 0.8,
+        "agree_both": 0.7,
+        "min_rho_layers": 0.1,
+        "frac_cond_i": 0.5,
+        "frac_cond_ii": 0.0,
+    }
+    base.update(values)
+    short = pl.DataFrame([{**base, "context_length": 8, "mean_abs_err_x": 0.3}])
+    return pl.concat([short, pl.DataFrame([base])], how="vertical_relaxed")
+
+
+@pytest.mark.parametrize(
+    ("check", "column", "holds", "fails", "boundary"),
+    [
+        (C.check_w_decreases_similarity, "mean_rho_xwz_s", 0.4, 0.6, 0.5),
+        (C.check_dense_heads_raise_more, "mean_increase_attn_s_dense", 0.05, 0.01, 0.02),
+        (C.check_uniform_raises_more, "mean_increase_unif_s", 0.1, 0.0, 0.02),
+    ],
+)
+def test_difference_claims(check, column: str, holds: float, fails: float, boundary: float) -> None:
+    assert verdicts(check(summary_row(**{column: holds}), 0.0)) == [C.REPRODUCED]
+    assert verdicts(check(summary_row(**{column: fails}), 0.0)) == [C.NOT_REPRODUCED]
+    assert verdicts(check(summary_row(**{column: boundary}), 0.0)) == [C.NOT_REPRODUCED]
+
+
+def test_dense_claim_without_dense_heads_is_not_applicable() -> None:
+    (row,) = C.check_dense_heads_raise_more(
+        summary_row(n_dense=0, mean_increase_attn_s_dense=None), 0.0
+    )
+    assert row["verdict"] == C.NOT_APPLICABLE and "n_dense = 0" in row["reason"]
+
+
+def test_mean_approximation_checks_every_context_length() -> None:
+    # the T'=8 row has a mean error of 0.3 for X
+    (row,) = C.check_mean_approximation(summary_row(), 0.1)
+    assert row["verdict"] == C.NOT_REPRODUCED and row["value"] == pytest.approx(0.3)
+    assert verdicts(C.check_mean_approximation(summary_row(), 0.31)) == [C.REPRODUCED]
+
+
+def test_predicted_signs_and_positive_similarity() -> None:
+    assert verdicts(C.check_predicted_signs(summary_row(), 0.5)) == [C.REPRODUCED]
+    assert verdicts(C.check_predicted_signs(summary_row(agree_both_s=0.5), 0.5)) == [
+        C.NOT_REPRODUCED
+    ]
+    assert verdicts(C.check_predicted_signs(summary_row(agree_both_s=None), 0.5)) == [
+        C.NOT_APPLICABLE
+    ]
+    assert verdicts(C.check_similarity_stays_positive(summary_row())) == [C.REPRODUCED]
+    assert verdicts(C.check_similarity_stays_positive(summary_row(min_rho_layers=0.0))) == [
+        C.NOT_REPRODUCED
+    ]
+
+
+# =============================================================================== costs
+
+
+def test_toy_nuclear_norms() -> None:
+    toy = pl.DataFrame(toy_table([4, 8]))
+    assert verdicts(C.check_toy_nuclear_norms(toy, 1e-6)) == [C.REPRODUCED]
+    off = toy.with_columns(ratio_diag_over_sink=pl.col("ratio_diag_over_sink") * 1.01)
+    assert verdicts(C.check_toy_nuclear_norms(off, 1e-6)) == [C.NOT_REPRODUCED]
+    assert verdicts(C.check_toy_nuclear_norms(off, 0.011)) == [C.REPRODUCED]
+
+
+def slopes_table(sink_power: float, diagonal_power: float) -> pl.DataFrame:
+    """backcopy_slopes as summarize_backcopy writes it, from runs with planted power laws."""
+    runs = [
+        {"T": t, "pattern": p, "seed": s, "cost_total": 3.0 * t**power * (1 + 0.001 * s)}
+        for t in (4, 8, 16, 32)
+        for s in (0, 1)
+        for p, power in (("sink", sink_power), ("diagonal", diagonal_power))
+    ]
+    return pl.DataFrame(
+        [{"cost": "cost_total", "pattern": p, **fit} for p, fit in fit_slopes(runs).items()]
+    )
+
+
+def test_backcopy_slopes() -> None:
+    rows = C.check_backcopy_slopes(slopes_table(1.0, 1.5), 0.25)
+    assert [r["setting"].split(",")[0] for r in rows] == ["pattern=sink", "pattern=diagonal"]
+    assert verdicts(rows) == [C.REPRODUCED] * 2
+    assert verdicts(C.check_backcopy_slopes(slopes_table(1.3, 1.2), 0.25)) == [C.NOT_REPRODUCED] * 2
+    exact = pl.DataFrame(
+        {"cost": "cost_total", "pattern": ["sink", "diagonal"], "slope": [1.25, 1.75], "n": 4.0}
+    )
+    assert verdicts(C.check_backcopy_slopes(exact, 0.25)) == [C.REPRODUCED] * 2  # boundary
+    assert verdicts(C.check_backcopy_slopes(exact, 0.24)) == [C.NOT_REPRODUCED] * 2
+    one = pl.DataFrame(
+        {"cost": "cost_total", "pattern": ["sink"], "slope": [float("nan")], "n": 1.0}
+    )
+    assert verdicts(C.check_backcopy_slopes(one, 0.25)) == [C.NOT_APPLICABLE]
+
+
+def test_backcopy_sink_cheaper() -> None:
+    runs = pl.DataFrame(
+        {
+            "T": [4, 4, 8, 8],
+            "pattern": ["sink", "diagonal"] * 2,
+            "cost_total": [5.0, 4.0, 9.0, 12.0],
+        }
+    )
+    (row,) = C.check_backcopy_sink_cheaper(runs)
+    assert row["verdict"] == C.REPRODUCED and row["value"] == pytest.approx(12 / 9)
+    assert "[8]" in row["reason"]
+    equal = runs.with_columns(cost_total=pl.lit(3.0))
+    assert verdicts(C.check_backcopy_sink_cheaper(equal)) == [C.NOT_REPRODUCED]
+    assert verdicts(C.check_backcopy_sink_cheaper(runs.filter(pl.col("pattern") == "sink"))) == [
+        C.NOT_APPLICABLE
+    ]
+
+
+def copypaste_runs(
+    sink_power: float, diagonal_power: float, in_bounds: bool = True
+) -> pl.DataFrame:
+    rows = []
+    for n in (2, 4):
+        for delta in (0.2, 0.4):
+            x = n / delta**2
+            for pattern, power in (("sink", sink_power), ("diagonal", diagonal_power)):
+                cost = 10.0 * x**power
+                rows.append(
+                    {
+                        "pattern": pattern,
+                        "n": n,
+                        "delta": delta,
+                        "reff_over_delta2": x,
+                        "cost_total": cost,
+                        "lower_bound": cost / 2,
+                        "upper_bound": cost * 2,
+                        "in_bounds": in_bounds,
+                    }
+                )
+    return pl.DataFrame(rows)
+
+
+def test_copypaste_trends() -> None:
+    rows = C.check_copypaste_trends(copypaste_runs(0.0, 0.5), 0.1, 0.1)
+    assert verdicts(rows) == [C.REPRODUCED] * 2
+    assert rows[0]["value"] == pytest.approx(0.0, abs=1e-9)
+    assert rows[1]["value"] == pytest.approx(0.5)
+    assert (
+        verdicts(C.check_copypaste_trends(copypaste_runs(0.3, 0.05), 0.1, 0.1))
+        == [C.NOT_REPRODUCED] * 2
+    )
+    # boundary (the fitted slope equals the tolerance up to rounding)
+    boundary = copypaste_runs(0.1, 0.1)
+    assert (
+        verdicts(C.check_copypaste_trends(boundary, 0.1 + 1e-9, 0.1 - 1e-9)) == [C.REPRODUCED] * 2
+    )
+    assert (
+        verdicts(C.check_copypaste_trends(boundary, 0.1 - 1e-9, 0.1 + 1e-9))
+        == [C.NOT_REPRODUCED] * 2
+    )
+    single = copypaste_runs(0.0, 0.5).filter((pl.col("n") == 2) & (pl.col("delta") == 0.2))
+    assert verdicts(C.check_copypaste_trends(single, 0.1, 0.1)) == [C.NOT_APPLICABLE] * 2
+
+
+def test_theorem_d1_bounds() -> None:
+    assert verdicts(C.check_theorem_d1_bounds(copypaste_runs(0.0, 0.5))) == [C.REPRODUCED] * 2
+    broken = copypaste_runs(0.0, 0.5).with_columns(
+        in_bounds=pl.when((pl.col("pattern") == "sink") & (pl.col("n") == 2))
+        .then(False)
+        .otherwise(True)
+    )
+    rows = C.check_theorem_d1_bounds(broken)
+    assert by(rows, setting="pattern=sink, 4 runs")["verdict"] == C.NOT_REPRODUCED
+    assert by(rows, setting="pattern=diagonal, 4 runs")["verdict"] == C.REPRODUCED
+
+
+# =============================================================================== streaming
+
+
+def streaming_sink_heads(window_ratio: float, sink_ratio: float) -> pl.DataFrame:
+    """streaming.summarize's ``sink_heads`` for one pair with planted perplexity ratios."""
+    rows = []
+    for kind, n_sink, window, ratio in (
+        ("dense", 0, None, 1.0),
+        ("window", 0, 64, window_ratio),
+        ("sink", 4, 64, sink_ratio),
+        ("sink", 8, 64, 1.0),
+    ):
+        for region in ("all", "evicting", "tail"):
+            nll = 2.0 + math.log(ratio)
+            rows.append(
+                {
+                    "model": "m",
+                    "dataset": "d",
+                    "policy": f"{kind}{n_sink}",
+                    "kind": kind,
+                    "n_sink": n_sink,
+                    "window": window,
+                    "positions": "cache",
+                    "region": region,
+                    "first_position": 1,
+                    "n_tokens": 100,
+                    "nll": nll,
+                    "ppl": math.exp(nll),
+                    "dense_nll": 2.0,
+                    "dense_ppl": math.exp(2.0),
+                    "log_ppl_ratio": nll - 2.0,
+                }
+            )
+    pair = {"perplexity": pl.DataFrame(rows, schema_overrides={"window": pl.Int64})}
+    return streaming.summarize([pair])["sink_heads"]
+
+
+def test_eviction_raises_perplexity() -> None:
+    (row,) = C.check_eviction_raises_perplexity(streaming_sink_heads(3.0, 1.05), 2.0)
+    assert row["verdict"] == C.REPRODUCED and row["value"] == pytest.approx(3.0)
+    assert verdicts(C.check_eviction_raises_perplexity(streaming_sink_heads(2.0, 1.0), 2.0)) == [
+        C.REPRODUCED
+    ]
+    assert verdicts(C.check_eviction_raises_perplexity(streaming_sink_heads(1.5, 1.0), 2.0)) == [
+        C.NOT_REPRODUCED
+    ]
+
+
+def test_sink_tokens_restore() -> None:
+    rows = C.check_sink_tokens_restore(streaming_sink_heads(4.0, 1.1), 4, 0.9)
+    assert [r["setting"] for r in rows] == ["window L=64, k=4 sink tokens"]  # k=8 > 4 is left out
+    assert rows[0]["value"] == pytest.approx(1 - math.log(1.1) / math.log(4.0))
+    assert verdicts(rows) == [C.REPRODUCED]
+    # boundary: recovering exactly 90% of the log increase passes
+    exact = streaming_sink_heads(4.0, 4.0**0.1)
+    assert C.check_sink_tokens_restore(exact, 4, 0.9)[0]["value"] == pytest.approx(0.9)
+    assert verdicts(C.check_sink_tokens_restore(exact, 4, 0.9 - 1e-9)) == [C.REPRODUCED]
+    assert verdicts(C.check_sink_tokens_restore(exact, 4, 0.9 + 1e-9)) == [C.NOT_REPRODUCED]
+    assert verdicts(C.check_sink_tokens_restore(streaming_sink_heads(4.0, 2.0), 4, 0.9)) == [
+        C.NOT_REPRODUCED
+    ]
+    (row,) = C.check_sink_tokens_restore(streaming_sink_heads(1.0, 1.0), 4, 0.9)
+    assert row["verdict"] == C.NOT_APPLICABLE and "did not raise" in row["reason"]
+
+
+# =============================================================================== dynamics
+
+
+def by_variant(shares: dict[tuple[str, str], float]) -> pl.DataFrame:
+    return pl.DataFrame(
+        [
+            {
+                "experiment": "untied",
+                "loss": loss,
+                "activation": act,
+                "n": 8,
+                "d": 4,
+                "runs": 4,
+                "polarized_share": share,
+                "top_weight_mean": share,
+            }
+            for (loss, act), share in shares.items()
+        ]
+    )
+
+
+def test_value_softmax_claims() -> None:
+    table = by_variant(
+        {
+            ("logistic", "softmax"): 1.0,
+            ("square", "softmax"): 0.0,
+            ("logistic", "sum"): 0.25,
+            ("logistic", "sigmoid"): 0.0,
+        }
+    )
+    assert verdicts(C.check_logistic_polarizes(table, 0.5)) == [C.REPRODUCED]
+    assert verdicts(C.check_square_does_not_polarize(table, 0.5)) == [C.REPRODUCED]
+    assert verdicts(C.check_unnormalized_do_not_polarize(table, 0.5)) == [C.REPRODUCED] * 2
+    flipped = by_variant({("logistic", "softmax"): 0.5, ("square", "softmax"): 0.5})
+    assert verdicts(C.check_logistic_polarizes(flipped, 0.5)) == [C.NOT_REPRODUCED]  # boundary
+    assert verdicts(C.check_square_does_not_polarize(flipped, 0.5)) == [C.NOT_REPRODUCED]
+    assert verdicts(C.check_unnormalized_do_not_polarize(flipped, 0.5)) == [C.NOT_APPLICABLE]
+
+
+def test_softmax_sinks_emerge() -> None:
+    def setup(softmax: float, raw: float) -> pl.DataFrame:
+        return pl.DataFrame(
+            {
+                "variant": ["softmax", "sigmoid_raw", "sigmoid_norm"],
+                "attention": ["softmax", "sigmoid", "sigmoid"],
+                "normalize": [True, False, True],
+                "positional": "rope",
+                "weight_decay": 0.2,
+                "runs": 3,
+                "sink_proportion_mean": [softmax, raw, 0.9],
+            }
+        )
+
+    assert verdicts(C.check_softmax_sinks_emerge(setup(0.5, 0.0), 0.1, 0.05)) == [C.REPRODUCED]
+    assert verdicts(C.check_softmax_sinks_emerge(setup(0.1, 0.05), 0.1, 0.05)) == [C.REPRODUCED]
+    assert verdicts(C.check_softmax_sinks_emerge(setup(0.05, 0.0), 0.1, 0.05)) == [C.NOT_REPRODUCED]
+    assert verdicts(C.check_softmax_sinks_emerge(setup(0.5, 0.125), 0.1, 0.05)) == [
+        C.NOT_REPRODUCED
+    ]
+    only_softmax = setup(0.5, 0.0).filter(pl.col("variant") == "softmax")
+    assert verdicts(C.check_softmax_sinks_emerge(only_softmax, 0.1, 0.05)) == [C.NOT_APPLICABLE]
+
+
+def test_flip_rate_decreases() -> None:
+    final = pl.DataFrame(
+        {"n_heads": [1, 1, 4, 4], "n_layers": [1, 2, 1, 2], "flip_rate": [0.8, 0.6, 0.3, 0.1]}
+    )
+    rows = C.check_flip_rate_decreases(final, 0.0)
+    assert [r["value"] for r in rows] == pytest.approx([0.5, 0.2])
+    assert verdicts(rows) == [C.REPRODUCED] * 2
+    assert verdicts(C.check_flip_rate_decreases(final, 0.2 - 1e-9)) == [C.REPRODUCED] * 2
+    assert verdicts(C.check_flip_rate_decreases(final, 0.2 + 1e-9)) == [
+        C.REPRODUCED,
+        C.NOT_REPRODUCED,
+    ]
+    # Fig. 21's setup is preferred when it has both levels
+    spec = {"vocab_size": [41, 41, 41, 41, 81, 81], "use_mlp": [False] * 4 + [True] * 2}
+    mixed = pl.concat(
+        [final, pl.DataFrame({"n_heads": [1, 4], "n_layers": [1, 2], "flip_rate": [0.0, 0.9]})]
+    ).with_columns(
+        vocab_size=pl.Series(spec["vocab_size"]),
+        use_mlp=pl.Series(spec["use_mlp"]),
+        use_layernorm=pl.lit(False),
+    )
+    rows = C.check_flip_rate_decreases(mixed, 0.0)
+    assert [r["value"] for r in rows] == pytest.approx([0.5, 0.2])
+    assert "|V|=41" in rows[0]["setting"]
+    same = final.with_columns(n_layers=pl.lit(1))
+    assert verdicts(C.check_flip_rate_decreases(same, 0.0))[1] == C.NOT_APPLICABLE
+
+
+# =============================================================================== registry
+
+
+def test_missing_analyses_are_not_applicable(head_classes: pl.DataFrame) -> None:
+    table = C.evaluate_claims({"head_classes": head_classes}, None, models=["a", "b", "c"])
+    assert list(table.columns) == list(C.COLUMNS)
+    heads = table.filter(pl.col("claim_id").str.starts_with("heads."))
+    assert heads.filter(pl.col("verdict") == C.NOT_APPLICABLE).height == 0
+    rest = table.filter(~pl.col("claim_id").str.starts_with("heads."))
+    assert set(rest["verdict"]) == {C.NOT_APPLICABLE}
+    assert rest["reason"].str.starts_with(C.NOT_RUN).all()
+    # per-model analyses: one row per model; synthetic experiments: one row
+    geometry = rest.filter(pl.col("claim_id") == "geometry.bos_cosine_below_zero")
+    assert geometry["model"].to_list() == ["a", "b", "c"]
+    streaming_rows = rest.filter(pl.col("claim_id") == "streaming.eviction_hurts")
+    assert streaming_rows["model"].to_list() == ["a", "b", "c"]
+    assert "streaming" in streaming_rows["reason"][0]
+    costs = rest.filter(pl.col("claim_id") == "costs.backcopy_slopes")
+    assert costs["model"].to_list() == [C.SYNTHETIC]
+    # every claim appears, in registry order
+    assert list(dict.fromkeys(table["claim_id"])) == [c.id for c in C.CLAIMS]
+
+
+def test_tolerances_come_from_the_config(head_classes: pl.DataFrame) -> None:
+    strict = C.evaluate_claims(
+        {"head_classes": head_classes}, {"heads": {"sink_min_fraction": 0.6}}
+    )
+    loose = C.evaluate_claims({"head_classes": head_classes}, {"heads": {"sink_min_fraction": 0.5}})
+
+    def a_all(frame: pl.DataFrame) -> str:
+        return frame.filter(
+            (pl.col("claim_id") == "heads.sinks_common")
+            & (pl.col("model") == "a")
+            & (pl.col("dataset") == "all")
+        )["verdict"][0]
+
+    assert (a_all(strict), a_all(loose)) == (C.NOT_REPRODUCED, C.REPRODUCED)
+    with pytest.raises(KeyError, match="claims.heads.sink_min"):
+        C.resolve_tolerances({"heads": {"sink_min": 0.1}})
+    with pytest.raises(KeyError, match="unknown input"):
+        C.evaluate_claims({"head_class": head_classes})
+
+
+def test_schema_defaults_equal_the_module_defaults() -> None:
+    schema = load_schema()
+    assert "claims" in schema["properties"]
+    assert load_config(REPO / "config.yaml")["claims"] == C.DEFAULT_TOLERANCES
+    overridden = load_config(REPO / "config.yaml")
+    overridden["claims"] = {"geometry": {"bos_cosine_max": 0.5}}
+    resolved = validate_config(overridden)["claims"]
+    assert resolved["geometry"]["bos_cosine_max"] == 0.5
+    assert (
+        resolved["geometry"]["near_full_rank"] == C.DEFAULT_TOLERANCES["geometry"]["near_full_rank"]
+    )
+    bad = load_config(REPO / "config.yaml")
+    bad["claims"] = {"geometry": {"bos_cosine": 0.5}}
+    with pytest.raises(ConfigError, match="claims.geometry"):
+        validate_config(bad)
+
+
+def test_analysis_runs() -> None:
+    assert analysis_runs({}, "heads") and analysis_runs({"geometry": {}}, "geometry")
+    assert not analysis_runs({}, "streaming")
+    assert analysis_runs({"streaming": {"enabled": True}}, "streaming")
+    assert not analysis_runs({"oversmoothing": {"enabled": False}}, "oversmoothing")
+    dynamics = {"enabled": True, "induction": {"enabled": False}, "classification": {}}
+    assert analysis_runs({"dynamics": dynamics}, "dynamics.classification")
+    assert analysis_runs({"dynamics": dynamics}, "dynamics.value_softmax")
+    assert not analysis_runs({"dynamics": dynamics}, "dynamics.induction")
+    assert not analysis_runs(
+        {"dynamics": {**dynamics, "enabled": False}}, "dynamics.classification"
+    )
+
+
+def test_claims_inputs_follow_the_config() -> None:
+    paths = Paths("results")
+    full = paths.claims_inputs({"costs": {"enabled": True}})
+    assert set(full) <= set(C.TABLE_ANALYSIS)
+    for claim in C.CLAIMS:
+        if C.TABLE_ANALYSIS[claim.inputs[0]] in ("heads", "geometry", "oversmoothing", "costs"):
+            assert set(claim.inputs) <= set(full), claim.id
+    assert full["head_classes"] == "results/summary/head_classes.parquet"
+    no_costs = paths.claims_inputs({"costs": {"enabled": False}, "streaming": {"enabled": True}})
+    assert not [k for k in no_costs if k.startswith("costs_")]
+    assert set(no_costs) == {k for k in full if not k.startswith("costs_")} | {
+        "streaming_sink_heads"
+    }
+    dynamics = paths.claims_inputs({"dynamics": {"enabled": True, "induction": {"enabled": False}}})
+    assert "dynamics_value_softmax_by_variant" in dynamics
+    assert "dynamics_classification_final" in dynamics
+    assert "dynamics_induction_by_setup" not in dynamics
+    assert paths.claims() in paths.all_targets([("m", "d")], {"enabled": False})
+
+
+# =============================================================================== writers
+
+
+@pytest.fixture()
+def mixed_table(head_classes: pl.DataFrame) -> pl.DataFrame:
+    return C.evaluate_claims({"head_classes": head_classes}, None, models=["a", "b", "c"])
+
+
+def test_markdown_shows_not_reproduced_first(mixed_table: pl.DataFrame) -> None:
+    md = C.claims_markdown(mixed_table)
+    n_bad = int((mixed_table["verdict"] == C.NOT_REPRODUCED).sum())
+    assert n_bad > 0
+    assert f"**{n_bad} not reproduced**" in md
+    bad_section = md.split(f"## Not reproduced ({n_bad})")[1].split("## Overview")[0]
+    assert "### `heads.sink_prev_fraction`" in bad_section
+    assert "### `heads.sinks_common`" in bad_section  # model b
+    assert (
+        "| b | all |" in bad_section
+        and "| a | all |" not in bad_section.split("sinks_common")[1].split("###")[0]
+    )
+    assert "not applicable" not in bad_section
+    overview = md.split("## Overview")[1].split("## All checks")[0]
+    (line,) = [x for x in overview.splitlines() if "`heads.sink_prev_fraction`" in x]
+    # models a, b, c, then the synthetic column (empty for a per-model claim)
+    assert line.endswith(
+        "| reproduced (2/2) | **not reproduced (0/2)** | **not reproduced (0/2)** |  |"
+    )
+    assert md.index("## Not reproduced") < md.index("## Overview") < md.index("## All checks")
+    # every not-applicable row keeps its reason
+    assert md.count(C.NOT_RUN) >= int(mixed_table["reason"].str.starts_with(C.NOT_RUN).sum())
+
+
+def test_markdown_without_failures_says_none() -> None:
+    table = C.evaluate_claims({}, None, models=["m"])
+    md = C.claims_markdown(table)
+    assert "## Not reproduced (0)\n\nNone." in md
+    assert set(table["verdict"]) == {C.NOT_APPLICABLE}
+
+
+def test_write_claims_files_and_rst(mixed_table: pl.DataFrame, tmp_path: Path) -> None:
+    C.write_claims(
+        mixed_table, tmp_path / "claims.md", tmp_path / "claims.parquet", tmp_path / "claims.rst"
+    )
+    assert pl.read_parquet(tmp_path / "claims.parquet").equals(mixed_table)
+    csv = pl.read_csv(tmp_path / "claims.csv")
+    assert csv["verdict"].to_list() == mixed_table["verdict"].to_list()
+    assert (tmp_path / "claims.md").read_text() == C.claims_markdown(mixed_table)
+    rst = (tmp_path / "claims.rst").read_text()
+    html = publish_parts(
+        "Intro.\n\n" + rst,
+        writer="html",
+        settings_overrides={"halt_level": 2, "report_level": 5},
+    )["html_body"]
+    assert "heads.sink_prev_fraction" in html and "<table" in html
+    assert not list(tmp_path.glob(".*partial*"))
+    with pytest.raises(ValueError, match="lacks the column"):
+        C.write_claims(mixed_table.drop("verdict"), tmp_path / "x.md", tmp_path / "x.parquet")

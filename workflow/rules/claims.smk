@@ -1,0 +1,39 @@
+# The claims table: every claim of the three studies checked against the summary tables of the
+# analyses this config runs (sinkscope.claims); claims of analyses not run are "not applicable".
+
+
+rule claims:
+    input:
+        **claims_inputs(),
+    output:
+        markdown=report(
+            paths.claims("md"),
+            caption="../report/claims.rst",
+            category="0 Claims",
+            labels={"table": "claims (markdown)"},
+        ),
+        table=report(
+            paths.claims("parquet"),
+            caption="../report/claims.rst",
+            category="0 Claims",
+            labels={"table": "claims (parquet)"},
+        ),
+        table_csv=report(
+            paths.claims("csv"),
+            caption="../report/claims.rst",
+            category="0 Claims",
+            labels={"table": "claims (CSV)"},
+        ),
+        rst=paths.claims("rst"),
+    params:
+        tolerances=config["claims"],
+        models=list(config["models"]),
+    log:
+        paths.log("claims", "all"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    resources:
+        mem_mb=lambda wc, attempt: 2000 * attempt,
+        runtime=lambda wc, attempt: 10 * attempt,
+    script:
+        "../scripts/claims.py"

@@ -1,0 +1,150 @@
+# Training dynamics of the companion value-softmax paper (no pretrained model): gradient flow of
+# L(V softmax(a)) (Theorem 3.3), sink heads on the induction task per attention function (Tables
+# 1-2), one-token flips on the classification task (Table 3). Every run is its own job (grids in
+# sinkscope.dynamics, chosen by config["dynamics"]); a summary rule per part writes the tables and
+# figures. Each run trains on one thread, so Snakemake runs as many at once as it has cores.
+from sinkscope.dynamics.common import dynamics_jobs
+from sinkscope.paths import DYNAMICS_FIGURES, DYNAMICS_RUN_TABLES, DYNAMICS_SUMMARY_TABLES
+
+DYNAMICS_JOBS = dynamics_jobs(config["dynamics"])
+DYNAMICS_CATEGORY = "Training dynamics (companion paper)"
+# cluster runtime of one run in minutes: (default scale, paper scale)
+DYNAMICS_RUNTIME_MIN = {"value_softmax": (5, 30), "induction": (10, 180), "classification": (10, 60)}
+DYNAMICS_MINUTES = {
+    part: DYNAMICS_RUNTIME_MIN[part][config["dynamics"][part]["scale"] == "paper"]
+    for part in DYNAMICS_RUNTIME_MIN
+}
+DYNAMICS_RUN_OUTPUTS = {
+    part: {
+        **{name: paths.dynamics_run_table(part, name) for name in DYNAMICS_RUN_TABLES[part]},
+        "timing": paths.dynamics_run_timing(part),
+    }
+    for part in DYNAMICS_RUN_TABLES
+}
+DYNAMICS_SUMMARY_INPUTS = {
+    part: {
+        name: expand(path, run=sorted(DYNAMICS_JOBS[part]))
+        for name, path in DYNAMICS_RUN_OUTPUTS[part].items()
+    }
+    for part in DYNAMICS_RUN_TABLES
+}
+DYNAMICS_SUMMARY_OUTPUTS = {
+    part: {
+        **{
+            f"table_{name}{suffix}": paths.dynamics_table(part, name, ext)
+            for name in DYNAMICS_SUMMARY_TABLES[part]
+            for suffix, ext in (("", "parquet"), ("_csv", "csv"))
+        },
+        **{
+            f"figure_{name}": report(
+                paths.dynamics_figure(part, name),
+                caption=f"../report/dynamics_{part}_{name}.rst",
+                category=DYNAMICS_CATEGORY,
+                subcategory=part.replace("_", "-"),
+                labels={"part": part, "figure": name},
+            )
+            for name in DYNAMICS_FIGURES[part]
+        },
+        "timing": paths.dynamics_timing(part),
+    }
+    for part in DYNAMICS_RUN_TABLES
+}
+
+
+rule dynamics_value_softmax_run:
+    output:
+        **DYNAMICS_RUN_OUTPUTS["value_softmax"],
+    params:
+        spec=lambda wc: DYNAMICS_JOBS["value_softmax"][wc.run],
+    log:
+        paths.log("dynamics_value_softmax_run", "{run}"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    threads: 1
+    resources:
+        mem_mb=lambda wc, attempt: 1000 * attempt,
+        runtime=lambda wc, attempt: DYNAMICS_MINUTES["value_softmax"] * attempt,
+    script:
+        "../scripts/dynamics_value_softmax_run.py"
+
+
+rule dynamics_induction_run:
+    output:
+        **DYNAMICS_RUN_OUTPUTS["induction"],
+    params:
+        spec=lambda wc: DYNAMICS_JOBS["induction"][wc.run],
+    log:
+        paths.log("dynamics_induction_run", "{run}"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    threads: 1
+    resources:
+        mem_mb=lambda wc, attempt: 2000 * attempt,
+        runtime=lambda wc, attempt: DYNAMICS_MINUTES["induction"] * attempt,
+    script:
+        "../scripts/dynamics_induction_run.py"
+
+
+rule dynamics_classification_run:
+    output:
+        **DYNAMICS_RUN_OUTPUTS["classification"],
+    params:
+        spec=lambda wc: DYNAMICS_JOBS["classification"][wc.run],
+    log:
+        paths.log("dynamics_classification_run", "{run}"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    threads: 1
+    resources:
+        mem_mb=lambda wc, attempt: 2000 * attempt,
+        runtime=lambda wc, attempt: DYNAMICS_MINUTES["classification"] * attempt,
+    script:
+        "../scripts/dynamics_classification_run.py"
+
+
+rule summarize_dynamics_value_softmax:
+    input:
+        **DYNAMICS_SUMMARY_INPUTS["value_softmax"],
+    output:
+        **DYNAMICS_SUMMARY_OUTPUTS["value_softmax"],
+    log:
+        paths.log("summarize_dynamics_value_softmax", "all"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    resources:
+        mem_mb=lambda wc, attempt: 4000 * attempt,
+        runtime=lambda wc, attempt: 15 * attempt,
+    script:
+        "../scripts/summarize_dynamics_value_softmax.py"
+
+
+rule summarize_dynamics_induction:
+    input:
+        **DYNAMICS_SUMMARY_INPUTS["induction"],
+    output:
+        **DYNAMICS_SUMMARY_OUTPUTS["induction"],
+    log:
+        paths.log("summarize_dynamics_induction", "all"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    resources:
+        mem_mb=lambda wc, attempt: 4000 * attempt,
+        runtime=lambda wc, attempt: 15 * attempt,
+    script:
+        "../scripts/summarize_dynamics_induction.py"
+
+
+rule summarize_dynamics_classification:
+    input:
+        **DYNAMICS_SUMMARY_INPUTS["classification"],
+    output:
+        **DYNAMICS_SUMMARY_OUTPUTS["classification"],
+    log:
+        paths.log("summarize_dynamics_classification", "all"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    resources:
+        mem_mb=lambda wc, attempt: 4000 * attempt,
+        runtime=lambda wc, attempt: 15 * attempt,
+    script:
+        "../scripts/summarize_dynamics_classification.py"

@@ -1,0 +1,47 @@
+# StreamingLLM (attention-sinks notes): next-token NLL over long token streams when the KV cache
+# evicts (window only, sink + window, neutral sink + window), per model x dataset, and the
+# attention mass on the first positions from the extraction's HDF5 file.
+
+
+rule analyze_streaming:
+    input:
+        model_dir=paths.model_dir,
+        documents=paths.corpus,
+        activations=paths.activations,
+    output:
+        **tables_of("streaming", STREAMING_TABLES),
+        **figures_of("streaming", STREAMING_FIGURES, "StreamingLLM caches"),
+    params:
+        params=config["streaming"]["params"],
+        first_positions=config["streaming"]["first_positions"],
+    log:
+        paths.log("analyze_streaming", "{model}/{dataset}"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    threads: 1
+    resources:
+        mem_mb=lambda wc, attempt: 6000 * attempt,
+        runtime=lambda wc, attempt: config["streaming"]["runtime_min"] * attempt,
+    script:
+        "../scripts/analyze_streaming.py"
+
+
+rule summarize_streaming:
+    input:
+        tables=pair_tables("streaming", STREAMING_TABLES),
+        per_head=[
+            paths.heads_table("per_head").format(model=model, dataset=dataset)
+            for model, dataset in pairs(config)
+        ],
+    output:
+        **summary_tables_of("streaming", STREAMING_SUMMARY_TABLES),
+        **summary_figures_of("streaming", STREAMING_SUMMARY_FIGURES, "StreamingLLM caches"),
+    log:
+        paths.log("summarize_streaming", "all"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    resources:
+        mem_mb=lambda wc, attempt: 4000 * attempt,
+        runtime=lambda wc, attempt: 20 * attempt,
+    script:
+        "../scripts/summarize_streaming.py"
