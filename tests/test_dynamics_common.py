@@ -1,11 +1,18 @@
-"""Grid selection and the dynamics config section (sinkscope.dynamics.common, sinkscope.config)."""
+"""Grid selection, the dynamics config section and the rule paths (sinkscope.dynamics.grids,
+sinkscope.config, sinkscope.paths)."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from sinkscope.config import ConfigError, validate_config
+from sinkscope.dynamics import grids
 from sinkscope.dynamics.common import dynamics_jobs, select_specs
+from sinkscope.paths import Paths
 
 
 def test_select_specs_uses_defaults_and_rejects_unknown_keys() -> None:
@@ -55,3 +62,78 @@ def test_bad_dynamics_sections_are_rejected_naming_the_key(default_config: dict)
         "overrides": {},
         "select": {},
     }
+
+
+def test_grids_are_torch_free_and_re_exported() -> None:
+    """The workflow parses the grids on every call: importing them must not import torch."""
+    code = (
+        "import sys; from sinkscope.dynamics.grids import dynamics_jobs; "
+        "jobs = dynamics_jobs({}); print(len(jobs['induction']), 'torch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == ["26", "False"]
+    from sinkscope.dynamics import classification, common, induction, value_softmax
+
+    assert induction.PAPER_INDUCTION is grids.PAPER_INDUCTION
+    assert induction.induction_grid is grids.induction_grid
+    assert value_softmax.DEFAULTS is grids.VALUE_SOFTMAX_DEFAULTS
+    assert classification.classification_grid is grids.classification_grid
+    assert common.dynamics_jobs is grids.dynamics_jobs
+
+
+def test_dynamics_rule_paths_and_minutes() -> None:
+    paths = Paths("R")
+    run = paths.dynamics_run_outputs()
+    assert run["induction"] == {
+        "final": "R/dynamics/induction/runs/{run}/final.parquet",
+        "curve": "R/dynamics/induction/runs/{run}/curve.parquet",
+        "heads": "R/dynamics/induction/runs/{run}/heads.parquet",
+        "pattern": "R/dynamics/induction/runs/{run}/pattern.parquet",
+        "timing": "R/dynamics/induction/runs/{run}/timing.json",
+    }
+    inputs = paths.dynamics_summary_inputs({"induction": {"b": {}, "a": {}}})
+    assert inputs["induction"]["timing"] == [
+        "R/dynamics/induction/runs/a/timing.json",
+        "R/dynamics/induction/runs/b/timing.json",
+    ]
+    assert inputs["value_softmax"]["final"] == [] and set(inputs) == set(run)
+
+    calls: list[tuple[str, dict]] = []
+
+    def report(path: str, **kwargs: object) -> str:
+        calls.append((path, kwargs))
+        return f"report:{path}"
+
+    out = paths.dynamics_summary_outputs(report, category="C")
+    assert list(out["classification"]) == [
+        "table_final",
+        "table_final_csv",
+        "table_by_setup",
+        "table_by_setup_csv",
+        "table_curve",
+        "table_curve_csv",
+        "table_attention",
+        "table_attention_csv",
+        "figure_flips",
+        "figure_flips_by_size",
+        "figure_attention",
+        "timing",
+    ]
+    assert out["classification"]["table_curve_csv"] == "R/dynamics/classification/curve.csv"
+    assert out["induction"]["figure_sinks"] == "report:R/dynamics/induction/sinks.png"
+    assert len(calls) == 12  # 5 value-softmax + 4 induction + 3 classification figures
+    rules = Path(__file__).parents[1] / "workflow" / "rules"
+    for path, kwargs in calls:
+        assert kwargs["category"] == "C"
+        assert (rules / str(kwargs["caption"])).is_file(), kwargs["caption"]
+        assert path.endswith(f"{kwargs['labels']['figure']}.png")  # type: ignore[index]
+    plain = paths.dynamics_summary_outputs()
+    assert plain["value_softmax"]["figure_tied"] == "R/dynamics/value_softmax/tied.png"
+    # the summary rules write exactly the workflow's dynamics targets
+    targets = paths.dynamics_targets({"enabled": True})
+    assert sorted(targets) == sorted(p for part in plain.values() for p in part.values())
+
+    assert grids.dynamics_minutes({}) == {"value_softmax": 5, "induction": 10, "classification": 10}
+    assert grids.dynamics_minutes({"induction": {"scale": "paper"}})["induction"] == 180

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import polars as pl
 import pytest
 import torch
@@ -13,6 +15,7 @@ from sinkscope.dynamics.induction import (
     attention_mass,
     induction_grid,
     loss_and_accuracy,
+    loss_floor,
     make_induction_data,
     run_induction,
     sink_mass,
@@ -172,3 +175,43 @@ def test_normalised_positive_scores_survive_underflow(attention: str) -> None:
     assert torch.isfinite(att).all()
     x = torch.linspace(-10, 10, 101)
     torch.testing.assert_close(elu_plus_one(x), torch.nn.functional.elu(x) + 1.0)
+
+
+def test_loss_floor_equals_the_conditional_entropy_of_an_enumerated_task() -> None:
+    """vocab 4, length 5: the 4 * 3 ordered first halves x 2 shifts are equally likely; the
+    floor is the mean over positions of H(next token | prefix), counted by enumeration."""
+    vocab, seq_len, m = 4, 5, 2
+    seqs = [
+        (0, a, b, *((a, b)[s:] + (a, b)[:s]))
+        for a in range(1, vocab + 1)
+        for b in range(1, vocab + 1)
+        if a != b
+        for s in range(m)
+    ]
+    total = 0.0
+    for k in range(seq_len - 1):  # predict token k + 1 from tokens 0..k
+        prefixes: dict[tuple, list[int]] = {}
+        for seq in seqs:
+            prefixes.setdefault(seq[: k + 1], []).append(seq[k + 1])
+        for nxt in prefixes.values():
+            counts = [nxt.count(t) for t in set(nxt)]
+            p_prefix = len(nxt) / len(seqs)
+            total += p_prefix * -sum(c / len(nxt) * math.log(c / len(nxt)) for c in counts)
+    assert loss_floor(vocab, seq_len) == pytest.approx(total / (seq_len - 1), rel=1e-12)
+    assert loss_floor(vocab, seq_len, "induction") == 0.0
+    # the data generator draws exactly this support
+    x, _ = make_induction_data(2000, seed=1, vocab=vocab, seq_len=seq_len)
+    assert {tuple(r) for r in x.tolist()} == set(seqs)
+
+
+def test_absolute_positions_start_at_pos_init_std_and_nothing_else_moves() -> None:
+    cfg = {**TINY, "hidden": 128, "n_heads": 4, "positional": "absolute"}
+    models = {}
+    for std in (0.02, 1.0):
+        torch.manual_seed(0)
+        models[std] = InductionTransformer({**cfg, "pos_init_std": std})
+    for std, model in models.items():
+        assert model.pos is not None
+        assert float(model.pos.weight.detach().std()) == pytest.approx(std, rel=0.1)
+    small, large = (dict(m.named_parameters()) for m in models.values())
+    assert all(torch.equal(small[k], large[k]) for k in small if k != "pos.weight")

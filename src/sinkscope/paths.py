@@ -5,7 +5,7 @@ Paths are Snakemake patterns with ``{model}`` and ``{dataset}`` wildcards under 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,9 +47,23 @@ STREAMING_TABLES = (
     "layer_ablation",
     "settings",
     "first_position_mass",
+    "recompute",
 )
-STREAMING_FIGURES = ("nll_by_position", "perplexity_vs_window", "sink_count", "first_position_mass")
-STREAMING_SUMMARY_TABLES = ("perplexity", "overview", "sink_heads", "layers", "correlations")
+STREAMING_FIGURES = (
+    "nll_by_position",
+    "perplexity_vs_window",
+    "sink_count",
+    "first_position_mass",
+    "recompute",
+)
+STREAMING_SUMMARY_TABLES = (
+    "perplexity",
+    "overview",
+    "sink_heads",
+    "layers",
+    "correlations",
+    "recompute",
+)
 STREAMING_SUMMARY_FIGURES = ("eviction_damage",)
 #: Summary tables read by rule ``claims`` (sinkscope.claims), per analysis.
 CLAIMS_SUMMARY_TABLES = {
@@ -199,7 +213,10 @@ class Paths:
                 for name in names
             },
             **{f"costs_{name}": ("costs", self.cost_table(name)) for name in CLAIMS_COST_TABLES},
-            "streaming_sink_heads": ("streaming", self.summary_table("streaming", "sink_heads")),
+            **{
+                f"streaming_{name}": ("streaming", self.summary_table("streaming", name))
+                for name in ("sink_heads", "recompute")
+            },
             "dynamics_value_softmax_by_variant": (
                 "dynamics.value_softmax",
                 self.dynamics_table("value_softmax", "by_variant"),
@@ -260,6 +277,64 @@ class Paths:
             targets += [self.dynamics_figure(part, n) for n in DYNAMICS_FIGURES[part]]
             targets.append(self.dynamics_timing(part))
         return targets
+
+    def dynamics_run_outputs(self) -> dict[str, dict[str, str]]:
+        """Per part, the outputs of one ``dynamics_<part>_run`` job (``{run}`` wildcard): its
+        tables (:data:`DYNAMICS_RUN_TABLES`) and ``timing``."""
+        return {
+            part: {
+                **{name: self.dynamics_run_table(part, name) for name in names},
+                "timing": self.dynamics_run_timing(part),
+            }
+            for part, names in DYNAMICS_RUN_TABLES.items()
+        }
+
+    def dynamics_summary_inputs(
+        self, jobs: Mapping[str, Mapping[str, Any]]
+    ) -> dict[str, dict[str, list[str]]]:
+        """Per part, the run outputs of every job of ``jobs`` (``{part: {run id: spec}}``, as
+        :func:`sinkscope.dynamics.grids.dynamics_jobs` returns), by output name, runs sorted."""
+        return {
+            part: {
+                name: [path.format(run=run) for run in sorted(jobs.get(part, {}))]
+                for name, path in outputs.items()
+            }
+            for part, outputs in self.dynamics_run_outputs().items()
+        }
+
+    def dynamics_summary_outputs(
+        self, report: Callable[..., Any] | None = None, category: str = ""
+    ) -> dict[str, dict[str, Any]]:
+        """Per part, the outputs of ``summarize_dynamics_<part>``: ``table_<name>`` (parquet),
+        ``table_<name>_csv``, ``figure_<name>`` and ``timing``.
+
+        With ``report`` (Snakemake's ``report`` function) every figure is wrapped as
+        ``report(path, caption="../report/dynamics_<part>_<name>.rst", category=category,
+        subcategory=<part with dashes>, labels={"part", "figure"})``; the caption path is relative
+        to ``workflow/rules/``.
+        """
+        out: dict[str, dict[str, Any]] = {}
+        for part, names in DYNAMICS_SUMMARY_TABLES.items():
+            entry: dict[str, Any] = {}
+            for name in names:
+                entry[f"table_{name}"] = self.dynamics_table(part, name, "parquet")
+                entry[f"table_{name}_csv"] = self.dynamics_table(part, name, "csv")
+            for name in DYNAMICS_FIGURES[part]:
+                path = self.dynamics_figure(part, name)
+                entry[f"figure_{name}"] = (
+                    path
+                    if report is None
+                    else report(
+                        path,
+                        caption=f"../report/dynamics_{part}_{name}.rst",
+                        category=category,
+                        subcategory=part.replace("_", "-"),
+                        labels={"part": part, "figure": name},
+                    )
+                )
+            entry["timing"] = self.dynamics_timing(part)
+            out[part] = entry
+        return out
 
     def log(self, rule: str, pattern: str) -> str:
         return f"{self.root}/logs/{rule}/{pattern}.log"

@@ -1,54 +1,17 @@
 # Training dynamics of the companion value-softmax paper (no pretrained model): gradient flow of
 # L(V softmax(a)) (Theorem 3.3), sink heads on the induction task per attention function (Tables
 # 1-2), one-token flips on the classification task (Table 3). Every run is its own job (grids in
-# sinkscope.dynamics, chosen by config["dynamics"]); a summary rule per part writes the tables and
-# figures. Each run trains on one thread, so Snakemake runs as many at once as it has cores.
-from sinkscope.dynamics.common import dynamics_jobs
-from sinkscope.paths import DYNAMICS_FIGURES, DYNAMICS_RUN_TABLES, DYNAMICS_SUMMARY_TABLES
+# sinkscope.dynamics.grids, chosen by config["dynamics"]; paths in sinkscope.paths); a summary rule
+# per part writes the tables and figures. Each run trains on one thread, so Snakemake runs as many
+# at once as it has cores.
+from sinkscope.dynamics.grids import dynamics_jobs, dynamics_minutes
 
 DYNAMICS_JOBS = dynamics_jobs(config["dynamics"])
+DYNAMICS_MINUTES = dynamics_minutes(config["dynamics"])
+DYNAMICS_RUN_OUTPUTS = paths.dynamics_run_outputs()
+DYNAMICS_SUMMARY_INPUTS = paths.dynamics_summary_inputs(DYNAMICS_JOBS)
 DYNAMICS_CATEGORY = "Training dynamics (companion paper)"
-# cluster runtime of one run in minutes: (default scale, paper scale)
-DYNAMICS_RUNTIME_MIN = {"value_softmax": (5, 30), "induction": (10, 180), "classification": (10, 60)}
-DYNAMICS_MINUTES = {
-    part: DYNAMICS_RUNTIME_MIN[part][config["dynamics"][part]["scale"] == "paper"]
-    for part in DYNAMICS_RUNTIME_MIN
-}
-DYNAMICS_RUN_OUTPUTS = {
-    part: {
-        **{name: paths.dynamics_run_table(part, name) for name in DYNAMICS_RUN_TABLES[part]},
-        "timing": paths.dynamics_run_timing(part),
-    }
-    for part in DYNAMICS_RUN_TABLES
-}
-DYNAMICS_SUMMARY_INPUTS = {
-    part: {
-        name: expand(path, run=sorted(DYNAMICS_JOBS[part]))
-        for name, path in DYNAMICS_RUN_OUTPUTS[part].items()
-    }
-    for part in DYNAMICS_RUN_TABLES
-}
-DYNAMICS_SUMMARY_OUTPUTS = {
-    part: {
-        **{
-            f"table_{name}{suffix}": paths.dynamics_table(part, name, ext)
-            for name in DYNAMICS_SUMMARY_TABLES[part]
-            for suffix, ext in (("", "parquet"), ("_csv", "csv"))
-        },
-        **{
-            f"figure_{name}": report(
-                paths.dynamics_figure(part, name),
-                caption=f"../report/dynamics_{part}_{name}.rst",
-                category=DYNAMICS_CATEGORY,
-                subcategory=part.replace("_", "-"),
-                labels={"part": part, "figure": name},
-            )
-            for name in DYNAMICS_FIGURES[part]
-        },
-        "timing": paths.dynamics_timing(part),
-    }
-    for part in DYNAMICS_RUN_TABLES
-}
+DYNAMICS_SUMMARY_OUTPUTS = paths.dynamics_summary_outputs(report, category=DYNAMICS_CATEGORY)
 
 
 rule dynamics_value_softmax_run:

@@ -5,7 +5,8 @@
   layer-2 sink heads (Figures 1, 4, 8, 14-17, Tables 1-2).
 * :mod:`.classification` - the classification task and adversarial one-token flips (Table 3,
   Figures 5, 6, 9, 18-21).
-* :mod:`.common` - the attention functions and transformer block both tasks use, grid helpers.
+* :mod:`.common` - the attention functions and transformer block both tasks use.
+* :mod:`.grids` - the job grids, defaults and run ids (torch-free: the workflow parses them).
 * :mod:`.plots` - the figures (``plot_*(tables, out_png)``; import them from there).
 
 One ``run_*(spec)`` call is one job; ``*_grid(scale, overrides)`` lists the jobs of a scale
@@ -15,20 +16,27 @@ One ``run_*(spec)`` call is one job; ``*_grid(scale, overrides)`` lists the jobs
 
 from __future__ import annotations
 
-from sinkscope.dynamics.classification import (
-    classification_grid,
-    run_classification,
-    summarize_classification,
-)
-from sinkscope.dynamics.induction import induction_grid, run_induction, summarize_induction
-from sinkscope.dynamics.value_softmax import (
-    run_value_softmax,
-    summarize_value_softmax,
-    value_softmax_grid,
-)
+import importlib
+from typing import Any
+
+#: Public name -> submodule. Imported on first use, so that ``sinkscope.dynamics.grids`` (parsed
+#: by the workflow on every call) does not import torch through this package.
+_LAZY = {
+    "classification_grid": "grids",
+    "induction_grid": "grids",
+    "value_softmax_grid": "grids",
+    "dynamics_jobs": "grids",
+    "run_classification": "classification",
+    "summarize_classification": "classification",
+    "run_induction": "induction",
+    "summarize_induction": "induction",
+    "run_value_softmax": "value_softmax",
+    "summarize_value_softmax": "value_softmax",
+}
 
 __all__ = [
     "classification_grid",
+    "dynamics_jobs",
     "induction_grid",
     "run_classification",
     "run_induction",
@@ -38,3 +46,9 @@ __all__ = [
     "summarize_value_softmax",
     "value_softmax_grid",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)

@@ -41,14 +41,14 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
 
 import polars as pl
 import torch
 from torch import nn
 from tqdm import tqdm
 
-from sinkscope.dynamics.common import TransformerBlock, digest
+from sinkscope.dynamics.common import TransformerBlock
+from sinkscope.dynamics.grids import PAPER_CLASSIFICATION, classification_grid
 
 __all__ = [
     "PAPER_CLASSIFICATION",
@@ -59,27 +59,6 @@ __all__ = [
 ]
 
 N_LABELS = 4
-PAPER_CLASSIFICATION: dict[str, Any] = {
-    "n_layers": 1,
-    "n_heads": 1,
-    "hidden": 128,
-    "ffn": 512,
-    "vocab_size": 41,
-    "seq_len": 11,
-    "n_signal": 3,
-    "n_train": 10_000,
-    "n_eval": 1_000,
-    "epochs": 10,
-    "batch_size": 256,
-    "lr": 1e-3,
-    "weight_decay": 0.0,
-    "use_layernorm": True,
-    "use_mlp": True,
-    "n_attack": 200,
-    "max_candidates": 400,
-    "seed": 0,
-    "threads": 1,
-}
 
 
 def signal_groups(vocab_size: int) -> int:
@@ -299,60 +278,6 @@ def run_classification(spec: dict) -> dict[str, pl.DataFrame]:
         "attention": pl.DataFrame(att_rows).with_columns(run_id=pl.lit(run_id)),
         "timing": pl.DataFrame([{"run_id": run_id, "wall_s": time.perf_counter() - t0}]),
     }
-
-
-def classification_grid(scale: str = "default", overrides: dict | None = None) -> list[dict]:
-    """Classification jobs with stable ids.
-
-    * ``"default"``: Figure 21's panel (|V| = 41, no MLP, no LayerNorm), heads {1, 2, 4} x
-      layers {1, 2} x seeds {0, 1, 2}, 5 epochs of 10,000 sequences (18 jobs of 20-40 s on one
-      core; measured: the loss is below 1e-3 and the flip rate flat after 2 epochs).
-    * ``"paper"``: |V| in {41, 81, 161} x MLP x LayerNorm x heads {1, 2, 4} x layers {1, 2} x
-      seeds {0, 1, 2}, 10 epochs (216 jobs).
-
-    ``overrides`` are merged into every spec before the id is made (unknown keys: ``KeyError``).
-    """
-    overrides = dict(overrides or {})
-    unknown = sorted(set(overrides) - set(PAPER_CLASSIFICATION))
-    if unknown:
-        raise KeyError(
-            f"unknown classification keys {unknown}; known: {sorted(PAPER_CLASSIFICATION)}"
-        )
-    if scale == "default":
-        combos = [(41, False, False, h, n, s) for h in (1, 2, 4) for n in (1, 2) for s in (0, 1, 2)]
-        overrides = {"epochs": 5, **overrides}
-    elif scale == "paper":
-        combos = [
-            (v, mlp, ln, h, n, s)
-            for v in (41, 81, 161)
-            for mlp in (True, False)
-            for ln in (True, False)
-            for h in (1, 2, 4)
-            for n in (1, 2)
-            for s in (0, 1, 2)
-        ]
-    else:
-        raise ValueError(f"unknown scale {scale!r}; expected 'default' or 'paper'")
-    specs = []
-    for v, mlp, ln, h, n, s in combos:
-        spec = {
-            "vocab_size": v,
-            "use_mlp": mlp,
-            "use_layernorm": ln,
-            "n_heads": h,
-            "n_layers": n,
-            "seed": s,
-            **overrides,
-        }
-        name = "V={vocab_size}-mlp={mlp:d}-ln={ln:d}-H={n_heads}-L={n_layers}-seed={seed}".format(
-            mlp=spec["use_mlp"], ln=spec["use_layernorm"], **spec
-        )
-        spec["id"] = f"{name}-{digest(overrides)}"
-        specs.append(spec)
-    ids = [s["id"] for s in specs]
-    if len(set(ids)) != len(ids):
-        raise ValueError("overrides made two classification jobs identical")
-    return specs
 
 
 def summarize_classification(results: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:

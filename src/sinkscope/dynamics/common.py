@@ -1,17 +1,23 @@
 """Pieces shared by the training-dynamics experiments (:mod:`.induction`,
-:mod:`.classification`): the attention functions of Table 1, the transformer block built on
-them, and the helpers that turn a grid of specs into stable job ids and filter it.
+:mod:`.classification`): the attention functions of Table 1 and the transformer block built on
+them. The grid helpers (stable job ids, ``select_specs``, ``dynamics_jobs``) live in the
+torch-free :mod:`.grids` and are re-exported here.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
 
 import torch
 from torch import nn
+
+from sinkscope.dynamics.grids import (
+    ATTENTION_FUNCTIONS,
+    DYNAMICS_PARTS,
+    digest,
+    dynamics_jobs,
+    select_specs,
+)
 
 __all__ = [
     "ATTENTION_FUNCTIONS",
@@ -25,8 +31,6 @@ __all__ = [
     "rope",
     "select_specs",
 ]
-
-ATTENTION_FUNCTIONS = ("softmax", "sigmoid", "elu", "elu_elu", "mlp", "linear")
 
 
 def attention_weights(
@@ -166,69 +170,3 @@ class TransformerBlock(nn.Module):
         if self.use_mlp:
             x = x + self.mlp(self.ln2(x))
         return x, att
-
-
-def digest(values: Mapping[str, Any]) -> str:
-    """8 hex digits of a mapping's sorted items: the size/override part of a job id."""
-    return hashlib.sha256(repr(sorted(values.items())).encode()).hexdigest()[:8]
-
-
-def select_specs(
-    specs: Sequence[dict],
-    where: Mapping[str, Sequence[Any]],
-    defaults: Mapping[str, Any] | None = None,
-) -> list[dict]:
-    """The specs whose value of every key in ``where`` (the spec's own, else ``defaults``') is one
-    of the listed values (a config's ``select``); an unknown key raises ``KeyError`` naming it."""
-    defaults = defaults or {}
-    known = set(defaults).union(*(spec.keys() for spec in specs))
-    unknown = sorted(set(where) - known)
-    if unknown:
-        raise KeyError(f"select keys {unknown} are not spec keys; known: {sorted(known)}")
-    return [
-        spec
-        for spec in specs
-        if all(spec.get(k, defaults.get(k)) in list(v) for k, v in where.items())
-    ]
-
-
-#: The parts of the ``dynamics`` config section, in workflow order.
-DYNAMICS_PARTS = ("value_softmax", "induction", "classification")
-
-
-def dynamics_jobs(section: Mapping[str, Any]) -> dict[str, dict[str, dict]]:
-    """``{part: {run id: spec}}`` of a config's ``dynamics`` section (one Snakemake job each).
-
-    Each part ``{enabled, scale, overrides, select}`` is expanded by its module's ``*_grid(scale,
-    overrides)`` and filtered by :func:`select_specs`; a disabled part (or section) has no jobs.
-    Raises ``ValueError`` naming the dotted key on unknown keys or an empty selection.
-    """
-    from sinkscope.dynamics import classification, induction, value_softmax
-
-    grids = {
-        "value_softmax": (value_softmax.value_softmax_grid, value_softmax.DEFAULTS),
-        "induction": (induction.induction_grid, induction.PAPER_INDUCTION),
-        "classification": (classification.classification_grid, classification.PAPER_CLASSIFICATION),
-    }
-    jobs: dict[str, dict[str, dict]] = {part: {} for part in DYNAMICS_PARTS}
-    if not section.get("enabled", True):
-        return jobs
-    for part in DYNAMICS_PARTS:
-        entry = section.get(part, {})
-        if not entry.get("enabled", True):
-            continue
-        try:
-            grid, defaults = grids[part]
-            specs = grid(entry.get("scale", "default"), entry.get("overrides") or {})
-        except (KeyError, ValueError) as error:
-            raise ValueError(f"dynamics.{part}.overrides: {error}") from error
-        try:
-            specs = select_specs(specs, entry.get("select") or {}, defaults)
-        except KeyError as error:
-            raise ValueError(f"dynamics.{part}.select: {error}") from error
-        if not specs:
-            raise ValueError(
-                f"dynamics.{part}.select: no job of the grid matches {entry['select']}"
-            )
-        jobs[part] = {spec["id"]: spec for spec in specs}
-    return jobs

@@ -14,7 +14,10 @@ from collections.abc import Callable
 import numpy as np
 import polars as pl
 import seaborn as sns
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import MaxNLocator
 
+from sinkscope.dynamics.induction import loss_floor
 from sinkscope.plotting import new_figure, save_figure
 
 __all__ = [
@@ -239,25 +242,28 @@ def _grid_panels(
             i, j = pes.index(row["positional"]), variants.index(row["variant"])
             grid[i, j] = row[column]
             failed[i, j] = row["learned_runs"] < row["runs"]
+        labels = np.vectorize(lambda v: "" if np.isnan(v) else format(v, fmt))(grid).astype(object)
+        labels[failed] = labels[failed] + "\nnot\nlearned"
         sns.heatmap(
             grid,
             ax=ax,
             vmin=0.0,
             vmax=1.0,
             cmap="viridis",
-            annot=True,
-            fmt=fmt,
+            annot=labels,
+            fmt="",
+            annot_kws={"fontsize": 8},
             cbar=ax is axes[-1],
             xticklabels=variants,
             yticklabels=pes,
         )
         for i, j in zip(*np.nonzero(failed), strict=True):
-            ax.plot(j + 0.5, i + 0.5, marker="x", color="red", ms=18, mew=2)
+            ax.add_patch(Rectangle((j, i), 1, 1, fill=False, edgecolor="red", lw=2.5))
         ax.set_title(f"lambda = {wd:g}")
         ax.set_xlabel("attention function")
         ax.set_ylabel("positional encoding")
         ax.tick_params(axis="x", labelrotation=60)
-    fig.suptitle(title + " (red x: a run did not learn, accuracy < 0.5)")
+    fig.suptitle(title + " (red box: a run did not learn, accuracy < 0.5)")
     save_figure(fig, out_png)
 
 
@@ -321,8 +327,9 @@ def plot_induction_patterns(
 
 
 def plot_induction_curves(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
-    """Training curves (train loss per logged step) of every run, one panel per PE x lambda,
-    coloured by attention variant; runs that did not learn are dashed."""
+    """Training curves (train loss per logged step) of every run, one panel per PE x lambda
+    (shared axes), coloured by attention variant; runs that did not learn are dashed; the dotted
+    line is the task's loss floor (:func:`.induction.loss_floor`)."""
     final = tables["final"]
     curve = tables["curve"].filter(pl.col("eval_accuracy").is_null())
     pes = [p for p in ("none", "absolute", "rope") if p in set(final["positional"].to_list())]
@@ -330,11 +337,17 @@ def plot_induction_curves(tables: dict[str, pl.DataFrame], out_png: PathLike) ->
     variants = sorted(set(final["variant"].to_list()), key=lambda v: (v != "softmax", v))
     colors = dict(zip(variants, sns.color_palette("tab20", len(variants)), strict=True))
     fig = new_figure(5.0 * len(wds) + 2.0, 3.2 * len(pes))
-    axes = fig.subplots(len(pes), len(wds), squeeze=False)
+    axes = fig.subplots(len(pes), len(wds), squeeze=False, sharex=True, sharey=True)
     for i, pe in enumerate(pes):
         for j, wd in enumerate(wds):
             ax = axes[i, j]
             part = final.filter((pl.col("positional") == pe) & (pl.col("weight_decay") == wd))
+            floors = {
+                loss_floor(r["vocab"], r["seq_len"], r["loss_positions"])
+                for r in part.iter_rows(named=True)
+            }
+            for floor in sorted(floors):
+                ax.axhline(floor, color="grey", ls=":", lw=1.0, label="loss floor of the task")
             for row in part.iter_rows(named=True):
                 c = curve.filter(pl.col("run_id") == row["run_id"])
                 ax.plot(
@@ -396,6 +409,7 @@ def plot_classification_flips(tables: dict[str, pl.DataFrame], out_png: PathLike
             ax.set_ylim(-0.02, 1.02)
             ax.set_title(f"H={h}, L={n}", fontsize=9)
             ax.set_xlabel("epoch")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylabel("flip rate (solid) / accuracy (dotted)")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside right upper", fontsize=7, frameon=False)

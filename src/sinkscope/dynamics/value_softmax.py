@@ -52,7 +52,6 @@ Snapshots are taken at ``n_snapshots`` log-spaced steps (plus step 0).
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from typing import Any
@@ -61,8 +60,17 @@ import numpy as np
 import polars as pl
 import torch
 
+from sinkscope.dynamics.grids import (
+    VALUE_SOFTMAX_ACTIVATIONS,
+    VALUE_SOFTMAX_DEFAULTS,
+    VALUE_SOFTMAX_LOSSES,
+    value_softmax_grid,
+    value_softmax_spec,
+)
+
 __all__ = [
     "ACTIVATIONS",
+    "DEFAULTS",
     "LOSSES",
     "loss_and_gradient",
     "objective",
@@ -73,37 +81,10 @@ __all__ = [
 
 #: A run counts as polarized when its final top attention weight reaches this value.
 POLARIZED = 0.9
-LOSSES = ("logistic", "square", "kl")
-ACTIVATIONS = ("softmax", "sum", "sigmoid", "sigmoid_norm")
-DEFAULTS: dict[str, Any] = {
-    "experiment": "untied",
-    "loss": "logistic",
-    "activation": "softmax",
-    "n": 5,
-    "d": 4,
-    "kappa": 1.0,
-    "target": 1.0,
-    "kl_sharpness": 2.0,
-    "lr": 0.05,
-    "steps": 40_000,
-    "init_v": 0.1,
-    "init_a": 0.0,
-    "n_snapshots": 120,
-    "seed": 0,
-}
-
-
-def _spec(spec: dict) -> dict:
-    full = {**DEFAULTS, **spec}
-    if full["loss"] not in LOSSES:
-        raise ValueError(f"unknown loss {full['loss']!r}; expected one of {LOSSES}")
-    if full["activation"] not in ACTIVATIONS:
-        raise ValueError(f"unknown activation {full['activation']!r}; expected {ACTIVATIONS}")
-    if full["experiment"] not in ("untied", "tied", "regression"):
-        raise ValueError(f"unknown experiment {full['experiment']!r}")
-    if full["experiment"] != "untied" and full["activation"] != "softmax":
-        raise ValueError("only the untied model takes other activations than softmax")
-    return full
+LOSSES = VALUE_SOFTMAX_LOSSES
+ACTIVATIONS = VALUE_SOFTMAX_ACTIVATIONS
+DEFAULTS = VALUE_SOFTMAX_DEFAULTS
+_spec = value_softmax_spec
 
 
 def _phi(a: torch.Tensor, activation: str) -> torch.Tensor:
@@ -334,90 +315,6 @@ def run_value_softmax(spec: dict) -> dict[str, pl.DataFrame]:
     )
     timing = pl.DataFrame([{"run_id": run_id, "wall_s": time.perf_counter() - t0}])
     return {"trajectory": trajectory, "scalars": scalars, "final": final, "timing": timing}
-
-
-def _with_id(spec: dict) -> dict:
-    keys = ("experiment", "loss", "activation", "n", "d", "kappa", "target", "kl_sharpness", "seed")
-    full = _spec(spec)
-    name = "-".join(f"{k}={full[k]}" for k in keys)
-    extra = {k: v for k, v in spec.items() if k not in keys}
-    if extra:
-        digest = hashlib.sha256(repr(sorted(extra.items())).encode()).hexdigest()[:8]
-        name = f"{name}-{digest}"
-    return {"id": name, **spec}
-
-
-def value_softmax_grid(scale: str = "default", overrides: dict | None = None) -> list[dict]:
-    """All value-softmax jobs of one scale, each a spec with a stable string ``id``.
-
-    Experiments (``scale="default"``: seeds 0-1; ``"paper"``: seeds 0-4 and 4x the steps):
-
-    * losses (Figs. 2, 10): untied softmax, ``n=5, d=4``: logistic; square with target
-      ``y in {1, 5}``; KL with target sharpness ``{2, 8}``.
-    * activations (Fig. 13): untied, loss in square (y=1) / logistic x activation in sum /
-      sigmoid (softmax is shared with the losses experiment).
-    * tied (Fig. 11): ``U softmax(U a)``, logistic, ``D in {2, 4, 8, 16}``.
-    * regression (Figs. 3, 12): ``n=5, d=4``, ``||beta*|| = 5``, ``kappa in {1,...,5}``.
-
-    Logistic and KL runs take 100k steps of 0.2 (time 2e4; polarization under the logistic
-    loss is only logarithmic in time), square/regression runs 40k steps of 0.05 (time 2e3,
-    converged to machine precision). Default: 36 jobs of 1-4 s each on one core.
-
-    ``overrides`` (e.g. fewer ``steps``) are merged into every spec before its id is made; an
-    unknown key raises ``KeyError``.
-    """
-    if scale not in ("default", "paper"):
-        raise ValueError(f"unknown scale {scale!r}; expected 'default' or 'paper'")
-    overrides = dict(overrides or {})
-    unknown = sorted(set(overrides) - set(DEFAULTS))
-    if unknown:
-        raise KeyError(f"unknown value-softmax keys {unknown}; known: {sorted(DEFAULTS)}")
-    seeds = [0, 1] if scale == "default" else [0, 1, 2, 3, 4]
-    mult = 1 if scale == "default" else 4
-    slow = {"lr": 0.2, "steps": 100_000 * mult}  # logistic / KL: polarization is logarithmic
-    fast = {"lr": 0.05, "steps": 40_000 * mult}  # square / regression converge exactly
-    specs: list[dict] = []
-    for seed in seeds:
-        specs.append({"experiment": "untied", "loss": "logistic", "seed": seed, **slow})
-        for target in (1.0, 5.0):
-            specs.append(
-                {"experiment": "untied", "loss": "square", "target": target, "seed": seed, **fast}
-            )
-        for sharp in (2.0, 8.0):
-            specs.append(
-                {"experiment": "untied", "loss": "kl", "kl_sharpness": sharp, "seed": seed, **slow}
-            )
-        for loss in ("square", "logistic"):
-            for act in ("sum", "sigmoid"):
-                specs.append(
-                    {
-                        "experiment": "untied",
-                        "loss": loss,
-                        "activation": act,
-                        "seed": seed,
-                        **(slow if loss == "logistic" else fast),
-                    }
-                )
-        for D in (2, 4, 8, 16):
-            specs.append(
-                {"experiment": "tied", "loss": "logistic", "n": D, "d": D, "seed": seed, **slow}
-            )
-        for kappa in (1.0, 2.0, 3.0, 4.0, 5.0):
-            specs.append(
-                {
-                    "experiment": "regression",
-                    "loss": "square",
-                    "kappa": kappa,
-                    "target": 5.0,
-                    "seed": seed,
-                    **fast,
-                }
-            )
-    out = [_with_id({**spec, **overrides}) for spec in specs]
-    ids = [s["id"] for s in out]
-    if len(set(ids)) != len(ids):
-        raise ValueError("overrides made two value-softmax jobs identical")
-    return out
 
 
 def summarize_value_softmax(results: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:

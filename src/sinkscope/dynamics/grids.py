@@ -1,0 +1,466 @@
+"""Job grids of the training-dynamics experiments, without torch (issue 9).
+
+The workflow parses these on every ``snakemake`` call (``workflow/rules/dynamics.smk``,
+:func:`sinkscope.config.validate_config`), so this module imports nothing heavier than the
+standard library: the specs' defaults (``VALUE_SOFTMAX_DEFAULTS``, ``PAPER_INDUCTION``,
+``PAPER_CLASSIFICATION``), their validation, the stable run ids (which name the result folders)
+and the ``*_grid(scale, overrides)`` builders. The training modules (:mod:`.value_softmax`,
+:mod:`.induction`, :mod:`.classification`) re-export everything here under their old names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "ATTENTION_FUNCTIONS",
+    "ATTENTION_VARIANTS",
+    "DEFAULT_SIZE",
+    "DYNAMICS_PARTS",
+    "DYNAMICS_RUNTIME_MIN",
+    "LOSS_POSITIONS",
+    "PAPER_CLASSIFICATION",
+    "PAPER_INDUCTION",
+    "POSITIONAL",
+    "VALUE_SOFTMAX_ACTIVATIONS",
+    "VALUE_SOFTMAX_DEFAULTS",
+    "VALUE_SOFTMAX_LOSSES",
+    "classification_grid",
+    "digest",
+    "dynamics_jobs",
+    "dynamics_minutes",
+    "induction_grid",
+    "induction_spec",
+    "select_specs",
+    "value_softmax_grid",
+    "value_softmax_spec",
+    "variant_name",
+]
+
+#: The attention functions of Table 1 (companion paper).
+ATTENTION_FUNCTIONS = ("softmax", "sigmoid", "elu", "elu_elu", "mlp", "linear")
+
+
+def digest(values: Mapping[str, Any]) -> str:
+    """8 hex digits of a mapping's sorted items: the size/override part of a job id."""
+    return hashlib.sha256(repr(sorted(values.items())).encode()).hexdigest()[:8]
+
+
+def select_specs(
+    specs: Sequence[dict],
+    where: Mapping[str, Sequence[Any]],
+    defaults: Mapping[str, Any] | None = None,
+) -> list[dict]:
+    """The specs whose value of every key in ``where`` (the spec's own, else ``defaults``') is one
+    of the listed values (a config's ``select``); an unknown key raises ``KeyError`` naming it."""
+    defaults = defaults or {}
+    known = set(defaults).union(*(spec.keys() for spec in specs))
+    unknown = sorted(set(where) - known)
+    if unknown:
+        raise KeyError(f"select keys {unknown} are not spec keys; known: {sorted(known)}")
+    return [
+        spec
+        for spec in specs
+        if all(spec.get(k, defaults.get(k)) in list(v) for k, v in where.items())
+    ]
+
+
+# --------------------------------------------------------------------------- value-softmax model
+
+VALUE_SOFTMAX_LOSSES = ("logistic", "square", "kl")
+VALUE_SOFTMAX_ACTIVATIONS = ("softmax", "sum", "sigmoid", "sigmoid_norm")
+#: Defaults of a value-softmax spec (:mod:`.value_softmax`, Theorem 3.3).
+VALUE_SOFTMAX_DEFAULTS: dict[str, Any] = {
+    "experiment": "untied",
+    "loss": "logistic",
+    "activation": "softmax",
+    "n": 5,
+    "d": 4,
+    "kappa": 1.0,
+    "target": 1.0,
+    "kl_sharpness": 2.0,
+    "lr": 0.05,
+    "steps": 40_000,
+    "init_v": 0.1,
+    "init_a": 0.0,
+    "n_snapshots": 120,
+    "seed": 0,
+}
+
+
+def value_softmax_spec(spec: Mapping[str, Any]) -> dict:
+    """``spec`` completed with :data:`VALUE_SOFTMAX_DEFAULTS`; ``ValueError`` on unknown values."""
+    full = {**VALUE_SOFTMAX_DEFAULTS, **spec}
+    if full["loss"] not in VALUE_SOFTMAX_LOSSES:
+        raise ValueError(f"unknown loss {full['loss']!r}; expected one of {VALUE_SOFTMAX_LOSSES}")
+    if full["activation"] not in VALUE_SOFTMAX_ACTIVATIONS:
+        raise ValueError(
+            f"unknown activation {full['activation']!r}; expected {VALUE_SOFTMAX_ACTIVATIONS}"
+        )
+    if full["experiment"] not in ("untied", "tied", "regression"):
+        raise ValueError(f"unknown experiment {full['experiment']!r}")
+    if full["experiment"] != "untied" and full["activation"] != "softmax":
+        raise ValueError("only the untied model takes other activations than softmax")
+    return full
+
+
+def _value_softmax_with_id(spec: dict) -> dict:
+    keys = ("experiment", "loss", "activation", "n", "d", "kappa", "target", "kl_sharpness", "seed")
+    full = value_softmax_spec(spec)
+    name = "-".join(f"{k}={full[k]}" for k in keys)
+    extra = {k: v for k, v in spec.items() if k not in keys}
+    if extra:
+        name = f"{name}-{digest(extra)}"
+    return {"id": name, **spec}
+
+
+def value_softmax_grid(scale: str = "default", overrides: dict | None = None) -> list[dict]:
+    """All value-softmax jobs of one scale, each a spec with a stable string ``id``.
+
+    Experiments (``scale="default"``: seeds 0-1; ``"paper"``: seeds 0-4 and 4x the steps):
+
+    * losses (Figs. 2, 10): untied softmax, ``n=5, d=4``: logistic; square with target
+      ``y in {1, 5}``; KL with target sharpness ``{2, 8}``.
+    * activations (Fig. 13): untied, loss in square (y=1) / logistic x activation in sum /
+      sigmoid (softmax is shared with the losses experiment).
+    * tied (Fig. 11): ``U softmax(U a)``, logistic, ``D in {2, 4, 8, 16}``.
+    * regression (Figs. 3, 12): ``n=5, d=4``, ``||beta*|| = 5``, ``kappa in {1,...,5}``.
+
+    Logistic and KL runs take 100k steps of 0.2 (time 2e4; polarization under the logistic
+    loss is only logarithmic in time), square/regression runs 40k steps of 0.05 (time 2e3,
+    converged to machine precision). Default: 36 jobs of 1-4 s each on one core.
+
+    ``overrides`` (e.g. fewer ``steps``) are merged into every spec before its id is made; an
+    unknown key raises ``KeyError``.
+    """
+    if scale not in ("default", "paper"):
+        raise ValueError(f"unknown scale {scale!r}; expected 'default' or 'paper'")
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(VALUE_SOFTMAX_DEFAULTS))
+    if unknown:
+        raise KeyError(
+            f"unknown value-softmax keys {unknown}; known: {sorted(VALUE_SOFTMAX_DEFAULTS)}"
+        )
+    seeds = [0, 1] if scale == "default" else [0, 1, 2, 3, 4]
+    mult = 1 if scale == "default" else 4
+    slow = {"lr": 0.2, "steps": 100_000 * mult}  # logistic / KL: polarization is logarithmic
+    fast = {"lr": 0.05, "steps": 40_000 * mult}  # square / regression converge exactly
+    specs: list[dict] = []
+    for seed in seeds:
+        specs.append({"experiment": "untied", "loss": "logistic", "seed": seed, **slow})
+        for target in (1.0, 5.0):
+            specs.append(
+                {"experiment": "untied", "loss": "square", "target": target, "seed": seed, **fast}
+            )
+        for sharp in (2.0, 8.0):
+            specs.append(
+                {"experiment": "untied", "loss": "kl", "kl_sharpness": sharp, "seed": seed, **slow}
+            )
+        for loss in ("square", "logistic"):
+            for act in ("sum", "sigmoid"):
+                specs.append(
+                    {
+                        "experiment": "untied",
+                        "loss": loss,
+                        "activation": act,
+                        "seed": seed,
+                        **(slow if loss == "logistic" else fast),
+                    }
+                )
+        for D in (2, 4, 8, 16):
+            specs.append(
+                {"experiment": "tied", "loss": "logistic", "n": D, "d": D, "seed": seed, **slow}
+            )
+        for kappa in (1.0, 2.0, 3.0, 4.0, 5.0):
+            specs.append(
+                {
+                    "experiment": "regression",
+                    "loss": "square",
+                    "kappa": kappa,
+                    "target": 5.0,
+                    "seed": seed,
+                    **fast,
+                }
+            )
+    out = [_value_softmax_with_id({**spec, **overrides}) for spec in specs]
+    ids = [s["id"] for s in out]
+    if len(set(ids)) != len(ids):
+        raise ValueError("overrides made two value-softmax jobs identical")
+    return out
+
+
+# --------------------------------------------------------------------------- induction task
+
+#: (attention, normalize) pairs of Table 1: softmax (always normalised) and both variants of others.
+ATTENTION_VARIANTS: tuple[tuple[str, bool], ...] = (("softmax", True),) + tuple(
+    (name, norm) for name in ATTENTION_FUNCTIONS[1:] for norm in (True, False)
+)
+POSITIONAL = ("none", "absolute", "rope")
+LOSS_POSITIONS = ("all", "induction")
+
+#: Table 2 (paper size) of the induction task (:mod:`.induction`).
+PAPER_INDUCTION: dict[str, Any] = {
+    "n_layers": 2,
+    "hidden": 128,
+    "ffn": 512,
+    "n_heads": 8,
+    "vocab": 50,
+    "seq_len": 13,
+    "n_train": 100_000,
+    "n_eval": 1_000,
+    "epochs": 10,
+    "batch_size": 256,
+    "lr": 1e-3,
+    "use_layernorm": True,
+    "use_mlp": True,
+    "repeat_distinct": False,
+    "attention": "softmax",
+    "normalize": True,
+    "positional": "absolute",
+    "pos_init_std": 0.02,
+    "weight_decay": 0.0,
+    "loss_positions": "all",
+    "seed": 0,
+    "threads": 1,
+    "curve_every": 20,
+}
+
+
+def induction_spec(spec: Mapping[str, Any]) -> dict:
+    """``spec`` completed with :data:`PAPER_INDUCTION` (softmax is always normalised);
+    ``ValueError`` on unknown values."""
+    full = {**PAPER_INDUCTION, **spec}
+    if full["attention"] not in ATTENTION_FUNCTIONS:
+        raise ValueError(f"unknown attention {full['attention']!r}")
+    if full["positional"] not in POSITIONAL:
+        raise ValueError(f"unknown positional encoding {full['positional']!r}")
+    if full["attention"] == "softmax":
+        full["normalize"] = True
+    if full["loss_positions"] not in LOSS_POSITIONS:
+        raise ValueError(f"loss_positions must be one of {LOSS_POSITIONS}")
+    if full["hidden"] % full["n_heads"]:
+        raise ValueError("hidden must be a multiple of n_heads")
+    return full
+
+
+def variant_name(attention: str, normalize: bool) -> str:
+    """``softmax`` or ``<attention>_norm`` / ``<attention>_raw`` (Table 1's two variants)."""
+    return attention if attention == "softmax" else f"{attention}_{'norm' if normalize else 'raw'}"
+
+
+def _induction_with_id(spec: dict) -> dict:
+    """``spec`` with a stable ``id``: variant, PE, lambda, seed, and a digest of everything else."""
+    keys = ("attention", "normalize", "positional", "weight_decay", "seed")
+    full = induction_spec(spec)
+    name = "-".join(
+        [
+            variant_name(full["attention"], full["normalize"]),
+            f"pe={full['positional']}",
+            f"wd={full['weight_decay']}",
+            f"seed={full['seed']}",
+        ]
+    )
+    extra = {k: v for k, v in spec.items() if k not in keys and k != "id"}
+    return {**spec, "id": f"{name}-{digest(extra)}"}
+
+
+#: Default scale: 160,000 fresh sequences, 1 epoch, batch 64 (2,500 AdamW steps at lr 3e-3),
+#: 2-3 min of CPU per run. Measured (module docstring of :mod:`.induction`): softmax / RoPE learns
+#: in ~300 steps, mlp with normalisation only after ~1,800-2,200 (the 1,000 steps of the first
+#: default left it on the bag-of-tokens plateau).
+DEFAULT_SIZE: dict[str, Any] = {"n_train": 160_000, "epochs": 1, "batch_size": 64, "lr": 3e-3}
+
+
+def induction_grid(scale: str = "default", overrides: dict | None = None) -> list[dict]:
+    """Induction jobs, each a spec with a stable ``id`` (variant, PE, lambda, seed, size hash).
+
+    * ``"paper"``: Table 2 size (100k sequences, 10 epochs, batch 256, lr 1e-3) over the full
+      grid: 11 attention variants x PE in {none, absolute, rope} x lambda in {0, 0.2} x seeds
+      {0, 1, 2} (198 jobs).
+    * ``"default"``: :data:`DEFAULT_SIZE` with seed 0 over 11 variants x lambda in {0, 0.2} with
+      RoPE, plus softmax x lambda x PE in {none, absolute} (26 jobs of 2-3 min on one core).
+
+    ``overrides`` (e.g. a smaller size) are merged into every spec before the id is made; an
+    unknown key raises ``KeyError``.
+    """
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(PAPER_INDUCTION))
+    if unknown:
+        raise KeyError(f"unknown induction keys {unknown}; known: {sorted(PAPER_INDUCTION)}")
+    if scale == "paper":
+        combos = [
+            (att, norm, pe, wd, seed)
+            for att, norm in ATTENTION_VARIANTS
+            for pe in POSITIONAL
+            for wd in (0.0, 0.2)
+            for seed in (0, 1, 2)
+        ]
+        size: dict[str, Any] = {}
+    elif scale == "default":
+        combos = [
+            (att, norm, "rope", wd, 0) for att, norm in ATTENTION_VARIANTS for wd in (0.0, 0.2)
+        ]
+        combos += [("softmax", True, pe, wd, 0) for pe in ("none", "absolute") for wd in (0.0, 0.2)]
+        size = {**DEFAULT_SIZE}
+    else:
+        raise ValueError(f"unknown scale {scale!r}; expected 'default' or 'paper'")
+    specs = [
+        _induction_with_id(
+            {
+                "attention": att,
+                "normalize": norm,
+                "positional": pe,
+                "weight_decay": wd,
+                "seed": seed,
+                **size,
+                **overrides,
+            }
+        )
+        for att, norm, pe, wd, seed in combos
+    ]
+    ids = [s["id"] for s in specs]
+    if len(set(ids)) != len(ids):
+        raise ValueError("overrides made two induction jobs identical")
+    return specs
+
+
+# --------------------------------------------------------------------------- classification task
+
+#: Table 3 (paper size) of the classification task (:mod:`.classification`).
+PAPER_CLASSIFICATION: dict[str, Any] = {
+    "n_layers": 1,
+    "n_heads": 1,
+    "hidden": 128,
+    "ffn": 512,
+    "vocab_size": 41,
+    "seq_len": 11,
+    "n_signal": 3,
+    "n_train": 10_000,
+    "n_eval": 1_000,
+    "epochs": 10,
+    "batch_size": 256,
+    "lr": 1e-3,
+    "weight_decay": 0.0,
+    "use_layernorm": True,
+    "use_mlp": True,
+    "n_attack": 200,
+    "max_candidates": 400,
+    "seed": 0,
+    "threads": 1,
+}
+
+
+def classification_grid(scale: str = "default", overrides: dict | None = None) -> list[dict]:
+    """Classification jobs with stable ids.
+
+    * ``"default"``: Figure 21's panel (|V| = 41, no MLP, no LayerNorm), heads {1, 2, 4} x
+      layers {1, 2} x seeds {0, 1, 2}, 5 epochs of 10,000 sequences (18 jobs of 20-40 s on one
+      core; measured: the loss is below 1e-3 and the flip rate flat after 2 epochs).
+    * ``"paper"``: |V| in {41, 81, 161} x MLP x LayerNorm x heads {1, 2, 4} x layers {1, 2} x
+      seeds {0, 1, 2}, 10 epochs (216 jobs).
+
+    ``overrides`` are merged into every spec before the id is made (unknown keys: ``KeyError``).
+    """
+    overrides = dict(overrides or {})
+    unknown = sorted(set(overrides) - set(PAPER_CLASSIFICATION))
+    if unknown:
+        raise KeyError(
+            f"unknown classification keys {unknown}; known: {sorted(PAPER_CLASSIFICATION)}"
+        )
+    if scale == "default":
+        combos = [(41, False, False, h, n, s) for h in (1, 2, 4) for n in (1, 2) for s in (0, 1, 2)]
+        overrides = {"epochs": 5, **overrides}
+    elif scale == "paper":
+        combos = [
+            (v, mlp, ln, h, n, s)
+            for v in (41, 81, 161)
+            for mlp in (True, False)
+            for ln in (True, False)
+            for h in (1, 2, 4)
+            for n in (1, 2)
+            for s in (0, 1, 2)
+        ]
+    else:
+        raise ValueError(f"unknown scale {scale!r}; expected 'default' or 'paper'")
+    specs = []
+    for v, mlp, ln, h, n, s in combos:
+        spec = {
+            "vocab_size": v,
+            "use_mlp": mlp,
+            "use_layernorm": ln,
+            "n_heads": h,
+            "n_layers": n,
+            "seed": s,
+            **overrides,
+        }
+        name = "V={vocab_size}-mlp={mlp:d}-ln={ln:d}-H={n_heads}-L={n_layers}-seed={seed}".format(
+            mlp=spec["use_mlp"], ln=spec["use_layernorm"], **spec
+        )
+        spec["id"] = f"{name}-{digest(overrides)}"
+        specs.append(spec)
+    ids = [s["id"] for s in specs]
+    if len(set(ids)) != len(ids):
+        raise ValueError("overrides made two classification jobs identical")
+    return specs
+
+
+# --------------------------------------------------------------------------- the config section
+
+#: The parts of the ``dynamics`` config section, in workflow order.
+DYNAMICS_PARTS = ("value_softmax", "induction", "classification")
+
+_GRIDS = {
+    "value_softmax": (value_softmax_grid, VALUE_SOFTMAX_DEFAULTS),
+    "induction": (induction_grid, PAPER_INDUCTION),
+    "classification": (classification_grid, PAPER_CLASSIFICATION),
+}
+
+
+#: Cluster runtime of one run in minutes, per part: (default scale, paper scale).
+DYNAMICS_RUNTIME_MIN: dict[str, tuple[int, int]] = {
+    "value_softmax": (5, 30),
+    "induction": (10, 180),
+    "classification": (10, 60),
+}
+
+
+def dynamics_minutes(section: Mapping[str, Any]) -> dict[str, int]:
+    """Runtime (minutes, the ``runtime`` resource of one run at the first attempt) per part of a
+    ``dynamics`` config section: :data:`DYNAMICS_RUNTIME_MIN` at the part's ``scale``."""
+    return {
+        part: DYNAMICS_RUNTIME_MIN[part][section.get(part, {}).get("scale", "default") == "paper"]
+        for part in DYNAMICS_PARTS
+    }
+
+
+def dynamics_jobs(section: Mapping[str, Any]) -> dict[str, dict[str, dict]]:
+    """``{part: {run id: spec}}`` of a config's ``dynamics`` section (one Snakemake job each).
+
+    Each part ``{enabled, scale, overrides, select}`` is expanded by its ``*_grid(scale,
+    overrides)`` and filtered by :func:`select_specs`; a disabled part (or section) has no jobs.
+    Raises ``ValueError`` naming the dotted key on unknown keys or an empty selection.
+    """
+    jobs: dict[str, dict[str, dict]] = {part: {} for part in DYNAMICS_PARTS}
+    if not section.get("enabled", True):
+        return jobs
+    for part in DYNAMICS_PARTS:
+        entry = section.get(part, {})
+        if not entry.get("enabled", True):
+            continue
+        grid, defaults = _GRIDS[part]
+        try:
+            specs = grid(entry.get("scale", "default"), entry.get("overrides") or {})
+        except (KeyError, ValueError) as error:
+            raise ValueError(f"dynamics.{part}.overrides: {error}") from error
+        try:
+            specs = select_specs(specs, entry.get("select") or {}, defaults)
+        except KeyError as error:
+            raise ValueError(f"dynamics.{part}.select: {error}") from error
+        if not specs:
+            raise ValueError(
+                f"dynamics.{part}.select: no job of the grid matches {entry['select']}"
+            )
+        jobs[part] = {spec["id"]: spec for spec in specs}
+    return jobs
