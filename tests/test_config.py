@@ -124,3 +124,25 @@ def test_oversmoothing_prefixes_longer_than_the_extraction_rejected(default_conf
 def test_unknown_streaming_params_rejected(default_config: dict) -> None:
     default_config["streaming"] = {"params": {"stream_lenght": 512}}
     _expect(default_config, "streaming.params")
+
+
+@pytest.mark.parametrize(
+    ("params", "key"),
+    [
+        ({"window_sizes": [0, 64]}, "window_sizes"),
+        ({"positions": "absolute"}, "positions"),
+        ({"recompute_samples": -1}, "recompute_samples"),
+        ({"neutral_token": ""}, "neutral_token"),
+        ({"sink_count": 0}, "sink_count"),
+    ],
+)
+def test_bad_streaming_param_values_rejected(default_config: dict, params: dict, key: str) -> None:
+    default_config["streaming"] = {"params": params}
+    _expect(default_config, key)
+
+
+def test_streaming_windows_that_never_evict_rejected(default_config: dict) -> None:
+    default_config["streaming"] = {"params": {"stream_length": 128, "window_sizes": [124, 256]}}
+    _expect(default_config, "streaming.params.window_sizes")
+    default_config["streaming"] = {"params": {"stream_length": 128, "window_sizes": [64, 256]}}
+    validate_config(default_config)

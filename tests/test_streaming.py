@@ -24,6 +24,7 @@ from sinkscope.streaming import (
     build_policies,
     correlation,
     first_position_mass,
+    recompute_queries,
     rope_rotate,
     summarize,
 )
@@ -300,6 +301,7 @@ SMALL_PARAMS = {
     "layer_ablation_window": 6,
     "layer_ablation_length": 24,
     "tail_start": None,
+    "recompute_samples": 5,
 }
 
 
@@ -334,7 +336,36 @@ def test_policy_grid_and_pair_tables():
     evicting = ppl.filter(pl.col("policy") == "sink2_L4", pl.col("region") == "evicting")
     assert evicting["first_position"][0] == 2 + 4 + 1
     assert tables["layer_ablation"].height == model.config.num_hidden_layers
-    assert set(tables["timings"]["policy"]) == set(names)
+    assert set(tables["timings"]["policy"]) == set(names) | {"recompute_L4", "recompute_L8"}
+    # the re-computation baseline: every sink/neutral policy at L against the same tokens
+    recompute = tables["recompute"]
+    assert set(recompute["policy"]) == {
+        "window_L4",
+        "sink2_L4",
+        "neutral2_L4",
+        "window_L8",
+        "sink1_L8",
+        "sink2_L8",
+        "neutral1_L8",
+        "neutral2_L8",
+    }
+    assert set(recompute["n_tokens"]) == {2 * 5}
+    assert recompute.filter(pl.col("window") == 8)["first_position"].unique().to_list() == [
+        8 + 2 + 1
+    ]
+    assert np.allclose(
+        recompute["policy_vs_recompute"], recompute["policy_nll"] - recompute["recompute_nll"]
+    )
+    for row in recompute.iter_rows(named=True):
+        gap = row["window_nll"] - row["recompute_nll"]
+        if gap > 0:
+            expected = (row["window_nll"] - row["policy_nll"]) / gap
+            assert row["recovered_fraction"] == pytest.approx(expected)
+        else:
+            assert row["recovered_fraction"] is None
+        if row["kind"] == "window":
+            assert row["policy_nll"] == row["window_nll"]
+            assert row["recovered_fraction"] in (None, pytest.approx(0.0))
     heads = pl.DataFrame(
         {
             "model": "m",
@@ -346,7 +377,15 @@ def test_policy_grid_and_pair_tables():
         }
     )
     summary = summarize([tables], [heads])
-    assert set(summary) == {"perplexity", "overview", "sink_heads", "layers", "correlations"}
+    assert set(summary) == {
+        "perplexity",
+        "overview",
+        "sink_heads",
+        "layers",
+        "correlations",
+        "recompute",
+    }
+    assert summary["recompute"].height == tables["recompute"].height
     layer_rows = summary["correlations"].filter(pl.col("level") == "layer")
     assert layer_rows.height == 4 and set(layer_rows["n"]) == {3}
     # the permutation p-values do not depend on the order of the head rows (joins reorder)
@@ -415,3 +454,28 @@ def test_figures(tmp_path):
     for path in [*written.values(), tmp_path / "mass.png", tmp_path / "summary.png"]:
         with Image.open(path) as image:
             assert image.format == "PNG" and image.size[0] > 300
+
+
+def test_recompute_queries_spread_over_the_evicting_region():
+    assert recompute_queries(40, 10, 5) == [10, 17, 24, 31, 38]
+    assert recompute_queries(40, 36, 5) == [36, 37, 38]  # fewer positions than samples
+    assert recompute_queries(40, 39, 5) == [] and recompute_queries(40, 10, 0) == []
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3"])
+@pytest.mark.parametrize("window", [6, 12])
+def test_recompute_equals_a_plain_forward_of_the_window(family, window):
+    """Sliding window with re-computation = the unmodified model (its own attention code) run
+    on the ``L`` most recent tokens alone; 12 exceeds the tiny Gemma's own sliding window (8)."""
+    ids = streams(tiny_model(family))
+    queries = [window - 1, 20, T - 2]
+    evaluator = StreamingEvaluator(tiny_model(family))
+    # a tiny attention budget forces one window per batch: batching must not change anything
+    run = evaluator.recompute_nll(ids, queries, window, max_attention=1)
+    plain = tiny_model(family, attn="sdpa")
+    for j, t in enumerate(queries):
+        expected = reference_nll(plain, ids[:, t - window + 1 : t + 2])[:, -1]
+        assert torch.allclose(run.nll[:, j], expected, atol=1e-5), (t, run.nll[:, j], expected)
+    assert run.n_tokens == ids.shape[0] * len(queries) * window
+    with pytest.raises(ValueError, match="recompute queries"):
+        evaluator.recompute_nll(ids, [window - 2], window)

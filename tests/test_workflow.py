@@ -204,13 +204,21 @@ def test_streaming_tables_of_the_tiny_run(tiny_run: Path) -> None:
     assert np.allclose(last["mass"].to_numpy(), probs[:, :, k:, :k].mean(axis=(0, 1, 2)))
     summary = pl.read_parquet(tiny_run / "results/summary/streaming/correlations.parquet")
     assert {"level", "spearman_rho", "n"} <= set(summary.columns) and summary.height > 0
+    # against sliding window with re-computation, on the same sampled tokens
+    recompute = pl.read_parquet(folder / "recompute.parquet")
+    assert sorted(recompute["window"].unique()) == [16, 32]
+    for window in (16, 32):
+        at = recompute.filter(pl.col("window") == window)
+        only = at.filter(pl.col("kind") == "window")["policy_vs_recompute"][0]
+        sink = at.filter(pl.col("kind") == "sink")["policy_vs_recompute"]
+        assert (sink < only).all() and at["n_tokens"].min() > 0
 
 
 def test_dynamics_outputs_of_the_tiny_run(tiny_run: Path) -> None:
     """The training-dynamics rules: every target, one summary row per configured run, logs with
     the progress bar, wall times only in the timing JSON."""
     from sinkscope.config import load_config
-    from sinkscope.dynamics.common import dynamics_jobs
+    from sinkscope.dynamics.grids import dynamics_jobs
     from sinkscope.io import read_json
 
     config = load_config(TINY)

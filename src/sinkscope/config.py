@@ -96,11 +96,11 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
             problems.append(f"datasets.{name}.source.path: {source['path']!r} does not exist")
     costs = config.get("costs", {})
     if costs.get("enabled"):
-        from sinkscope.costs import DEFAULT_BACKCOPY_PARAMS, DEFAULT_COPYPASTE_PARAMS
+        from sinkscope.defaults import BACKCOPY_PARAMS, COPYPASTE_PARAMS
 
         for task, known in (
-            ("backcopy", DEFAULT_BACKCOPY_PARAMS),
-            ("copypaste", DEFAULT_COPYPASTE_PARAMS),
+            ("backcopy", BACKCOPY_PARAMS),
+            ("copypaste", COPYPASTE_PARAMS),
         ):
             unknown = sorted(set(costs[task]["params"]) - set(known))
             if unknown:
@@ -109,7 +109,7 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
                 )
     dynamics = config.get("dynamics", {})
     if dynamics.get("enabled"):
-        from sinkscope.dynamics.common import dynamics_jobs
+        from sinkscope.dynamics.grids import dynamics_jobs
 
         try:
             dynamics_jobs(dynamics)
@@ -124,13 +124,22 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
         )
     streaming = config.get("streaming", {})
     if streaming.get("enabled"):
-        from sinkscope.streaming import DEFAULT_PARAMS as STREAMING_PARAMS
+        from sinkscope.defaults import STREAMING_PARAMS
 
         unknown = sorted(set(streaming["params"]) - set(STREAMING_PARAMS))
         if unknown:
             problems.append(
                 f"streaming.params: unknown keys {unknown}; known: {sorted(STREAMING_PARAMS)}"
             )
+        else:
+            params = {**STREAMING_PARAMS, **streaming["params"]}
+            length, k = int(params["stream_length"]), int(params["sink_count"])
+            if all(int(w) + k >= length - 1 for w in params["window_sizes"]):
+                problems.append(
+                    f"streaming.params.window_sizes: {params['window_sizes']} with sink_count "
+                    f"{k} never evict in streams of stream_length {length} (need L + k < "
+                    f"{length - 1}): nothing would be measured"
+                )
     for name, entry in config["models"].items():
         source = entry["source"]
         if source["kind"] == "local" and not Path(source["path"]).exists():

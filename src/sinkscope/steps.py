@@ -251,6 +251,7 @@ def analyze_streaming(smk: Any) -> None:
     plots.plot_perplexity_vs_window(tables, smk.output.figure_perplexity_vs_window, title)
     plots.plot_sink_count(tables, smk.output.figure_sink_count, title)
     plots.plot_first_position_mass(tables, smk.output.figure_first_position_mass, title)
+    plots.plot_recompute(tables, smk.output.figure_recompute, title)
 
 
 def summarize_streaming(smk: Any) -> None:

@@ -19,6 +19,12 @@ number of kept first tokens):
   exactly the dense model, so ``neutral`` and ``sink`` with the same ``k`` and ``L`` differ only by
   the *content* of the kept first entries, not by their (in-cache) positions: this separates
   "position 0" from "the BOS token".
+* ``recompute`` -- StreamingLLM's baseline "sliding window with re-computation": for each token
+  the ``L`` most recent tokens are encoded from scratch (positions ``0..L-1``, no BOS), so the
+  window's first token is a genuine first token. It sees the same tokens as ``window`` but keeps
+  the model in its trained regime; it costs ``L`` forward tokens per token, so it is evaluated at
+  ``recompute_samples`` sampled positions per stream and window (the ``recompute`` table, where
+  every cache is compared with it on exactly those tokens).
 
 Query ``t`` (predicting token ``t + 1``) attends to ``{0..k-1} U {t-L+1..t}`` (intersected with
 the model's own mask). Eviction is done by a real :class:`transformers.Cache` subclass,
@@ -96,6 +102,8 @@ import polars as pl
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from sinkscope.defaults import STREAMING_PARAMS
+
 __all__ = [
     "ATTENTION_NAME",
     "DEFAULT_PARAMS",
@@ -107,6 +115,7 @@ __all__ = [
     "correlation",
     "evaluate_pair",
     "first_position_mass",
+    "recompute_queries",
     "rope_rotate",
     "streaming_attention_forward",
     "summarize",
@@ -116,39 +125,7 @@ __all__ = [
 ATTENTION_NAME = "sinkscope_streaming"
 
 #: Defaults of :func:`evaluate_pair` (every key may be overridden by ``params``).
-DEFAULT_PARAMS: dict[str, Any] = {
-    # streams: n_streams blocks of stream_length - 1 corpus tokens, BOS prepended (tokens.cut_sequences)
-    "stream_length": 1024,
-    "n_streams": 2,
-    "seed": 0,
-    # policies: window-only, sink and neutral at every window size with k = sink_count ...
-    "window_sizes": [64, 128, 256, 512],
-    "sink_count": 4,
-    # ... and the effect of k: sink with every k in sink_counts, neutral with every k in
-    # neutral_counts, at window k_sweep_window
-    "sink_counts": [1, 2, 4, 8],
-    "neutral_counts": [1, 4],
-    "k_sweep_window": 128,
-    # the kept first tokens' replacement: a string that is one token, an int id, or "pad"
-    "neutral_token": "\n",
-    # "cache" (StreamingLLM: positions within the cache) or "original" (ablation), and whether to
-    # add one sink policy (sink_count, k_sweep_window) with the other position handling
-    "positions": "cache",
-    "position_ablation": True,
-    # per-layer eviction (window-only in one layer at a time, the others dense) on the first
-    # layer_ablation_length tokens of the first layer_ablation_streams streams, to relate the
-    # damage to each layer's sink heads; None disables it
-    "layer_ablation_window": 64,
-    "layer_ablation_length": 512,
-    "layer_ablation_streams": 1,
-    # engine
-    "chunk_size": 256,
-    # torch.set_num_threads during the run (None: leave as is). One thread: on a shared 2-core
-    # machine two threads were 6x slower (oversubscription), one thread is never much slower.
-    "threads": 1,
-    # NLL averaged over the "tail" region: positions >= tail_start (None: max window + max k + 1)
-    "tail_start": None,
-}
+DEFAULT_PARAMS = STREAMING_PARAMS
 
 
 # --------------------------------------------------------------------------------------- RoPE
@@ -678,6 +655,42 @@ class StreamingEvaluator:
         n_tokens = batch * max(0, (length - 1) - start)
         return RunResult(nll, wall, n_tokens, cache if record else None)
 
+    @torch.no_grad()
+    def recompute_nll(
+        self, ids: torch.Tensor, queries: Sequence[int], window: int, max_attention: int = 2**25
+    ) -> RunResult:
+        """Sliding window with re-computation (StreamingLLM's baseline), at the given queries.
+
+        For every stream and every query ``t`` in ``queries`` the ``window`` most recent tokens
+        ``t-L+1..t`` (the set a window-only cache keeps) are encoded from scratch at positions
+        ``0..L-1``, with nothing before them (no BOS), and ``-log p(token t+1)`` is read at the
+        last one. This keeps the model in its trained regime (the window's first token is a
+        genuine first token) at ``L`` forward tokens per query, hence only sampled queries.
+        Windows are run in batches of at most ``max_attention`` attention weights per layer.
+        Returns ``nll`` of shape ``(B, len(queries))``.
+        """
+        ids = torch.as_tensor(ids, dtype=torch.long)
+        batch, length = ids.shape
+        queries = [int(t) for t in queries]
+        if any(t < window - 1 or t > length - 2 for t in queries):
+            raise ValueError(
+                f"recompute queries must lie in [{window - 1}, {length - 2}], got {queries}"
+            )
+        windows = torch.stack([ids[:, t - window + 1 : t + 1] for t in queries], dim=1)
+        windows = windows.reshape(-1, window)  # (B * Q, L), stream-major
+        targets = torch.stack([ids[:, t + 1] for t in queries], dim=1).reshape(-1)
+        heads = int(self.config.num_attention_heads)
+        rows = max(1, max_attention // (heads * window * window))
+        began = time.perf_counter()
+        pieces = []
+        for lo in range(0, windows.shape[0], rows):
+            cache = self.new_cache(Policy("dense", "dense"))
+            hidden = self.forward_chunk(cache, windows[lo : lo + rows], 0)
+            pieces.append(self.token_nll(hidden[:, -1:], targets[lo : lo + rows, None])[:, 0])
+        nll = torch.cat(pieces).reshape(batch, len(queries))
+        wall = time.perf_counter() - began
+        return RunResult(nll, wall, int(windows.numel()))
+
     def _swap_sinks(
         self,
         cache: StreamingCache,
@@ -696,6 +709,17 @@ class StreamingEvaluator:
 
 
 # ------------------------------------------------------------------------------- one pair
+
+
+def recompute_queries(length: int, first_query: int, n_samples: int) -> list[int]:
+    """``n_samples`` query indices spread evenly over ``first_query..length-2`` (fewer if the
+    region is shorter; empty if it is empty or ``n_samples`` is 0). Query ``t`` predicts token
+    ``t + 1``."""
+    last = length - 2
+    if n_samples <= 0 or first_query > last:
+        return []
+    grid = np.linspace(first_query, last, num=min(int(n_samples), last - first_query + 1))
+    return sorted({int(t) for t in np.rint(grid)})
 
 
 def _resolve_neutral_token(tokenizer: Any, spec: Any) -> int:
@@ -754,6 +778,10 @@ def evaluate_pair(
       on the first ``layer_ablation_length`` tokens): ``layer, window, n_tokens, nll, dense_nll,
       log_ppl_ratio`` over the evicting positions (empty when disabled).
     * ``settings``: one row with the resolved parameters (JSON) and stream offsets.
+    * ``recompute``: window-only, sink and neutral caches (cache positions) against sliding
+      window with re-computation, StreamingLLM's baseline, at ``recompute_samples`` sampled
+      queries per stream and window (see :func:`_recompute_baseline`); ``timings`` gets one
+      ``recompute_L{L}`` row per window.
     """
     import json
 
@@ -890,13 +918,118 @@ def _evaluate_policies(
                 ),
             }
         )
+    recompute, recompute_times = _recompute_baseline(evaluator, ids, policies, results, p)
     tables = {
         "nll_by_position": pl.concat(nll_rows),
         "perplexity": pl.DataFrame(ppl_rows, schema_overrides={"window": pl.Int64}),
-        "timings": pl.DataFrame(time_rows),
+        "timings": pl.DataFrame(time_rows + recompute_times),
         "layer_ablation": _layer_ablation(evaluator, ids, dense, p),
+        "recompute": recompute,
     }
     return tables
+
+
+RECOMPUTE_SCHEMA: dict[str, Any] = {
+    "window": pl.Int64,
+    "kind": pl.String,
+    "n_sink": pl.Int64,
+    "policy": pl.String,
+    "first_position": pl.Int64,
+    "n_queries": pl.Int64,
+    "n_tokens": pl.Int64,
+    "dense_nll": pl.Float64,
+    "window_nll": pl.Float64,
+    "recompute_nll": pl.Float64,
+    "policy_nll": pl.Float64,
+    "window_vs_recompute": pl.Float64,
+    "policy_vs_recompute": pl.Float64,
+    "policy_vs_recompute_se": pl.Float64,
+    "recovered_fraction": pl.Float64,
+}
+
+
+def _recompute_baseline(
+    evaluator: StreamingEvaluator,
+    ids: torch.Tensor,
+    policies: Sequence[Policy],
+    results: Mapping[str, RunResult],
+    p: Mapping[str, Any],
+) -> tuple[pl.DataFrame, list[dict[str, Any]]]:
+    """The ``recompute`` table: sink and neutral caches against StreamingLLM's baseline.
+
+    For each window size ``L`` of a window-only policy, the NLL under sliding window with
+    re-computation (:meth:`StreamingEvaluator.recompute_nll`) at ``recompute_samples`` query
+    positions per stream, spread over ``t >= L + k_max`` (``k_max``: the largest sink count of the
+    grid, so every policy at ``L`` has evicted there), next to the NLL of dense, window-only and
+    every sink/neutral policy (cache positions) at ``L`` on exactly the same tokens. Per policy:
+    ``policy_vs_recompute`` = mean paired NLL difference (the log-perplexity ratio to the
+    baseline) with its standard error over tokens, ``window_vs_recompute`` the same for
+    window-only, and ``recovered_fraction = (window_nll - policy_nll) / (window_nll -
+    recompute_nll)``: 1 = the policy is as good as re-computation, 0 = as bad as window-only
+    (null when window-only is not worse than re-computation: nothing to recover).
+    """
+    n_samples = int(p.get("recompute_samples") or 0)
+    rows: list[dict[str, Any]] = []
+    times: list[dict[str, Any]] = []
+    length = ids.shape[1]
+    k_max = max([pol.n_sink for pol in policies] + [0])
+    dense_nll = results["dense"].nll.numpy()
+    window_policies = [pol for pol in policies if pol.kind == "window" and pol.layers is None]
+    for window_policy in sorted(window_policies, key=lambda pol: pol.window or 0):
+        window = int(window_policy.window)
+        queries = recompute_queries(length, window + k_max, n_samples)
+        if not queries:
+            continue
+        run = evaluator.recompute_nll(ids, queries, window)
+        times.append(
+            {
+                "policy": f"recompute_L{window}",
+                "tokens": run.n_tokens,
+                "wall_s": run.wall_s,
+                "wall_tokens_per_s": run.n_tokens / run.wall_s if run.wall_s > 0 else float("nan"),
+            }
+        )
+        recompute = run.nll.numpy().astype(np.float64)
+        window_nll = results[window_policy.name].nll.numpy()[:, queries].astype(np.float64)
+        dense = dense_nll[:, queries].astype(np.float64)
+        others = [
+            pol
+            for pol in policies
+            if pol.kind in ("sink", "neutral")
+            and pol.window == window
+            and pol.positions == "cache"
+            and pol.layers is None
+        ]
+        for pol in [window_policy, *others]:
+            values = results[pol.name].nll.numpy()[:, queries].astype(np.float64)
+            if np.isnan(values).any():
+                raise RuntimeError(f"policy {pol.name}: no NLL at a sampled query (not evicted?)")
+            diff = values - recompute
+            gap = float(window_nll.mean() - recompute.mean())
+            rows.append(
+                {
+                    "window": window,
+                    "kind": pol.kind,
+                    "n_sink": pol.n_sink,
+                    "policy": pol.name,
+                    "first_position": queries[0] + 1,
+                    "n_queries": len(queries),
+                    "n_tokens": int(diff.size),
+                    "dense_nll": float(dense.mean()),
+                    "window_nll": float(window_nll.mean()),
+                    "recompute_nll": float(recompute.mean()),
+                    "policy_nll": float(values.mean()),
+                    "window_vs_recompute": gap,
+                    "policy_vs_recompute": float(diff.mean()),
+                    "policy_vs_recompute_se": (
+                        float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else None
+                    ),
+                    "recovered_fraction": (
+                        float((window_nll.mean() - values.mean()) / gap) if gap > 0 else None
+                    ),
+                }
+            )
+    return pl.DataFrame(rows, schema=RECOMPUTE_SCHEMA), times
 
 
 def _layer_ablation(
@@ -1054,6 +1187,8 @@ def summarize(
       models the pairs of one model share their weights, so n overstates the independent
       evidence); across layers (from ``layer_ablation``): the layer's share of sink heads and mean
       BOS mass vs the damage of evicting in that layer alone, per pair and pooled.
+    * ``recompute``: every pair's ``recompute`` table (caches vs sliding window with
+      re-computation), sorted.
     """
     perplexity = pl.concat(
         [t["perplexity"] for t in pair_tables if t["perplexity"].height], how="diagonal_relaxed"
@@ -1161,12 +1296,23 @@ def summarize(
             "p_permutation": pl.Float64,
         },
     )
+    recompute_frames = [
+        t["recompute"] for t in pair_tables if "recompute" in t and t["recompute"].height
+    ]
+    recompute = (
+        pl.concat(recompute_frames, how="diagonal_relaxed").sort(
+            "model", "dataset", "window", "kind", "n_sink"
+        )
+        if recompute_frames
+        else pl.DataFrame(schema={"model": pl.String, "dataset": pl.String, **RECOMPUTE_SCHEMA})
+    )
     return {
         "perplexity": perplexity,
         "overview": overview,
         "sink_heads": sink_heads,
         "layers": layers_table,
         "correlations": correlations,
+        "recompute": recompute,
     }
 
 

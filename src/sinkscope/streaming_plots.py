@@ -7,7 +7,9 @@ Per model x dataset pair (``tables`` = the dict of :func:`sinkscope.streaming.ev
 * :func:`plot_perplexity_vs_window` -- perplexity vs window size ``L``;
 * :func:`plot_sink_count` -- the effect of the number ``k`` of kept first tokens;
 * :func:`plot_first_position_mass` -- attention mass on the first positions per layer (from
-  :func:`sinkscope.streaming.first_position_mass`).
+  :func:`sinkscope.streaming.first_position_mass`);
+* :func:`plot_recompute` -- each cache against sliding window with re-computation, StreamingLLM's
+  baseline (the ``recompute`` table).
 
 Across pairs (``tables`` = the dict of :func:`sinkscope.streaming.summarize`):
 :func:`plot_summary` (damage of each policy per pair, and single-layer eviction damage vs the
@@ -38,6 +40,7 @@ __all__ = [
     "plot_first_position_mass",
     "plot_nll_by_position",
     "plot_perplexity_vs_window",
+    "plot_recompute",
     "plot_sink_count",
     "plot_summary",
 ]
@@ -61,6 +64,7 @@ FIGURES: dict[str, str] = {
     "nll_by_position": "streaming_nll_by_position.png",
     "perplexity_vs_window": "streaming_perplexity_vs_window.png",
     "sink_count": "streaming_sink_count.png",
+    "recompute": "streaming_recompute.png",
 }
 
 
@@ -105,6 +109,20 @@ def _sweep_window(perplexity: pl.DataFrame) -> int | None:
         return None
     counts = sinks.group_by("window").len().sort(["len", "window"], descending=[True, False])
     return int(counts["window"][0])
+
+
+def _window_series(table: pl.DataFrame, k0: int | None) -> list[tuple[str, pl.DataFrame, str]]:
+    """``(kind, rows sorted by window, legend label)`` for window-only and, with ``k0`` sinks,
+    sink and neutral sink: the series drawn against the window size."""
+    series = []
+    for kind in ("window", "sink", "neutral"):
+        rows = table.filter(pl.col("kind") == kind)
+        if kind != "window" and k0 is not None:
+            rows = rows.filter(pl.col("n_sink") == k0)
+        if rows.height:
+            label = KIND_LABELS[kind] + (f" (k={k0})" if kind != "window" else "")
+            series.append((kind, rows.sort("window"), label))
+    return series
 
 
 def _plain_log_axis(ax) -> None:
@@ -211,15 +229,8 @@ def plot_perplexity_vs_window(
     axes = fig.subplots(1, 2)
     for ax, region in zip(axes, ("tail", "evicting"), strict=True):
         part = perplexity.filter(pl.col("region") == region)
-        for kind in ("window", "sink", "neutral"):
-            rows = part.filter(pl.col("kind") == kind)
-            if kind != "window" and k0 is not None:
-                rows = rows.filter(pl.col("n_sink") == k0)
-            rows = rows.sort("window")
-            if rows.is_empty():
-                continue
+        for kind, rows, label in _window_series(part, k0):
             y = rows["ppl"] if region == "tail" else rows["log_ppl_ratio"]
-            label = KIND_LABELS[kind] + (f" (k={k0})" if kind != "window" else "")
             ax.plot(
                 rows["window"].to_numpy(),
                 y.to_numpy(),
@@ -446,6 +457,63 @@ def plot_summary(
     save_figure(fig, out_png)
 
 
+def plot_recompute(
+    tables: Mapping[str, pl.DataFrame], out_png: str | os.PathLike[str], title: str
+) -> None:
+    """Log-perplexity ratio of each cache to sliding window with re-computation (StreamingLLM's
+    baseline: the last ``L`` tokens re-encoded from scratch for every token), on the same sampled
+    tokens, vs window size ``L``; error bars = 2 standard errors of the paired mean. Left:
+    window-only, sink and neutral sink with the main ``k``; right: the fraction of the
+    window-only excess that each recovers (1 = as good as re-computation)."""
+    table = _one_pair(_table(tables, "recompute"), "recompute")
+    fig = new_figure(11.0, 4.2)
+    axes = fig.subplots(1, 2)
+    if table.is_empty():
+        for ax in axes:
+            ax.text(0.5, 0.5, "no re-computation baseline in this run", ha="center")
+            ax.set_axis_off()
+        fig.suptitle(title)
+        save_figure(fig, out_png)
+        return
+    k0 = _main_sink_count(table)
+    windows = sorted(table["window"].unique().to_list())
+    for kind, rows, label in _window_series(table, k0):
+        x = rows["window"].to_numpy()
+        axes[0].errorbar(
+            x,
+            rows["policy_vs_recompute"].to_numpy(),
+            yerr=2 * rows["policy_vs_recompute_se"].fill_null(0.0).to_numpy(),
+            marker="o",
+            ls=KIND_STYLES[kind],
+            color=KIND_COLORS[kind],
+            capsize=3,
+            label=label,
+        )
+        if kind != "window":
+            fraction = rows["recovered_fraction"].cast(pl.Float64).to_numpy()
+            axes[1].plot(
+                x, fraction, marker="o", ls=KIND_STYLES[kind], color=KIND_COLORS[kind], label=label
+            )
+    axes[0].axhline(0.0, color="0.3", ls=":", lw=1.0, label="re-computation")
+    axes[0].set_ylabel("log(ppl / re-computation ppl), same tokens")
+    axes[0].set_title("cache vs sliding window with re-computation")
+    axes[1].axhline(1.0, color="0.3", ls=":", lw=1.0)
+    axes[1].axhline(0.0, color=KIND_COLORS["window"], ls=":", lw=1.0)
+    axes[1].set_ylabel("recovered fraction of the window-only excess")
+    axes[1].set_title("1 = as good as re-computation, 0 = window only")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(windows)
+        ax.set_xticklabels([str(w) for w in windows])
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlabel("window L (most recent tokens kept)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    n = int(table["n_tokens"].max())
+    fig.suptitle(f"{title} ({n} sampled tokens per window)")
+    save_figure(fig, out_png)
+
+
 def plot_all(
     tables: Mapping[str, pl.DataFrame], out_dir: str | os.PathLike[str], title: str
 ) -> dict[str, Path]:
@@ -456,6 +524,7 @@ def plot_all(
         "nll_by_position": plot_nll_by_position,
         "perplexity_vs_window": plot_perplexity_vs_window,
         "sink_count": plot_sink_count,
+        "recompute": plot_recompute,
     }
     written = {}
     for key, function in functions.items():

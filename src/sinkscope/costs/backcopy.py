@@ -53,6 +53,7 @@ from sinkscope.costs.fitting import (
     seed_run,
 )
 from sinkscope.costs.qk_convex import MarginProgram, exact_margins, padded, solve_margin_program
+from sinkscope.defaults import BACKCOPY_PARAMS
 
 __all__ = [
     "DEFAULT_BACKCOPY_PARAMS",
@@ -72,28 +73,7 @@ __all__ = [
 PATTERNS = ("sink", "diagonal")
 
 #: Defaults of ``params`` for :func:`run_backcopy` (a run overrides any subset).
-DEFAULT_BACKCOPY_PARAMS: dict[str, Any] = {
-    "n_dormant": 5,  # |D|
-    "n_copy": 5,  # |C|
-    "d_extra": 0,  # d = T + |D| + |C| + 2 + d_extra
-    "kappa": 10.0,  # softmax margin, in units of the scores actually used
-    "score_norm": "d",  # "d": extra 1/sqrt(d) normalisation (Figure 3); "sqrt_d": plain §3
-    "mlp_width_factor": 2,  # hidden width = factor * d
-    "fit_tol": 1e-5,  # required relative squared error of the block output (hard attention)
-    "qk_gap_tol": 1e-2,  # target certified relative gap of the convex query-key program
-    "qk_method": "bm",  # "bm" (L-BFGS inner solves) or "fista" (proximal, SVT)
-    "qk_max_outer": 400,
-    "qk_inner_iters": 200,
-    "qk_rho": 1.0,
-    "fit_restarts": 1,  # value/MLP restarts per run (best kept); seeds differ across runs
-    "fit_penalties": [100.0, 1e3, 1e4, 1e5],  # augmented-Lagrangian penalty stages (relative error)
-    "fit_lbfgs_iters": 400,  # L-BFGS iterations per stage
-    "fit_extra_stages": 15,  # extra multiplier updates at the last penalty if not yet within tol
-    "init_scale": 0.1,
-    "attn_level": 0.99,  # an attention weight on the required key counts as "correct" above this
-    "check_sequences": 256,  # random sequences for the soft-attention output check
-    "threads": 1,  # torch intra-op threads for this run (one run = one job = one core)
-}
+DEFAULT_BACKCOPY_PARAMS = BACKCOPY_PARAMS
 
 
 def _params(params: Mapping[str, Any] | None) -> dict[str, Any]:

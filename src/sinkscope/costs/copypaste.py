@@ -35,6 +35,7 @@ from torch import Tensor
 
 from sinkscope.costs.fitting import balance_vo, balanced_mlp_cost, fit_with_penalties, seed_run
 from sinkscope.costs.qk_convex import MarginProgram, exact_margins, padded, solve_margin_program
+from sinkscope.defaults import COPYPASTE_PARAMS
 
 __all__ = [
     "DEFAULT_COPYPASTE_PARAMS",
@@ -48,27 +49,7 @@ __all__ = [
 ]
 
 #: Defaults of ``params`` for :func:`run_copypaste`.
-DEFAULT_COPYPASTE_PARAMS: dict[str, Any] = {
-    "C": 3,
-    "d": 100,
-    "T": 50,
-    "phi": 0.0,
-    "kappa": 10.0,
-    "epsilon": 0.25,
-    "score_norm": "sqrt_d",  # Theorem 7.2 / D.1 use the standard 1/sqrt(d) scores
-    "mlp_width": 64,
-    "mlp_rmsnorm": False,
-    "fit_tol": 1e-5,  # relative squared distance of the outputs to the admissible label sets
-    "fit_penalties": [100.0, 1e3, 1e4, 1e5],
-    "fit_lbfgs_iters": 400,
-    "fit_extra_stages": 15,
-    "qk_gap_tol": 1e-3,
-    "qk_method": "bm",
-    "init_scale": 0.1,
-    "fit_restarts": 1,  # value/MLP restarts (lowest cost among fits within fit_tol is kept)
-    "qk_max_outer": 200,
-    "threads": 1,
-}
+DEFAULT_COPYPASTE_PARAMS = COPYPASTE_PARAMS
 
 
 class TheoremD1Violation(AssertionError):
