@@ -1,7 +1,8 @@
 """Geometry of the attention input: BOS alignment, sink representability, value ranks, switches.
 
 Three analyses of the paper's geometric claims, each streamed over the layers of one activation
-file (:mod:`sinkscope.h5layout`; peak memory is about one layer's tensors) and vectorised over
+file (:mod:`sinkscope.h5layout`) and, within a layer, over blocks of sequences (peak memory:
+a block's float64 work arrays plus ``O(N T)`` per-sequence results; issue 9), vectorised over
 heads and sequences.
 
 1. BOS alignment (§4, Figure 1, Proposition 4.1, Appendix A)
@@ -106,7 +107,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from sinkscope.h5layout import open_activations
+from sinkscope.h5layout import default_block_size, open_activations
 from sinkscope.heads import HeadClassThresholds, with_classes
 
 __all__ = [
@@ -131,6 +132,7 @@ __all__ = [
     "relative_rank",
     "row_norms",
     "summarize",
+    "value_output_factor",
     "value_output_norms",
     "value_rank_stats",
 ]
@@ -727,14 +729,30 @@ def relative_rank(
 # 3. Hard attention switch (§6, Prop. 6.1, Remark C.4) and massive activations
 
 
-def value_output_norms(values: np.ndarray, w_o: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def value_output_factor(w_o: np.ndarray) -> torch.Tensor:
+    """Triangular factors ``R_h`` of ``W_O^h = Q_h R_h`` (float64, ``(H, min(D, hd), hd)``).
+
+    ``|W_O^h v| = |R_h v|`` for every ``v``; computed once per layer and passed to
+    :func:`value_output_norms` for each block of sequences.
+    """
+    w = torch.from_numpy(np.ascontiguousarray(w_o, dtype=np.float64))
+    if w.ndim != 3:
+        raise ValueError(f"W_O must have shape (H, D, hd), got {tuple(w.shape)}")
+    with _torch_threads(1):
+        return torch.linalg.qr(w, mode="r")[1]
+
+
+def value_output_norms(
+    values: np.ndarray, w_o: np.ndarray, factor: torch.Tensor | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Norms of every token's value and value-output vector per query head (§6).
 
     ``values``: ``(N, K, T1, hd)`` value vectors ``W_V z + b_V`` of the ``K`` key/value heads;
     ``w_o``: ``(H, D, hd)`` output maps (query head ``h`` uses kv head ``h // (H / K)``). Returns
     ``(value_norms, vo_norms)``, both ``(N, H, T1)`` float64: ``|v_t|`` and
     ``|W_O^h v_t| = |W_O^h (W_V^h z_t + b_V^h)|``, the latter through the triangular factor
-    ``R_h`` of ``W_O^h = Q_h R_h`` (``|W_O v| = |R v|``, no ``D``-sized products).
+    ``R_h`` of ``W_O^h = Q_h R_h`` (``|W_O v| = |R v|``, no ``D``-sized products); ``factor``:
+    those ``R_h`` from :func:`value_output_factor`, if already computed for ``w_o``.
     """
     v = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64))
     w = torch.from_numpy(np.ascontiguousarray(w_o, dtype=np.float64))
@@ -743,7 +761,7 @@ def value_output_norms(values: np.ndarray, w_o: np.ndarray) -> tuple[np.ndarray,
     n_kv, n_heads = v.shape[1], w.shape[0]
     group = n_heads // n_kv
     with _torch_threads(1):
-        r = torch.linalg.qr(w, mode="r")[1]  # (H, min(D, hd), hd)
+        r = value_output_factor(w_o) if factor is None else factor  # (H, min(D, hd), hd)
         value_norms = torch.linalg.vector_norm(v, dim=-1)  # (N, K, T1)
         vo = [torch.linalg.vector_norm(v[:, h // group] @ r[h].T, dim=-1) for h in range(n_heads)]
         vo_norms = torch.stack(vo, dim=1)
@@ -873,11 +891,15 @@ def analyze_file(
     per_head: pl.DataFrame,
     thresholds: HeadClassThresholds | None = None,
     attend_threshold: float = 0.5,
+    block_size: int | None = None,
 ) -> dict[str, pl.DataFrame]:
     """All geometry tables of one activation file (one model x dataset pair).
 
-    Streams over layers (peak memory about one layer's ``Z``, ``X``, values and, in layers with
-    sink heads, attention probabilities). ``per_head``: the head classification of this file
+    Streams over layers and, within a layer, over blocks of ``block_size`` sequences (default
+    :func:`default_block_size`; the tables do not depend on it): ``Z``, ``X``, values and the
+    BOS column of the sink heads' maps are read a block at a time, and only per-sequence
+    results (``O(N T)`` numbers) are kept for the layer. ``per_head``: the head
+    classification of this file
     (:func:`sinkscope.heads.classify_file`); rows of other model/dataset pairs are ignored and
     ``is_sink``/``head_class`` are recomputed from its masses with ``thresholds``.
     ``attend_threshold``: BOS attention that puts a token in ``J`` (module docstring).
@@ -925,12 +947,52 @@ def analyze_file(
         rank_parts: list[pl.DataFrame] = []
         vo_parts: list[pl.DataFrame] = []
         resid_rows: list[dict[str, Any]] = []
+        size = default_block_size(handle) if block_size is None else int(block_size)
+        if size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
         for layer in range(n_layers):
-            z = z_ds[layer]  # stored dtype; float64 copies are made a few sequences at a time
-            x = x_ds[layer]
-            # 1. cosines in both spaces
-            for space, emb in (("Z", z), ("X", x)):
-                row, counts = _cosine_rows(space, layer, bos_cosines(emb))
+            sink_heads = np.flatnonzero(sink[layer])
+            w_o = handle["weights/W_O"][layer]
+            vo_factor = value_output_factor(w_o)
+            # per-sequence results of the layer, filled block by block (a few sequences of Z,
+            # X, values and BOS attention are read at a time); the layer's statistics are
+            # taken from the complete arrays, so they do not depend on the block size
+            cos = {space: np.empty((n_seq, context_length)) for space in SPACES}
+            x_norms = np.empty((n_seq, t1))
+            rank = np.empty((n_seq, n_kv), dtype=np.int64)
+            rel_rank = np.empty((n_seq, n_kv))
+            ratio = np.empty((n_seq, n_kv))
+            value_norms = np.empty((n_seq, n_heads, t1))
+            vo_norms = np.empty((n_seq, n_heads, t1))
+            for block in _blocks(n_seq, size):
+                z = z_ds[layer, block]  # stored dtype; float64 copies are made per block
+                x = x_ds[layer, block]
+                # 1. cosines in both spaces
+                cos["Z"][block] = bos_cosines(z)
+                cos["X"][block] = bos_cosines(x)
+                # half-space test on Z with J from the layer's sink heads
+                bos_att = np.zeros((z.shape[0], sink_heads.size, context_length), np.float32)
+                if sink_heads.size:
+                    bos_att[:] = probs_ds[layer, block, :, 1:, 0][:, sink_heads]
+                attend = attending_tokens(bos_att, attend_threshold)
+                for row in _halfspace_layer_rows(z, attend):
+                    row.update(
+                        sequence=row["sequence"] + block.start,
+                        layer=layer,
+                        n_sink_heads=int(sink_heads.size),
+                        attend_threshold=attend_threshold,
+                    )
+                    half_rows.append(row)
+                # massive activations on X
+                x_norms[block] = row_norms(x)
+                del z, x, bos_att, attend
+                # 2. value ranks and 3. BOS value-output norms
+                values = values_ds[layer, block]  # (B, K, T1, hd)
+                rank[block], rel_rank[block], ratio[block] = relative_rank(values[:, :, :m])
+                value_norms[block], vo_norms[block] = value_output_norms(values, w_o, vo_factor)
+                del values
+            for space in SPACES:
+                row, counts = _cosine_rows(space, layer, cos[space])
                 align_rows.append(row)
                 nonzero = np.flatnonzero(counts)
                 hist_rows.append(
@@ -945,21 +1007,6 @@ def analyze_file(
                         }
                     )
                 )
-            # half-space test on Z with J from the layer's sink heads
-            sink_heads = np.flatnonzero(sink[layer])
-            bos_att = np.zeros((n_seq, sink_heads.size, context_length), dtype=np.float32)
-            for block in _blocks(n_seq) if sink_heads.size else ():
-                bos_att[block] = probs_ds[layer, block][:, sink_heads][:, :, 1:, 0]
-            attend = attending_tokens(bos_att, attend_threshold)
-            for row in _halfspace_layer_rows(z, attend):
-                row.update(
-                    layer=layer,
-                    n_sink_heads=int(sink_heads.size),
-                    attend_threshold=attend_threshold,
-                )
-                half_rows.append(row)
-            # massive activations on X
-            x_norms = row_norms(x)
             rel = relative_bos_norm(x_norms)
             resid_rows.append(
                 {
@@ -973,10 +1020,6 @@ def analyze_file(
                     "rel_bos_norm_max": float(np.nanmax(rel)),
                 }
             )
-            del z, x
-            # 2. value ranks and 3. BOS value-output norms
-            values = values_ds[layer]  # (N, K, T1, hd)
-            rank, rel_rank, ratio = relative_rank(values[:, :, :m])
             rank_parts.append(
                 pl.DataFrame(
                     {
@@ -991,7 +1034,6 @@ def analyze_file(
                     }
                 )
             )
-            value_norms, vo_norms = value_output_norms(values, handle["weights/W_O"][layer])
             rel_vo = relative_bos_norm(vo_norms)  # (N, H)
             rel_v = relative_bos_norm(value_norms)
             vo_parts.append(
@@ -1010,7 +1052,7 @@ def analyze_file(
                     }
                 )
             )
-            del values, value_norms, vo_norms, bos_att, attend
+            del cos, x_norms, value_norms, vo_norms
             _release_freed_memory()
 
     tables: dict[str, pl.DataFrame] = {}

@@ -239,3 +239,38 @@ def describe_layout() -> str:
     lines += ["", "File attributes:"]
     lines += [f"  {key}: {meaning}" for key, meaning in FILE_ATTRIBUTES.items()]
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ block-wise reading
+
+#: Bytes of stored activations per block of sequences: at most this fraction of one layer's
+#: data (every per-layer dataset, as ``bench/run.py`` counts it) ...
+BLOCK_LAYER_FRACTION = 1 / 16
+#: ... and at most this many bytes; at least one sequence per block.
+BLOCK_MAX_BYTES = 32 * 2**20
+
+
+def default_block_size(handle: h5py.File | h5py.Group) -> int:
+    """Sequences per block: :data:`BLOCK_LAYER_FRACTION` of one layer's stored bytes, capped
+    at :data:`BLOCK_MAX_BYTES` (at least 1, at most ``N``).
+
+    The float32/float64 work arrays of a block take up to about 10 times its stored bytes
+    (measured: oversmoothing ~11x before heap fragmentation, ~20x with it), so the working
+    set stays near one layer's stored data. Used by :mod:`sinkscope.oversmoothing` and :mod:`sinkscope.geometry`.
+    """
+    n_seq = int(handle["residual/X"].shape[1])
+    per_sequence = 0
+    for name in _PER_LAYER_DATASETS:
+        dataset = handle[name]
+        per_sequence += int(np.prod(dataset.shape[2:])) * dataset.dtype.itemsize
+    budget = min(BLOCK_LAYER_FRACTION * n_seq * per_sequence, BLOCK_MAX_BYTES)
+    return int(min(n_seq, max(1, budget // per_sequence)))
+
+
+_PER_LAYER_DATASETS: tuple[str, ...] = (
+    "residual/X",
+    "attention/Z",
+    "attention/probs",
+    "attention/values",
+    "attention/residual_update",
+)
