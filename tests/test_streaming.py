@@ -18,9 +18,15 @@ import torch
 from transformers import AttentionInterface, AutoModelForCausalLM
 
 from sinkscope.streaming import (
+    RECOMPUTE_BASELINES,
+    RECOMPUTE_SCHEMA,
+    RECOMPUTE_TIMINGS_SCHEMA,
     Policy,
     StreamingEvaluator,
+    Streams,
+    _check_same_streams,
     _evaluate_policies,
+    _recompute_rows,
     build_policies,
     correlation,
     first_position_mass,
@@ -315,6 +321,27 @@ def _pair_tables(family: str, params: dict) -> tuple[dict[str, pl.DataFrame], li
     return named, policies, model
 
 
+def _recompute_tables(
+    tables: dict[str, pl.DataFrame], model: Any, ids: torch.Tensor, n_samples: int = 5
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """What rule analyze_streaming_recompute computes from the pair's ``nll_by_position``."""
+    streams_ = Streams(model, None, ids, [0, 1], int(model.config.bos_token_id))
+    evaluator = StreamingEvaluator(model, chunk_size=16)
+    rows, times = _recompute_rows(evaluator, streams_, tables["nll_by_position"], n_samples)
+    recompute = pl.DataFrame(rows, schema=RECOMPUTE_SCHEMA)
+    named = recompute.with_columns(model=pl.lit("m"), dataset=pl.lit("d"))
+    return named, pl.DataFrame(times, schema=RECOMPUTE_TIMINGS_SCHEMA)
+
+
+def test_recompute_needs_the_streams_of_the_cache_run():
+    settings = pl.DataFrame({"stream_offsets": ["0,1"], "stream_length": [T]})
+    _check_same_streams(settings, [0, 1], T, "settings.parquet")  # the same: no error
+    with pytest.raises(ValueError, match="settings.parquet.*re-run analyze_streaming"):
+        _check_same_streams(settings, [0, 2], T, "settings.parquet")
+    with pytest.raises(ValueError, match="re-run analyze_streaming"):
+        _check_same_streams(settings, [0, 1], T + 1, "settings.parquet")
+
+
 def test_policy_grid_and_pair_tables():
     params = {**SMALL_PARAMS, "window_sizes": [4, 8, 64]}
     tables, policies, model = _pair_tables("gemma3", params)
@@ -336,9 +363,10 @@ def test_policy_grid_and_pair_tables():
     evicting = ppl.filter(pl.col("policy") == "sink2_L4", pl.col("region") == "evicting")
     assert evicting["first_position"][0] == 2 + 4 + 1
     assert tables["layer_ablation"].height == model.config.num_hidden_layers
-    assert set(tables["timings"]["policy"]) == set(names) | {"recompute_L4", "recompute_L8"}
+    assert set(tables["timings"]["policy"]) == set(names)
     # the re-computation baseline: every sink/neutral policy at L against the same tokens
-    recompute = tables["recompute"]
+    recompute, recompute_timings = _recompute_tables(tables, model, ids)
+    tables["recompute"] = recompute
     assert set(recompute["policy"]) == {
         "window_L4",
         "sink2_L4",
@@ -349,9 +377,11 @@ def test_policy_grid_and_pair_tables():
         "neutral1_L8",
         "neutral2_L8",
     }
+    assert recompute.height == 2 * 8  # both baselines
+    assert set(recompute_timings["baseline"]) == set(RECOMPUTE_BASELINES)
     assert set(recompute["n_tokens"]) == {2 * 5}
     assert recompute.filter(pl.col("window") == 8)["first_position"].unique().to_list() == [
-        8 + 2 + 1
+        8 + 2 + 1  # the first query t = L + k_max predicts position t + 1
     ]
     assert np.allclose(
         recompute["policy_vs_recompute"], recompute["policy_nll"] - recompute["recompute_nll"]
@@ -366,6 +396,21 @@ def test_policy_grid_and_pair_tables():
         if row["kind"] == "window":
             assert row["policy_nll"] == row["window_nll"]
             assert row["recovered_fraction"] in (None, pytest.approx(0.0))
+    # brute force: the caches' NLL read at the sampled positions of nll_by_position equals a
+    # fresh run of the policy scored at the sampled queries (no off-by-one between query t and
+    # the token t + 1 it predicts); the baselines equal recompute_nll run directly
+    evaluator = StreamingEvaluator(model, chunk_size=16)
+    queries = recompute_queries(T, 8 + 2, 5)
+    sink = next(p for p in policies if p.name == "sink1_L8")
+    direct = evaluator.run(ids, sink).nll[:, queries].double()
+    for baseline, bos in (("recompute_bos", model.config.bos_token_id), ("recompute", None)):
+        row = recompute.filter((pl.col("policy") == "sink1_L8") & (pl.col("baseline") == baseline))
+        base = evaluator.recompute_nll(ids, queries, 8, bos).nll.double()
+        assert row["policy_nll"][0] == pytest.approx(direct.mean().item(), abs=1e-5)
+        assert row["recompute_nll"][0] == pytest.approx(base.mean().item(), abs=1e-5)
+        per_position = (direct - base).mean(dim=0)  # the pairing unit: a sampled position
+        se = per_position.std().item() / math.sqrt(len(queries))
+        assert row["policy_vs_recompute_se"][0] == pytest.approx(se, rel=1e-4)
     heads = pl.DataFrame(
         {
             "model": "m",
@@ -426,7 +471,8 @@ def test_figures(tmp_path):
     from sinkscope import streaming_plots as sp
 
     params = {**SMALL_PARAMS, "sink_counts": [1, 2, 4], "neutral_counts": [1, 2]}
-    tables, _, _ = _pair_tables("llama", params)
+    tables, _, model = _pair_tables("llama", params)
+    tables["recompute"] = _recompute_tables(tables, model, streams(model))[0]
     written = sp.plot_all(tables, tmp_path, "tiny")
     mass = pl.DataFrame(
         {
@@ -472,10 +518,18 @@ def test_recompute_equals_a_plain_forward_of_the_window(family, window):
     evaluator = StreamingEvaluator(tiny_model(family))
     # a tiny attention budget forces one window per batch: batching must not change anything
     run = evaluator.recompute_nll(ids, queries, window, max_attention=1)
+    bos = int(ids[0, 0])
+    with_bos = evaluator.recompute_nll(ids, queries, window, bos_token_id=bos, max_attention=1)
     plain = tiny_model(family, attn="sdpa")
     for j, t in enumerate(queries):
         expected = reference_nll(plain, ids[:, t - window + 1 : t + 2])[:, -1]
         assert torch.allclose(run.nll[:, j], expected, atol=1e-5), (t, run.nll[:, j], expected)
+        # [BOS] + the window, at positions 0..L
+        behind_bos = torch.cat([ids[:, :1], ids[:, t - window + 1 : t + 2]], dim=1)
+        expected = reference_nll(plain, behind_bos)[:, -1]
+        assert torch.allclose(with_bos.nll[:, j], expected, atol=1e-5), (t, with_bos.nll[:, j])
+    assert not torch.allclose(run.nll, with_bos.nll, atol=1e-3)  # the BOS changes the result
     assert run.n_tokens == ids.shape[0] * len(queries) * window
+    assert with_bos.n_tokens == ids.shape[0] * len(queries) * (window + 1)
     with pytest.raises(ValueError, match="recompute queries"):
         evaluator.recompute_nll(ids, [window - 2], window)

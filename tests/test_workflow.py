@@ -166,13 +166,15 @@ def test_adding_a_dataset_runs_only_its_jobs(
         "analyze_geometry": 1,
         "analyze_oversmoothing": 1,
         "analyze_streaming": 1,
+        "analyze_streaming_recompute": 1,
+        "analyze_streaming_first_positions": 1,
         "summarize_heads": 1,
         "summarize_geometry": 1,
         "summarize_oversmoothing": 1,
         "summarize_streaming": 1,
         "claims": 1,
         "all": 1,
-        "total": 13,
+        "total": 15,
     }, dry.stdout
     snakemake(tiny_run, *extra, download_dir=download_dir)
     after = {path: path.stat().st_mtime_ns for path in before}
@@ -207,8 +209,11 @@ def test_streaming_tables_of_the_tiny_run(tiny_run: Path) -> None:
     # against sliding window with re-computation, on the same sampled tokens
     recompute = pl.read_parquet(folder / "recompute.parquet")
     assert sorted(recompute["window"].unique()) == [16, 32]
+    assert set(recompute["baseline"]) == {"recompute_bos", "recompute"}
     for window in (16, 32):
-        at = recompute.filter(pl.col("window") == window)
+        at = recompute.filter(
+            (pl.col("window") == window) & (pl.col("baseline") == "recompute_bos")
+        )
         only = at.filter(pl.col("kind") == "window")["policy_vs_recompute"][0]
         sink = at.filter(pl.col("kind") == "sink")["policy_vs_recompute"]
         assert (sink < only).all() and at["n_tokens"].min() > 0

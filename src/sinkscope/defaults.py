@@ -89,9 +89,11 @@ STREAMING_PARAMS: dict[str, Any] = {
     "layer_ablation_window": 64,
     "layer_ablation_length": 512,
     "layer_ablation_streams": 1,
-    # sliding window with re-computation (StreamingLLM's baseline): for recompute_samples query
-    # positions per stream and window size, evenly spaced over the evicting region, the last L
-    # tokens are re-encoded from scratch (positions 0..L-1) and the next token scored; 0 disables
+    # sliding window with re-computation (StreamingLLM's baseline; rule
+    # analyze_streaming_recompute): for recompute_samples query positions per stream and window
+    # size, evenly spaced over the evicting region, the last L tokens are re-encoded from scratch
+    # and the next token scored, once with the BOS token in front ([BOS] + L tokens, positions
+    # 0..L) and once without (positions 0..L-1, as in StreamingLLM); 0 disables
     "recompute_samples": 32,
     # engine
     "chunk_size": 256,

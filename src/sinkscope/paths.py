@@ -39,22 +39,26 @@ GEOMETRY_FIGURES = (
     "bos_residual_norm",
 )
 OVERSMOOTHING_TABLES = ("per_head", "per_layer", "summary", "conditions", "claims")
-#: StreamingLLM cache policies (sinkscope.streaming): per pair and across pairs.
+#: StreamingLLM (sinkscope.streaming), per pair, by rule: the cache policies
+#: (``analyze_streaming``), sliding window with re-computation as the reference for the caches
+#: (``analyze_streaming_recompute``) and the attention mass on the first positions, read from the
+#: extraction's HDF5 file (``analyze_streaming_first_positions``). Only the last one depends on
+#: the activation file, so a re-extraction does not re-run the hours of cache evaluation.
+STREAMING_POLICY_TABLES = ("nll_by_position", "perplexity", "timings", "layer_ablation", "settings")
+STREAMING_POLICY_FIGURES = ("nll_by_position", "perplexity_vs_window", "sink_count")
+STREAMING_RECOMPUTE_TABLES = ("recompute", "recompute_timings")
+STREAMING_RECOMPUTE_FIGURES = ("recompute",)
+STREAMING_FIRST_POSITION_TABLES = ("first_position_mass",)
+STREAMING_FIRST_POSITION_FIGURES = ("first_position_mass",)
 STREAMING_TABLES = (
-    "nll_by_position",
-    "perplexity",
-    "timings",
-    "layer_ablation",
-    "settings",
-    "first_position_mass",
-    "recompute",
+    *STREAMING_POLICY_TABLES,
+    *STREAMING_RECOMPUTE_TABLES,
+    *STREAMING_FIRST_POSITION_TABLES,
 )
 STREAMING_FIGURES = (
-    "nll_by_position",
-    "perplexity_vs_window",
-    "sink_count",
-    "first_position_mass",
-    "recompute",
+    *STREAMING_POLICY_FIGURES,
+    *STREAMING_RECOMPUTE_FIGURES,
+    *STREAMING_FIRST_POSITION_FIGURES,
 )
 STREAMING_SUMMARY_TABLES = (
     "perplexity",

@@ -233,8 +233,8 @@ def _plot_oversmoothing(
 
 def analyze_streaming(smk: Any) -> None:
     from sinkscope import streaming_plots as plots
-    from sinkscope.paths import STREAMING_TABLES
-    from sinkscope.streaming import evaluate_pair, first_position_mass
+    from sinkscope.paths import STREAMING_POLICY_TABLES
+    from sinkscope.streaming import evaluate_pair
 
     model, dataset = smk.wildcards.model, smk.wildcards.dataset
     tables = evaluate_pair(
@@ -242,16 +242,43 @@ def analyze_streaming(smk: Any) -> None:
         smk.input.documents,
         {**smk.params.params, "model_name": model, "dataset_name": dataset},
     )
-    tables["first_position_mass"] = first_position_mass(
-        smk.input.activations, smk.params.first_positions
-    )
-    _write_tables(tables, smk.output, STREAMING_TABLES)
+    _write_tables(tables, smk.output, STREAMING_POLICY_TABLES)
     title = f"{model} / {dataset}"
     plots.plot_nll_by_position(tables, smk.output.figure_nll_by_position, title)
     plots.plot_perplexity_vs_window(tables, smk.output.figure_perplexity_vs_window, title)
     plots.plot_sink_count(tables, smk.output.figure_sink_count, title)
+
+
+def analyze_streaming_recompute(smk: Any) -> None:
+    from sinkscope import streaming_plots as plots
+    from sinkscope.paths import STREAMING_RECOMPUTE_TABLES
+    from sinkscope.streaming import recompute_pair
+
+    model, dataset = smk.wildcards.model, smk.wildcards.dataset
+    tables = recompute_pair(
+        smk.input.model_dir,
+        smk.input.documents,
+        smk.input.nll_by_position,
+        smk.input.settings,
+        {**smk.params.params, "model_name": model, "dataset_name": dataset},
+    )
+    _write_tables(tables, smk.output, STREAMING_RECOMPUTE_TABLES)
+    plots.plot_recompute(tables, smk.output.figure_recompute, f"{model} / {dataset}")
+
+
+def analyze_streaming_first_positions(smk: Any) -> None:
+    from sinkscope import streaming_plots as plots
+    from sinkscope.paths import STREAMING_FIRST_POSITION_TABLES
+    from sinkscope.streaming import first_position_mass
+
+    tables = {
+        "first_position_mass": first_position_mass(
+            smk.input.activations, smk.params.first_positions
+        )
+    }
+    _write_tables(tables, smk.output, STREAMING_FIRST_POSITION_TABLES)
+    title = f"{smk.wildcards.model} / {smk.wildcards.dataset}"
     plots.plot_first_position_mass(tables, smk.output.figure_first_position_mass, title)
-    plots.plot_recompute(tables, smk.output.figure_recompute, title)
 
 
 def summarize_streaming(smk: Any) -> None:
@@ -443,6 +470,8 @@ STEPS: dict[str, Callable[[Any], None]] = {
     "analyze_oversmoothing": analyze_oversmoothing,
     "summarize_oversmoothing": summarize_oversmoothing,
     "analyze_streaming": analyze_streaming,
+    "analyze_streaming_recompute": analyze_streaming_recompute,
+    "analyze_streaming_first_positions": analyze_streaming_first_positions,
     "summarize_streaming": summarize_streaming,
 }
 

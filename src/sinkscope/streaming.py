@@ -20,11 +20,16 @@ number of kept first tokens):
   the *content* of the kept first entries, not by their (in-cache) positions: this separates
   "position 0" from "the BOS token".
 * ``recompute`` -- StreamingLLM's baseline "sliding window with re-computation": for each token
-  the ``L`` most recent tokens are encoded from scratch (positions ``0..L-1``, no BOS), so the
-  window's first token is a genuine first token. It sees the same tokens as ``window`` but keeps
-  the model in its trained regime; it costs ``L`` forward tokens per token, so it is evaluated at
-  ``recompute_samples`` sampled positions per stream and window (the ``recompute`` table, where
-  every cache is compared with it on exactly those tokens).
+  the ``L`` most recent tokens are encoded from scratch, so the model never sees a truncated
+  cache. Two variants (:data:`RECOMPUTE_BASELINES`): ``recompute_bos`` puts the model's BOS token
+  in front (``[BOS] + L`` tokens at positions ``0..L``: the regime every stream of this pipeline
+  and of the models' training starts in) and ``recompute`` does not (positions ``0..L-1``, the
+  window's first token acts as the first token, as in StreamingLLM). Both see the same recent
+  tokens as ``window``; they cost ``L`` forward tokens per token, so they are evaluated at
+  ``recompute_samples`` sampled positions per stream and window, and every cache is compared with
+  them on exactly those tokens (the ``recompute`` table of :func:`recompute_pair`, its own rule:
+  it reads the caches' ``nll_by_position``). Gemma 3 needs the BOS: without it, re-computation
+  is worse than the window-only cache.
 
 Query ``t`` (predicting token ``t + 1``) attends to ``{0..k-1} U {t-L+1..t}`` (intersected with
 the model's own mask). Eviction is done by a real :class:`transformers.Cache` subclass,
@@ -107,6 +112,7 @@ from sinkscope.defaults import STREAMING_PARAMS
 __all__ = [
     "ATTENTION_NAME",
     "DEFAULT_PARAMS",
+    "RECOMPUTE_BASELINES",
     "Policy",
     "StreamingCache",
     "StreamingEvaluator",
@@ -115,6 +121,8 @@ __all__ = [
     "correlation",
     "evaluate_pair",
     "first_position_mass",
+    "load_streams",
+    "recompute_pair",
     "recompute_queries",
     "rope_rotate",
     "streaming_attention_forward",
@@ -657,17 +665,23 @@ class StreamingEvaluator:
 
     @torch.no_grad()
     def recompute_nll(
-        self, ids: torch.Tensor, queries: Sequence[int], window: int, max_attention: int = 2**25
+        self,
+        ids: torch.Tensor,
+        queries: Sequence[int],
+        window: int,
+        bos_token_id: int | None = None,
+        max_attention: int = 2**25,
     ) -> RunResult:
         """Sliding window with re-computation (StreamingLLM's baseline), at the given queries.
 
         For every stream and every query ``t`` in ``queries`` the ``window`` most recent tokens
-        ``t-L+1..t`` (the set a window-only cache keeps) are encoded from scratch at positions
-        ``0..L-1``, with nothing before them (no BOS), and ``-log p(token t+1)`` is read at the
-        last one. This keeps the model in its trained regime (the window's first token is a
-        genuine first token) at ``L`` forward tokens per query, hence only sampled queries.
-        Windows are run in batches of at most ``max_attention`` attention weights per layer.
-        Returns ``nll`` of shape ``(B, len(queries))``.
+        ``t-L+1..t`` (the set a window-only cache keeps) are encoded from scratch and
+        ``-log p(token t+1)`` is read at the last one: at positions ``0..L-1`` with nothing
+        before them, or, with ``bos_token_id``, behind that token (``[BOS] + L`` tokens at
+        positions ``0..L``). Either way the model never sees a truncated cache, at ``L`` forward
+        tokens per query, hence only sampled queries. Windows are run in batches of at most
+        ``max_attention`` attention weights per layer. Returns ``nll`` of shape
+        ``(B, len(queries))``.
         """
         ids = torch.as_tensor(ids, dtype=torch.long)
         batch, length = ids.shape
@@ -678,9 +692,13 @@ class StreamingEvaluator:
             )
         windows = torch.stack([ids[:, t - window + 1 : t + 1] for t in queries], dim=1)
         windows = windows.reshape(-1, window)  # (B * Q, L), stream-major
+        if bos_token_id is not None:
+            bos = torch.full((windows.shape[0], 1), int(bos_token_id), dtype=torch.long)
+            windows = torch.cat([bos, windows], dim=1)
         targets = torch.stack([ids[:, t + 1] for t in queries], dim=1).reshape(-1)
         heads = int(self.config.num_attention_heads)
-        rows = max(1, max_attention // (heads * window * window))
+        width = windows.shape[1]
+        rows = max(1, max_attention // (heads * width * width))
         began = time.perf_counter()
         pieces = []
         for lo in range(0, windows.shape[0], rows):
@@ -750,6 +768,50 @@ def _with_names(frame: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame:
     return frame.select(pl.lit(model).alias("model"), pl.lit(dataset).alias("dataset"), pl.all())
 
 
+@dataclass
+class Streams:
+    """The token streams of one model x corpus pair (:func:`load_streams`)."""
+
+    model: Any
+    tokenizer: Any
+    ids: torch.Tensor  # (B, T), BOS in column 0
+    offsets: list[int]  # where each stream's text starts in the corpus token stream
+    bos_token_id: int
+
+
+def load_streams(
+    prepared_model_dir: str | Path, documents_parquet: str | Path, p: Mapping[str, Any]
+) -> Streams:
+    """Load the model (float32, eager) and cut ``n_streams`` streams of ``stream_length`` tokens
+    (BOS first) from the corpus with ``seed``: the same streams for every caller
+    (:func:`evaluate_pair`, :func:`recompute_pair`)."""
+    from sinkscope.corpora import load_documents
+    from sinkscope.models import bos_token_id, load_model, load_tokenizer
+    from sinkscope.tokens import cut_sequences, tokenize_documents
+
+    model = load_model(Path(prepared_model_dir), "float32", "eager")
+    tokenizer = load_tokenizer(Path(prepared_model_dir))
+    bos = bos_token_id(tokenizer, model.config)
+    documents = load_documents(Path(documents_parquet))
+    stream = tokenize_documents(tokenizer, documents["text"])
+    length = int(p["stream_length"])
+    n_blocks = stream.size // (length - 1)
+    if n_blocks < 1:
+        raise ValueError(
+            f"{documents_parquet}: {stream.size} tokens, fewer than one stream of {length}"
+        )
+    n_streams = min(int(p["n_streams"]), n_blocks)
+    ids_np, starts = cut_sequences(stream, n_streams, length - 1, int(p["seed"]), bos)
+    ids = torch.from_numpy(ids_np.astype(np.int64))
+    return Streams(model, tokenizer, ids, [int(s) for s in starts], int(bos))
+
+
+def _names(p: Mapping[str, Any], prepared_model_dir: str | Path, documents_parquet: str | Path):
+    model_name = str(p.get("model_name") or Path(prepared_model_dir).name)
+    dataset_name = str(p.get("dataset_name") or Path(documents_parquet).parent.name)
+    return model_name, dataset_name
+
+
 def evaluate_pair(
     prepared_model_dir: str | Path,
     documents_parquet: str | Path,
@@ -778,55 +840,36 @@ def evaluate_pair(
       on the first ``layer_ablation_length`` tokens): ``layer, window, n_tokens, nll, dense_nll,
       log_ppl_ratio`` over the evicting positions (empty when disabled).
     * ``settings``: one row with the resolved parameters (JSON) and stream offsets.
-    * ``recompute``: window-only, sink and neutral caches (cache positions) against sliding
-      window with re-computation, StreamingLLM's baseline, at ``recompute_samples`` sampled
-      queries per stream and window (see :func:`_recompute_baseline`); ``timings`` gets one
-      ``recompute_L{L}`` row per window.
+
+    The re-computation baseline is :func:`recompute_pair` (it reads ``nll_by_position``).
     """
     import json
 
-    from sinkscope.corpora import load_documents
-    from sinkscope.models import bos_token_id, load_model, load_tokenizer
-    from sinkscope.tokens import cut_sequences, tokenize_documents
-
     p = {**DEFAULT_PARAMS, **dict(params or {})}
-    model_name = str(p.get("model_name") or Path(prepared_model_dir).name)
-    dataset_name = str(p.get("dataset_name") or Path(documents_parquet).parent.name)
+    model_name, dataset_name = _names(p, prepared_model_dir, documents_parquet)
     threads_before = torch.get_num_threads()
     if p["threads"]:
         torch.set_num_threads(int(p["threads"]))
     try:
-        model = load_model(Path(prepared_model_dir), "float32", "eager")
-        tokenizer = load_tokenizer(Path(prepared_model_dir))
-        bos = bos_token_id(tokenizer, model.config)
-        neutral_id = _resolve_neutral_token(tokenizer, p["neutral_token"])
-        documents = load_documents(Path(documents_parquet))
-        stream = tokenize_documents(tokenizer, documents["text"])
-        length = int(p["stream_length"])
-        n_blocks = stream.size // (length - 1)
-        if n_blocks < 1:
-            raise ValueError(
-                f"{dataset_name}: {stream.size} tokens, fewer than one stream of {length}"
-            )
-        n_streams = min(int(p["n_streams"]), n_blocks)
-        ids_np, starts = cut_sequences(stream, n_streams, length - 1, int(p["seed"]), bos)
-        ids = torch.from_numpy(ids_np.astype(np.int64))
-        evaluator = StreamingEvaluator(model, chunk_size=int(p["chunk_size"]))
+        streams = load_streams(prepared_model_dir, documents_parquet, p)
+        neutral_id = _resolve_neutral_token(streams.tokenizer, p["neutral_token"])
+        ids, length = streams.ids, int(p["stream_length"])
+        evaluator = StreamingEvaluator(streams.model, chunk_size=int(p["chunk_size"]))
         policies = build_policies(p, length)
         tables = _evaluate_policies(evaluator, ids, policies, neutral_id, p)
         settings = {
             **{key: value for key, value in p.items() if key not in ("model_name", "dataset_name")},
-            "n_streams_used": n_streams,
+            "n_streams_used": int(ids.shape[0]),
             "neutral_token_id": neutral_id,
-            "bos_token_id": bos,
+            "bos_token_id": streams.bos_token_id,
             "attention": f"{ATTENTION_NAME} (eager math)",
             "torch_threads": torch.get_num_threads(),
         }
         tables["settings"] = pl.DataFrame(
             {
                 "params_json": [json.dumps(settings, sort_keys=True, default=str)],
-                "stream_offsets": [",".join(str(int(s)) for s in starts)],
-                "n_streams": [n_streams],
+                "stream_offsets": [",".join(str(s) for s in streams.offsets)],
+                "n_streams": [int(ids.shape[0])],
                 "stream_length": [length],
             }
         )
@@ -918,18 +961,19 @@ def _evaluate_policies(
                 ),
             }
         )
-    recompute, recompute_times = _recompute_baseline(evaluator, ids, policies, results, p)
-    tables = {
+    return {
         "nll_by_position": pl.concat(nll_rows),
         "perplexity": pl.DataFrame(ppl_rows, schema_overrides={"window": pl.Int64}),
-        "timings": pl.DataFrame(time_rows + recompute_times),
+        "timings": pl.DataFrame(time_rows),
         "layer_ablation": _layer_ablation(evaluator, ids, dense, p),
-        "recompute": recompute,
     }
-    return tables
 
+
+#: The re-computation baselines of :func:`recompute_pair`: name -> BOS in front of the window.
+RECOMPUTE_BASELINES: dict[str, bool] = {"recompute_bos": True, "recompute": False}
 
 RECOMPUTE_SCHEMA: dict[str, Any] = {
+    "baseline": pl.String,
     "window": pl.Int64,
     "kind": pl.String,
     "n_sink": pl.Int64,
@@ -947,89 +991,170 @@ RECOMPUTE_SCHEMA: dict[str, Any] = {
     "recovered_fraction": pl.Float64,
 }
 
+RECOMPUTE_TIMINGS_SCHEMA: dict[str, Any] = {
+    "baseline": pl.String,
+    "window": pl.Int64,
+    "tokens": pl.Int64,
+    "wall_s": pl.Float64,
+    "wall_tokens_per_s": pl.Float64,
+}
 
-def _recompute_baseline(
-    evaluator: StreamingEvaluator,
-    ids: torch.Tensor,
-    policies: Sequence[Policy],
-    results: Mapping[str, RunResult],
-    p: Mapping[str, Any],
-) -> tuple[pl.DataFrame, list[dict[str, Any]]]:
-    """The ``recompute`` table: sink and neutral caches against StreamingLLM's baseline.
 
-    For each window size ``L`` of a window-only policy, the NLL under sliding window with
-    re-computation (:meth:`StreamingEvaluator.recompute_nll`) at ``recompute_samples`` query
-    positions per stream, spread over ``t >= L + k_max`` (``k_max``: the largest sink count of the
-    grid, so every policy at ``L`` has evicted there), next to the NLL of dense, window-only and
-    every sink/neutral policy (cache positions) at ``L`` on exactly the same tokens. Per policy:
-    ``policy_vs_recompute`` = mean paired NLL difference (the log-perplexity ratio to the
-    baseline) with its standard error over tokens, ``window_vs_recompute`` the same for
+def _check_same_streams(settings: pl.DataFrame, offsets: Sequence[int], length: int, path: Any):
+    """The re-computation must see the streams the caches saw (same corpus cut, same length)."""
+    row = settings.row(0, named=True)
+    stored = [int(x) for x in str(row["stream_offsets"]).split(",") if x != ""]
+    if stored != list(offsets) or int(row["stream_length"]) != length:
+        raise ValueError(
+            f"{path}: the cache evaluation ran on streams at offsets {stored} of length "
+            f"{row['stream_length']}, the current streaming.params give offsets {list(offsets)} "
+            f"of length {length}; re-run analyze_streaming for this pair"
+        )
+
+
+def recompute_pair(
+    prepared_model_dir: str | Path,
+    documents_parquet: str | Path,
+    nll_by_position: str | Path | pl.DataFrame,
+    settings: str | Path | pl.DataFrame,
+    params: Mapping[str, Any] | None = None,
+) -> dict[str, pl.DataFrame]:
+    """The caches of :func:`evaluate_pair` against sliding window with re-computation.
+
+    For each window size ``L`` of a window-only policy in ``nll_by_position`` (that function's
+    table) and each baseline of :data:`RECOMPUTE_BASELINES`, the NLL under re-computation
+    (:meth:`StreamingEvaluator.recompute_nll`) at ``recompute_samples`` query positions per
+    stream, spread over ``t >= L + k_max`` (``k_max``: the largest sink count of the table, so
+    every policy at ``L`` has evicted there; query ``t`` predicts the token at position
+    ``t + 1``), next to the NLL of dense, window-only and every sink/neutral policy (cache
+    positions) at ``L`` on the same tokens. The caches' NLL is the mean over streams per position
+    (``nll_by_position``), so the pairing unit is the sampled position: per policy
+    ``policy_vs_recompute`` = mean over positions of (policy - baseline), the log-perplexity ratio
+    to the baseline, with its standard error over positions; ``window_vs_recompute`` the same for
     window-only, and ``recovered_fraction = (window_nll - policy_nll) / (window_nll -
-    recompute_nll)``: 1 = the policy is as good as re-computation, 0 = as bad as window-only
-    (null when window-only is not worse than re-computation: nothing to recover).
+    recompute_nll)``: 1 = the policy is as good as re-computation, 0 = as bad as window-only (null
+    when window-only is not worse than re-computation: nothing to recover).
+
+    ``settings`` (:func:`evaluate_pair`'s table) must record the streams that ``params`` cut
+    again here; otherwise a ValueError names the file before any forward pass. Returns the tables
+    ``recompute`` (:data:`RECOMPUTE_SCHEMA`) and ``recompute_timings``, with ``model`` and
+    ``dataset`` columns.
     """
-    n_samples = int(p.get("recompute_samples") or 0)
+    p = {**DEFAULT_PARAMS, **dict(params or {})}
+    model_name, dataset_name = _names(p, prepared_model_dir, documents_parquet)
+    nll_table = _as_frame(nll_by_position)
+    settings_table = _as_frame(settings)
+    length = int(p["stream_length"])
+    threads_before = torch.get_num_threads()
+    if p["threads"]:
+        torch.set_num_threads(int(p["threads"]))
+    try:
+        streams = load_streams(prepared_model_dir, documents_parquet, p)
+        _check_same_streams(settings_table, streams.offsets, length, settings)
+        evaluator = StreamingEvaluator(streams.model, chunk_size=int(p["chunk_size"]))
+        rows, times = _recompute_rows(
+            evaluator, streams, nll_table, int(p.get("recompute_samples") or 0)
+        )
+    finally:
+        torch.set_num_threads(threads_before)
+    tables = {
+        "recompute": pl.DataFrame(rows, schema=RECOMPUTE_SCHEMA),
+        "recompute_timings": pl.DataFrame(times, schema=RECOMPUTE_TIMINGS_SCHEMA),
+    }
+    return {name: _with_names(frame, model_name, dataset_name) for name, frame in tables.items()}
+
+
+def _as_frame(table: str | Path | pl.DataFrame) -> pl.DataFrame:
+    return table if isinstance(table, pl.DataFrame) else pl.read_parquet(table)
+
+
+def _nll_at(nll_table: pl.DataFrame, policy: str, positions: Sequence[int]) -> np.ndarray:
+    """Mean-over-streams NLL of ``policy`` at the token ``positions`` (from ``nll_by_position``)."""
+    rows = nll_table.filter(pl.col("policy") == policy).select("position", "nll")
+    by_position = dict(zip(rows["position"].to_list(), rows["nll"].to_list(), strict=True))
+    missing = [t for t in positions if t not in by_position]
+    if missing:
+        raise ValueError(f"nll_by_position has no NLL of policy {policy} at positions {missing}")
+    return np.array([by_position[t] for t in positions], dtype=np.float64)
+
+
+def _recompute_rows(
+    evaluator: StreamingEvaluator, streams: Streams, nll_table: pl.DataFrame, n_samples: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    ids = streams.ids
+    length = ids.shape[1]
+    policies = nll_table.select("policy", "kind", "n_sink", "window", "positions").unique()
+    if "dense" not in policies["policy"].to_list():
+        raise ValueError("nll_by_position has no dense policy")
+    k_max = int(policies["n_sink"].max() or 0)
+    window_rows = (
+        policies.filter(pl.col("kind") == "window")
+        .sort("window", pl.col("positions") != "cache")
+        .unique("window", keep="first", maintain_order=True)
+    )
     rows: list[dict[str, Any]] = []
     times: list[dict[str, Any]] = []
-    length = ids.shape[1]
-    k_max = max([pol.n_sink for pol in policies] + [0])
-    dense_nll = results["dense"].nll.numpy()
-    window_policies = [pol for pol in policies if pol.kind == "window" and pol.layers is None]
-    for window_policy in sorted(window_policies, key=lambda pol: pol.window or 0):
-        window = int(window_policy.window)
+    for window_policy in window_rows.iter_rows(named=True):
+        window = int(window_policy["window"])
         queries = recompute_queries(length, window + k_max, n_samples)
         if not queries:
             continue
-        run = evaluator.recompute_nll(ids, queries, window)
-        times.append(
-            {
-                "policy": f"recompute_L{window}",
-                "tokens": run.n_tokens,
-                "wall_s": run.wall_s,
-                "wall_tokens_per_s": run.n_tokens / run.wall_s if run.wall_s > 0 else float("nan"),
-            }
-        )
-        recompute = run.nll.numpy().astype(np.float64)
-        window_nll = results[window_policy.name].nll.numpy()[:, queries].astype(np.float64)
-        dense = dense_nll[:, queries].astype(np.float64)
-        others = [
-            pol
-            for pol in policies
-            if pol.kind in ("sink", "neutral")
-            and pol.window == window
-            and pol.positions == "cache"
-            and pol.layers is None
-        ]
-        for pol in [window_policy, *others]:
-            values = results[pol.name].nll.numpy()[:, queries].astype(np.float64)
-            if np.isnan(values).any():
-                raise RuntimeError(f"policy {pol.name}: no NLL at a sampled query (not evicted?)")
-            diff = values - recompute
-            gap = float(window_nll.mean() - recompute.mean())
-            rows.append(
+        positions = [t + 1 for t in queries]
+        dense = _nll_at(nll_table, "dense", positions)
+        window_nll = _nll_at(nll_table, window_policy["policy"], positions)
+        others = policies.filter(
+            pl.col("kind").is_in(["sink", "neutral"])
+            & (pl.col("window") == window)
+            & (pl.col("positions") == "cache")
+        ).sort("kind", "n_sink")
+        compared = [window_policy, *others.iter_rows(named=True)]
+        for baseline, with_bos in RECOMPUTE_BASELINES.items():
+            run = evaluator.recompute_nll(
+                ids, queries, window, streams.bos_token_id if with_bos else None
+            )
+            times.append(
                 {
+                    "baseline": baseline,
                     "window": window,
-                    "kind": pol.kind,
-                    "n_sink": pol.n_sink,
-                    "policy": pol.name,
-                    "first_position": queries[0] + 1,
-                    "n_queries": len(queries),
-                    "n_tokens": int(diff.size),
-                    "dense_nll": float(dense.mean()),
-                    "window_nll": float(window_nll.mean()),
-                    "recompute_nll": float(recompute.mean()),
-                    "policy_nll": float(values.mean()),
-                    "window_vs_recompute": gap,
-                    "policy_vs_recompute": float(diff.mean()),
-                    "policy_vs_recompute_se": (
-                        float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else None
-                    ),
-                    "recovered_fraction": (
-                        float((window_nll.mean() - values.mean()) / gap) if gap > 0 else None
+                    "tokens": run.n_tokens,
+                    "wall_s": run.wall_s,
+                    "wall_tokens_per_s": (
+                        run.n_tokens / run.wall_s if run.wall_s > 0 else float("nan")
                     ),
                 }
             )
-    return pl.DataFrame(rows, schema=RECOMPUTE_SCHEMA), times
+            recompute = run.nll.numpy().astype(np.float64).mean(axis=0)  # per sampled position
+            gap = float(window_nll.mean() - recompute.mean())
+            for pol in compared:
+                values = _nll_at(nll_table, pol["policy"], positions)
+                diff = values - recompute
+                rows.append(
+                    {
+                        "baseline": baseline,
+                        "window": window,
+                        "kind": pol["kind"],
+                        "n_sink": pol["n_sink"],
+                        "policy": pol["policy"],
+                        "first_position": positions[0],
+                        "n_queries": len(queries),
+                        "n_tokens": len(queries) * int(ids.shape[0]),
+                        "dense_nll": float(dense.mean()),
+                        "window_nll": float(window_nll.mean()),
+                        "recompute_nll": float(recompute.mean()),
+                        "policy_nll": float(values.mean()),
+                        "window_vs_recompute": gap,
+                        "policy_vs_recompute": float(diff.mean()),
+                        "policy_vs_recompute_se": (
+                            float(diff.std(ddof=1) / math.sqrt(diff.size))
+                            if diff.size > 1
+                            else None
+                        ),
+                        "recovered_fraction": (
+                            float((window_nll.mean() - values.mean()) / gap) if gap > 0 else None
+                        ),
+                    }
+                )
+    return rows, times
 
 
 def _layer_ablation(
@@ -1301,7 +1426,7 @@ def summarize(
     ]
     recompute = (
         pl.concat(recompute_frames, how="diagonal_relaxed").sort(
-            "model", "dataset", "window", "kind", "n_sink"
+            "model", "dataset", "baseline", "window", "kind", "n_sink"
         )
         if recompute_frames
         else pl.DataFrame(schema={"model": pl.String, "dataset": pl.String, **RECOMPUTE_SCHEMA})

@@ -464,65 +464,78 @@ def plot_summary(
     save_figure(fig, out_png)
 
 
+#: Column titles of :func:`plot_recompute`, per baseline of ``streaming.RECOMPUTE_BASELINES``.
+RECOMPUTE_TITLES = {
+    "recompute_bos": "re-computation of [BOS] + window",
+    "recompute": "re-computation of the window alone (StreamingLLM)",
+}
+
+
 def plot_recompute(
     tables: Mapping[str, pl.DataFrame], out_png: str | os.PathLike[str], title: str
 ) -> None:
-    """Log-perplexity ratio of each cache to sliding window with re-computation (StreamingLLM's
-    baseline: the last ``L`` tokens re-encoded from scratch for every token), on the same sampled
-    tokens, vs window size ``L``; error bars = 2 standard errors of the paired mean. Left:
-    window-only, sink and neutral sink with the main ``k``; right: the fraction of the
-    window-only excess that each recovers (1 = as good as re-computation)."""
+    """Each cache against sliding window with re-computation (StreamingLLM's baseline: the last
+    ``L`` tokens re-encoded from scratch for every token), on the same sampled tokens, vs window
+    size ``L``; one column per baseline (with the BOS token in front, without). Top: log-perplexity
+    ratio to the baseline, error bars = 2 standard errors of the paired mean; bottom: the fraction
+    of the window-only excess that each cache with the main ``k`` recovers (1 = as good as
+    re-computation, 0 = window only)."""
     table = _one_pair(_table(tables, "recompute"), "recompute")
-    fig = new_figure(11.0, 4.2)
-    axes = fig.subplots(1, 2)
+    baselines = [b for b in RECOMPUTE_TITLES if b in set(table["baseline"].to_list())]
+    fig = new_figure(5.2 * max(1, len(baselines)), 7.4)
     if table.is_empty():
-        for ax in axes:
-            ax.text(0.5, 0.5, "no re-computation baseline in this run", ha="center")
-            ax.set_axis_off()
+        ax = fig.subplots(1, 1)
+        ax.text(0.5, 0.5, "no re-computation baseline in this run", ha="center")
+        ax.set_axis_off()
         fig.suptitle(title)
         save_figure(fig, out_png)
         return
+    grid = fig.subplots(2, len(baselines), squeeze=False, sharex=True)
     k0 = _main_sink_count(table)
     windows = sorted(table["window"].unique().to_list())
-    for kind, rows, label in _window_series(table, k0):
-        x = rows["window"].to_numpy()
-        axes[0].errorbar(
-            x,
-            rows["policy_vs_recompute"].to_numpy(),
-            yerr=2 * rows["policy_vs_recompute_se"].fill_null(0.0).to_numpy(),
-            marker="o",
-            ls=KIND_STYLES[kind],
-            color=KIND_COLORS[kind],
-            capsize=3,
-            label=label,
-        )
-        if kind != "window":
-            fraction = rows["recovered_fraction"].cast(pl.Float64).to_numpy()
-            axes[1].plot(
-                x, fraction, marker="o", ls=KIND_STYLES[kind], color=KIND_COLORS[kind], label=label
+    for column, baseline in enumerate(baselines):
+        top, bottom = grid[0, column], grid[1, column]
+        rows_of_baseline = table.filter(pl.col("baseline") == baseline)
+        for kind, rows, label in _window_series(rows_of_baseline, k0):
+            x = rows["window"].to_numpy()
+            top.errorbar(
+                x,
+                rows["policy_vs_recompute"].to_numpy(),
+                yerr=2 * rows["policy_vs_recompute_se"].fill_null(0.0).to_numpy(),
+                marker="o",
+                ls=KIND_STYLES[kind],
+                color=KIND_COLORS[kind],
+                capsize=3,
+                label=label,
             )
-    axes[0].axhline(0.0, color="0.3", ls=":", lw=1.0, label="re-computation")
-    axes[0].set_ylabel("log(ppl / re-computation ppl), same tokens")
-    axes[0].set_title("cache vs sliding window with re-computation")
-    axes[1].axhline(1.0, color="0.3", ls=":", lw=1.0)
-    axes[1].axhline(0.0, color=KIND_COLORS["window"], ls=":", lw=1.0)
-    axes[1].set_ylabel("recovered fraction of the window-only excess")
-    axes[1].set_title("1 = as good as re-computation, 0 = window only")
-    if table.filter(pl.col("kind") != "window")["recovered_fraction"].drop_nulls().is_empty():
-        axes[1].text(
-            0.5,
-            0.5,
-            "window-only is not worse than re-computation here:\n"
-            "no excess to recover (is the baseline itself out of distribution?)",
-            ha="center",
-            va="center",
-            transform=axes[1].transAxes,
-            fontsize=9,
-        )
-    for ax in axes:
-        _window_axis(ax, windows)
+            if kind != "window":
+                fraction = rows["recovered_fraction"].cast(pl.Float64).to_numpy()
+                bottom.plot(
+                    x, fraction, marker="o", ls=KIND_STYLES[kind], color=KIND_COLORS[kind],
+                    label=label,
+                )  # fmt: skip
+        top.axhline(0.0, color="0.3", ls=":", lw=1.0, label="re-computation")
+        top.set_title(RECOMPUTE_TITLES[baseline], fontsize=10)
+        bottom.axhline(1.0, color="0.3", ls=":", lw=1.0)
+        bottom.axhline(0.0, color=KIND_COLORS["window"], ls=":", lw=1.0)
+        recovered = rows_of_baseline.filter(pl.col("kind") != "window")["recovered_fraction"]
+        if recovered.drop_nulls().is_empty():
+            bottom.text(
+                0.5,
+                0.5,
+                "re-computation is not better than window-only:\n"
+                "no excess to recover (the baseline is out of regime)",
+                ha="center",
+                va="center",
+                transform=bottom.transAxes,
+                fontsize=9,
+            )
+        for ax in (top, bottom):
+            _window_axis(ax, windows)
+    grid[0, 0].set_ylabel("log(ppl / re-computation ppl), same tokens")
+    grid[1, 0].set_ylabel("recovered fraction of the window-only excess\n(1 = re-computation)")
     n = int(table["n_tokens"].max())
-    fig.suptitle(f"{title} ({n} sampled tokens per window)")
+    fig.suptitle(f"{title}: caches vs sliding window with re-computation ({n} sampled tokens)")
     save_figure(fig, out_png)
 
 

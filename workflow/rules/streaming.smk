@@ -1,19 +1,19 @@
 # StreamingLLM (attention-sinks notes): next-token NLL over long token streams when the KV cache
-# evicts (window only, sink + window, neutral sink + window), per model x dataset, and the
-# attention mass on the first positions from the extraction's HDF5 file.
+# evicts (window only, sink + window, neutral sink + window), per model x dataset; those caches
+# against sliding window with re-computation (StreamingLLM's baseline); and the attention mass on
+# the first positions from the extraction's HDF5 file. Three rules, so that neither a new
+# baseline nor a re-extraction re-runs the cache evaluation.
 
 
 rule analyze_streaming:
     input:
         model_dir=paths.model_dir,
         documents=paths.corpus,
-        activations=paths.activations,
     output:
-        **tables_of("streaming", STREAMING_TABLES),
-        **figures_of("streaming", STREAMING_FIGURES, "StreamingLLM caches"),
+        **tables_of("streaming", STREAMING_POLICY_TABLES),
+        **figures_of("streaming", STREAMING_POLICY_FIGURES, "StreamingLLM caches"),
     params:
         params=config["streaming"]["params"],
-        first_positions=config["streaming"]["first_positions"],
     log:
         paths.log("analyze_streaming", "{model}/{dataset}"),
     conda:
@@ -24,6 +24,48 @@ rule analyze_streaming:
         runtime=lambda wc, attempt: config["streaming"]["runtime_min"] * attempt,
     script:
         "../scripts/analyze_streaming.py"
+
+
+rule analyze_streaming_recompute:
+    input:
+        model_dir=paths.model_dir,
+        documents=paths.corpus,
+        nll_by_position=paths.table("streaming", "nll_by_position"),
+        settings=paths.table("streaming", "settings"),
+    output:
+        **tables_of("streaming", STREAMING_RECOMPUTE_TABLES),
+        **figures_of("streaming", STREAMING_RECOMPUTE_FIGURES, "StreamingLLM caches"),
+    params:
+        params=config["streaming"]["params"],
+    log:
+        paths.log("analyze_streaming_recompute", "{model}/{dataset}"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    threads: 1
+    resources:
+        mem_mb=lambda wc, attempt: 6000 * attempt,
+        runtime=lambda wc, attempt: config["streaming"]["runtime_min"] * attempt,
+    script:
+        "../scripts/analyze_streaming_recompute.py"
+
+
+rule analyze_streaming_first_positions:
+    input:
+        activations=paths.activations,
+    output:
+        **tables_of("streaming", STREAMING_FIRST_POSITION_TABLES),
+        **figures_of("streaming", STREAMING_FIRST_POSITION_FIGURES, "StreamingLLM caches"),
+    params:
+        first_positions=config["streaming"]["first_positions"],
+    log:
+        paths.log("analyze_streaming_first_positions", "{model}/{dataset}"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    resources:
+        mem_mb=lambda wc, attempt: 2000 * attempt,
+        runtime=lambda wc, attempt: 20 * attempt,
+    script:
+        "../scripts/analyze_streaming_first_positions.py"
 
 
 rule summarize_streaming:
