@@ -48,6 +48,12 @@ def test_bad_dynamics_sections_are_rejected_naming_the_key(default_config: dict)
     for section, key in (
         ({"induction": {"overrides": {"colour": 1}}}, "dynamics.induction.overrides"),
         ({"induction": {"overrides": {"attention": "nope"}}}, "dynamics.induction.overrides"),
+        ({"induction": {"overrides": {"pos_init_std": 0.0}}}, "induction.overrides: pos_init_std"),
+        ({"induction": {"overrides": {"lr": -1e-3}}}, "induction.overrides: lr"),
+        ({"induction": {"overrides": {"epochs": 2.5}}}, "induction.overrides: epochs"),
+        ({"induction": {"overrides": {"use_mlp": 1}}}, "induction.overrides: use_mlp"),
+        ({"classification": {"overrides": {"seed": -1}}}, "classification.overrides: seed"),
+        ({"value_softmax": {"overrides": {"steps": 0}}}, "value_softmax.overrides: steps"),
         ({"classification": {"select": {"colour": [1]}}}, "dynamics.classification.select"),
         ({"value_softmax": {"select": {"seed": [99]}}}, "dynamics.value_softmax.select"),
         ({"value_softmax": {"scale": "huge"}}, "dynamics.value_softmax.scale"),
@@ -55,6 +61,16 @@ def test_bad_dynamics_sections_are_rejected_naming_the_key(default_config: dict)
     ):
         with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
             validate_config({**default_config, "dynamics": section})
+    # zero where zero means something, any sign where the sign is free, ints for floats
+    validate_config(
+        {
+            **default_config,
+            "dynamics": {
+                "induction": {"overrides": {"weight_decay": 0, "seed": 0, "lr": 1}},
+                "value_softmax": {"overrides": {"init_a": -0.5}},
+            },
+        }
+    )
     filled = validate_config(default_config)["dynamics"]
     assert filled["enabled"] and filled["induction"] == {
         "enabled": True,

@@ -411,6 +411,39 @@ def classification_grid(scale: str = "default", overrides: dict | None = None) -
 #: The parts of the ``dynamics`` config section, in workflow order.
 DYNAMICS_PARTS = ("value_softmax", "induction", "classification")
 
+#: Numeric spec keys that may be zero (``init_a``, ``target``: any sign); every other number of
+#: a spec must be positive.
+_ZERO_ALLOWED = frozenset({"seed", "weight_decay", "init_a", "target"})
+_ANY_SIGN = frozenset({"init_a", "target"})
+
+
+def check_override_values(overrides: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
+    """Each override has its default's type (bool, int, number, string) and a sensible sign:
+    ``ValueError`` naming the key otherwise, at parse time instead of inside a training job.
+    Unknown keys are left to the grid builders; string values to the ``*_spec`` checks."""
+    for key, value in overrides.items():
+        if key not in defaults:
+            continue
+        default = defaults[key]
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif isinstance(default, float):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, type(default))
+        if not ok:
+            raise ValueError(
+                f"{key}: {value!r} is not a {type(default).__name__} (default {default!r})"
+            )
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or key in _ANY_SIGN:
+            continue
+        if value < 0 or (value == 0 and key not in _ZERO_ALLOWED):
+            bound = ">= 0" if key in _ZERO_ALLOWED else "> 0"
+            raise ValueError(f"{key}: {value!r} must be {bound}")
+
+
 _GRIDS = {
     "value_softmax": (value_softmax_grid, VALUE_SOFTMAX_DEFAULTS),
     "induction": (induction_grid, PAPER_INDUCTION),
@@ -451,6 +484,7 @@ def dynamics_jobs(section: Mapping[str, Any]) -> dict[str, dict[str, dict]]:
             continue
         grid, defaults = _GRIDS[part]
         try:
+            check_override_values(entry.get("overrides") or {}, defaults)
             specs = grid(entry.get("scale", "default"), entry.get("overrides") or {})
         except (KeyError, ValueError) as error:
             raise ValueError(f"dynamics.{part}.overrides: {error}") from error
