@@ -66,7 +66,8 @@ def test_bad_dynamics_sections_are_rejected_naming_the_key(default_config: dict)
         {
             **default_config,
             "dynamics": {
-                "induction": {"overrides": {"weight_decay": 0, "seed": 0, "lr": 1}},
+                "induction": {"overrides": {"lr": 1, "curve_every": 10}},
+                "classification": {"overrides": {"weight_decay": 0}},
                 "value_softmax": {"overrides": {"init_a": -0.5}},
             },
         }
