@@ -7,15 +7,19 @@ measured in the same run (the machines this runs on are shared and noisy):
 
 1. capture overhead: extraction of N x T sequences into HDF5 / a plain forward of the same
    batches (SDPA attention, no outputs kept), with the extraction's stage profile;
-2. storage: bytes on disk per HDF5 dataset / the same tensors as raw float32, and alternative
-   encodings of the attention maps (packed triangle, fixed point, other filters) with their error;
-3. analysis throughput: wall time and peak RSS of each analysis (own process) / the extraction;
+2. storage: bytes on disk per HDF5 dataset / the same tensors as raw float32 (the tensors the
+   file provides: stored datasets and the ones recomputed on reading, ``h5layout.DERIVED``), and
+   alternative encodings of the attention maps (packed triangle, fixed point, other filters);
+3. analysis throughput: wall time and peak RSS of each analysis (own process) / the extraction,
+   on the bench's files and on the default run's N = 50 files where they exist;
 4. scaling in T: extraction, analyses and file size for a doubling series of T, growth exponents;
 5. DAG overhead: snakemake no-op re-run and the dry-run of a 10 models x 6 datasets config.
 
-Writes ``bench/results.json`` and regenerates ``BENCHMARKS.md``; work files go to
-``results/bench/`` (deleted at the end unless ``--keep``). Needs the prepared default models
-(``results/models/*``) and corpora (``results/corpora/*``) of the default run.
+Writes ``bench/results.json`` and regenerates ``BENCHMARKS.md`` (``--json``, ``--markdown``);
+work files go to ``results/bench/work`` (``--work``; deleted at the end unless ``--keep``). Needs
+the prepared default models (``results/models/*``) and corpora (``results/corpora/*``) of the
+default run; the analyses are also run on its activation files of the bench's dataset where they
+exist in the current schema (``--skip-default-analyses``; never with ``--quick``).
 """
 
 from __future__ import annotations
@@ -202,19 +206,34 @@ def run_analyses(h5: Path, out_dir: Path) -> dict[str, dict[str, float]]:
 
 
 def layer_bytes(h5: Path, itemsize: int | None = None) -> int:
-    """Bytes of one layer of every per-layer activation dataset (stored dtype, or ``itemsize``)."""
-    total = 0
+    """Bytes of one layer of the per-layer activations.
+
+    ``itemsize=None``: the stored per-layer datasets in their stored dtypes (the denominator of
+    the peak-RSS target). ``itemsize=4``: every per-layer tensor the file provides, stored or
+    recomputed on reading (``Z``, values), as float32 (the same tensors whatever the schema).
+    """
     with h5layout.open_activations(h5) as handle:
-        for spec in h5layout.DATASETS:
-            if spec.axes[:2] == ("layer", "sequence"):
-                dataset = handle[spec.name]
-                total += int(np.prod(dataset.shape[1:])) * (itemsize or dataset.dtype.itemsize)
+        n_seq = int(handle.attrs["n_sequences"])
+        sizes = h5layout.file_sizes(handle)
+        total = 0
+        for name in h5layout.PER_LAYER_DATASETS:
+            dataset = handle[name]
+            total += int(np.prod(dataset.shape[1:])) * (itemsize or dataset.dtype.itemsize)
+        if itemsize is not None:
+            for spec in h5layout.DERIVED:
+                total += n_seq * int(np.prod([sizes[a] for a in spec.axes[2:]])) * itemsize
     return total
 
 
 def storage(h5: Path) -> dict[str, Any]:
+    """Bytes on disk per dataset against the same tensors as raw float32.
+
+    The raw total counts every tensor the file provides, the recomputed ``Z`` and values too
+    (stored bytes 0), so that the ratio compares schemas on the same tensors; ``ratio_stored``
+    is the file against the raw float32 of the stored datasets alone.
+    """
     rows = {}
-    stored_total = raw_total = 0
+    stored_total = raw_total = raw_stored = 0
     with h5layout.open_activations(h5) as handle:
         for spec in h5layout.DATASETS:
             dataset = handle[spec.name]
@@ -228,6 +247,17 @@ def storage(h5: Path) -> dict[str, Any]:
             }
             stored_total += stored
             raw_total += raw
+        raw_stored = raw_total
+        sizes = h5layout.file_sizes(handle)
+        for derived in h5layout.DERIVED:
+            raw = 4 * int(np.prod([sizes[a] for a in derived.axes]))
+            rows[derived.name] = {
+                "dtype": f"recomputed ({derived.reader})",
+                "stored_bytes": 0,
+                "raw_fp32_bytes": raw,
+                "ratio": 0.0,
+            }
+            raw_total += raw
     file_bytes = h5.stat().st_size
     return {
         "datasets": rows,
@@ -235,18 +265,61 @@ def storage(h5: Path) -> dict[str, Any]:
         "raw_fp32_bytes": raw_total,
         "file_bytes": file_bytes,
         "ratio": file_bytes / raw_total,
+        "ratio_stored": file_bytes / raw_stored,
     }
 
 
-def default_run_storage(sizes: dict[str, Any]) -> dict[str, Any]:
-    """Storage of the default run's own files (N = 50, T = 256), where they exist."""
+def default_run_files(sizes: dict[str, Any]) -> dict[str, Path]:
+    """The default run's files of the bench's dataset (N = 50, T = 256) that this code reads;
+    files of another schema are reported and skipped."""
     found = {}
     for model in sizes["models"]:
         path = REPO / "results" / "activations" / model / f"{sizes['dataset']}.h5"
-        if path.exists():
-            with h5layout.open_activations(path) as handle:
-                n, t = int(handle.attrs["n_sequences"]), int(handle.attrs["context_length"])
-            found[model] = {"path": str(path.relative_to(REPO)), "N": n, "T": t, **storage(path)}
+        if not path.exists():
+            continue
+        try:
+            with h5layout.open_activations(path):
+                pass
+        except h5layout.ActivationFileError as error:
+            print(f"[{model}] default run's file skipped: {error}", flush=True)
+            continue
+        found[model] = path
+    return found
+
+
+def default_run_storage(files: dict[str, Path]) -> dict[str, Any]:
+    """Storage of the default run's own files."""
+    found = {}
+    for model, path in files.items():
+        with h5layout.open_activations(path) as handle:
+            n, t = int(handle.attrs["n_sequences"]), int(handle.attrs["context_length"])
+        found[model] = {"path": str(path.relative_to(REPO)), "N": n, "T": t, **storage(path)}
+    return found
+
+
+def default_run_analyses(work: Path, files: dict[str, Path]) -> dict[str, Any]:
+    """Wall time and peak RSS of each analysis on the default run's files (N = 50), relative to
+    one layer's data: at the bench's N = 16 a fixed ~90 MiB (imports' arenas, the head table,
+    weights, Gram matrices) dominates the peak, at the default N it does not."""
+    found = {}
+    for model, path in files.items():
+        print(f"[{model}] analyses of the default run's file {path.name}", flush=True)
+        analyses = run_analyses(path, work / "default_run_analyses" / model)
+        one_layer = layer_bytes(path)
+        for result in analyses.values():
+            result["peak_increase_over_layer"] = (
+                result["peak_rss"] - result["rss_after_imports"]
+            ) / one_layer
+        with h5layout.open_activations(path) as handle:
+            n, t = int(handle.attrs["n_sequences"]), int(handle.attrs["context_length"])
+        found[model] = {
+            "path": str(path.relative_to(REPO)),
+            "N": n,
+            "T": t,
+            "one_layer_bytes": one_layer,
+            "one_layer_fp32_bytes": layer_bytes(path, 4),
+            "analyses": analyses,
+        }
     return found
 
 
@@ -606,6 +679,14 @@ def report(results: dict[str, Any]) -> str:
             f"{row['ratio']:.2f}× | ≤ {TARGETS['storage']}× | "
             f"{_ok(row['ratio'], TARGETS['storage'])} |"
         )
+    for model, row in results.get("default_run_analyses", {}).items():
+        for step, a in row["analyses"].items():
+            lines.append(
+                f"| {step} peak RSS above imports / one layer's data, {model}, default run's "
+                f"file (N = {row['N']}) | {a['peak_increase_over_layer']:.2f}× | "
+                f"≤ {TARGETS['analysis_rss']}× | "
+                f"{_ok(a['peak_increase_over_layer'], TARGETS['analysis_rss'])} |"
+            )
     dag = results.get("dag")
     if dag:
         lines.append(
@@ -638,6 +719,14 @@ def report(results: dict[str, Any]) -> str:
         lines.append("| GPU | not measured: no GPU was available | | | | | | | | | | | |")
     lines.append("")
     lines += ["", "## 2. Storage (bytes on disk / same tensors as raw float32)", ""]
+    lines += [
+        (
+            "The raw float32 total counts every tensor the file provides, including those "
+            "recomputed on reading (`Z`, values: stored bytes 0), so that schemas compare on the "
+            "same tensors; in brackets, the file against the stored datasets alone."
+        ),
+        "",
+    ]
     lines += ["| dataset | dtype | " + " | ".join(p["model"] for p in results["pairs"]) + " |"]
     lines += ["|---|---|" + "---|" * len(results["pairs"])]
     for name in results["pairs"][0]["storage"]["datasets"]:
@@ -651,7 +740,8 @@ def report(results: dict[str, Any]) -> str:
         "| **file** | | "
         + " | ".join(
             f"**{p['storage']['ratio']:.3f}** ({_mib(p['storage']['file_bytes'])} of "
-            f"{_mib(p['storage']['raw_fp32_bytes'])})"
+            f"{_mib(p['storage']['raw_fp32_bytes'])}; stored alone "
+            f"{p['storage'].get('ratio_stored', p['storage']['ratio']):.3f})"
             for p in results["pairs"]
         )
         + " |"
@@ -701,6 +791,24 @@ def report(results: dict[str, Any]) -> str:
                 f" / {_mib(pair['one_layer_fp32_bytes'])} | {a['peak_increase_over_layer']:.2f}× / "
                 f"{(a['peak_rss'] - a['rss_after_imports']) / pair['one_layer_fp32_bytes']:.2f}× |"
             )
+    for model, row in results.get("default_run_analyses", {}).items():
+        for step, a in row["analyses"].items():
+            lines.append(
+                f"| {model}, default run's file (N = {row['N']}, T = {row['T']}) | {step} | "
+                f"{a['seconds']:.1f} s | — | {_mib(a['peak_rss'])} | "
+                f"{_mib(a['rss_after_imports'])} | {_mib(a['peak_rss'] - a['rss_after_imports'])}"
+                f" | {_mib(row['one_layer_bytes'])} / {_mib(row['one_layer_fp32_bytes'])} | "
+                f"{a['peak_increase_over_layer']:.2f}× / "
+                f"{(a['peak_rss'] - a['rss_after_imports']) / row['one_layer_fp32_bytes']:.2f}× |"
+            )
+    lines += [
+        "",
+        (
+            "One layer's data: the stored per-layer datasets in their stored dtypes / every "
+            "per-layer tensor the file provides (stored or recomputed: X, A, ATTN(Z), Z, V) "
+            "as float32."
+        ),
+    ]
     scaling = results.get("scaling")
     if scaling:
         lines += [
@@ -767,7 +875,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--skip-dag", action="store_true", help="skip section 5")
     parser.add_argument("--skip-scaling", action="store_true", help="skip section 4")
-    parser.add_argument("--keep", action="store_true", help="keep results/bench/work")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument(
+        "--work", default=str(REPO / "results" / "bench" / "work"), help="work folder"
+    )
+    parser.add_argument(
+        "--skip-default-analyses",
+        action="store_true",
+        help="do not run the analyses on the default run's N = 50 files (never with --quick)",
+    )
     parser.add_argument("--json", default=str(REPO / "bench" / "results.json"))
     parser.add_argument("--markdown", default=str(REPO / "BENCHMARKS.md"))
     parser.add_argument(
@@ -784,7 +900,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.markdown).write_text(report(results))
         return 0
     sizes = QUICK if args.quick else FULL
-    work = REPO / "results" / "bench" / "work"
+    work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     results: dict[str, Any] = {"quick": args.quick, "sizes": sizes, "machine": machine()}
@@ -792,7 +908,10 @@ def main(argv: list[str] | None = None) -> int:
         bench_pair(work, model, sizes, overlap_too=index == 0)
         for index, model in enumerate(sizes["models"])
     ]
-    results["default_run_files"] = default_run_storage(sizes)
+    files = default_run_files(sizes)
+    results["default_run_files"] = default_run_storage(files)
+    if not (args.quick or args.skip_default_analyses):
+        results["default_run_analyses"] = default_run_analyses(work, files)
     if not args.skip_scaling:
         results["scaling"] = bench_scaling(work, sizes)
     if not args.skip_dag:

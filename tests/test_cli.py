@@ -18,6 +18,10 @@ def test_inspect_prints_provenance_and_datasets(extracted, capsys) -> None:
     out = capsys.readouterr().out
     for spec in h5layout.DATASETS:
         assert spec.name in out
+    recomputed = out.split("Recomputed on reading (not stored):")[1]
+    for derived in h5layout.DERIVED:
+        assert derived.name in recomputed and f"{derived.reader}()" in recomputed
+    assert "input norm: input_norm=" in recomputed
     assert "attn_implementation: eager" in out and "gzip(1)" in out and "MiB" in out
 
 
@@ -43,4 +47,9 @@ def test_inspect_rejects_foreign_and_missing_files(tmp_path: Path, capsys) -> No
 
 def test_layout(capsys) -> None:
     assert main(["inspect", "--layout"]) == 0
-    assert "attention/probs" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "attention/probs" in out and "schema version 2" in out
+    recomputed = out.split("Recomputed on reading (not stored):")[1]
+    assert "attention/Z" in recomputed and "read_Z()" in recomputed
+    assert "attention/values" in recomputed and "read_values()" in recomputed
+    assert "input_norm_cast" in out

@@ -2,7 +2,10 @@
 
 What is checked against an independent recomputation (a plain transformers forward without hooks,
 or the model's own modules):
-* X = hidden_states[l], A = the attention probabilities, Z = the layer's input norm applied to X;
+* X = hidden_states[l], A = the attention probabilities;
+* Z and the value vectors, recomputed from X by ``h5layout.read_Z`` / ``read_values`` (schema 2
+  stores neither), equal what the model's input norm and value projection output in a hooked
+  forward, in float32 and in a bfloat16 forward (whose roundings ``input_norm`` reproduces);
 * the value vectors equal Z W_V^T + b_V with the stored per-head weights (GQA expanded);
 * sum over heads of W_O[h] (A_h V_h) equals the output projection, and the stored residual update
   equals it (Llama) or its post-attention norm (Gemma 3);
@@ -31,7 +34,7 @@ from sinkscope.extract import (
     resolve_batch_size,
     resolve_overlap,
 )
-from sinkscope.models import ModelShape, decoder_layers
+from sinkscope.models import ModelShape, architecture_of, decoder_layers, load_model
 from sinkscope.tokens import token_ids_sha256
 from tests.conftest import SETTINGS
 
@@ -64,14 +67,17 @@ def test_z_values_and_head_decomposition(extracted) -> None:
         for index, layer in enumerate(layers):
             x = torch.as_tensor(f["residual/X"][index])
             norm = layer.ln_1 if family == "gpt2" else layer.input_layernorm
-            z = f["attention/Z"][index]
+            z = h5layout.read_Z(f, index, slice(None))
             np.testing.assert_allclose(z, norm(x).numpy(), rtol=1e-5, atol=1e-5)
             w_v, b_v = f["weights/W_V"][index], f["weights/b_V"][index]
             w_o = f["weights/W_O"][index]
             values = np.einsum("ntd,hkd->nhtk", z, w_v) + b_v[None, :, None, :]
             group = n_heads // n_kv
             np.testing.assert_allclose(
-                values[:, ::group], f["attention/values"][index], rtol=1e-4, atol=1e-5
+                values[:, ::group],
+                h5layout.read_values(f, index, slice(None)),
+                rtol=1e-4,
+                atol=1e-5,
             )
             probs = f["attention/probs"][index]
             heads = np.einsum("nhqk,nhkv,hdv->nqd", probs, values, w_o)
@@ -87,6 +93,94 @@ def test_z_values_and_head_decomposition(extracted) -> None:
             np.testing.assert_allclose(update, expected, rtol=1e-4, atol=1e-4)
 
 
+def _hooked_forward(
+    model: torch.nn.Module, ids: np.ndarray
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Every layer's attention input (the input norm's output) and value vectors (B, K, T1, hd),
+    captured by forward hooks on the model's own modules (the schema-1 extraction's hooks)."""
+    arch = architecture_of(model)
+    layers = decoder_layers(model)
+    z: list[torch.Tensor] = [torch.empty(0)] * len(layers)
+    v: list[torch.Tensor] = [torch.empty(0)] * len(layers)
+    config = model.config
+    n_heads = getattr(config, "num_attention_heads", None) or config.n_head
+    d = getattr(config, "hidden_size", None) or config.n_embd
+    n_kv = getattr(config, "num_key_value_heads", None) or n_heads
+    hd = getattr(config, "head_dim", None) or d // n_heads
+    handles = []
+    for index, layer in enumerate(layers):
+
+        def keep_z(_module, _inputs, output, index=index):
+            z[index] = output.detach()
+
+        def keep_v(_module, _inputs, output, index=index):
+            if arch.fused_qkv:  # GPT-2's c_attn: [query | key | value]
+                output = output[..., 2 * d : 3 * d]
+            batch, t1 = output.shape[:2]
+            v[index] = output.detach().reshape(batch, t1, n_kv, hd).transpose(1, 2)
+
+        handles.append(getattr(layer, arch.input_norm).register_forward_hook(keep_z))
+        projection = layer.attn.c_attn if arch.fused_qkv else layer.self_attn.v_proj
+        handles.append(projection.register_forward_hook(keep_v))
+    try:
+        with torch.no_grad():
+            model(torch.as_tensor(ids, dtype=torch.long), use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return z, v
+
+
+def test_recomputed_z_and_values_equal_the_models_own(extracted) -> None:
+    """read_Z / read_values (from the stored X and weights) against a hooked forward, float32."""
+    _, path, model, ids = extracted
+    z_ref, v_ref = _hooked_forward(model, ids)
+    with h5layout.open_activations(path) as f:
+        for layer in range(int(f.attrs["n_layers"])):
+            z = h5layout.read_Z(f, layer, slice(None))
+            assert z.dtype == np.float32 and z.shape == tuple(z_ref[layer].shape)
+            np.testing.assert_allclose(z, z_ref[layer].numpy(), rtol=1e-5, atol=1e-6)
+            values = h5layout.read_values(f, layer, slice(None))
+            assert values.dtype == np.float32 and values.shape == tuple(v_ref[layer].shape)
+            np.testing.assert_allclose(values, v_ref[layer].numpy(), rtol=1e-5, atol=1e-6)
+            # blocks, prefixes and a given z give the same numbers
+            part = h5layout.read_Z(f, layer, slice(1, 3), stop=7)
+            np.testing.assert_array_equal(part, z[1:3, :7])
+            np.testing.assert_array_equal(
+                h5layout.read_values(f, layer, slice(1, 3), stop=7, z=part), values[1:3, :, :7]
+            )
+
+
+def test_recomputed_z_and_values_follow_a_bfloat16_forward(extracted, tmp_path: Path) -> None:
+    """In a bfloat16 forward the model rounds its norm output (Llama: before the gain, Gemma and
+    LayerNorm: after) and its value projection; the readers reproduce those roundings."""
+    _, path, _, ids = extracted
+    prepared = path.parent / "prepared"
+    entry = {"dtype": "bfloat16", "attn_implementation": "eager"}
+    out = tmp_path / "bf16.h5"
+    extract_activations(prepared, path.parent / "tokens.json", out, entry, SETTINGS, "cfg", False)
+    model = load_model(prepared, "bfloat16", "eager")
+    z_ref, v_ref = _hooked_forward(model, ids)
+    ulp = 2.0**-7  # one bfloat16 unit in the last place, relative
+    with h5layout.open_activations(out) as f:
+        assert f.attrs["dtype"] == "bfloat16"
+        for layer in range(int(f.attrs["n_layers"])):
+            z, expected = h5layout.read_Z(f, layer, slice(None)), z_ref[layer].float().numpy()
+            # the norm is elementwise after one reduction: equal but for rare ties (1 ulp)
+            assert np.mean(z == expected) > 0.99
+            np.testing.assert_allclose(z, expected, rtol=ulp, atol=0)
+            values = h5layout.read_values(f, layer, slice(None))
+            expected = v_ref[layer].float().numpy()
+            # the projection's float32 accumulation order is the kernel's: within 1 ulp
+            assert np.mean(values == expected) > 0.9
+            np.testing.assert_allclose(values, expected, rtol=ulp, atol=1e-6)
+            # without the roundings (a float32 forward's formula) far fewer entries agree
+            args = (f["weights/norm_gain"][layer], f["weights/norm_bias"][layer])
+            kind, eps = str(f.attrs["input_norm"]), float(f.attrs["input_norm_eps"])
+            unrounded = h5layout.input_norm(f["residual/X"][layer], *args, kind, eps)
+            assert np.mean(unrounded == z_ref[layer].float().numpy()) < 0.5
+
+
 def test_file_documents_itself(extracted) -> None:
     family, path, _, ids = extracted
     with h5layout.open_activations(path) as f:
@@ -94,6 +188,12 @@ def test_file_documents_itself(extracted) -> None:
         assert f.attrs["token_ids_sha256"] == token_ids_sha256(ids)
         assert f.attrs["n_sequences"] == 3 and f.attrs["context_length"] == 20
         assert f.attrs["post_attention_norm"] == (family == "gemma3")
+        assert f.attrs["input_norm"] == ("layer" if family == "gpt2" else "rms")
+        assert f.attrs["input_norm_cast"] == {"llama": "before_gain"}.get(family, "after_gain")
+        assert f.attrs["input_norm_eps"] > 0
+        assert (np.abs(f["weights/norm_bias"][...]).max() > 0) == (family == "gpt2")
+        for derived in h5layout.DERIVED:  # recomputed, never stored
+            assert derived.name not in f and hasattr(h5layout, derived.reader)
         for key in h5layout.FILE_ATTRIBUTES:
             if key != "complete":
                 assert key in f.attrs, key
@@ -121,6 +221,21 @@ def test_truncated_and_foreign_files_are_rejected(extracted, tmp_path: Path) -> 
         del f.attrs["complete"]
     with pytest.raises(h5layout.ActivationFileError, match="never completed"):
         h5layout.open_activations(unfinished)
+    old = tmp_path / "schema1.h5"  # schema 1 stored Z and the values; no dual code path
+    old.write_bytes(path.read_bytes())
+    with h5py.File(old, "a") as f:
+        f.attrs["schema_version"] = 1
+    with pytest.raises(h5layout.ActivationFileError, match="version 1 is not 2; re-run the"):
+        h5layout.open_activations(old)
+    broken = tmp_path / "no_norm.h5"  # a file without the norm attributes names them
+    broken.write_bytes(path.read_bytes())
+    with h5py.File(broken, "a") as f:
+        del f.attrs["input_norm_eps"]
+    with (
+        h5layout.open_activations(broken) as f,
+        pytest.raises(h5layout.ActivationFileError, match="input_norm_eps"),
+    ):
+        h5layout.read_Z(f, 0, slice(None))
 
 
 def test_w_vo_reader_matches_factors(extracted) -> None:
@@ -183,7 +298,7 @@ def test_batch_size_and_overlap_settings() -> None:
         n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, d_model=32, max_positions=64
     )
     t1 = 11
-    per_sequence = 4 * ((2 + 2) * 4 * t1 * t1 + 4 * 2 * t1 * 32 + 2 * 2 * t1 * 8)
+    per_sequence = 4 * ((2 + 2) * 4 * t1 * t1 + 2 * (2 + 1) * t1 * 32)
     assert batch_bytes_per_sequence(shape, t1) == per_sequence
     assert auto_batch_size(shape, t1, 10**9, "cpu") == CPU_BATCH_BUDGET_BYTES // per_sequence
     assert auto_batch_size(shape, t1, 3, "cpu") == 3
@@ -203,10 +318,24 @@ def test_batch_size_and_overlap_settings() -> None:
 
 
 def test_float16_overflow_names_the_dataset() -> None:
-    with pytest.raises(OverflowError, match="attention/Z layer 3"):
-        _to_storage(torch.tensor([1.0, 7e4]), "float16", "attention/Z layer 3")
+    with pytest.raises(OverflowError, match="attention/residual_update layer 3"):
+        _to_storage(torch.tensor([1.0, 7e4]), "float16", "attention/residual_update layer 3")
     with pytest.raises(OverflowError, match="float32"):
         _to_storage(torch.tensor([1.0, float("nan")]), "float16", "x")
     stored = _to_storage(torch.tensor([[0.5, -3.0]]), "float16", "x")
     assert stored.dtype == np.float16
     np.testing.assert_array_equal(stored, [[0.5, -3.0]])
+
+
+def test_round_to_dtype_matches_torch_casts() -> None:
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal(20_000) * 10.0 ** rng.integers(-4, 4, 20_000)).astype(np.float32)
+    ties = np.array([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 2**-130], dtype=np.float32)
+    a = np.concatenate([a, ties])
+    for dtype in ("bfloat16", "float16", "float32"):
+        expected = torch.from_numpy(a).to(getattr(torch, dtype)).double().numpy()
+        np.testing.assert_array_equal(h5layout.round_to_dtype(a, dtype), expected, err_msg=dtype)
+    with pytest.raises(ValueError, match="float8"):
+        h5layout.round_to_dtype(a, "float8")
+    with pytest.raises(ValueError, match="input_norm 'batch'"):
+        h5layout.input_norm(a[None], np.ones(a.size), np.zeros(a.size), "batch", 1e-6)

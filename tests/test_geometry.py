@@ -35,7 +35,7 @@ from sinkscope.geometry import (
     summarize,
     value_output_norms,
 )
-from sinkscope.h5layout import open_activations
+from sinkscope.h5layout import open_activations, read_values, read_Z
 from sinkscope.heads import HeadClassThresholds, classify_file
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -303,7 +303,7 @@ def test_middle_layers() -> None:
 
 def _direct_values(handle, layer: int, head: int) -> np.ndarray:
     """W_O[h] (W_V[h] z + b_V[h]) for every sequence and position, from the stored factors."""
-    z = handle["attention/Z"][layer].astype(np.float64)
+    z = read_Z(handle, layer, slice(None)).astype(np.float64)
     w_v = handle["weights/W_V"][layer, head].astype(np.float64)
     b_v = handle["weights/b_V"][layer, head].astype(np.float64)
     w_o = handle["weights/W_O"][layer, head].astype(np.float64)
@@ -324,11 +324,11 @@ def test_analyze_file_matches_direct_recomputation(extracted, tmp_path: Path) ->
         assert not {pl.Int32, pl.UInt32, pl.Float32} & set(frame.schema.values()), name
 
     with open_activations(path) as handle:
-        n_layers, n_seq, t1, _ = handle["attention/Z"].shape
+        n_layers, n_seq, t1, _ = handle["residual/X"].shape
         n_heads = handle["attention/probs"].shape[2]
-        n_kv, hd = handle["attention/values"].shape[2], handle["attention/values"].shape[4]
+        n_kv, hd = int(handle.attrs["n_kv_heads"]), int(handle.attrs["head_dim"])
         for layer in range(n_layers):
-            z = handle["attention/Z"][layer].astype(np.float64)
+            z = read_Z(handle, layer, slice(None)).astype(np.float64)
             x = handle["residual/X"][layer].astype(np.float64)
             # cosines (Figure 1)
             for space, emb in (("Z", z), ("X", x)):
@@ -377,7 +377,7 @@ def test_analyze_file_matches_direct_recomputation(extracted, tmp_path: Path) ->
                         assert row["margin"] == pytest.approx(expected.margin, abs=1e-8)
             # value ranks (Appendix E.2)
             m = min(t1, hd)
-            values = handle["attention/values"][layer].astype(np.float64)
+            values = read_values(handle, layer, slice(None)).astype(np.float64)
             for seq in range(n_seq):
                 for kv in range(n_kv):
                     s = np.linalg.svd(values[seq, kv, :m], compute_uv=False)

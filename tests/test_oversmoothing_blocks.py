@@ -16,7 +16,14 @@ import pytest
 import torch
 
 from sinkscope import oversmoothing as ov
-from sinkscope.h5layout import BLOCK_LAYER_FRACTION, default_block_size, open_activations
+from sinkscope.h5layout import (
+    BLOCK_LAYER_FRACTION,
+    default_block_size,
+    open_activations,
+    read_values,
+    read_Z,
+    sequence_layer_bytes,
+)
 from sinkscope.heads import classify_file
 
 #: Columns computed per sequence and averaged at the end: equal bit for bit across block sizes.
@@ -127,16 +134,15 @@ def test_default_block_size_is_a_fraction_of_a_layer(extracted) -> None:
     _family, path, _model, ids = extracted
     with open_activations(path) as handle:
         size = default_block_size(handle)
-        per_sequence = sum(
+        # one sequence of one layer as the analyses hold it: the stored per-layer datasets and
+        # the recomputed Z and values (float32)
+        stored = sum(
             handle[name][0, 0].nbytes
-            for name in (
-                "residual/X",
-                "attention/Z",
-                "attention/probs",
-                "attention/values",
-                "attention/residual_update",
-            )
+            for name in ("residual/X", "attention/probs", "attention/residual_update")
         )
+        derived = read_Z(handle, 0, slice(0, 1)).nbytes + read_values(handle, 0, slice(0, 1)).nbytes
+        assert sequence_layer_bytes(handle) == {"stored": stored, "derived": derived}
+    per_sequence = stored + derived
     n_seq = ids.shape[0]
     assert 1 <= size <= n_seq
     assert size == 1 or size * per_sequence <= BLOCK_LAYER_FRACTION * n_seq * per_sequence

@@ -50,6 +50,20 @@ def describe_file(handle: h5py.File) -> str:
         )
         lines.append(f"      {_storage(dataset)}")
         lines.append(f"      {dataset.attrs['description']}")
+    lines += ["", "Recomputed on reading (not stored):"]
+    sizes = h5layout.file_sizes(handle)
+    for derived in h5layout.DERIVED:
+        shape = tuple(sizes[axis] for axis in derived.axes)
+        lines.append(
+            f"  {derived.name}  {shape} float32  axes=({','.join(derived.axes)})  "
+            f"h5layout.{derived.reader}()"
+        )
+    norm = ", ".join(
+        f"{key}={handle.attrs[key]}"
+        for key in ("input_norm", "input_norm_eps", "input_norm_cast", "dtype")
+        if key in handle.attrs
+    )
+    lines.append(f"      from residual/X and the weights; input norm: {norm}")
     return "\n".join(lines)
 
 

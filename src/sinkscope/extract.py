@@ -1,15 +1,17 @@
 """Extraction of activations to HDF5: the workflow's GPU rule (it runs on CPU where none is seen).
 
-For every layer ``l`` the file receives the residual stream entering the layer (``X``), the normed
-attention input (``Z``), the attention probabilities per head (``A``), the value vectors per key/value
-head and the attention block's update of the residual stream; once per file, the per-head value and
-output maps (``W_V``, ``W_O``) and the input-norm gains. The layout is defined in
+For every layer ``l`` the file receives the residual stream entering the layer (``X``), the
+attention probabilities per head (``A``) and the attention block's update of the residual stream;
+once per file, the per-head value and output maps (``W_V``, ``W_O``), the input norms' gains and
+biases and, as attributes, the norm's kind, epsilon and rounding (:func:`input_norm_settings`).
+The normed attention input ``Z`` and the value vectors are not stored: they are functions of
+``X`` and these weights, recomputed by :func:`sinkscope.h5layout.read_Z` and
+:func:`~sinkscope.h5layout.read_values` (schema 2). The layout is defined in
 :mod:`sinkscope.h5layout`.
 
 The forward pass runs the transformer body only (no full-vocabulary logits) with eager attention,
-in batches; ``X`` comes from ``output_hidden_states``, ``A`` from ``output_attentions``, and ``Z``,
-the values and the post-attention residual from forward hooks on the layer's input norm, value
-projection and pre-MLP norm. Everything is cast to its storage dtype on the device (half the
+in batches; ``X`` comes from ``output_hidden_states``, ``A`` from ``output_attentions``, and the
+post-attention residual from a forward hook on the layer's pre-MLP norm. Everything is cast to its storage dtype on the device (half the
 bytes to copy for float16), copied to the host and written batch by batch into chunked, compressed
 datasets (one chunk per layer x sequence), so memory stays at one batch (two with overlapped
 writes). The chunks are compressed by a pool of threads with HDF5's own filters (shuffle + gzip,
@@ -85,13 +87,13 @@ def batch_bytes_per_sequence(shape: Any, t1: int, forward_bytes: int = 4) -> int
     """Memory one sequence takes during an extraction forward, in bytes (an upper estimate).
 
     ``output_attentions`` keeps every layer's maps, ``L·H·T1²``, and eager attention holds the
-    scores and probabilities of one layer at a time (``2·H·T1²``); ``output_hidden_states`` and the
-    three hooks keep ``4·L·T1·D``, and the values ``L·K·T1·hd``.
+    scores and probabilities of one layer at a time (``2·H·T1²``); ``output_hidden_states`` keeps
+    ``(L + 1)·T1·D``, the residual-update hook ``L·T1·D``, and one more ``T1·D`` row stands for
+    the layer being computed.
     """
     maps = (shape.n_layers + 2) * shape.n_heads * t1 * t1
-    rows = 4 * shape.n_layers * t1 * shape.d_model
-    values = shape.n_layers * shape.n_kv_heads * t1 * shape.head_dim
-    return forward_bytes * (maps + rows + values)
+    rows = 2 * (shape.n_layers + 1) * t1 * shape.d_model
+    return forward_bytes * (maps + rows)
 
 
 def auto_batch_size(shape: Any, t1: int, n_sequences: int, device: str) -> int:
@@ -169,39 +171,55 @@ def pick_device(requested: str) -> str:
 class LayerCapture:
     """Per-layer tensors captured by forward hooks during one batch."""
 
-    z: list[torch.Tensor | None]
-    values: list[torch.Tensor | None]
     mid_residual: list[torch.Tensor | None]
 
 
 @contextlib.contextmanager
 def capture_hooks(model: torch.nn.Module) -> Iterator[LayerCapture]:
-    """Register hooks that keep each layer's normed input, value vectors and mid residual."""
+    """Register hooks that keep each layer's mid residual (the input of its pre-MLP norm)."""
     arch = architecture_of(model)
     layers = decoder_layers(model)
-    capture = LayerCapture([None] * len(layers), [None] * len(layers), [None] * len(layers))
+    capture = LayerCapture([None] * len(layers))
     handles = []
     for index, layer in enumerate(layers):
-
-        def keep_z(_module, _inputs, output, index=index):
-            capture.z[index] = output.detach()
 
         def keep_mid(_module, inputs, _output, index=index):
             capture.mid_residual[index] = inputs[0].detach()
 
-        handles.append(getattr(layer, arch.input_norm).register_forward_hook(keep_z))
         handles.append(getattr(layer, arch.pre_mlp_norm).register_forward_hook(keep_mid))
-        if not arch.fused_qkv:
-
-            def keep_v(_module, _inputs, output, index=index):
-                capture.values[index] = output.detach()
-
-            handles.append(layer.self_attn.v_proj.register_forward_hook(keep_v))
     try:
         yield capture
     finally:
         for handle in handles:
             handle.remove()
+
+
+def input_norm_settings(model: torch.nn.Module) -> dict[str, Any]:
+    """File attributes ``input_norm``, ``input_norm_eps``, ``input_norm_cast`` of the model's
+    attention input norms (:func:`sinkscope.h5layout.input_norm` recomputes ``Z`` with them).
+
+    ``torch.nn.LayerNorm`` (GPT-2) is ``"layer"``; the RMS norms of Llama-style models and Gemma are
+    ``"rms"``. A 16-bit forward rounds Llama's normalised input before its gain
+    (``LlamaRMSNorm``: ``weight * x.to(input_dtype)``) and Gemma's after it (``GemmaRMSNorm``:
+    ``(x * (1 + w)).type_as(x)``); LayerNorm rounds its output once. Every layer must agree.
+    """
+    arch = architecture_of(model)
+    settings = []
+    for layer in decoder_layers(model):
+        norm = getattr(layer, arch.input_norm)
+        if isinstance(norm, torch.nn.LayerNorm):
+            if not norm.elementwise_affine:
+                raise ValueError(f"{type(model).__name__}: a LayerNorm without gain")
+            kind, eps, cast = "layer", float(norm.eps), "after_gain"
+        else:
+            eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
+            if eps is None:
+                raise ValueError(f"{type(norm).__name__}: cannot find the norm's epsilon")
+            kind, cast = "rms", "after_gain" if arch.family == "gemma" else "before_gain"
+        settings.append({"input_norm": kind, "input_norm_eps": float(eps), "input_norm_cast": cast})
+    if any(entry != settings[0] for entry in settings):
+        raise ValueError(f"{type(model).__name__}: the layers' input norms differ: {settings}")
+    return settings[0]
 
 
 def _to_storage(tensor: torch.Tensor, dtype: str, name: str) -> np.ndarray:
@@ -322,7 +340,14 @@ def extract_activations(
         "d_model": shape.d_model,
         "bos_token_id": token_record["bos_token_id"],
         "post_attention_norm": arch.post_attention_norm,
+        **input_norm_settings(model),
     }
+    if settings.storage_dtypes["residual"] != "float32":
+        log.warning(
+            "extraction.storage_dtypes.residual = %s: Z and the values are recomputed from "
+            "residual/X and carry its rounding (float32 makes them exact)",
+            settings.storage_dtypes["residual"],
+        )
     batch_size = resolve_batch_size(settings.batch_size, shape, t1, n_seq, device)
     overlap = resolve_overlap(settings.overlap_writes, device)
     clock = StageClock(device)
@@ -360,9 +385,7 @@ def extract_activations(
                         use_cache=False,
                     )
                 with clock.stage("to_host"):
-                    arrays = _host_arrays(
-                        out, capture, settings, shape, stop - start, arch.fused_qkv, model
-                    )
+                    arrays = _host_arrays(out, capture, settings, shape.n_layers)
                 del out
                 if pending is not None:  # at most one batch is being written
                     with clock.stage("write_wait"):
@@ -395,49 +418,37 @@ def extract_activations(
 def _write_weights(
     model: torch.nn.Module, datasets: Mapping[str, h5py.Dataset], n_layers: int
 ) -> None:
+    arch = architecture_of(model)
+    layers = decoder_layers(model)
     for index in range(n_layers):
         w_v, b_v, w_o, gain = per_head_value_output(model, index)
+        norm_bias = getattr(getattr(layers[index], arch.input_norm), "bias", None)
+        bias = torch.zeros_like(gain) if norm_bias is None else norm_bias.detach().float()
         for name, tensor in (
             ("weights/W_V", w_v),
             ("weights/b_V", b_v),
             ("weights/W_O", w_o),
             ("weights/norm_gain", gain),
+            ("weights/norm_bias", bias),
         ):
             datasets[name][index] = tensor.cpu().numpy().astype(datasets[name].dtype)
 
 
 def _host_arrays(
-    out: Any,
-    capture: LayerCapture,
-    settings: ExtractionSettings,
-    shape: Any,
-    batch: int,
-    fused_qkv: bool,
-    model: torch.nn.Module,
+    out: Any, capture: LayerCapture, settings: ExtractionSettings, n_layers: int
 ) -> list[tuple[str, int, np.ndarray]]:
     """Every layer's tensors of one batch, cast to their storage dtypes and copied to the host."""
     dtypes = settings.storage_dtypes
-    n_kv, hd = shape.n_kv_heads, shape.head_dim
     arrays: list[tuple[str, int, np.ndarray]] = []
-    for index in range(shape.n_layers):
+    for index in range(n_layers):
         x = out.hidden_states[index]
-        z = capture.z[index]
         probs = out.attentions[index]
         if probs is None:
             raise RuntimeError("the model returned no attention probabilities (not eager?)")
-        if fused_qkv:  # GPT-2: values from the stored per-head maps
-            w_v, b_v, _, _ = per_head_value_output(model, index)
-            group = shape.n_heads // n_kv
-            values = torch.einsum("btd,khd->bkth", z.float(), w_v[::group].to(z.device))
-            values = values + b_v[::group].to(z.device)[None, :, None, :]
-        else:
-            values = capture.values[index].reshape(batch, -1, n_kv, hd).transpose(1, 2)
         update = capture.mid_residual[index] - x
         for name, tensor, key in (
             ("residual/X", x, "residual"),
-            ("attention/Z", z, "activations"),
             ("attention/probs", probs, "attention"),
-            ("attention/values", values, "activations"),
             ("attention/residual_update", update, "activations"),
         ):
             arrays.append((name, index, _to_storage(tensor, dtypes[key], f"{name} layer {index}")))

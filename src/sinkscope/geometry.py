@@ -39,8 +39,9 @@ heads and sequences.
    ``m = min(T + 1, head_dim)`` positions (BOS included; with causal attention a prefix is the
    same as a shorter sequence), divided by ``min(m, head_dim)``. Ranks are per key/value head:
    the query heads that share one have identical value matrices, so pooling over query heads
-   would only repeat each matrix ``H / K`` times. Value vectors are read as stored (float16 in
-   the real files, relative rounding ``2^-11``, i.e. well below the ``1e-3`` tolerance).
+   would only repeat each matrix ``H / K`` times. Value vectors are recomputed in float32 from the
+   stored float32 residual stream and weights (:func:`~sinkscope.h5layout.read_values`; schema 1
+   stored them in float16, relative rounding ``2^-11``, already well below the ``1e-3`` tolerance).
 
 3. Hard attention switch (§6, Proposition 6.1, Theorem C.1, Remark C.4): the norm of a head's
    BOS value-output vector ``W_O^h (W_V^h z_0 + b_V^h)`` relative to the median over the other
@@ -72,8 +73,9 @@ checked directly on the vectors), ``margin_upper`` is the norm of the returned h
 upper bound). The set is declared to lie in an open half-space iff ``margin > HALFSPACE_TOL =
 1e-9``: float64 round-off of the dot products of unit vectors is below ``d * eps ~ 1e-13``, four
 orders of magnitude smaller, while any set that holds only with margin ``< 1e-9`` is degenerate
-for all practical purposes (the stored float16 activations themselves carry relative rounding of
-``2^-11 ~ 4.9e-4``, so compare the margin with that number to judge robustness). A zero vector
+for all practical purposes (``Z`` is recomputed in float32 from ``X`` by
+:func:`~sinkscope.h5layout.read_Z`; schema-1 files stored it in float16, relative rounding
+``2^-11 ~ 4.9e-4``: compare the margin with such roundings to judge robustness). A zero vector
 in the set (``z_i == z_0`` exactly, e.g. a repeated BOS token in layer 0 of a model without
 absolute positions) makes the set infeasible by definition.
 
@@ -107,7 +109,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from sinkscope.h5layout import default_block_size, open_activations
+from sinkscope.h5layout import default_block_size, open_activations, read_values, read_Z
 from sinkscope.heads import HeadClassThresholds, with_classes
 
 __all__ = [
@@ -930,10 +932,10 @@ def analyze_file(
     with open_activations(h5_path) as handle:
         attrs = handle.attrs
         model, dataset = str(_attr(attrs, "model_name")), str(_attr(attrs, "dataset_name"))
-        z_ds, x_ds = handle["attention/Z"], handle["residual/X"]
-        probs_ds, values_ds = handle["attention/probs"], handle["attention/values"]
-        n_layers, n_seq, t1, _ = z_ds.shape
-        n_heads, n_kv, head_dim = probs_ds.shape[2], values_ds.shape[2], values_ds.shape[4]
+        x_ds, probs_ds = handle["residual/X"], handle["attention/probs"]
+        n_layers, n_seq, t1, _ = x_ds.shape
+        n_heads = probs_ds.shape[2]
+        n_kv, head_dim = int(attrs["n_kv_heads"]), int(attrs["head_dim"])
         context_length = t1 - 1
         ids = {"model": model, "dataset": dataset}
         heads = _head_classes(per_head, model, dataset, n_layers, n_heads, th)
@@ -965,8 +967,8 @@ def analyze_file(
             value_norms = np.empty((n_seq, n_heads, t1))
             vo_norms = np.empty((n_seq, n_heads, t1))
             for block in _blocks(n_seq, size):
-                z = z_ds[layer, block]  # stored dtype; float64 copies are made per block
                 x = x_ds[layer, block]
+                z = read_Z(handle, layer, block, x=x)  # float32; float64 copies made per block
                 # 1. cosines in both spaces
                 cos["Z"][block] = bos_cosines(z)
                 cos["X"][block] = bos_cosines(x)
@@ -985,9 +987,9 @@ def analyze_file(
                     half_rows.append(row)
                 # massive activations on X
                 x_norms[block] = row_norms(x)
-                del z, x, bos_att, attend
                 # 2. value ranks and 3. BOS value-output norms
-                values = values_ds[layer, block]  # (B, K, T1, hd)
+                values = read_values(handle, layer, block, z=z)  # (B, K, T1, hd)
+                del z, x, bos_att, attend
                 rank[block], rel_rank[block], ratio[block] = relative_rank(values[:, :, :m])
                 value_norms[block], vo_norms[block] = value_output_norms(values, w_o, vo_factor)
                 del values

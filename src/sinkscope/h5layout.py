@@ -6,6 +6,12 @@ One file per model x dataset pair, ``results/activations/{model}/{dataset}.h5``.
 The writer (``sinkscope.extract``), the readers (analyses, ``sinkscope inspect``) and the README
 all use :data:`DATASETS`; ``sinkscope inspect --layout`` prints it.
 
+Schema 2 stores no tensor that is a deterministic function of others: the attention input ``Z``
+(the layer's input norm applied to ``X``) and the value vectors ``V = Z W_V^T + b_V`` are
+recomputed from ``residual/X`` and the stored weights by :func:`read_Z` and :func:`read_values`,
+the one reader every analysis uses (:data:`DERIVED` documents them; the norm's kind, epsilon and
+rounding are file attributes). Files of schema 1 (which stored both) are rejected.
+
 Every dataset carries the attributes ``description``, ``axes`` and ``symbol`` (the paper's name); the
 file carries the provenance attributes listed in :data:`FILE_ATTRIBUTES`. Files are written under a
 temporary name and renamed when complete, and the root attribute ``complete`` is set last, so a file
@@ -23,7 +29,7 @@ import h5py
 import numpy as np
 
 FORMAT = "sinkscope-activations"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -63,30 +69,12 @@ DATASETS: tuple[DatasetSpec, ...] = (
         ("position", "d_model"),
     ),
     DatasetSpec(
-        "attention/Z",
-        ("layer", "sequence", "position", "d_model"),
-        "activations",
-        "Z^(l)",
-        "Normed attention input of layer l, with the learnable norm gain: exactly what the "
-        "query/key/value projections see (output of the layer's input norm).",
-        ("position", "d_model"),
-    ),
-    DatasetSpec(
         "attention/probs",
         ("layer", "sequence", "head", "query", "key"),
         "attention",
         "A^(l,h)",
         "Attention probabilities (softmax output, causal: zero above the diagonal, rows sum to 1).",
         ("head", "query", "key"),
-    ),
-    DatasetSpec(
-        "attention/values",
-        ("layer", "sequence", "kv_head", "position", "head_dim"),
-        "activations",
-        "V^(l,k)",
-        "Value vectors of each key/value head, Z W_V^T + b_V (query head h uses kv_head "
-        "h // (H / K)).",
-        ("kv_head", "position", "head_dim"),
     ),
     DatasetSpec(
         "attention/residual_update",
@@ -102,7 +90,7 @@ DATASETS: tuple[DatasetSpec, ...] = (
         ("layer", "head", "head_dim", "d_model"),
         "weights",
         "W_V^(l,h)",
-        "Value map of query head h (grouped-query attention expanded): acts on attention/Z.",
+        "Value map of query head h (grouped-query attention expanded): acts on Z (read_Z).",
         ("head", "head_dim", "d_model"),
     ),
     DatasetSpec(
@@ -119,8 +107,8 @@ DATASETS: tuple[DatasetSpec, ...] = (
         "weights",
         "W_O^(l,h)",
         "Output map of query head h: the head's slice of the output projection. "
-        "W_VO = W_O[l,h] @ W_V[l,h] acts on attention/Z; W_O @ W_V @ diag(norm_gain) acts on the "
-        "gain-free RMS-normalised input (the paper's W_VO with a non-learnable RMSNorm).",
+        "W_VO = W_O[l,h] @ W_V[l,h] acts on Z (read_Z); W_O @ W_V @ diag(norm_gain) acts on the "
+        "gain-free normalised input (the paper's W_VO with a non-learnable RMSNorm).",
         ("head", "d_model", "head_dim"),
     ),
     DatasetSpec(
@@ -128,12 +116,60 @@ DATASETS: tuple[DatasetSpec, ...] = (
         ("layer", "d_model"),
         "weights",
         "g^(l)",
-        "Effective gain of layer l's input norm (w for Llama-style norms, 1 + w for Gemma).",
+        "Effective gain of layer l's input norm (w for Llama-style norms and LayerNorm, 1 + w "
+        "for Gemma): Z = norm(X) * norm_gain + norm_bias (read_Z).",
+        ("d_model",),
+    ),
+    DatasetSpec(
+        "weights/norm_bias",
+        ("layer", "d_model"),
+        "weights",
+        "b^(l)",
+        "Bias of layer l's input norm (LayerNorm, e.g. GPT-2; zeros for RMSNorm).",
         ("d_model",),
     ),
 )
 
 DATASET_BY_NAME: dict[str, DatasetSpec] = {spec.name: spec for spec in DATASETS}
+
+
+@dataclass(frozen=True)
+class DerivedSpec:
+    """An array of the layout that is not stored but recomputed exactly by its ``reader``."""
+
+    name: str
+    axes: tuple[str, ...]
+    symbol: str
+    description: str
+    reader: str  # the function of this module that returns it
+
+
+DERIVED: tuple[DerivedSpec, ...] = (
+    DerivedSpec(
+        "attention/Z",
+        ("layer", "sequence", "position", "d_model"),
+        "Z^(l)",
+        "Normed attention input of layer l, with the learnable gain (and bias): exactly what the "
+        "query/key/value projections see. Not stored: norm(residual/X) * norm_gain + norm_bias "
+        "with the file's input_norm, input_norm_eps, input_norm_cast and dtype, as float32.",
+        "read_Z",
+    ),
+    DerivedSpec(
+        "attention/values",
+        ("layer", "sequence", "kv_head", "position", "head_dim"),
+        "V^(l,k)",
+        "Value vectors of each key/value head, Z W_V^T + b_V (query head h uses kv_head "
+        "h // (H / K)). Not stored: computed from read_Z and weights/W_V, weights/b_V, as float32.",
+        "read_values",
+    ),
+)
+
+#: ``input_norm`` attribute: root-mean-square norm (Llama, Gemma) or LayerNorm (GPT-2).
+NORM_KINDS = ("rms", "layer")
+#: ``input_norm_cast``: where a 16-bit forward rounds the norm's output to its dtype.
+NORM_CASTS = ("before_gain", "after_gain")
+#: forward dtypes whose roundings :func:`input_norm` reproduces
+FORWARD_DTYPES = ("float32", "float16", "bfloat16")
 
 FILE_ATTRIBUTES: dict[str, str] = {
     "format": f"always {FORMAT!r}",
@@ -145,7 +181,7 @@ FILE_ATTRIBUTES: dict[str, str] = {
     "model_sha256": "content hash of the model (GGUF sha256, or hub id@revision)",
     "model_class": "transformers class that ran the forward pass",
     "model_type": "transformers model_type",
-    "dtype": "dtype of the forward pass",
+    "dtype": "dtype of the forward pass (read_Z and read_values reproduce its roundings)",
     "attn_implementation": "attention kernel transformers actually used",
     "device": "device of the forward pass",
     "library_versions": "torch, transformers, h5py, numpy versions (JSON)",
@@ -163,6 +199,12 @@ FILE_ATTRIBUTES: dict[str, str] = {
     "d_model": "D",
     "bos_token_id": "id of the BOS token at position 0",
     "post_attention_norm": "True where the attention output is normed before the residual add",
+    "input_norm": "the layers' input norm: 'rms' (x / sqrt(mean(x^2) + eps)) or 'layer' "
+    "((x - mean) / sqrt(var + eps)); read_Z recomputes Z from residual/X with it",
+    "input_norm_eps": "eps of the input norm",
+    "input_norm_cast": "where a float16/bfloat16 forward rounds the norm's output to its dtype: "
+    "'before_gain' (Llama: gain * round(norm(x))) or 'after_gain' (Gemma, LayerNorm: "
+    "round(norm(x) * gain + bias)); no effect in float32",
     "extraction_seconds": "wall seconds of the extraction (not byte-stable)",
     "extraction_profile": "wall seconds per stage: forward, to_host (cast + device-to-host copy), "
     "write (compression + writing), write_io (the writing alone), write_wait (forward waiting "
@@ -203,11 +245,11 @@ def open_activations(path: str | os.PathLike[str]) -> h5py.File:
             f"{path}: not a sinkscope activation file (format attribute "
             f"is {attrs.get('format')!r}, expected {FORMAT!r})"
         )
-    if int(attrs.get("schema_version", -1)) != SCHEMA_VERSION:
-        handle.close()
+    version = int(attrs.get("schema_version", -1))
+    if version != SCHEMA_VERSION:
+        handle.close()  # attributes cannot be read after this
         raise ActivationFileError(
-            f"{path}: schema version {attrs.get('schema_version')} is not "
-            f"{SCHEMA_VERSION}; re-run the extraction"
+            f"{path}: schema version {version} is not {SCHEMA_VERSION}; re-run the extraction"
         )
     if not bool(attrs.get("complete", False)):
         handle.close()
@@ -236,41 +278,203 @@ def describe_layout() -> str:
         dtype = spec.fixed_dtype or f"extraction.storage_dtypes.{spec.dtype_key}"
         lines.append(f"  {spec.name}  ({', '.join(spec.axes)})  [{dtype}]  {spec.symbol}")
         lines.append(f"      {spec.description}")
+    lines += ["", "Recomputed on reading (not stored):"]
+    for derived in DERIVED:
+        lines.append(
+            f"  {derived.name}  ({', '.join(derived.axes)})  [float32, {derived.reader}()]  "
+            f"{derived.symbol}"
+        )
+        lines.append(f"      {derived.description}")
     lines += ["", "File attributes:"]
     lines += [f"  {key}: {meaning}" for key, meaning in FILE_ATTRIBUTES.items()]
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------ recomputed arrays
+
+
+def round_to_dtype(a: np.ndarray, dtype: str) -> np.ndarray:
+    """``a`` rounded to the forward dtype ``dtype`` (round to nearest even), as float64.
+
+    ``float32`` rounds to float32, ``float16`` to float16, ``bfloat16`` keeps the upper 16 bits
+    of the float32 value after rounding (what ``tensor.to(torch.bfloat16)`` does).
+    """
+    if dtype == "float32":
+        return np.asarray(a, dtype=np.float32).astype(np.float64)
+    if dtype == "float16":
+        return np.asarray(a, dtype=np.float32).astype(np.float16).astype(np.float64)
+    if dtype == "bfloat16":
+        bits = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+    raise ValueError(f"forward dtype {dtype!r} is not one of {FORWARD_DTYPES}")
+
+
+def input_norm(
+    x: np.ndarray,
+    gain: np.ndarray,
+    bias: np.ndarray,
+    kind: str,
+    eps: float,
+    cast: str = "after_gain",
+    dtype: str = "float32",
+) -> np.ndarray:
+    """A layer's input norm as transformers computes it, ``Z = norm(X) * gain + bias``, float32.
+
+    ``kind="rms"``: ``norm(x) = x / sqrt(mean(x^2) + eps)`` (Llama, Gemma); ``"layer"``:
+    ``(x - mean(x)) / sqrt(var(x) + eps)`` with the biased variance (GPT-2's LayerNorm). The
+    normalisation runs in float64 (transformers: float32). For a 16-bit forward (``dtype``) the
+    model rounds where ``cast`` says: ``"before_gain"`` (``LlamaRMSNorm``: ``w * norm(x).to(dtype)``,
+    the product in ``dtype``) or ``"after_gain"`` (``Gemma3RMSNorm``: ``(norm(x) * (1 + w)).to(dtype)``;
+    LayerNorm rounds its output once); both are reproduced with :func:`round_to_dtype`.
+    """
+    if kind not in NORM_KINDS:
+        raise ValueError(f"input_norm {kind!r} is not one of {NORM_KINDS}")
+    if cast not in NORM_CASTS:
+        raise ValueError(f"input_norm_cast {cast!r} is not one of {NORM_CASTS}")
+    v = np.asarray(x, dtype=np.float64)
+    if kind == "layer":
+        v = v - v.mean(axis=-1, keepdims=True)
+    v = v / np.sqrt(np.mean(v * v, axis=-1, keepdims=True) + eps)
+    g = np.asarray(gain, dtype=np.float64)
+    b = np.asarray(bias, dtype=np.float64)
+    if cast == "before_gain" and dtype != "float32":
+        v = round_to_dtype(v, dtype)
+    v *= g
+    v += b
+    return round_to_dtype(v, dtype).astype(np.float32)
+
+
+def _norm_settings(handle: h5py.File | h5py.Group) -> tuple[str, float, str, str]:
+    """(kind, eps, cast, forward dtype) of the file's input norm, checked."""
+    attrs = handle.attrs
+    missing = [
+        k for k in ("input_norm", "input_norm_eps", "input_norm_cast", "dtype") if k not in attrs
+    ]
+    if missing:
+        raise ActivationFileError(
+            f"{handle.file.filename}: attributes {missing} are missing; re-run the extraction"
+        )
+    kind, cast, dtype = str(attrs["input_norm"]), str(attrs["input_norm_cast"]), str(attrs["dtype"])
+    for key, value, allowed in (
+        ("input_norm", kind, NORM_KINDS),
+        ("input_norm_cast", cast, NORM_CASTS),
+        ("dtype", dtype, FORWARD_DTYPES),
+    ):
+        if value not in allowed:
+            raise ActivationFileError(
+                f"{handle.file.filename}: attribute {key} = {value!r} is not one of {allowed}"
+            )
+    return kind, float(attrs["input_norm_eps"]), cast, dtype
+
+
+def read_Z(
+    handle: h5py.File | h5py.Group,
+    layer: int,
+    sequences: slice,
+    stop: int | None = None,
+    x: np.ndarray | None = None,
+) -> np.ndarray:
+    """``Z`` of one layer for a block of sequences, positions ``0..stop - 1``: (B, stop, D) float32.
+
+    Recomputed from ``residual/X`` by :func:`input_norm` with the stored gain and bias and the
+    file's ``input_norm*`` and ``dtype`` attributes: what the layer's query/key/value projections
+    saw in the extraction's forward (paper §3's attention input, with the learnable gain).
+    ``x``: ``residual/X[layer, sequences, :stop]`` when the caller has read it already.
+    """
+    kind, eps, cast, dtype = _norm_settings(handle)
+    if x is None:
+        x = handle["residual/X"][layer, sequences, :stop]
+    gain = handle["weights/norm_gain"][layer]
+    bias = handle["weights/norm_bias"][layer]
+    return input_norm(x, gain, bias, kind, eps, cast, dtype)
+
+
+def read_values(
+    handle: h5py.File | h5py.Group,
+    layer: int,
+    sequences: slice,
+    stop: int | None = None,
+    z: np.ndarray | None = None,
+) -> np.ndarray:
+    """Value vectors ``V = Z W_V^T + b_V`` per key/value head: (B, K, stop, hd) float32.
+
+    ``z``: this block's :func:`read_Z` when the caller has it already (else it is read). Each
+    sequence's product runs in float64 on its own (the result does not depend on the block), then
+    is rounded to float32 (and to the forward dtype, where the model's projection rounds).
+    """
+    if z is None:
+        z = read_Z(handle, layer, sequences, stop)
+    _, _, _, dtype = _norm_settings(handle)
+    n_heads, n_kv = int(handle.attrs["n_heads"]), int(handle.attrs["n_kv_heads"])
+    group = n_heads // n_kv
+    w_v = handle["weights/W_V"][layer, ::group].astype(np.float64)  # (K, hd, D)
+    b_v = handle["weights/b_V"][layer, ::group].astype(np.float64)  # (K, hd)
+    k, hd, d = w_v.shape
+    if z.ndim != 3 or z.shape[-1] != d:
+        raise ValueError(f"z has shape {z.shape}; expected (sequences, positions, {d})")
+    w = w_v.reshape(k * hd, d).T
+    out = np.empty((z.shape[0], k, z.shape[1], hd), dtype=np.float32)
+    for row in range(z.shape[0]):
+        v = z[row].astype(np.float64) @ w + b_v.reshape(-1)  # (T, K * hd)
+        out[row] = round_to_dtype(v, dtype).reshape(z.shape[1], k, hd).transpose(1, 0, 2)
+    return out
+
+
 # ------------------------------------------------------------------ block-wise reading
 
-#: Bytes of stored activations per block of sequences: at most this fraction of one layer's
-#: data (every per-layer dataset, as ``bench/run.py`` counts it) ...
+#: Bytes per block of sequences: at most this fraction of one layer's data as the readers return
+#: it (every stored per-layer dataset, plus ``Z`` and the values as float32) ...
 BLOCK_LAYER_FRACTION = 1 / 16
 #: ... and at most this many bytes; at least one sequence per block.
 BLOCK_MAX_BYTES = 32 * 2**20
 
+#: The stored datasets with one entry per (layer, sequence).
+PER_LAYER_DATASETS: tuple[str, ...] = tuple(
+    spec.name for spec in DATASETS if spec.axes[:2] == ("layer", "sequence")
+)
+
+
+def file_sizes(handle: h5py.File | h5py.Group) -> dict[str, int]:
+    """The axis sizes of the layout (``layer``, ``sequence``, ``position``, ...) of a file."""
+    attrs = handle.attrs
+    t1 = int(attrs["context_length"]) + 1
+    return {
+        "layer": int(attrs["n_layers"]),
+        "sequence": int(attrs["n_sequences"]),
+        "position": t1,
+        "query": t1,
+        "key": t1,
+        "d_model": int(attrs["d_model"]),
+        "head": int(attrs["n_heads"]),
+        "kv_head": int(attrs["n_kv_heads"]),
+        "head_dim": int(attrs["head_dim"]),
+    }
+
+
+def sequence_layer_bytes(handle: h5py.File | h5py.Group) -> dict[str, int]:
+    """Bytes of one sequence of one layer: ``stored`` (the per-layer datasets in their stored
+    dtypes) and ``derived`` (``Z`` and the values as float32, as :func:`read_Z` and
+    :func:`read_values` return them)."""
+    stored = 0
+    for name in PER_LAYER_DATASETS:
+        dataset = handle[name]
+        stored += int(np.prod(dataset.shape[2:])) * dataset.dtype.itemsize
+    sizes = file_sizes(handle)
+    derived = sum(4 * int(np.prod([sizes[a] for a in spec.axes[2:]])) for spec in DERIVED)
+    return {"stored": stored, "derived": derived}
+
 
 def default_block_size(handle: h5py.File | h5py.Group) -> int:
-    """Sequences per block: :data:`BLOCK_LAYER_FRACTION` of one layer's stored bytes, capped
-    at :data:`BLOCK_MAX_BYTES` (at least 1, at most ``N``).
+    """Sequences per block: :data:`BLOCK_LAYER_FRACTION` of one layer's data as read (stored
+    datasets plus the recomputed ``Z`` and values, :func:`sequence_layer_bytes`), capped at
+    :data:`BLOCK_MAX_BYTES` (at least 1, at most ``N``).
 
-    The float32/float64 work arrays of a block take up to about 10 times its stored bytes
-    (measured: oversmoothing ~11x before heap fragmentation, ~20x with it), so the working
-    set stays near one layer's stored data. Used by :mod:`sinkscope.oversmoothing` and :mod:`sinkscope.geometry`.
+    The float32/float64 work arrays of a block take up to about 10 times its bytes (measured:
+    oversmoothing ~11x before heap fragmentation, ~20x with it), so the working set stays near
+    one layer's data. Used by :mod:`sinkscope.oversmoothing` and :mod:`sinkscope.geometry`.
     """
     n_seq = int(handle["residual/X"].shape[1])
-    per_sequence = 0
-    for name in _PER_LAYER_DATASETS:
-        dataset = handle[name]
-        per_sequence += int(np.prod(dataset.shape[2:])) * dataset.dtype.itemsize
+    per_sequence = sum(sequence_layer_bytes(handle).values())
     budget = min(BLOCK_LAYER_FRACTION * n_seq * per_sequence, BLOCK_MAX_BYTES)
     return int(min(n_seq, max(1, budget // per_sequence)))
-
-
-_PER_LAYER_DATASETS: tuple[str, ...] = (
-    "residual/X",
-    "attention/Z",
-    "attention/probs",
-    "attention/values",
-    "attention/residual_update",
-)

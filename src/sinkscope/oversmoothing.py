@@ -28,7 +28,8 @@ Uniformity ``u`` (eq. 12).
     ``u(I) = 0``. :func:`uniformity` exposes both (``include_first_row``). Averaged over sequences.
 Head map ``W`` (§5 "composition of learnable normalization scaling, value matrix and output
 projection").
-    The theory's ``Z`` is the *gain-free* normalised input ``Z~ = attention/Z / norm_gain``
+    The theory's ``Z`` is the *gain-free* normalised input ``Z~ = Z / norm_gain`` (``Z`` from
+    :func:`~sinkscope.h5layout.read_Z`)
     (``= RMS(X)`` for RMSNorm models), and ``W = W_O[h] W_V[h] diag(norm_gain)`` acts on it, so
     ``W Z~ = W_O[h] W_V[h] Z`` exactly. The value bias is part of the value map: the update is the
     affine ``W Z~ A^T + c 1^T`` with ``c = W_O[h] b_V[h]`` (rows of any attention matrix sum to 1,
@@ -137,7 +138,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from sinkscope.h5layout import default_block_size, open_activations
+from sinkscope.h5layout import default_block_size, open_activations, read_values, read_Z
 
 __all__ = [
     "DEFAULT_CONTEXT_LENGTHS",
@@ -1064,10 +1065,17 @@ def _read_block(
     Keys: ``x``, ``z``, ``update`` ``(B, stop, D)``, ``probs`` ``(B, H, stop, stop)``,
     ``values`` ``(B, H, stop, k)`` (expanded to query heads), ``sequences`` (the slice).
     """
+    names = tuple(names)
     block: dict[str, Any] = {"sequences": sequences}
+    x = handle["residual/X"][layer, sequences, :stop] if {"x", "z", "values"} & set(names) else None
+    z = read_Z(handle, layer, sequences, stop, x=x) if {"z", "values"} & set(names) else None
     for name in names:
-        if name == "values":
-            values = handle["attention/values"][layer, sequences, :, :stop]
+        if name == "x":
+            block[name] = torch.from_numpy(x)
+        elif name == "z":
+            block[name] = torch.from_numpy(z)
+        elif name == "values":  # recomputed from Z (h5layout.read_values), float32
+            values = read_values(handle, layer, sequences, stop, z=z)
             block[name] = torch.from_numpy(values)[:, expand]
         elif name == "probs":
             block[name] = torch.from_numpy(
@@ -1078,7 +1086,7 @@ def _read_block(
     return block
 
 
-_BLOCK_DATASETS = {"x": "residual/X", "z": "attention/Z", "update": "attention/residual_update"}
+_BLOCK_DATASETS = {"update": "attention/residual_update"}
 #: Datasets read by each pass of :class:`_LayerAnalysis`.
 PASS_DATASETS: dict[str, tuple[str, ...]] = {
     "norm": ("probs", "values", "update"),
@@ -1181,7 +1189,7 @@ def analyze_file(
         x_ds = handle["residual/X"]
         n_layers, n_seq, t1, _ = x_ds.shape
         n_heads = handle["attention/probs"].shape[2]
-        n_kv = handle["attention/values"].shape[2]
+        n_kv = int(_attr(handle, "n_kv_heads"))
         lengths = resolve_context_lengths(context_lengths, t1 - 1)
         start = 0 if include_bos else 1
         tokens = [t + 1 - start for t in lengths]
