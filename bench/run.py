@@ -269,6 +269,24 @@ def storage(h5: Path) -> dict[str, Any]:
     }
 
 
+def _storage_target_rows(label: str, storage_row: dict[str, Any]) -> list[str]:
+    """The storage target, read both ways: against every tensor the file provides (the stored
+    ones and Z and V, which the readers recompute exactly) and against the stored ones alone."""
+    rows = []
+    for key, what in (
+        ("ratio", "raw fp32 of the tensors it provides (stored + recomputed Z, V)"),
+        ("ratio_stored", "raw fp32 of the stored tensors alone"),
+    ):
+        value = storage_row.get(key)
+        if value is None:
+            continue
+        rows.append(
+            f"| HDF5 file / {what}, {label} | {value:.2f}× | ≤ {TARGETS['storage']}× | "
+            f"{_ok(value, TARGETS['storage'])} |"
+        )
+    return rows
+
+
 def default_run_files(sizes: dict[str, Any]) -> dict[str, Path]:
     """The default run's files of the bench's dataset (N = 50, T = 256) that this code reads;
     files of another schema are reported and skipped."""
@@ -659,10 +677,7 @@ def report(results: dict[str, Any]) -> str:
             f"{pair['capture_ratio']:.2f}× | ≤ {TARGETS['capture']}× | "
             f"{_ok(pair['capture_ratio'], TARGETS['capture'])} |"
         )
-        lines.append(
-            f"| HDF5 file / raw fp32, {model} | {pair['storage']['ratio']:.2f}× | "
-            f"≤ {TARGETS['storage']}× | {_ok(pair['storage']['ratio'], TARGETS['storage'])} |"
-        )
+        lines += _storage_target_rows(model, pair["storage"])
         for step, a in pair["analyses"].items():
             lines.append(
                 f"| {step} time / extraction time, {model} | {a['time_ratio']:.2f}× | "
@@ -674,11 +689,7 @@ def report(results: dict[str, Any]) -> str:
                 f"{_ok(a['peak_increase_over_layer'], TARGETS['analysis_rss'])} |"
             )
     for model, row in results.get("default_run_files", {}).items():
-        lines.append(
-            f"| HDF5 file / raw fp32, {model}, default run's file (N = {row['N']}) | "
-            f"{row['ratio']:.2f}× | ≤ {TARGETS['storage']}× | "
-            f"{_ok(row['ratio'], TARGETS['storage'])} |"
-        )
+        lines += _storage_target_rows(f"{model}, default run's file (N = {row['N']})", row)
     for model, row in results.get("default_run_analyses", {}).items():
         for step, a in row["analyses"].items():
             lines.append(
