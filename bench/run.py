@@ -269,6 +269,15 @@ def storage(h5: Path) -> dict[str, Any]:
     }
 
 
+def _rss_target_row(label: str, analysis: dict[str, Any]) -> str:
+    """The peak-RSS target row of one analysis run."""
+    value = analysis["peak_increase_over_layer"]
+    return (
+        f"| peak RSS above imports / one layer's data, {label} | {value:.2f}× | "
+        f"≤ {TARGETS['analysis_rss']}× | {_ok(value, TARGETS['analysis_rss'])} |"
+    )
+
+
 def _storage_target_rows(label: str, storage_row: dict[str, Any]) -> list[str]:
     """The storage target, read both ways: against every tensor the file provides (the stored
     ones and Z and V, which the readers recompute exactly) and against the stored ones alone."""
@@ -683,21 +692,13 @@ def report(results: dict[str, Any]) -> str:
                 f"| {step} time / extraction time, {model} | {a['time_ratio']:.2f}× | "
                 f"≤ {TARGETS['analysis_time']}× | {_ok(a['time_ratio'], TARGETS['analysis_time'])} |"
             )
-            lines.append(
-                f"| {step} peak RSS above imports / one layer's data, {model} | "
-                f"{a['peak_increase_over_layer']:.2f}× | ≤ {TARGETS['analysis_rss']}× | "
-                f"{_ok(a['peak_increase_over_layer'], TARGETS['analysis_rss'])} |"
-            )
+            lines.append(_rss_target_row(f"{step}, {model}", a))
     for model, row in results.get("default_run_files", {}).items():
         lines += _storage_target_rows(f"{model}, default run's file (N = {row['N']})", row)
     for model, row in results.get("default_run_analyses", {}).items():
         for step, a in row["analyses"].items():
-            lines.append(
-                f"| {step} peak RSS above imports / one layer's data, {model}, default run's "
-                f"file (N = {row['N']}) | {a['peak_increase_over_layer']:.2f}× | "
-                f"≤ {TARGETS['analysis_rss']}× | "
-                f"{_ok(a['peak_increase_over_layer'], TARGETS['analysis_rss'])} |"
-            )
+            label = f"{step}, {model}, default run's file (N = {row['N']})"
+            lines.append(_rss_target_row(label, a))
     dag = results.get("dag")
     if dag:
         lines.append(
