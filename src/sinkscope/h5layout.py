@@ -323,26 +323,30 @@ def input_norm(
 
     ``kind="rms"``: ``norm(x) = x / sqrt(mean(x^2) + eps)`` (Llama, Gemma); ``"layer"``:
     ``(x - mean(x)) / sqrt(var(x) + eps)`` with the biased variance (GPT-2's LayerNorm). The
-    normalisation runs in float64 (transformers: float32). For a 16-bit forward (``dtype``) the
-    model rounds where ``cast`` says: ``"before_gain"`` (``LlamaRMSNorm``: ``w * norm(x).to(dtype)``,
-    the product in ``dtype``) or ``"after_gain"`` (``Gemma3RMSNorm``: ``(norm(x) * (1 + w)).to(dtype)``;
-    LayerNorm rounds its output once); both are reproduced with :func:`round_to_dtype`.
+    arithmetic is float32, in place, as transformers computes these norms. For a 16-bit forward
+    (``dtype``) the model rounds where ``cast`` says: ``"before_gain"`` (``LlamaRMSNorm``:
+    ``w * norm(x).to(dtype)``, the product in ``dtype``; a product of two 16-bit numbers is exact
+    in float32, so rounding it once is the 16-bit product) or ``"after_gain"``
+    (``Gemma3RMSNorm``: ``(norm(x) * (1 + w)).to(dtype)``; LayerNorm rounds its output once);
+    both are reproduced with :func:`round_to_dtype`.
     """
     if kind not in NORM_KINDS:
         raise ValueError(f"input_norm {kind!r} is not one of {NORM_KINDS}")
     if cast not in NORM_CASTS:
         raise ValueError(f"input_norm_cast {cast!r} is not one of {NORM_CASTS}")
-    v = np.asarray(x, dtype=np.float64)
+    v = np.array(x, dtype=np.float32)  # a copy: the caller's X stays as read
     if kind == "layer":
-        v = v - v.mean(axis=-1, keepdims=True)
-    v = v / np.sqrt(np.mean(v * v, axis=-1, keepdims=True) + eps)
-    g = np.asarray(gain, dtype=np.float64)
-    b = np.asarray(bias, dtype=np.float64)
+        v -= v.mean(axis=-1, keepdims=True)
+    variance = np.mean(np.square(v), axis=-1, keepdims=True)
+    variance += np.float32(eps)
+    v *= np.float32(1.0) / np.sqrt(variance)
     if cast == "before_gain" and dtype != "float32":
-        v = round_to_dtype(v, dtype)
-    v *= g
-    v += b
-    return round_to_dtype(v, dtype).astype(np.float32)
+        v = round_to_dtype(v, dtype).astype(np.float32)
+    v *= np.asarray(gain, dtype=np.float32)
+    v += np.asarray(bias, dtype=np.float32)
+    if dtype != "float32":
+        v = round_to_dtype(v, dtype).astype(np.float32)
+    return v
 
 
 def _norm_settings(handle: h5py.File | h5py.Group) -> tuple[str, float, str, str]:
