@@ -41,6 +41,24 @@ def test_lint_is_clean() -> None:
     assert "Lints for" not in result.stdout + result.stderr
 
 
+def test_report_captions_are_valid_restructuredtext() -> None:
+    """Every figure caption renders without docutils errors in ``snakemake --report`` (a bare
+    ``|x|`` is a substitution reference there: math goes in ``inline literals``)."""
+    import io
+
+    import docutils.core
+
+    problems = {}
+    for caption in sorted((REPO / "workflow" / "report").glob("*.rst")):
+        warnings = io.StringIO()
+        docutils.core.publish_doctree(
+            caption.read_text(), settings_overrides={"warning_stream": warnings}
+        )
+        if warnings.getvalue().strip():
+            problems[caption.name] = warnings.getvalue().strip()
+    assert not problems, problems
+
+
 def test_paper_config_dry_run(tmp_path: Path) -> None:
     result = snakemake(tmp_path, "-n", "--configfile", str(REPO / "config" / "paper.yaml"))
     assert "extract_activations" in result.stdout
