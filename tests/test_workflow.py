@@ -50,10 +50,11 @@ def test_report_captions_are_valid_restructuredtext() -> None:
 
     problems = {}
     for caption in sorted((REPO / "workflow" / "report").glob("*.rst")):
+        # the main page includes results/claims.rst, which exists only after a run
+        lines = caption.read_text().splitlines()
+        text = "\n".join(line for line in lines if not line.startswith(".. include::"))
         warnings = io.StringIO()
-        docutils.core.publish_doctree(
-            caption.read_text(), settings_overrides={"warning_stream": warnings}
-        )
+        docutils.core.publish_doctree(text, settings_overrides={"warning_stream": warnings})
         if warnings.getvalue().strip():
             problems[caption.name] = warnings.getvalue().strip()
     assert not problems, problems
