@@ -128,6 +128,12 @@ def test_post_norm_sums_pool_to_the_gain_fit() -> None:
     np.testing.assert_allclose(r_blocks, r_fit, rtol=1e-15)
     np.testing.assert_allclose(fitted, gamma, rtol=1e-2)
     assert 0 < err < 1e-2
+    # the residual from the sums equals the residual of the fitted map, token by token
+    uu = (update * update).sum(1)
+    residual2 = ov.post_norm_residual_sq(fitted, uq, qq, uu)
+    direct = ((update - fitted * pre / r_blocks[..., None]) ** 2).sum((1, 2))
+    np.testing.assert_allclose(residual2, direct, rtol=1e-9)
+    assert float(residual2.sum().sqrt() / (update**2).sum().sqrt()) == pytest.approx(err)
 
 
 def test_default_block_size_is_a_fraction_of_a_layer(extracted) -> None:

@@ -107,18 +107,22 @@ assumption ``E[Y_i^T Y_j] > 0``) and ``head_update_norm``.
 ``beta``, ``s_l``, ``kappa``, ``tr_c``, ``tr_b``, the mean norms of the full and the single-head
 updates, and integrity checks: ``post_norm_fit_rel_err`` (NaN without post-norm),
 ``head_sum_rel_err`` (``||U - sum_h head updates - b_O|| / ||U||``; computed on the first
-:data:`SEQUENCE_CHUNK` sequences without post-norm), ``output_bias_norm`` (``||b_O||``, an
+:data:`SEQUENCE_CHUNK` sequences without post-norm; with a post-norm, through the fitted
+norm, so it equals ``post_norm_fit_rel_err``), ``output_bias_norm`` (``||b_O||``, an
 output-projection bias such as GPT-2's), ``probs_upper_max`` and ``probs_row_sum_max_err``.
 ``summary``, ``conditions`` and ``claims``: see :func:`summary_tables`.
 
-Performance (issue 9): one layer at a time, and within a layer blocks of sequences
-(``block_size``, default :func:`default_block_size`: 1/16 of one layer's stored data), in up
-to three passes over the layer (:class:`_LayerAnalysis`: post-norm gain; everything needing
-``W_h``; the ``s_l``-rescaled ``rho``'s, since ``s_l`` pools all sequences). Statistics are kept
-per sequence (or as float64 sums: Gram matrices of the moments) and reduced at the end, so the
-tables do not depend on the block size. Peak memory is the weights, ``len(lengths)`` float64
-``D x D`` Gram matrices, ``O(N H T)`` cached norms and two blocks' tensors with their float32
-work arrays. Heavy products run in torch (float32 for ``A V`` and ``X W_O``, float64 for
+Performance (issue 9): one layer at a time. A layer's stored tensors are decompressed once
+and held (:class:`_LayerData`, about one layer's stored data, with the values recomputed once),
+then processed in blocks of sequences (``block_size``, default :func:`default_block_size`:
+1/16 of one layer's data) in up to three passes (:class:`_LayerAnalysis`: post-norm gain;
+everything needing ``W_h``; the ``s_l``-rescaled ``rho``'s, since ``s_l`` pools all
+sequences). Re-reading the layer in each pass instead (with a prefetch thread) took 1.8x the
+time: three decompressions per layer, and h5py holds the GIL while it decompresses. Statistics
+are kept per sequence (or as float64 sums: Gram matrices of the moments) and reduced at the
+end, so the tables do not depend on the block size. Peak memory is the held layer, the weights,
+``len(lengths)`` float64 ``D x D`` Gram matrices, ``O(N H T)`` cached norms and one block's
+float32 work arrays. Heavy products run in torch (float32 for ``A V`` and ``X W_O``, float64 for
 moments, closed forms and the cosine sums); per-head updates are never materialised in ``D``
 dimensions: ``||Y_i||^2`` and ``sum_i Y_i/||Y_i||`` are expanded through the head dimension.
 """
@@ -129,8 +133,7 @@ import ctypes
 import itertools
 import math
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -525,6 +528,16 @@ def post_norm_sums(
     return uq, q.square_().sum(1), r
 
 
+def post_norm_residual_sq(
+    gamma: torch.Tensor, uq: torch.Tensor, qq: torch.Tensor, uu: torch.Tensor
+) -> torch.Tensor:
+    """Squared residual ``sum_t ||u_t - gamma * q_t||^2`` per sequence from the per-dimension
+    sums of :func:`post_norm_sums` (``uq``, ``qq``) and ``uu = sum_t u^2`` (each ``(B, D)``,
+    float64): ``sum_d gamma^2 qq - 2 gamma uq + uu``. The expansion's rounding is ~1e-16 of
+    ``||u||^2``, far below any fit residual of stored (16-bit or float32) updates."""
+    return (gamma * gamma * qq - 2 * gamma * uq + uu).sum(-1).clamp_min_(0)
+
+
 def fit_post_norm_gain(
     update: torch.Tensor, pre_norm: torch.Tensor, eps: float = POST_NORM_EPS
 ) -> tuple[torch.Tensor, torch.Tensor, float]:
@@ -552,6 +565,24 @@ class _LayerResult:
     layer: dict[str, np.ndarray]  # arrays of shape (n_lengths,)
 
 
+def _prefix_sums(values: torch.Tensor, lengths: Sequence[int], dim: int) -> torch.Tensor:
+    """Sums of ``values`` over its first ``n`` entries along ``dim``, one for each ``n`` of the
+    increasing ``lengths``; float64, with ``dim`` replaced by an axis of size ``len(lengths)``.
+
+    Each segment between two lengths is summed with a float64 accumulator and the segments are
+    added in float64, per sequence (so a sequence's sums do not depend on its block).
+    """
+    out: list[torch.Tensor] = []
+    running: torch.Tensor | None = None
+    previous = 0
+    for n in lengths:
+        part = values.narrow(dim, previous, n - previous).sum(dim, dtype=F64)
+        running = part if running is None else running + part
+        out.append(running)
+        previous = n
+    return torch.stack(out, dim)
+
+
 def _rho_terms(
     x: torch.Tensor,
     xx: torch.Tensor,
@@ -559,31 +590,43 @@ def _rho_terms(
     oo: torch.Tensor,
     o: torch.Tensor,
     w_out: torch.Tensor,
-    n: int,
-    scale: float,
+    lengths: Sequence[int],
+    scales: np.ndarray,
 ) -> torch.Tensor:
-    """``rho`` of ``X + scale * w_out[h] o_h`` on the first ``n`` tokens of each sequence.
+    """``rho`` of ``X + s w_out[h] o_h`` on the first ``n`` tokens of each sequence, for every
+    pair ``(n, s)`` of ``lengths`` and ``scales`` at once (Eq. 1 of §5 on ``Y_i = x_i + s W o_i``).
 
     ``x`` ``(B, n_max, D)``; ``xx`` ``(B, n_max)`` = ``||x||^2``; ``xo`` ``(B, H, n_max)`` =
     ``x^T w_out o``; ``oo`` ``(B, H, n_max)`` = ``||w_out o||^2``; ``o`` ``(B, H, n_max, k)``;
-    ``w_out`` ``(H, D, k)`` float64.
-    ``||Y_i||`` is expanded in float64; the sums of unit vectors run in float32 (relative error
-    ~1e-7). Returns ``(B, H)`` float64 (one value per sequence and head).
+    ``w_out`` ``(H, D, k)`` float64. ``||Y_i||`` is expanded in float64; the sums of unit
+    vectors ``sum_i Y_i / ||Y_i||`` run in float32 (relative error ~1e-7) as one masked product
+    per sequence for all lengths (tokens ``i >= n`` get weight 0). Returns ``(B, H, L)``
+    float64 (one value per sequence, head and length).
     """
-    norm2 = xx[:, None, :n] + 2 * scale * xo[..., :n] + scale * scale * oo[..., :n]
-    w = norm2.rsqrt().to(F32)  # (B, H, n)
-    total = (w @ x[:, :n]).to(F64)  # (B, H, D)
-    inner = (w[:, :, None, :] @ o[:, :, :n]).squeeze(2).to(F64)  # (B, H, k)
+    n_max = x.shape[1]
+    scale = torch.as_tensor(np.asarray(scales, dtype=np.float64))[:, None]  # (L, 1)
+    norm2 = (
+        xx[:, None, None, :] + 2 * scale * xo[:, :, None, :] + scale * scale * oo[:, :, None, :]
+    )  # (B, H, L, n_max)
+    sizes = torch.as_tensor(list(lengths))
+    inside = torch.arange(n_max)[None, :] < sizes[:, None]  # (L, n_max)
+    w = torch.where(inside, norm2.rsqrt_(), 0.0).to(F32)
+    b, n_heads, n_len, _ = w.shape
+    total = (w.reshape(b, n_heads * n_len, n_max) @ x).reshape(b, n_heads, n_len, -1).to(F64)
+    inner = (w @ o).to(F64)  # (B, H, L, k)
     # the small map back to D dimensions in float64: a float32 product whose row count is the
     # number of sequences rounds differently for one row than for several
-    total += scale * torch.einsum("hdk,nhk->nhd", w_out, inner)
-    return ((total * total).sum(-1) - n) / (n * (n - 1))
+    total += scale * torch.einsum("hdk,bhlk->bhld", w_out, inner)
+    n = sizes.to(F64)
+    return (total.square_().sum(-1) - n) / (n * (n - 1))
 
 
-def _rho_of_units(units: torch.Tensor, n: int) -> torch.Tensor:
-    """``rho`` per sequence of unit rows ``(B, n_max, D)`` on the first ``n`` (float64, ``(B,)``)."""
-    total = units[:, :n].sum(1).to(F64)  # float32 sum of n unit vectors: rel. error ~1e-7
-    return ((total * total).sum(-1) - n) / (n * (n - 1))
+def _rho_of_units(units: torch.Tensor, lengths: Sequence[int]) -> torch.Tensor:
+    """``rho`` per sequence of unit rows ``(B, n_max, D)`` on the first ``n`` of each of
+    ``lengths`` (float64, ``(B, L)``; segment sums in float32: relative error ~1e-7)."""
+    total = _prefix_sums(units, lengths, 1)  # (B, L, D)
+    n = torch.as_tensor(list(lengths), dtype=F64)
+    return (total.square_().sum(-1) - n) / (n * (n - 1))
 
 
 def _release_freed_memory() -> None:
@@ -604,16 +647,18 @@ class _LayerAnalysis:
 
     The token set is positions ``start..start + n - 1`` for each ``n`` in ``lengths``; positions
     ``0..stop - 1`` (``stop = start + lengths[-1]``) are read. Every block of sequences is a
-    dict of tensors (:func:`_read_block`): ``x, z, update`` ``(B, stop, D)``, ``probs``
+    dict of tensors (:func:`_block`): ``x, z, update`` ``(B, stop, D)``, ``probs``
     ``(B, H, stop, stop)``, ``values`` ``(B, H, stop, k)`` (GQA expanded). Quantities that pool
     over sequences need statistics of earlier passes, so a layer takes up to three passes over
     its sequences (:attr:`passes`), each fed by :meth:`add` in sequence order:
 
     * ``"norm"`` (post-attention norm only): the least-squares sums of the gain ``gamma`` and
-      the per-token ``r_i`` (so the map ``W_h``, hence ``||W_h o||`` and ``kappa``, are known);
+      the per-token ``r_i`` (so the map ``W_h``, hence ``||W_h o||`` and ``kappa``, are known),
+      and the fit's residual, which is also the head-sum check;
     * ``"main"``: everything that needs ``W_h`` but not ``s_l``: the unscaled ``rho`` terms,
       ``rho(X)``, ``rho(X + U)``, head and full update norms (hence ``s_l``), uniformity, the
-      moments of Theorem 5.1, integrity checks; caches ``||x||^2``, ``x^T W o`` and
+      moments of Theorem 5.1, the head-sum check without post-norm; caches ``||x||^2``,
+      ``x^T W o`` and
       ``||W o||^2`` per token (``O(N H T)`` numbers);
     * ``"scaled"``: the ``rho`` terms of ``X + s_l W Z M^T`` (``s_l`` pools every sequence).
 
@@ -640,6 +685,7 @@ class _LayerAnalysis:
         self.lengths = [int(n) for n in lengths]
         self.lambdas = lambdas
         self.n_max = self.lengths[-1]
+        self.token_counts = torch.as_tensor(self.lengths, dtype=F64)
         self.stop = start + self.n_max
         n_len = len(self.lengths)
         # the output projection is checked on every sequence with a post-norm (it is needed
@@ -667,9 +713,8 @@ class _LayerAnalysis:
         if post_norm:
             self.uq = torch.empty(n_seq, d_model, dtype=F64)
             self.qq = torch.empty(n_seq, d_model, dtype=F64)
+            self.uu = torch.empty(n_seq, d_model, dtype=F64)
             self.r = torch.empty(n_seq, self.stop, dtype=F64)
-            self.fit_err2 = torch.empty(n_seq, dtype=F64)
-            self.fit_ref2 = torch.empty(n_seq, dtype=F64)
         else:
             self._set_gain(torch.ones(d_model, dtype=F64))
             self.kappa = np.ones(n_len)
@@ -693,8 +738,7 @@ class _LayerAnalysis:
             self.upper = max(self.upper, float(torch.triu(probs, diagonal=1).amax()))
             self.row_err = max(self.row_err, float((probs.sum(-1) - 1).abs().amax()))
             rows = row_uniformity(probs)[:, :, self.start : self.stop]
-            for index, n in enumerate(self.lengths):
-                self.uniformity[sl, :, index] = rows[..., :n].mean(-1)
+            self.uniformity[sl] = _prefix_sums(rows, self.lengths, 2) / self.token_counts
             del rows
         # all positions: the rows of a prefix's A V are rows of the full product
         return probs @ block["values"].to(F32)
@@ -721,13 +765,16 @@ class _LayerAnalysis:
     def _pass_norm(self, block: dict[str, Any]) -> None:
         sl = block["sequences"]
         o_proj = self._projection(self._outputs(block, first=True))
-        update = block["update"].to(F32)
+        update = block["update"]
         self.uq[sl], self.qq[sl], self.r[sl] = post_norm_sums(update, o_proj)
-        self.fit_ref2[sl] = _sum_squares(update)
+        self.uu[sl] = update.to(F64).square_().sum(1)
 
     def _finish_norm(self) -> None:
         gamma = self.uq.sum(0) / self.qq.sum(0).clamp_min(1e-300)
         self._set_gain(gamma)
+        self.check_err2 = post_norm_residual_sq(gamma, self.uq, self.qq, self.uu)
+        self.check_ref2 = self.uu.sum(-1)
+        del self.uq, self.qq, self.uu
         r_tok = self.r[:, self.start : self.stop]
         self.kappa = np.array(
             [1.0 / float(r_tok[:, :n].sum(1).sum() / (self.n_seq * n)) for n in self.lengths]
@@ -738,18 +785,8 @@ class _LayerAnalysis:
         first_seq = sl.start
         o_full = self._outputs(block, first=not self.post_norm)
         update = block["update"].to(F32)
-        if self.post_norm:
-            # the fitted post-norm output gamma * O_i / r_i and its residuals (in place: the
-            # float64 copies are the largest arrays of the block)
-            fitted = self._projection(o_full).to(F64).div_(self.r[sl][..., None]).mul_(self.gamma)
-            recon = fitted.to(F32)
-            fitted.sub_(update.to(F64))
-            self.fit_err2[sl] = fitted.square_().sum((1, 2))
-            del fitted
-            self.check_err2[sl] = _sum_squares(update - recon)
-            self.check_ref2[sl] = _sum_squares(update)
-            del recon
-        elif first_seq < self.checked:
+        # with a post-norm the head sum was checked in the norm pass (its fit residual)
+        if not self.post_norm and first_seq < self.checked:
             local = slice(0, min(sl.stop, self.checked) - first_seq)
             resid = update[local] - self._projection(o_full[local])
             self.bias_sum[first_seq : first_seq + resid.shape[0]] = resid.sum(1, dtype=F64)
@@ -771,9 +808,8 @@ class _LayerAnalysis:
         head_norm = self.oo["attn"][sl].clamp_min(0).sqrt()  # (B, H, n_max), before kappa
         update_tok = update[:, self.start : self.stop]
         full_norm = torch.linalg.vector_norm(update_tok, dim=-1, dtype=F64)  # (B, n_max)
-        for index, n in enumerate(self.lengths):
-            self.head_sum[sl, :, index] = head_norm[..., :n].sum(-1)
-            self.full_sum[sl, index] = full_norm[:, :n].sum(-1)
+        self.head_sum[sl] = _prefix_sums(head_norm, self.lengths, 2)
+        self.full_sum[sl] = _prefix_sums(full_norm, self.lengths, 1)
         del head_norm, full_norm
 
         # theory: gain-free Z, W = kappa diag(gamma) W_O W_V diag(g)
@@ -786,9 +822,8 @@ class _LayerAnalysis:
         x_unit = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
         after = x + update_tok
         after_unit = after.div_(torch.linalg.vector_norm(after, dim=-1, keepdim=True))
-        for index, n in enumerate(self.lengths):
-            self.rho_x[sl, index] = _rho_of_units(x_unit, n)
-            self.rho_after[sl, index] = _rho_of_units(after_unit, n)
+        self.rho_x[sl] = _rho_of_units(x_unit, self.lengths)
+        self.rho_after[sl] = _rho_of_units(after_unit, self.lengths)
         del x_unit, after_unit, update, update_tok
         self._rho_block(sl, x, variants, "", self.kappa)
 
@@ -801,8 +836,8 @@ class _LayerAnalysis:
         self.mean_full = self.full_sum.sum(0).numpy() / (n_seq * tokens)
         self.s_l = self.mean_full / self.mean_head
         if self.post_norm:
-            ref = self.fit_ref2.sum().sqrt().clamp_min(1e-300)
-            self.fit_err = float(self.fit_err2.sum().sqrt() / ref)
+            ref = self.check_ref2.sum().sqrt().clamp_min(1e-300)
+            self.fit_err = float(self.check_err2.sum().sqrt() / ref)
             self.out_bias = 0.0
         else:
             self.fit_err = float("nan")
@@ -832,19 +867,17 @@ class _LayerAnalysis:
         suffix: str,
         scales: np.ndarray,
     ) -> None:
-        for index, n in enumerate(self.lengths):
-            scale = float(scales[index])
-            for name, tag in (("id", "xwz"), ("attn", "xwza"), ("unif", "xwzau")):
-                self.rho[f"rho_{tag}{suffix}"][sl, :, index] = _rho_terms(
-                    x,
-                    self.xx[sl],
-                    self.xo[name][sl],
-                    self.oo[name][sl],
-                    variants[name],
-                    self.w_out64,
-                    n,
-                    scale,
-                )
+        for name, tag in (("id", "xwz"), ("attn", "xwza"), ("unif", "xwzau")):
+            self.rho[f"rho_{tag}{suffix}"][sl] = _rho_terms(
+                x,
+                self.xx[sl],
+                self.xo[name][sl],
+                self.oo[name][sl],
+                variants[name],
+                self.w_out64,
+                self.lengths,
+                scales,
+            )
 
     def finish(self, name: str) -> None:
         """Close pass ``name`` (all its blocks added)."""
@@ -859,7 +892,7 @@ class _LayerAnalysis:
         w_in = self.w_v.to(F64) * self.gain.to(F64)[None, None, :]
         w_out64 = self.w_out64
         if self.post_norm:
-            head_sum_err = float(self.check_err2.sum().sqrt() / self.check_ref2.sum().sqrt())
+            head_sum_err = self.fit_err  # the head sum through the fitted norm (norm pass)
         else:
             ref = self.check_ref2[: self.checked].sum().sqrt().clamp_min(1e-30)
             head_sum_err = float(self.check_err2[: self.checked].sum().sqrt() / ref)
@@ -1052,56 +1085,59 @@ def _head_info(per_head: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame
     return table
 
 
-def _read_block(
-    handle: Any,
-    layer: int,
-    sequences: slice,
-    stop: int,
-    expand: torch.Tensor,
-    names: Iterable[str],
-) -> dict[str, Any]:
-    """The datasets ``names`` of one layer and block of sequences, positions ``0..stop - 1``.
+@dataclass
+class _LayerData:
+    """One layer's tensors, positions ``0..stop - 1``, held in memory for all passes over it.
 
-    Keys: ``x``, ``z``, ``update`` ``(B, stop, D)``, ``probs`` ``(B, H, stop, stop)``,
-    ``values`` ``(B, H, stop, k)`` (expanded to query heads), ``sequences`` (the slice).
+    ``x`` ``(N, stop, D)`` float32 and ``update`` ``(N, stop, D)`` and ``probs``
+    ``(N, H, stop, stop)`` as stored, ``values`` ``(N, K, stop, k)`` float32 (recomputed once,
+    :func:`~sinkscope.h5layout.read_values`). About one layer's stored data: each dataset is
+    decompressed once per layer instead of once per pass.
     """
-    names = tuple(names)
-    block: dict[str, Any] = {"sequences": sequences}
-    x = handle["residual/X"][layer, sequences, :stop] if {"x", "z", "values"} & set(names) else None
-    z = read_Z(handle, layer, sequences, stop, x=x) if {"z", "values"} & set(names) else None
-    for name in names:
-        if name == "x":
-            block[name] = torch.from_numpy(x)
-        elif name == "z":
-            block[name] = torch.from_numpy(z)
-        elif name == "values":  # recomputed from Z (h5layout.read_values), float32
-            values = read_values(handle, layer, sequences, stop, z=z)
-            block[name] = torch.from_numpy(values)[:, expand]
-        elif name == "probs":
-            block[name] = torch.from_numpy(
-                handle["attention/probs"][layer, sequences, :, :stop, :stop]
-            )
-        else:
-            block[name] = torch.from_numpy(handle[_BLOCK_DATASETS[name]][layer, sequences, :stop])
+
+    x: np.ndarray
+    update: np.ndarray
+    probs: np.ndarray
+    values: np.ndarray
+
+
+def _read_layer(handle: Any, layer: int, stop: int, blocks: Sequence[slice]) -> _LayerData:
+    x = handle["residual/X"][layer, :, :stop]
+    values: np.ndarray | None = None
+    for sl in blocks:  # block by block: Z is a transient float32 copy of X
+        part = read_values(handle, layer, sl, stop, z=read_Z(handle, layer, sl, stop, x=x[sl]))
+        if values is None:
+            values = np.empty((x.shape[0], *part.shape[1:]), dtype=part.dtype)
+        values[sl] = part
+    assert values is not None  # blocks cover every sequence
+    return _LayerData(
+        x=x,
+        update=handle["attention/residual_update"][layer, :, :stop],
+        probs=handle["attention/probs"][layer, :, :, :stop, :stop],
+        values=values,
+    )
+
+
+def _block(
+    handle: Any, layer: int, data: _LayerData, sequences: slice, expand: torch.Tensor, with_z: bool
+) -> dict[str, Any]:
+    """The tensors of one block of sequences for :class:`_LayerAnalysis` (views of ``data``).
+
+    Keys: ``x``, ``update`` ``(B, stop, D)``, ``probs`` ``(B, H, stop, stop)``, ``values``
+    ``(B, H, stop, k)`` (expanded to query heads), ``sequences`` (the slice) and, with
+    ``with_z``, ``z`` ``(B, stop, D)`` (:func:`~sinkscope.h5layout.read_Z`).
+    """
+    x = data.x[sequences]
+    block: dict[str, Any] = {
+        "sequences": sequences,
+        "x": torch.from_numpy(x),
+        "update": torch.from_numpy(data.update[sequences]),
+        "probs": torch.from_numpy(data.probs[sequences]),
+        "values": torch.from_numpy(data.values[sequences])[:, expand],
+    }
+    if with_z:
+        block["z"] = torch.from_numpy(read_Z(handle, layer, sequences, x.shape[1], x=x))
     return block
-
-
-_BLOCK_DATASETS = {"update": "attention/residual_update"}
-#: Datasets read by each pass of :class:`_LayerAnalysis`.
-PASS_DATASETS: dict[str, tuple[str, ...]] = {
-    "norm": ("probs", "values", "update"),
-    "main": ("x", "z", "probs", "values", "update"),
-    "scaled": ("x", "probs", "values"),
-}
-
-
-def _pass_datasets(analysis: _LayerAnalysis, name: str, sequences: slice) -> tuple[str, ...]:
-    """Datasets pass ``name`` needs for a block (the scaled pass re-reads the residual update
-    only for the output-projection check on the first sequences, without post-norm)."""
-    names = PASS_DATASETS[name]
-    if name == "scaled" and not analysis.post_norm and sequences.start < analysis.checked:
-        names = (*names, "update")
-    return names
 
 
 def _read_weights(handle: Any, layer: int) -> dict[str, torch.Tensor]:
@@ -1111,23 +1147,6 @@ def _read_weights(handle: Any, layer: int) -> dict[str, torch.Tensor]:
         "w_o": torch.from_numpy(handle["weights/W_O"][layer]),
         "gain": torch.from_numpy(handle["weights/norm_gain"][layer]),
     }
-
-
-def _prefetched(
-    pool: ThreadPoolExecutor, read: Callable[..., dict[str, Any]], requests: Sequence[tuple]
-) -> Iterator[dict[str, Any]]:
-    """``read(*request)`` for each request in order; the next one is read in ``pool``'s thread
-    while the caller works on the current one (h5py is used by that thread only; torch releases
-    the GIL), so at most two blocks are held."""
-    if not requests:
-        return
-    pending = pool.submit(read, *requests[0])
-    for index in range(len(requests)):
-        data = pending.result()
-        if index + 1 < len(requests):
-            pending = pool.submit(read, *requests[index + 1])
-        yield data
-        del data
 
 
 def _layer_frames(
@@ -1206,31 +1225,26 @@ def analyze_file(
         if size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         blocks = [slice(first, min(first + size, n_seq)) for first in range(0, n_seq, size)]
-        # one layer at a time, each in passes over blocks of sequences; the next block is read
-        # in a background thread while the current one is computed
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            for layer in selected:
-                analysis = _LayerAnalysis(
-                    _read_weights(handle, layer), n_seq, post_norm, start, tokens, lam
-                )
-                for name in analysis.passes:
-                    requests = [
-                        (handle, layer, sl, stop, expand, _pass_datasets(analysis, name, sl))
-                        for sl in blocks
-                    ]
-                    for block in _prefetched(pool, _read_block, requests):
-                        analysis.add(name, block)
-                        del block
-                    analysis.finish(name)
-                    # each pass allocates differently sized work arrays: without a trim the heap
-                    # keeps the previous pass's freed pages (measured: +25-40 % peak RSS)
-                    _release_freed_memory()
-                result = analysis.result()
-                del analysis
+        # one layer at a time, read once, then in passes over blocks of sequences
+        for layer in selected:
+            analysis = _LayerAnalysis(
+                _read_weights(handle, layer), n_seq, post_norm, start, tokens, lam
+            )
+            data = _read_layer(handle, layer, stop, blocks)
+            for name in analysis.passes:
+                for sl in blocks:
+                    analysis.add(name, _block(handle, layer, data, sl, expand, name == "main"))
+                analysis.finish(name)
+                # each pass allocates differently sized work arrays: without a trim the heap
+                # keeps the previous pass's freed pages (measured: +25-40 % peak RSS)
                 _release_freed_memory()
-                heads_frame, layer_frame = _layer_frames(layer, lengths, n_heads, result)
-                head_rows.append(heads_frame)
-                layer_rows.append(layer_frame)
+            del data
+            result = analysis.result()
+            del analysis
+            _release_freed_memory()
+            heads_frame, layer_frame = _layer_frames(layer, lengths, n_heads, result)
+            head_rows.append(heads_frame)
+            layer_rows.append(layer_frame)
     ids = [
         pl.lit(model).alias("model"),
         pl.lit(dataset).alias("dataset"),
