@@ -109,7 +109,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from sinkscope.h5layout import default_block_size, open_activations, read_values, read_Z
+from sinkscope.h5layout import InputProjection, default_block_size, open_activations
 from sinkscope.heads import HeadClassThresholds, with_classes
 
 __all__ = [
@@ -956,6 +956,7 @@ def analyze_file(
             sink_heads = np.flatnonzero(sink[layer])
             w_o = handle["weights/W_O"][layer]
             vo_factor = value_output_factor(w_o)
+            projection = InputProjection.read(handle, layer)
             # per-sequence results of the layer, filled block by block (a few sequences of Z,
             # X, values and BOS attention are read at a time); the layer's statistics are
             # taken from the complete arrays, so they do not depend on the block size
@@ -968,7 +969,7 @@ def analyze_file(
             vo_norms = np.empty((n_seq, n_heads, t1))
             for block in _blocks(n_seq, size):
                 x = x_ds[layer, block]
-                z = read_Z(handle, layer, block, x=x)  # float32; float64 copies made per block
+                z = projection.Z(x)  # float32; float64 copies made per block
                 # 1. cosines in both spaces
                 cos["Z"][block] = bos_cosines(z)
                 cos["X"][block] = bos_cosines(x)
@@ -988,7 +989,7 @@ def analyze_file(
                 # massive activations on X
                 x_norms[block] = row_norms(x)
                 # 2. value ranks and 3. BOS value-output norms
-                values = read_values(handle, layer, block, z=z)  # (B, K, T1, hd)
+                values = projection.values(z)  # (B, K, T1, hd)
                 del z, x, bos_att, attend
                 rank[block], rel_rank[block], ratio[block] = relative_rank(values[:, :, :m])
                 value_norms[block], vo_norms[block] = value_output_norms(values, w_o, vo_factor)

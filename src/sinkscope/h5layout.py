@@ -372,6 +372,71 @@ def _norm_settings(handle: h5py.File | h5py.Group) -> tuple[str, float, str, str
     return kind, float(attrs["input_norm_eps"]), cast, dtype
 
 
+@dataclass(frozen=True)
+class InputProjection:
+    """One layer's input norm and value projection, read once from a file (:meth:`read`).
+
+    :meth:`Z` and :meth:`values` recompute ``Z`` and the value vectors of any block of
+    ``residual/X`` without reading the weights again; :func:`read_Z` and :func:`read_values` are
+    the one-call forms. Loops over blocks of one layer build this once.
+    """
+
+    kind: str
+    eps: float
+    cast: str
+    dtype: str
+    gain: np.ndarray  # (D,)
+    bias: np.ndarray  # (D,)
+    w_v: np.ndarray  # (D, K * hd) float64: W_V^T of the key/value heads
+    b_v: np.ndarray  # (K * hd,) float64
+    n_kv_heads: int
+
+    @classmethod
+    def read(cls, handle: h5py.File | h5py.Group, layer: int) -> InputProjection:
+        kind, eps, cast, dtype = _norm_settings(handle)
+        n_heads, n_kv = int(handle.attrs["n_heads"]), int(handle.attrs["n_kv_heads"])
+        group = n_heads // n_kv
+        w_v = handle["weights/W_V"][layer][::group].astype(np.float64)  # (K, hd, D)
+        b_v = handle["weights/b_V"][layer][::group].astype(np.float64)  # (K, hd)
+        k, hd, d = w_v.shape
+        return cls(
+            kind=kind,
+            eps=eps,
+            cast=cast,
+            dtype=dtype,
+            gain=handle["weights/norm_gain"][layer],
+            bias=handle["weights/norm_bias"][layer],
+            w_v=np.ascontiguousarray(w_v.reshape(k * hd, d).T),
+            b_v=b_v.reshape(-1),
+            n_kv_heads=k,
+        )
+
+    def Z(self, x: np.ndarray) -> np.ndarray:
+        """``Z`` of a block ``x`` ``(B, P, D)`` of ``residual/X``: ``(B, P, D)`` float32
+        (:func:`input_norm` with the stored gain, bias and the file's ``input_norm*`` and
+        ``dtype`` attributes: what the layer's query/key/value projections saw in the forward,
+        paper §3's attention input with the learnable gain)."""
+        return input_norm(x, self.gain, self.bias, self.kind, self.eps, self.cast, self.dtype)
+
+    def values(self, z: np.ndarray) -> np.ndarray:
+        """Value vectors ``V = Z W_V^T + b_V`` per key/value head: ``(B, K, P, hd)`` float32.
+
+        Each sequence's product runs in float64 on its own (the result does not depend on the
+        block), then is rounded to float32 (and to the forward dtype, where the model's
+        projection rounds).
+        """
+        d = self.w_v.shape[0]
+        if z.ndim != 3 or z.shape[-1] != d:
+            raise ValueError(f"z has shape {z.shape}; expected (sequences, positions, {d})")
+        k = self.n_kv_heads
+        hd = self.w_v.shape[1] // k
+        out = np.empty((z.shape[0], k, z.shape[1], hd), dtype=np.float32)
+        for row in range(z.shape[0]):
+            v = z[row].astype(np.float64) @ self.w_v + self.b_v  # (P, K * hd)
+            out[row] = round_to_dtype(v, self.dtype).reshape(z.shape[1], k, hd).transpose(1, 0, 2)
+        return out
+
+
 def read_Z(
     handle: h5py.File | h5py.Group,
     layer: int,
@@ -381,17 +446,13 @@ def read_Z(
 ) -> np.ndarray:
     """``Z`` of one layer for a block of sequences, positions ``0..stop - 1``: (B, stop, D) float32.
 
-    Recomputed from ``residual/X`` by :func:`input_norm` with the stored gain and bias and the
-    file's ``input_norm*`` and ``dtype`` attributes: what the layer's query/key/value projections
-    saw in the extraction's forward (paper §3's attention input, with the learnable gain).
-    ``x``: ``residual/X[layer, sequences, :stop]`` when the caller has read it already.
+    Recomputed from ``residual/X`` (:meth:`InputProjection.Z`). ``x``:
+    ``residual/X[layer, sequences, :stop]`` when the caller has read it already.
     """
-    kind, eps, cast, dtype = _norm_settings(handle)
+    projection = InputProjection.read(handle, layer)
     if x is None:
         x = handle["residual/X"][layer, sequences, :stop]
-    gain = handle["weights/norm_gain"][layer]
-    bias = handle["weights/norm_bias"][layer]
-    return input_norm(x, gain, bias, kind, eps, cast, dtype)
+    return projection.Z(x)
 
 
 def read_values(
@@ -401,28 +462,14 @@ def read_values(
     stop: int | None = None,
     z: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Value vectors ``V = Z W_V^T + b_V`` per key/value head: (B, K, stop, hd) float32.
-
-    ``z``: this block's :func:`read_Z` when the caller has it already (else it is read). Each
-    sequence's product runs in float64 on its own (the result does not depend on the block), then
-    is rounded to float32 (and to the forward dtype, where the model's projection rounds).
-    """
+    """Value vectors ``V = Z W_V^T + b_V`` per key/value head: (B, K, stop, hd) float32
+    (:meth:`InputProjection.values`). ``z``: this block's :func:`read_Z` when the caller has it
+    already (else it is read)."""
+    projection = InputProjection.read(handle, layer)
     if z is None:
-        z = read_Z(handle, layer, sequences, stop)
-    _, _, _, dtype = _norm_settings(handle)
-    n_heads, n_kv = int(handle.attrs["n_heads"]), int(handle.attrs["n_kv_heads"])
-    group = n_heads // n_kv
-    w_v = handle["weights/W_V"][layer, ::group].astype(np.float64)  # (K, hd, D)
-    b_v = handle["weights/b_V"][layer, ::group].astype(np.float64)  # (K, hd)
-    k, hd, d = w_v.shape
-    if z.ndim != 3 or z.shape[-1] != d:
-        raise ValueError(f"z has shape {z.shape}; expected (sequences, positions, {d})")
-    w = w_v.reshape(k * hd, d).T
-    out = np.empty((z.shape[0], k, z.shape[1], hd), dtype=np.float32)
-    for row in range(z.shape[0]):
-        v = z[row].astype(np.float64) @ w + b_v.reshape(-1)  # (T, K * hd)
-        out[row] = round_to_dtype(v, dtype).reshape(z.shape[1], k, hd).transpose(1, 0, 2)
-    return out
+        x = handle["residual/X"][layer, sequences, :stop]
+        z = projection.Z(x)
+    return projection.values(z)
 
 
 # ------------------------------------------------------------------ block-wise reading

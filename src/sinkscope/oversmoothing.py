@@ -141,7 +141,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from sinkscope.h5layout import default_block_size, open_activations, read_values, read_Z
+from sinkscope.h5layout import InputProjection, default_block_size, open_activations
 
 __all__ = [
     "DEFAULT_CONTEXT_LENGTHS",
@@ -1095,6 +1095,7 @@ class _LayerData:
     decompressed once per layer instead of once per pass.
     """
 
+    projection: InputProjection
     x: np.ndarray
     update: np.ndarray
     probs: np.ndarray
@@ -1103,14 +1104,16 @@ class _LayerData:
 
 def _read_layer(handle: Any, layer: int, stop: int, blocks: Sequence[slice]) -> _LayerData:
     x = handle["residual/X"][layer, :, :stop]
+    projection = InputProjection.read(handle, layer)
     values: np.ndarray | None = None
     for sl in blocks:  # block by block: Z is a transient float32 copy of X
-        part = read_values(handle, layer, sl, stop, z=read_Z(handle, layer, sl, stop, x=x[sl]))
+        part = projection.values(projection.Z(x[sl]))
         if values is None:
             values = np.empty((x.shape[0], *part.shape[1:]), dtype=part.dtype)
         values[sl] = part
     assert values is not None  # blocks cover every sequence
     return _LayerData(
+        projection=projection,
         x=x,
         update=handle["attention/residual_update"][layer, :, :stop],
         probs=handle["attention/probs"][layer, :, :, :stop, :stop],
@@ -1119,13 +1122,13 @@ def _read_layer(handle: Any, layer: int, stop: int, blocks: Sequence[slice]) -> 
 
 
 def _block(
-    handle: Any, layer: int, data: _LayerData, sequences: slice, expand: torch.Tensor, with_z: bool
+    data: _LayerData, sequences: slice, expand: torch.Tensor, with_z: bool
 ) -> dict[str, Any]:
     """The tensors of one block of sequences for :class:`_LayerAnalysis` (views of ``data``).
 
     Keys: ``x``, ``update`` ``(B, stop, D)``, ``probs`` ``(B, H, stop, stop)``, ``values``
     ``(B, H, stop, k)`` (expanded to query heads), ``sequences`` (the slice) and, with
-    ``with_z``, ``z`` ``(B, stop, D)`` (:func:`~sinkscope.h5layout.read_Z`).
+    ``with_z``, ``z`` ``(B, stop, D)`` (:meth:`~sinkscope.h5layout.InputProjection.Z`).
     """
     x = data.x[sequences]
     block: dict[str, Any] = {
@@ -1136,7 +1139,7 @@ def _block(
         "values": torch.from_numpy(data.values[sequences])[:, expand],
     }
     if with_z:
-        block["z"] = torch.from_numpy(read_Z(handle, layer, sequences, x.shape[1], x=x))
+        block["z"] = torch.from_numpy(data.projection.Z(x))
     return block
 
 
@@ -1233,7 +1236,7 @@ def analyze_file(
             data = _read_layer(handle, layer, stop, blocks)
             for name in analysis.passes:
                 for sl in blocks:
-                    analysis.add(name, _block(handle, layer, data, sl, expand, name == "main"))
+                    analysis.add(name, _block(data, sl, expand, name == "main"))
                 analysis.finish(name)
                 # each pass allocates differently sized work arrays: without a trim the heap
                 # keeps the previous pass's freed pages (measured: +25-40 % peak RSS)
