@@ -93,7 +93,7 @@ def test_moment_accumulator_blocks_equal_one_pass() -> None:
     x = 1.7 * z + 0.1 * rng.normal(size=z.shape)
     lengths = [2, 5, 9]
     whole = ov.estimate_moments(z, x, lengths)
-    acc = ov.MomentAccumulator(lengths, 4)
+    acc = ov.MomentAccumulator(lengths, 4, 7)
     for first in range(0, 7, 3):
         acc.add(z[first : first + 3], x[first : first + 3])
     for index, n in enumerate(lengths):
@@ -114,6 +114,8 @@ def test_moment_accumulator_blocks_equal_one_pass() -> None:
         assert blocked.beta == pytest.approx(beta, rel=1e-12)
     with pytest.raises(ValueError, match="x must be given"):
         acc.add(z[:1])
+    with pytest.raises(ValueError, match="more than n_sequences = 7"):
+        acc.add(z[:1], x[:1])
 
 
 def test_post_norm_sums_pool_to_the_gain_fit() -> None:
