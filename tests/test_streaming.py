@@ -24,8 +24,10 @@ from sinkscope.streaming import (
     Policy,
     StreamingEvaluator,
     Streams,
+    _check_nll_table,
     _check_same_streams,
     _evaluate_policies,
+    _nll_at,
     _recompute_rows,
     build_policies,
     correlation,
@@ -340,6 +342,28 @@ def test_recompute_needs_the_streams_of_the_cache_run():
         _check_same_streams(settings, [0, 2], T, "settings.parquet")
     with pytest.raises(ValueError, match="re-run analyze_streaming"):
         _check_same_streams(settings, [0, 1], T + 1, "settings.parquet")
+
+
+def test_recompute_errors_name_the_nll_file():
+    table = pl.DataFrame(
+        {
+            "policy": ["dense", "dense", "window_L4"],
+            "kind": ["dense", "dense", "window"],
+            "n_sink": [0, 0, 0],
+            "window": [None, None, 4],
+            "positions": ["cache"] * 3,
+            "position": [5, 6, 5],
+            "nll": [1.0, 2.0, 3.0],
+        }
+    )
+    _check_nll_table(table, "a/nll_by_position.parquet")  # complete: no error
+    np.testing.assert_array_equal(_nll_at(table, "dense", [6, 5], "f"), [2.0, 1.0])
+    with pytest.raises(ValueError, match=r"a/nll.parquet: no NLL of policy window_L4 at .*\[6\]"):
+        _nll_at(table, "window_L4", [5, 6], "a/nll.parquet")
+    with pytest.raises(ValueError, match="a/nll.parquet: no dense policy"):
+        _check_nll_table(table.filter(pl.col("kind") != "dense"), "a/nll.parquet")
+    with pytest.raises(ValueError, match=r"a/nll.parquet: columns \['nll'\] are missing"):
+        _check_nll_table(table.drop("nll"), "a/nll.parquet")
 
 
 def test_policy_grid_and_pair_tables():

@@ -1043,6 +1043,8 @@ def recompute_pair(
     p = {**DEFAULT_PARAMS, **dict(params or {})}
     model_name, dataset_name = _names(p, prepared_model_dir, documents_parquet)
     nll_table = _as_frame(nll_by_position)
+    nll_source = "nll_by_position" if isinstance(nll_by_position, pl.DataFrame) else nll_by_position
+    _check_nll_table(nll_table, nll_source)  # before the model is loaded
     settings_table = _as_frame(settings)
     length = int(p["stream_length"])
     threads_before = torch.get_num_threads()
@@ -1053,7 +1055,7 @@ def recompute_pair(
         _check_same_streams(settings_table, streams.offsets, length, settings)
         evaluator = StreamingEvaluator(streams.model, chunk_size=int(p["chunk_size"]))
         rows, times = _recompute_rows(
-            evaluator, streams, nll_table, int(p.get("recompute_samples") or 0)
+            evaluator, streams, nll_table, int(p.get("recompute_samples") or 0), nll_source
         )
     finally:
         torch.set_num_threads(threads_before)
@@ -1068,24 +1070,46 @@ def _as_frame(table: str | Path | pl.DataFrame) -> pl.DataFrame:
     return table if isinstance(table, pl.DataFrame) else pl.read_parquet(table)
 
 
-def _nll_at(nll_table: pl.DataFrame, policy: str, positions: Sequence[int]) -> np.ndarray:
-    """Mean-over-streams NLL of ``policy`` at the token ``positions`` (from ``nll_by_position``)."""
+#: Columns of ``nll_by_position`` that the re-computation reads.
+_NLL_COLUMNS = ("policy", "kind", "n_sink", "window", "positions", "position", "nll")
+
+
+def _check_nll_table(nll_table: pl.DataFrame, source: Any) -> None:
+    """``source`` (the file, for the message) has the columns and the dense policy we read."""
+    missing = [c for c in _NLL_COLUMNS if c not in nll_table.columns]
+    if missing:
+        raise ValueError(f"{source}: columns {missing} are missing; re-run analyze_streaming")
+    if "dense" not in nll_table["policy"].unique().to_list():
+        raise ValueError(f"{source}: no dense policy; re-run analyze_streaming for this pair")
+
+
+def _nll_at(
+    nll_table: pl.DataFrame, policy: str, positions: Sequence[int], source: Any
+) -> np.ndarray:
+    """Mean-over-streams NLL of ``policy`` at the token ``positions`` (from ``nll_by_position``,
+    read from ``source``: named in the error when a position is missing)."""
     rows = nll_table.filter(pl.col("policy") == policy).select("position", "nll")
     by_position = dict(zip(rows["position"].to_list(), rows["nll"].to_list(), strict=True))
     missing = [t for t in positions if t not in by_position]
     if missing:
-        raise ValueError(f"nll_by_position has no NLL of policy {policy} at positions {missing}")
+        raise ValueError(
+            f"{source}: no NLL of policy {policy} at positions {missing}; the caches were "
+            "evaluated with other streaming.params: re-run analyze_streaming for this pair"
+        )
     return np.array([by_position[t] for t in positions], dtype=np.float64)
 
 
 def _recompute_rows(
-    evaluator: StreamingEvaluator, streams: Streams, nll_table: pl.DataFrame, n_samples: int
+    evaluator: StreamingEvaluator,
+    streams: Streams,
+    nll_table: pl.DataFrame,
+    n_samples: int,
+    source: Any = "nll_by_position",
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     ids = streams.ids
     length = ids.shape[1]
+    _check_nll_table(nll_table, source)
     policies = nll_table.select("policy", "kind", "n_sink", "window", "positions").unique()
-    if "dense" not in policies["policy"].to_list():
-        raise ValueError("nll_by_position has no dense policy")
     k_max = int(policies["n_sink"].max() or 0)
     window_rows = (
         policies.filter(pl.col("kind") == "window")
@@ -1100,8 +1124,8 @@ def _recompute_rows(
         if not queries:
             continue
         positions = [t + 1 for t in queries]
-        dense = _nll_at(nll_table, "dense", positions)
-        window_nll = _nll_at(nll_table, window_policy["policy"], positions)
+        dense = _nll_at(nll_table, "dense", positions, source)
+        window_nll = _nll_at(nll_table, window_policy["policy"], positions, source)
         others = policies.filter(
             pl.col("kind").is_in(["sink", "neutral"])
             & (pl.col("window") == window)
@@ -1126,7 +1150,7 @@ def _recompute_rows(
             recompute = run.nll.numpy().astype(np.float64).mean(axis=0)  # per sampled position
             gap = float(window_nll.mean() - recompute.mean())
             for pol in compared:
-                values = _nll_at(nll_table, pol["policy"], positions)
+                values = _nll_at(nll_table, pol["policy"], positions, source)
                 diff = values - recompute
                 rows.append(
                     {
