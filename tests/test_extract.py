@@ -33,6 +33,7 @@ from sinkscope.extract import (
     extract_activations,
     resolve_batch_size,
     resolve_overlap,
+    rms_norm_cast,
 )
 from sinkscope.models import ModelShape, architecture_of, decoder_layers, load_model
 from sinkscope.tokens import token_ids_sha256
@@ -339,3 +340,31 @@ def test_round_to_dtype_matches_torch_casts() -> None:
         h5layout.round_to_dtype(a, "float8")
     with pytest.raises(ValueError, match="input_norm 'batch'"):
         h5layout.input_norm(a[None], np.ones(a.size), np.zeros(a.size), "batch", 1e-6)
+
+
+def test_rms_norm_cast_is_measured_on_the_module() -> None:
+    """Where an RMS norm rounds in a 16-bit forward is read off the module, not its family."""
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    torch.manual_seed(0)
+    llama, gemma = LlamaRMSNorm(32, eps=1e-6), Gemma3RMSNorm(32, eps=1e-6)
+    with torch.no_grad():
+        llama.weight.add_(0.3 * torch.randn(32))
+        gemma.weight.add_(0.3 * torch.randn(32))
+    assert rms_norm_cast(llama, 1e-6, 0.0) == "before_gain"
+    assert rms_norm_cast(gemma, 1e-6, 1.0) == "after_gain"
+    # with a gain of exactly 1 both casts give the same Z: the first is returned
+    assert rms_norm_cast(LlamaRMSNorm(32, eps=1e-6), 1e-6, 0.0) == h5layout.NORM_CASTS[0]
+
+    class RoundsTwice(torch.nn.Module):  # rounds to float16 first: no cast reproduces it
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(1 + 0.3 * torch.randn(32))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)
+            return (h.half().float() * self.weight.float()).to(x.dtype)
+
+    with pytest.raises(ValueError, match="RoundsTwice: no input_norm_cast reproduces"):
+        rms_norm_cast(RoundsTwice(), 1e-6, 0.0)

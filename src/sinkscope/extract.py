@@ -26,6 +26,7 @@ same cores, so they run in turn (``bench/run.py`` measures both). The wall secon
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import logging
 import os
@@ -198,10 +199,10 @@ def input_norm_settings(model: torch.nn.Module) -> dict[str, Any]:
     """File attributes ``input_norm``, ``input_norm_eps``, ``input_norm_cast`` of the model's
     attention input norms (:func:`sinkscope.h5layout.input_norm` recomputes ``Z`` with them).
 
-    ``torch.nn.LayerNorm`` (GPT-2) is ``"layer"``; the RMS norms of Llama-style models and Gemma are
-    ``"rms"``. A 16-bit forward rounds Llama's normalised input before its gain
-    (``LlamaRMSNorm``: ``weight * x.to(input_dtype)``) and Gemma's after it (``GemmaRMSNorm``:
-    ``(x * (1 + w)).type_as(x)``); LayerNorm rounds its output once. Every layer must agree.
+    ``torch.nn.LayerNorm`` (GPT-2) is ``"layer"`` (it rounds its output once: ``"after_gain"``);
+    the RMS norms of Llama-style models and Gemma are ``"rms"``, and where they round in a 16-bit
+    forward is measured, not assumed from the family (:func:`rms_norm_cast`). Every layer must
+    agree.
     """
     arch = architecture_of(model)
     settings = []
@@ -215,11 +216,47 @@ def input_norm_settings(model: torch.nn.Module) -> dict[str, Any]:
             eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
             if eps is None:
                 raise ValueError(f"{type(norm).__name__}: cannot find the norm's epsilon")
-            kind, cast = "rms", "after_gain" if arch.family == "gemma" else "before_gain"
+            kind, cast = "rms", rms_norm_cast(norm, float(eps), arch.gain_offset)
         settings.append({"input_norm": kind, "input_norm_eps": float(eps), "input_norm_cast": cast})
     if any(entry != settings[0] for entry in settings):
         raise ValueError(f"{type(model).__name__}: the layers' input norms differ: {settings}")
     return settings[0]
+
+
+def rms_norm_cast(norm: torch.nn.Module, eps: float, gain_offset: float) -> str:
+    """Where an RMS norm module rounds in a 16-bit forward: ``"before_gain"`` (``LlamaRMSNorm``:
+    ``w * norm(x).to(dtype)``) or ``"after_gain"`` (``Gemma3RMSNorm``: ``(norm(x) * (1 + w))
+    .to(dtype)``), found by running a bfloat16 copy of the module on a fixed probe and comparing
+    its output with :func:`sinkscope.h5layout.input_norm` under each cast.
+
+    The cast that reproduces the module (at least 99 % of the entries bit for bit, as the
+    extraction tests require of ``Z``) is returned; when both do (a gain that rounding commutes
+    with, e.g. all ones), they give the same ``Z`` and the first is returned. A norm that neither
+    reproduces raises ValueError naming its class.
+    """
+    module = copy.deepcopy(norm).to(torch.bfloat16)
+    weight = getattr(module, "weight", None)
+    if weight is None:
+        raise ValueError(f"{type(norm).__name__}: an RMS norm without gain")
+    gain = weight.detach().float().numpy() + gain_offset
+    generator = torch.Generator().manual_seed(0)
+    probe = (4 * torch.randn(64, gain.shape[0], generator=generator)).to(torch.bfloat16)
+    with torch.no_grad():
+        output = module(probe).float().numpy()
+    x, bias = probe.float().numpy(), np.zeros_like(gain)
+    agreement = {
+        cast: float(
+            np.mean(layout.input_norm(x, gain, bias, "rms", eps, cast, "bfloat16") == output)
+        )
+        for cast in layout.NORM_CASTS
+    }
+    best = max(layout.NORM_CASTS, key=lambda cast: agreement[cast])  # first on a tie
+    if agreement[best] < 0.99:
+        raise ValueError(
+            f"{type(norm).__name__}: no input_norm_cast reproduces its bfloat16 output "
+            f"(agreement {agreement}); sinkscope.h5layout.input_norm needs a new case"
+        )
+    return best
 
 
 def _to_storage(tensor: torch.Tensor, dtype: str, name: str) -> np.ndarray:
