@@ -109,7 +109,12 @@ import numpy as np
 import polars as pl
 import torch
 
-from sinkscope.h5layout import InputProjection, default_block_size, open_activations
+from sinkscope.h5layout import (
+    InputProjection,
+    default_block_size,
+    open_activations,
+    read_layer,
+)
 from sinkscope.heads import HeadClassThresholds, with_classes
 
 __all__ = [
@@ -968,7 +973,7 @@ def analyze_file(
             value_norms = np.empty((n_seq, n_heads, t1))
             vo_norms = np.empty((n_seq, n_heads, t1))
             for block in _blocks(n_seq, size):
-                x = x_ds[layer, block]
+                x = read_layer(x_ds, layer, block)
                 z = projection.Z(x)  # float32; float64 copies made per block
                 # 1. cosines in both spaces
                 cos["Z"][block] = bos_cosines(z)
@@ -976,7 +981,9 @@ def analyze_file(
                 # half-space test on Z with J from the layer's sink heads
                 bos_att = np.zeros((z.shape[0], sink_heads.size, context_length), np.float32)
                 if sink_heads.size:
-                    bos_att[:] = probs_ds[layer, block, :, 1:, 0][:, sink_heads]
+                    bos_att[:] = read_layer(
+                        probs_ds, layer, block, (slice(None), slice(1, None), 0)
+                    )[:, sink_heads]
                 attend = attending_tokens(bos_att, attend_threshold)
                 for row in _halfspace_layer_rows(z, attend):
                     row.update(

@@ -21,12 +21,16 @@ without it (or with a foreign ``format``) is rejected by :func:`open_activations
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
+from h5py import h5z
 
 FORMAT = "sinkscope-activations"
 SCHEMA_VERSION = 2
@@ -484,6 +488,87 @@ BLOCK_MAX_BYTES = 32 * 2**20
 PER_LAYER_DATASETS: tuple[str, ...] = tuple(
     spec.name for spec in DATASETS if spec.axes[:2] == ("layer", "sequence")
 )
+
+
+def _chunk_filters(dataset: h5py.Dataset) -> list[int] | None:
+    """The filter ids of ``dataset``'s pipeline when :func:`read_layer` can decode its chunks
+    itself (one chunk per (layer, sequence), shuffle and/or deflate only), else None."""
+    chunks = dataset.chunks
+    if (
+        chunks is None
+        or dataset.ndim < 2
+        or chunks[:2] != (1, 1)
+        or chunks[2:] != dataset.shape[2:]
+    ):
+        return None
+    plist = dataset.id.get_create_plist()
+    filters = [int(plist.get_filter(i)[0]) for i in range(plist.get_nfilters())]
+    allowed = ([], [h5z.FILTER_DEFLATE], [h5z.FILTER_SHUFFLE, h5z.FILTER_DEFLATE])
+    return filters if filters in allowed else None
+
+
+def _decode_chunk(raw: bytes, filters: list[int], mask: int, dtype: np.dtype) -> np.ndarray:
+    """Inverse of the filters that were applied (bit ``i`` of ``mask`` set: filter ``i`` skipped),
+    last first: inflate (``zlib``, which releases the GIL), then un-shuffle."""
+    data: bytes | np.ndarray = raw
+    for index in reversed(range(len(filters))):
+        if mask & (1 << index):
+            continue
+        if filters[index] == h5z.FILTER_DEFLATE:
+            data = zlib.decompress(data)
+        else:  # shuffle: byte j of every element was stored together
+            planes = np.frombuffer(data, dtype=np.uint8).reshape(dtype.itemsize, -1)
+            data = np.ascontiguousarray(planes.T)
+    return np.frombuffer(data, dtype=np.uint8).view(dtype)
+
+
+def read_layer(
+    dataset: h5py.Dataset,
+    layer: int,
+    sequences: slice = slice(None),
+    trailing: tuple[Any, ...] = (),
+    out: np.ndarray | None = None,
+    threads: int | None = None,
+) -> np.ndarray:
+    """``dataset[layer, sequences, *trailing]`` (a block of sequences of one layer; ``trailing``:
+    slices or integers), decoded by several threads.
+
+    The layout stores one chunk per (layer, sequence), shuffled and deflated; HDF5 inflates one
+    chunk at a time while h5py holds the GIL. Here the raw chunks are read
+    (``read_direct_chunk``) and inflated by ``threads`` threads (default: the cores this process
+    may use); the values are identical. Any other chunking or filter falls back to h5py.
+    ``out``: a C-contiguous array of the result's shape and the dataset's dtype to fill.
+    """
+    first, stop, step = sequences.indices(dataset.shape[1])
+    if step != 1:
+        raise ValueError(f"sequences must be a contiguous slice, got {sequences}")
+    selection = (layer, slice(first, stop), *trailing)
+    shape = np.broadcast_to(np.empty((), dtype=bool), dataset.shape)[selection].shape
+    if out is None:
+        out = np.empty(shape, dtype=dataset.dtype)
+    elif out.shape != shape or out.dtype != dataset.dtype:
+        raise ValueError(f"out has {out.shape} {out.dtype}; expected {shape} {dataset.dtype}")
+    filters = _chunk_filters(dataset)
+    if filters is None:
+        dataset.read_direct(out, source_sel=selection)
+        return out
+    dtype = np.dtype(dataset.dtype)
+    chunk_shape = dataset.chunks[2:]
+    zeros = (0,) * (dataset.ndim - 2)
+
+    def decode(row: int, mask: int, raw: bytes) -> None:
+        chunk = _decode_chunk(raw, filters, mask, dtype).reshape(chunk_shape)
+        out[row] = chunk[trailing]
+
+    workers = threads or len(os.sched_getaffinity(0))
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        jobs = []
+        for row, sequence in enumerate(range(first, stop)):
+            mask, raw = dataset.id.read_direct_chunk((layer, sequence, *zeros))
+            jobs.append(pool.submit(decode, row, mask, raw))
+        for job in jobs:
+            job.result()
+    return out
 
 
 def file_sizes(handle: h5py.File | h5py.Group) -> dict[str, int]:

@@ -142,7 +142,12 @@ import numpy as np
 import polars as pl
 import torch
 
-from sinkscope.h5layout import InputProjection, default_block_size, open_activations
+from sinkscope.h5layout import (
+    InputProjection,
+    default_block_size,
+    open_activations,
+    read_layer,
+)
 
 __all__ = [
     "DEFAULT_CONTEXT_LENGTHS",
@@ -1129,14 +1134,15 @@ def _mapped_empty(shape: Sequence[int], dtype: Any) -> np.ndarray:
 
 
 def _read_layer(handle: Any, layer: int, stop: int, blocks: Sequence[slice]) -> _LayerData:
-    def read(name: str, selection: tuple[Any, ...]) -> np.ndarray:
+    def read(name: str, trailing: tuple[slice, ...]) -> np.ndarray:
         dataset = handle[name]
+        selection = (layer, slice(None), *trailing)
         shape = np.broadcast_to(np.empty((), dtype=bool), dataset.shape)[selection].shape
-        out = _mapped_empty(shape, dataset.dtype)
-        dataset.read_direct(out, source_sel=selection)
-        return out
+        return read_layer(
+            dataset, layer, trailing=trailing, out=_mapped_empty(shape, dataset.dtype)
+        )
 
-    x = read("residual/X", np.s_[layer, :, :stop])
+    x = read("residual/X", (slice(stop),))
     projection = InputProjection.read(handle, layer)
     values: np.ndarray | None = None
     for sl in blocks:  # block by block: Z is a transient float32 copy of X
@@ -1148,8 +1154,8 @@ def _read_layer(handle: Any, layer: int, stop: int, blocks: Sequence[slice]) -> 
     return _LayerData(
         projection=projection,
         x=x,
-        update=read("attention/residual_update", np.s_[layer, :, :stop]),
-        probs=read("attention/probs", np.s_[layer, :, :, :stop, :stop]),
+        update=read("attention/residual_update", (slice(stop),)),
+        probs=read("attention/probs", (slice(None), slice(stop), slice(stop))),
         values=values,
     )
 
