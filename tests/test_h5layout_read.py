@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
-from sinkscope.h5layout import read_layer
+from sinkscope.h5layout import ActivationFileError, read_layer
 
 
 def _shuffled_deflated(chunk: np.ndarray) -> bytes:
@@ -76,3 +76,22 @@ def test_chunks_with_skipped_filters_are_decoded(tmp_path: Path) -> None:
     with h5py.File(path, "r") as f:
         np.testing.assert_array_equal(f["d"][0], data[0])  # HDF5 agrees on the encoding
         np.testing.assert_array_equal(read_layer(f["d"], 0, threads=2), data[0])
+
+
+def test_a_damaged_chunk_names_the_file_and_chunk(tmp_path: Path) -> None:
+    data = np.ones((1, 2, 4, 6), dtype="float16")
+    path = tmp_path / "c.h5"
+    with h5py.File(path, "w") as f:
+        ds = f.create_dataset("d", data=data, chunks=(1, 1, 4, 6), compression="gzip", shuffle=True)
+        ds.id.write_direct_chunk((0, 1, 0, 0), b"not deflate")
+    with h5py.File(path, "r") as f:
+        with pytest.raises(ActivationFileError, match=r"c.h5: /d chunk \(layer 0, sequence 1\)"):
+            read_layer(f["d"], 0, threads=2)
+        allocated = []
+
+        def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+            allocated.append((shape, dtype))
+            return np.empty(shape, dtype)
+
+        read_layer(f["d"], 0, slice(0, 1), empty=empty)
+        assert allocated == [((1, 4, 6), np.dtype("float16"))]

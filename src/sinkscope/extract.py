@@ -234,7 +234,7 @@ def rms_norm_cast(norm: torch.nn.Module, eps: float, gain_offset: float) -> str:
     with, e.g. all ones), they give the same ``Z`` and the first is returned. A norm that neither
     reproduces raises ValueError naming its class.
     """
-    module = copy.deepcopy(norm).to(torch.bfloat16)
+    module = copy.deepcopy(norm).to(device="cpu", dtype=torch.bfloat16)  # the probe's device
     weight = getattr(module, "weight", None)
     if weight is None:
         raise ValueError(f"{type(norm).__name__}: an RMS norm without gain")

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -529,6 +529,7 @@ def read_layer(
     trailing: tuple[Any, ...] = (),
     out: np.ndarray | None = None,
     threads: int | None = None,
+    empty: Callable[[tuple[int, ...], np.dtype], np.ndarray] = np.empty,
 ) -> np.ndarray:
     """``dataset[layer, sequences, *trailing]`` (a block of sequences of one layer; ``trailing``:
     slices or integers), decoded by several threads.
@@ -537,7 +538,9 @@ def read_layer(
     chunk at a time while h5py holds the GIL. Here the raw chunks are read
     (``read_direct_chunk``) and inflated by ``threads`` threads (default: the cores this process
     may use); the values are identical. Any other chunking or filter falls back to h5py.
-    ``out``: a C-contiguous array of the result's shape and the dataset's dtype to fill.
+    ``out``: a C-contiguous array of the result's shape and the dataset's dtype to fill; else
+    ``empty(shape, dtype)`` allocates it. A chunk that cannot be decoded raises
+    :class:`ActivationFileError` naming the file, dataset and chunk.
     """
     first, stop, step = sequences.indices(dataset.shape[1])
     if step != 1:
@@ -545,7 +548,7 @@ def read_layer(
     selection = (layer, slice(first, stop), *trailing)
     shape = np.broadcast_to(np.empty((), dtype=bool), dataset.shape)[selection].shape
     if out is None:
-        out = np.empty(shape, dtype=dataset.dtype)
+        out = empty(shape, np.dtype(dataset.dtype))
     elif out.shape != shape or out.dtype != dataset.dtype:
         raise ValueError(f"out has {out.shape} {out.dtype}; expected {shape} {dataset.dtype}")
     filters = _chunk_filters(dataset)
@@ -557,7 +560,14 @@ def read_layer(
     zeros = (0,) * (dataset.ndim - 2)
 
     def decode(row: int, mask: int, raw: bytes) -> None:
-        chunk = _decode_chunk(raw, filters, mask, dtype).reshape(chunk_shape)
+        try:
+            chunk = _decode_chunk(raw, filters, mask, dtype).reshape(chunk_shape)
+        except (zlib.error, ValueError) as error:
+            raise ActivationFileError(
+                f"{dataset.file.filename}: {dataset.name} chunk (layer {layer}, sequence "
+                f"{first + row}) cannot be decoded ({error}); the file is damaged: re-run the "
+                "extraction"
+            ) from error
         out[row] = chunk[trailing]
 
     workers = threads or len(os.sched_getaffinity(0))

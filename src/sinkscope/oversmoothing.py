@@ -1135,12 +1135,7 @@ def _mapped_empty(shape: Sequence[int], dtype: Any) -> np.ndarray:
 
 def _read_layer(handle: Any, layer: int, stop: int, blocks: Sequence[slice]) -> _LayerData:
     def read(name: str, trailing: tuple[slice, ...]) -> np.ndarray:
-        dataset = handle[name]
-        selection = (layer, slice(None), *trailing)
-        shape = np.broadcast_to(np.empty((), dtype=bool), dataset.shape)[selection].shape
-        return read_layer(
-            dataset, layer, trailing=trailing, out=_mapped_empty(shape, dataset.dtype)
-        )
+        return read_layer(handle[name], layer, trailing=trailing, empty=_mapped_empty)
 
     x = read("residual/X", (slice(stop),))
     projection = InputProjection.read(handle, layer)
