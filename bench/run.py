@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import gc
 import json
 import os
@@ -37,12 +38,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import codecs_bench as codec_bench  # bench/codecs_bench.py
 import h5py
 import numpy as np
 import torch
 import yaml
 
 from sinkscope import h5layout
+from sinkscope.config import load_config
 from sinkscope.extract import ExtractionSettings, extract_activations
 from sinkscope.models import base_model, load_model
 from sinkscope.tokens import prepare_tokens, read_tokens
@@ -50,7 +53,16 @@ from sinkscope.tokens import prepare_tokens, read_tokens
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 ANALYSES = ("classify_heads", "analyze_geometry", "analyze_oversmoothing")
-TARGETS = {"capture": 1.15, "storage": 0.35, "analysis_time": 1.0, "analysis_rss": 2.0, "noop": 5.0}
+TARGETS = {
+    "capture": 1.5,
+    "storage": 0.40,
+    "analysis_time": 1.0,
+    "analysis_rss": 2.0,
+    "noop": 5.0,
+    "analysis_vs_gzip": 1.0,  # issue 17: reading the new codec is no slower than gzip's files
+}
+#: the codec of the files before issue 17, measured beside the default in the same run
+BEFORE_CODEC = ("gzip", 1)
 
 FULL = {
     "models": ["smollm2-135m", "gemma3-270m"],
@@ -140,16 +152,16 @@ def cut(work: Path, model: str, dataset: str, n: int, t: int) -> Path:
 
 
 def model_entry(model: str) -> dict[str, Any]:
-    config = yaml.safe_load((REPO / "config.yaml").read_text())
-    return config["models"][model]
+    return load_config(REPO / "config.yaml")["models"][model]
 
 
 def default_settings(batch_size: int | str, overlap: str = "off") -> ExtractionSettings:
-    config = yaml.safe_load((REPO / "config.yaml").read_text())["extraction"]
+    config = load_config(REPO / "config.yaml")["extraction"]
     return ExtractionSettings(
         batch_size=batch_size,
         storage_dtypes=config["storage_dtypes"],
         compression_level=config["compression_level"],
+        codec=config["codec"],
         device="cpu",
         overlap_writes=overlap,
     )
@@ -480,8 +492,12 @@ def bench_pair(work: Path, model: str, sizes: dict[str, Any], overlap_too: bool)
     del eager
     gc.collect()
     print(f"[{model}] extraction", flush=True)
-    h5 = extract(work, model, tokens, "serial", default_settings(batch, "off"))
+    settings = default_settings(batch, "off")
+    h5 = extract(work, model, tokens, "serial", settings)
     profiles = {"serial": file_profile(h5)}
+    before = dataclasses.replace(settings, codec=BEFORE_CODEC[0], compression_level=BEFORE_CODEC[1])
+    h5_before = extract(work, model, tokens, "before", before)
+    profiles[f"serial, {BEFORE_CODEC[0]}({BEFORE_CODEC[1]}) as before"] = file_profile(h5_before)
     if overlap_too:
         h5_overlap = extract(work, model, tokens, "overlap", default_settings(batch, "on"))
         profiles["overlap"] = file_profile(h5_overlap)
@@ -493,6 +509,12 @@ def bench_pair(work: Path, model: str, sizes: dict[str, Any], overlap_too: bool)
     baseline = min(plain)  # the least disturbed run (the machine is shared)
     print(f"[{model}] analyses", flush=True)
     analyses = run_analyses(h5, work / "analyses" / model)
+    analyses_before = run_analyses(h5_before, work / "analyses_before" / model)
+    storage_before = storage(h5_before)
+    h5_before.unlink()
+    for step, result in analyses.items():
+        result["seconds_before_codec"] = analyses_before[step]["seconds"]
+        result["ratio_to_before_codec"] = result["seconds"] / analyses_before[step]["seconds"]
     one_layer = layer_bytes(h5)
     extraction_seconds = profiles["serial"]["total"]
     for result in analyses.values():
@@ -515,6 +537,8 @@ def bench_pair(work: Path, model: str, sizes: dict[str, Any], overlap_too: bool)
         "extraction": profiles,
         "capture_ratio": extraction_seconds / baseline,
         "storage": storage(h5),
+        "storage_before_codec": storage_before,
+        "before_codec": f"{BEFORE_CODEC[0]}({BEFORE_CODEC[1]})",
         "one_layer_bytes": one_layer,
         "one_layer_fp32_bytes": layer_bytes(h5, 4),
         "analyses": analyses,
@@ -522,6 +546,8 @@ def bench_pair(work: Path, model: str, sizes: dict[str, Any], overlap_too: bool)
     if model == sizes["models"][0]:
         print(f"[{model}] attention encodings", flush=True)
         result["attention_encodings"] = attention_encodings(h5, [0, n_layers // 2])
+        print(f"[{model}] codecs", flush=True)
+        result["codecs"] = codec_bench.measure(h5, n_layers=2)
     return result
 
 
@@ -693,6 +719,13 @@ def report(results: dict[str, Any]) -> str:
                 f"≤ {TARGETS['analysis_time']}× | {_ok(a['time_ratio'], TARGETS['analysis_time'])} |"
             )
             lines.append(_rss_target_row(f"{step}, {model}", a))
+            if "ratio_to_before_codec" in a:
+                lines.append(
+                    f"| {step} time on the new file / on the {pair['before_codec']} file, "
+                    f"{model} | {a['ratio_to_before_codec']:.2f}× | "
+                    f"≤ {TARGETS['analysis_vs_gzip']}× | "
+                    f"{_ok(a['ratio_to_before_codec'], TARGETS['analysis_vs_gzip'])} |"
+                )
     for model, row in results.get("default_run_files", {}).items():
         lines += _storage_target_rows(f"{model}, default run's file (N = {row['N']})", row)
     for model, row in results.get("default_run_analyses", {}).items():
@@ -873,11 +906,163 @@ def report(results: dict[str, Any]) -> str:
             )
         else:
             lines.append("- dry-run, 10 models × 6 datasets: failed (see results.json)")
+    lines += codec_section(results)
+    lines += projection_section(results)
     lines += ["", f"Whole benchmark: {results.get('bench_seconds', 0) / 60:.1f} min."]
     notes = results.get("notes")
     if notes:
         lines += ["", notes]
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- codecs, projection
+
+#: Shapes of the paper's hub models (config.json of each: layers, query heads, width) for the
+#: projection of section 7; N x T as in the paper.
+PAPER_SHAPES = {
+    "Llama-3.1-8B": {"n_layers": 32, "n_heads": 32, "d_model": 4096, "params": 8.0e9},
+    "Gemma-7B": {"n_layers": 28, "n_heads": 16, "d_model": 3072, "params": 8.5e9},
+    "gpt2-xl": {"n_layers": 48, "n_heads": 25, "d_model": 1600, "params": 1.56e9},
+}
+PAPER_N, PAPER_T1 = 50, 257
+#: CPUs per extraction job that the SLURM profile requests (profiles/slurm/config.yaml)
+PROFILE_EXTRACTION_CPUS = 8
+#: Assumptions of the forward-time and copy estimates (an H100/H200-class node), stated in the
+#: table: sustained bf16 throughput of an eager forward, device-to-host bandwidth, file system.
+GPU_TFLOPS, D2H_GB_S, FS_GB_S = 200.0, 10.0, 1.0
+
+
+def codec_section(results: dict[str, Any]) -> list[str]:
+    pair = next((p for p in results["pairs"] if "codecs" in p), None)
+    if pair is None:
+        return []
+    rows = pair["codecs"]["rows"]
+    lines = [
+        "",
+        (
+            f"## 6. HDF5 codecs on the real tensors ({pair['model']}, 2 layers × N = "
+            f"{pair['n_sequences']} × T = {pair['context_length']})"
+        ),
+        "",
+        (
+            "`bench/codecs_bench.py`: every candidate through h5py's filter pipeline on one thread "
+            "(per-core figures; Blosc with `BLOSC_NTHREADS=1`), then the extraction's own threaded "
+            "encoder and the analyses' threaded reader on every core. Ratio: bytes on disk / bytes in "
+            "the stored dtype; MB/s of stored-dtype bytes. Every row round-trips bit for bit."
+        ),
+        "",
+        "| codec | " + " | ".join(f"`{k}` ratio / write / read" for k in codec_bench.KINDS) + " |",
+        "|---|" + "---|" * len(codec_bench.KINDS),
+    ]
+    by_codec: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        by_codec.setdefault(row["codec"], {})[row["kind"]] = row
+    for codec, kinds in by_codec.items():
+        cells = [
+            f"{kinds[k]['ratio']:.3f} / {kinds[k]['write_mb_s']:.0f} / {kinds[k]['read_mb_s']:.0f}"
+            for k in codec_bench.KINDS
+        ]
+        lines.append(f"| {codec} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _threaded_rows(pair: dict[str, Any], codec: str) -> dict[str, dict[str, Any]]:
+    return {
+        row["kind"]: row
+        for row in pair["codecs"]["rows"]
+        if row["codec"].startswith(f"{codec} sinkscope")
+    }
+
+
+def _per_core(rows: dict[str, dict[str, Any]]) -> float:
+    """The slowest kind's encoding throughput per thread (MB/s of stored bytes)."""
+    return min(r["write_mb_s"] / int(r["path"].split(", ")[1].split()[0]) for r in rows.values())
+
+
+def projection(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Bytes, file size and extraction time of the paper's models at N x T = 50 x 256 on a GPU
+    node, from this run's measured zstd ratios and per-core encoding throughput."""
+    pair = next((p for p in results["pairs"] if "codecs" in p), None)
+    if pair is None:
+        return []
+    zstd = _threaded_rows(pair, "zstd(1)")
+    per_core = _per_core(zstd)
+    per_core_gzip = _per_core(_threaded_rows(pair, "gzip(1)"))
+    out = []
+    for name, shape in PAPER_SHAPES.items():
+        L, H, D = shape["n_layers"], shape["n_heads"], shape["d_model"]
+        raw = {  # stored dtypes: attention float16, X float32, updates float16
+            "attention/probs": L * PAPER_N * H * PAPER_T1**2 * 2,
+            "residual/X": L * PAPER_N * PAPER_T1 * D * 4,
+            "attention/residual_update": L * PAPER_N * PAPER_T1 * D * 2,
+        }
+        stored = sum(raw.values())
+        on_disk = sum(raw[k] * zstd[k]["ratio"] for k in raw)
+        tokens = PAPER_N * PAPER_T1
+        attention_flops = 4 * L * PAPER_N * PAPER_T1**2 * D  # QK^T and AV
+        forward_s = (2 * shape["params"] * tokens + attention_flops) / (GPU_TFLOPS * 1e12)
+        copy_s = stored / (D2H_GB_S * 1e9)
+        encode_s = stored / 1e6 / (per_core * PROFILE_EXTRACTION_CPUS)
+        write_s = on_disk / (FS_GB_S * 1e9)
+        out.append(
+            {
+                "model": name,
+                "stored_gb": stored / 1e9,
+                "file_gb": on_disk / 1e9,
+                "forward_s": forward_s,
+                "copy_s": copy_s,
+                "encode_s": encode_s,
+                "encode_one_core_s": stored / 1e6 / per_core,
+                "encode_gzip_s": stored / 1e6 / (per_core_gzip * PROFILE_EXTRACTION_CPUS),
+                "write_s": write_s,
+                "per_core_mb_s": per_core,
+            }
+        )
+    return out
+
+
+def projection_section(results: dict[str, Any]) -> list[str]:
+    rows = projection(results)
+    if not rows:
+        return []
+    lines = [
+        "",
+        f"## 7. Projection: the paper's models on a GPU node (N × T = {PAPER_N} × {PAPER_T1 - 1})",
+        "",
+        (
+            f"From this run's zstd(1) ratios per tensor kind and its slowest per-core encoding "
+            f"throughput ({rows[0]['per_core_mb_s']:.0f} MB/s of stored bytes per core, section 6); "
+            f"forward at an assumed {GPU_TFLOPS:.0f} TFLOP/s sustained (eager attention, bf16), "
+            f"device-to-host copies at {D2H_GB_S:.0f} GB/s, the file written at {FS_GB_S:.0f} GB/s "
+            f"(a parallel file system per client). Encoding with the {PROFILE_EXTRACTION_CPUS} CPUs "
+            "that `profiles/slurm` requests per extraction job "
+            "(`set-threads: extract_activations`); on a GPU the encoding and writing of batch b "
+            "overlap the forward of batch b + 1 (`extraction.overlap_writes: auto`), so the "
+            "extraction takes about the largest of the columns, not their sum."
+        ),
+        "",
+        (
+            "| model | stored bytes | file | forward | device → host | encode, 1 core | "
+            f"encode, {PROFILE_EXTRACTION_CPUS} cores | write | bound by | gzip(1) instead, "
+            f"{PROFILE_EXTRACTION_CPUS} cores |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        stages = {
+            "forward": r["forward_s"],
+            "copies": r["copy_s"],
+            "encoding": r["encode_s"],
+            "file system": r["write_s"],
+        }
+        bound = max(stages, key=stages.get)
+        lines.append(
+            f"| {r['model']} | {r['stored_gb']:.1f} GB | {r['file_gb']:.1f} GB | "
+            f"{r['forward_s']:.1f} s | {r['copy_s']:.1f} s | {r['encode_one_core_s']:.0f} s | "
+            f"{r['encode_s']:.1f} s | {r['write_s']:.1f} s | {bound} | "
+            f"{r['encode_gzip_s']:.0f} s |"
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,7 @@ def test_inspect_prints_provenance_and_datasets(extracted, capsys) -> None:
     for derived in h5layout.DERIVED:
         assert derived.name in recomputed and f"{derived.reader}()" in recomputed
     assert "input norm: input_norm=" in recomputed
-    assert "attn_implementation: eager" in out and "gzip(1)" in out and "MiB" in out
+    assert "attn_implementation: eager" in out and "shuffle+zstd(1)" in out and "MiB" in out
 
 
 def test_inspect_attention_map(extracted, capsys) -> None:

@@ -29,7 +29,6 @@ from sinkscope.extract import (
     _to_storage,
     auto_batch_size,
     batch_bytes_per_sequence,
-    encode_chunk,
     extract_activations,
     resolve_batch_size,
     resolve_overlap,
@@ -254,27 +253,6 @@ def test_w_vo_reader_matches_factors(extracted) -> None:
         )
 
 
-def test_chunks_written_directly_equal_hdf5_own_filters(tmp_path: Path) -> None:
-    """encode_chunk reproduces HDF5's shuffle + deflate pipeline byte for byte."""
-    rng = np.random.default_rng(1)
-    for dtype in ("float16", "float32", "int32"):
-        for level in (0, 1, 6):
-            chunk = (rng.standard_normal((3, 5, 7)) * 100).astype(dtype)
-            filters = {"compression": "gzip", "compression_opts": level, "shuffle": True}
-            with h5py.File(tmp_path / f"{dtype}{level}.h5", "w") as f:
-                kwargs = {"shape": (2, 3, 5, 7), "dtype": dtype, "chunks": (1, 3, 5, 7)}
-                own = f.create_dataset("own", **kwargs, **(filters if level else {}))
-                direct = f.create_dataset("direct", **kwargs, **(filters if level else {}))
-                own[1] = chunk
-                direct.id.write_direct_chunk((1, 0, 0, 0), encode_chunk(chunk, level))
-                assert (
-                    own.id.read_direct_chunk((1, 0, 0, 0))[1]
-                    == direct.id.read_direct_chunk((1, 0, 0, 0))[1]
-                )
-                np.testing.assert_array_equal(direct[1], chunk)
-                np.testing.assert_array_equal(direct[0], np.zeros_like(chunk))
-
-
 def test_overlapped_writes_and_auto_batch_give_the_same_file(extracted, tmp_path: Path) -> None:
     _, path, _, ids = extracted
     settings = dataclasses.replace(SETTINGS, batch_size="auto", overlap_writes="on")
@@ -321,6 +299,10 @@ def test_batch_size_and_overlap_settings() -> None:
 def test_float16_overflow_names_the_dataset() -> None:
     with pytest.raises(OverflowError, match="attention/residual_update layer 3"):
         _to_storage(torch.tensor([1.0, 7e4]), "float16", "attention/residual_update layer 3")
+    for values in ([-7e4, 1.0], [float("nan"), 1.0], [float("-inf")]):
+        with pytest.raises(OverflowError, match="do not fit float16"):
+            _to_storage(torch.tensor(values), "float16", "attention/probs layer 0")
+    assert _to_storage(torch.tensor([-6.5e4, 6.5e4]), "float16", "x").dtype == np.float16
     with pytest.raises(OverflowError, match="float32"):
         _to_storage(torch.tensor([1.0, float("nan")]), "float16", "x")
     stored = _to_storage(torch.tensor([[0.5, -3.0]]), "float16", "x")

@@ -9,6 +9,7 @@ import h5py
 import numpy as np
 import pytest
 
+import sinkscope.h5codec  # noqa: F401  (registers the Zstandard filter)
 from sinkscope.h5layout import ActivationFileError, read_layer
 
 
@@ -20,8 +21,10 @@ def _shuffled_deflated(chunk: np.ndarray) -> bytes:
 @pytest.mark.parametrize(
     "options",
     [
-        {"compression": "gzip", "shuffle": True},  # the layout's pipeline: threads
+        {"compression": "gzip", "shuffle": True},  # the layout's pipelines: threads
         {"compression": "gzip"},
+        {"compression": 32015, "compression_opts": (1,), "shuffle": True},  # zstd
+        {"compression": 32015, "compression_opts": (3,)},
         {},  # chunked, no filter
         {"compression": "lzf", "shuffle": True},  # not decoded here: h5py's reader
         {"chunks": None},  # contiguous: h5py's reader
@@ -78,11 +81,14 @@ def test_chunks_with_skipped_filters_are_decoded(tmp_path: Path) -> None:
         np.testing.assert_array_equal(read_layer(f["d"], 0, threads=2), data[0])
 
 
-def test_a_damaged_chunk_names_the_file_and_chunk(tmp_path: Path) -> None:
+@pytest.mark.parametrize("compression", ["gzip", 32015])
+def test_a_damaged_chunk_names_the_file_and_chunk(tmp_path: Path, compression) -> None:
     data = np.ones((1, 2, 4, 6), dtype="float16")
     path = tmp_path / "c.h5"
     with h5py.File(path, "w") as f:
-        ds = f.create_dataset("d", data=data, chunks=(1, 1, 4, 6), compression="gzip", shuffle=True)
+        ds = f.create_dataset(
+            "d", data=data, chunks=(1, 1, 4, 6), compression=compression, shuffle=True
+        )
         ds.id.write_direct_chunk((0, 1, 0, 0), b"not deflate")
     with h5py.File(path, "r") as f:
         with pytest.raises(ActivationFileError, match=r"c.h5: /d chunk \(layer 0, sequence 1\)"):

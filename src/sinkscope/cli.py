@@ -15,16 +15,12 @@ from collections.abc import Sequence
 import h5py
 import numpy as np
 
-from sinkscope import h5layout
+from sinkscope import h5codec, h5layout
 from sinkscope.heads import attention_masses
 
 
 def _storage(dataset: h5py.Dataset) -> str:
-    compression = dataset.compression or "none"
-    if dataset.compression_opts is not None:
-        compression += f"({dataset.compression_opts})"
-    if dataset.shuffle:
-        compression += "+shuffle"
+    compression = h5codec.describe_pipeline(dataset)
     stored = dataset.id.get_storage_size()
     raw = dataset.size * dataset.dtype.itemsize
     ratio = f"{stored / raw:.2f}" if raw else "-"

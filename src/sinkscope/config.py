@@ -115,7 +115,14 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
             dynamics_jobs(dynamics)
         except ValueError as error:
             problems.append(str(error))
-    text_tokens = config["extraction"]["context_length"]
+    extraction = config["extraction"]
+    from sinkscope.h5codec import CodecUnavailableError, check_codec
+
+    try:
+        check_codec(extraction["codec"], extraction["compression_level"])
+    except CodecUnavailableError as error:
+        problems.append(str(error))
+    text_tokens = extraction["context_length"]
     too_long = [t for t in config["oversmoothing"]["context_lengths"] if t > text_tokens]
     if too_long:
         problems.append(

@@ -14,9 +14,10 @@ in batches; ``X`` comes from ``output_hidden_states``, ``A`` from ``output_atten
 post-attention residual from a forward hook on the layer's pre-MLP norm. Everything is cast to its storage dtype on the device (half the
 bytes to copy for float16), copied to the host and written batch by batch into chunked, compressed
 datasets (one chunk per layer x sequence), so memory stays at one batch (two with overlapped
-writes). The chunks are compressed by a pool of threads with HDF5's own filters (shuffle + gzip,
-:func:`encode_chunk`) and written with ``write_direct_chunk``: HDF5 alone compresses one chunk at
-a time on one core, as long as the forward itself on a CPU (``BENCHMARKS.md``). On a GPU the host-side compression and writing of batch ``b`` run in a background thread
+writes). The chunks are compressed by a pool of threads in the pipeline the datasets declare
+(shuffle + Zstandard by default, :mod:`sinkscope.h5codec`) and written with
+``write_direct_chunk``: HDF5 alone compresses one chunk at a time on one core (with gzip that
+took as long as the forward itself on a CPU, ``BENCHMARKS.md``). On a GPU the host-side compression and writing of batch ``b`` run in a background thread
 while batch ``b + 1`` is computed (``extraction.overlap_writes``); on the CPU both compete for the
 same cores, so they run in turn (``bench/run.py`` measures both). The wall seconds of each stage
 (forward, device-to-host copies, compression + writing) are stored in the file attribute
@@ -32,7 +33,6 @@ import logging
 import os
 import sys
 import time
-import zlib
 from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from sinkscope import __version__
+from sinkscope import __version__, h5codec
 from sinkscope import h5layout as layout
 from sinkscope.io import atomic_path, sha256_json
 from sinkscope.models import (
@@ -68,7 +68,8 @@ class ExtractionSettings:
     """The ``extraction`` section of the config that affects the file's contents.
 
     ``batch_size``: sequences per forward pass, or ``"auto"`` (:func:`auto_batch_size`);
-    ``overlap_writes``: ``"auto"`` (on for a GPU, off on the CPU), ``"on"`` or ``"off"``.
+    ``overlap_writes``: ``"auto"`` (on for a GPU, off on the CPU), ``"on"`` or ``"off"``;
+    ``codec`` and ``compression_level``: the HDF5 codec of the datasets (:mod:`sinkscope.h5codec`).
     """
 
     batch_size: int | str
@@ -76,6 +77,7 @@ class ExtractionSettings:
     compression_level: int
     device: str = "auto"
     overlap_writes: str = "auto"
+    codec: str = h5codec.DEFAULT_CODEC
 
 
 # bytes one batch may hold: on the CPU a fixed budget (the host arrays of a batch), on a GPU this
@@ -261,8 +263,9 @@ def rms_norm_cast(norm: torch.nn.Module, eps: float, gain_offset: float) -> str:
 
 def _to_storage(tensor: torch.Tensor, dtype: str, name: str) -> np.ndarray:
     """Cast on the device (float16 halves the bytes copied), then copy to the host."""
-    if dtype == "float16":
-        peak = float(torch.linalg.vector_norm(tensor, float("inf"))) if tensor.numel() else 0.0
+    if dtype == "float16" and tensor.numel():
+        low, high = (float(v) for v in torch.aminmax(tensor))  # 5x faster than an inf-norm
+        peak = max(-low, high)
         if not np.isfinite(peak) or peak > FLOAT16_MAX:
             raise OverflowError(
                 f"{name}: values up to {peak:.3g} do not fit float16; set the matching "
@@ -277,13 +280,9 @@ def _create_datasets(
     created = {}
     for spec in layout.DATASETS:
         dtype = spec.fixed_dtype or settings.storage_dtypes[spec.dtype_key]
-        kwargs: dict[str, Any] = {}
-        if settings.compression_level > 0:
-            kwargs = {
-                "compression": "gzip",
-                "compression_opts": settings.compression_level,
-                "shuffle": True,
-            }
+        kwargs = h5codec.dataset_filters(
+            settings.codec, settings.compression_level, np.dtype(dtype).itemsize
+        )
         dataset = handle.create_dataset(
             spec.name,
             shape=layout.dataset_shape(spec, sizes),
@@ -376,6 +375,7 @@ def extract_activations(
         "head_dim": shape.head_dim,
         "d_model": shape.d_model,
         "bos_token_id": token_record["bos_token_id"],
+        "codec": f"{settings.codec}({settings.compression_level})",
         "post_attention_norm": arch.post_attention_norm,
         **input_norm_settings(model),
     }
@@ -432,7 +432,7 @@ def extract_activations(
                     datasets,
                     arrays,
                     start,
-                    settings.compression_level,
+                    settings,
                     compressors,
                     clock,
                 )
@@ -492,22 +492,6 @@ def _host_arrays(
     return arrays
 
 
-def encode_chunk(chunk: np.ndarray, level: int) -> bytes:
-    """One chunk as HDF5's shuffle + deflate filters store it, for ``write_direct_chunk``.
-
-    Shuffle puts byte ``j`` of every element together (``H5Z_filter_shuffle``), deflate is zlib's
-    ``compress2`` at the dataset's level (``H5Z_filter_deflate``), so any HDF5 reader decodes the
-    chunk through the dataset's own filter pipeline. ``zlib`` releases the GIL, so chunks are
-    compressed by several threads at once (HDF5 compresses one chunk at a time on one core).
-    """
-    data = np.ascontiguousarray(chunk)
-    if level == 0:
-        return data.tobytes()
-    if data.dtype.itemsize > 1:
-        data = np.ascontiguousarray(data.view(np.uint8).reshape(-1, data.dtype.itemsize).T)
-    return zlib.compress(data, level)
-
-
 def compression_threads() -> int:
     """Threads that compress chunks: torch's thread count (the rule's ``threads``), at most the
     cores this process may use."""
@@ -518,7 +502,7 @@ def _write_arrays(
     datasets: Mapping[str, h5py.Dataset],
     arrays: list[tuple[str, int, np.ndarray]],
     start: int,
-    level: int,
+    settings: ExtractionSettings,
     pool: ThreadPoolExecutor,
     clock: StageClock,
 ) -> None:
@@ -533,7 +517,8 @@ def _write_arrays(
         if array.dtype != dataset.dtype or array.shape[1:] != dataset.chunks[2:]:
             raise RuntimeError(f"{name}: batch {array.dtype} {array.shape} does not fit {dataset}")
         jobs += [(dataset, index, start + row, array[row]) for row in range(array.shape[0])]
-    encoded = pool.map(lambda job: encode_chunk(job[3], level), jobs)
+    codec, level = settings.codec, settings.compression_level
+    encoded = pool.map(lambda job: h5codec.encode_chunk(job[3], codec, level), jobs)
     io_seconds = 0.0
     for (dataset, index, sequence, chunk), payload in zip(jobs, encoded, strict=True):
         io_started = time.perf_counter()

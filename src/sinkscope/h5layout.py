@@ -12,6 +12,11 @@ recomputed from ``residual/X`` and the stored weights by :func:`read_Z` and :fun
 the one reader every analysis uses (:data:`DERIVED` documents them; the norm's kind, epsilon and
 rounding are file attributes). Files of schema 1 (which stored both) are rejected.
 
+The datasets are compressed with the codec the file's ``codec`` attribute names (shuffle +
+Zstandard by default, :mod:`sinkscope.h5codec`): h5py reads them after ``import hdf5plugin``
+(this module does it), and :func:`open_activations` names the filter and the package when the
+running HDF5 cannot decode one.
+
 Every dataset carries the attributes ``description``, ``axes`` and ``symbol`` (the paper's name); the
 file carries the provenance attributes listed in :data:`FILE_ATTRIBUTES`. Files are written under a
 temporary name and renamed when complete, and the root attribute ``complete`` is set last, so a file
@@ -21,7 +26,6 @@ without it (or with a foreign ``format``) is rejected by :func:`open_activations
 from __future__ import annotations
 
 import os
-import zlib
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,7 +34,8 @@ from typing import Any
 
 import h5py
 import numpy as np
-from h5py import h5z
+
+from sinkscope import h5codec
 
 FORMAT = "sinkscope-activations"
 SCHEMA_VERSION = 2
@@ -202,6 +207,8 @@ FILE_ATTRIBUTES: dict[str, str] = {
     "head_dim": "hd",
     "d_model": "D",
     "bos_token_id": "id of the BOS token at position 0",
+    "codec": "HDF5 codec and level of the datasets (sinkscope.h5codec); zstd needs "
+    "`import hdf5plugin` before h5py reads the file",
     "post_attention_norm": "True where the attention output is normed before the residual add",
     "input_norm": "the layers' input norm: 'rms' (x / sqrt(mean(x^2) + eps)) or 'layer' "
     "((x - mean) / sqrt(var + eps)); read_Z recomputes Z from residual/X with it",
@@ -258,6 +265,10 @@ def open_activations(path: str | os.PathLike[str]) -> h5py.File:
     if not bool(attrs.get("complete", False)):
         handle.close()
         raise ActivationFileError(f"{path}: the file was never completed (killed extraction?)")
+    missing = h5codec.missing_filters(handle)
+    if missing:
+        handle.close()
+        raise ActivationFileError(h5codec.describe_missing(str(path), missing))
     return handle
 
 
@@ -490,9 +501,9 @@ PER_LAYER_DATASETS: tuple[str, ...] = tuple(
 )
 
 
-def _chunk_filters(dataset: h5py.Dataset) -> list[int] | None:
+def _chunk_filters(dataset: h5py.Dataset) -> tuple[int, ...] | None:
     """The filter ids of ``dataset``'s pipeline when :func:`read_layer` can decode its chunks
-    itself (one chunk per (layer, sequence), shuffle and/or deflate only), else None."""
+    itself (one chunk per (layer, sequence), a pipeline of :mod:`sinkscope.h5codec`), else None."""
     chunks = dataset.chunks
     if (
         chunks is None
@@ -501,25 +512,8 @@ def _chunk_filters(dataset: h5py.Dataset) -> list[int] | None:
         or chunks[2:] != dataset.shape[2:]
     ):
         return None
-    plist = dataset.id.get_create_plist()
-    filters = [int(plist.get_filter(i)[0]) for i in range(plist.get_nfilters())]
-    allowed = ([], [h5z.FILTER_DEFLATE], [h5z.FILTER_SHUFFLE, h5z.FILTER_DEFLATE])
-    return filters if filters in allowed else None
-
-
-def _decode_chunk(raw: bytes, filters: list[int], mask: int, dtype: np.dtype) -> np.ndarray:
-    """Inverse of the filters that were applied (bit ``i`` of ``mask`` set: filter ``i`` skipped),
-    last first: inflate (``zlib``, which releases the GIL), then un-shuffle."""
-    data: bytes | np.ndarray = raw
-    for index in reversed(range(len(filters))):
-        if mask & (1 << index):
-            continue
-        if filters[index] == h5z.FILTER_DEFLATE:
-            data = zlib.decompress(data)
-        else:  # shuffle: byte j of every element was stored together
-            planes = np.frombuffer(data, dtype=np.uint8).reshape(dtype.itemsize, -1)
-            data = np.ascontiguousarray(planes.T)
-    return np.frombuffer(data, dtype=np.uint8).view(dtype)
+    filters = h5codec.pipeline(dataset)
+    return filters if h5codec.decodable(filters) else None
 
 
 def read_layer(
@@ -534,10 +528,11 @@ def read_layer(
     """``dataset[layer, sequences, *trailing]`` (a block of sequences of one layer; ``trailing``:
     slices or integers), decoded by several threads.
 
-    The layout stores one chunk per (layer, sequence), shuffled and deflated; HDF5 inflates one
-    chunk at a time while h5py holds the GIL. Here the raw chunks are read
-    (``read_direct_chunk``) and inflated by ``threads`` threads (default: the cores this process
-    may use); the values are identical. Any other chunking or filter falls back to h5py.
+    The layout stores one chunk per (layer, sequence), shuffled and compressed
+    (:mod:`sinkscope.h5codec`); HDF5 decodes one chunk at a time while h5py holds the GIL. Here
+    the raw chunks are read (``read_direct_chunk``) and decoded by ``threads`` threads (default:
+    the cores this process may use); the values are identical. Any other chunking or filter
+    falls back to h5py.
     ``out``: a C-contiguous array of the result's shape and the dataset's dtype to fill; else
     ``empty(shape, dtype)`` allocates it. A chunk that cannot be decoded raises
     :class:`ActivationFileError` naming the file, dataset and chunk.
@@ -561,8 +556,8 @@ def read_layer(
 
     def decode(row: int, mask: int, raw: bytes) -> None:
         try:
-            chunk = _decode_chunk(raw, filters, mask, dtype).reshape(chunk_shape)
-        except (zlib.error, ValueError) as error:
+            chunk = h5codec.decode_chunk(raw, filters, mask, dtype).reshape(chunk_shape)
+        except ValueError as error:
             raise ActivationFileError(
                 f"{dataset.file.filename}: {dataset.name} chunk (layer {layer}, sequence "
                 f"{first + row}) cannot be decoded ({error}); the file is damaged: re-run the "

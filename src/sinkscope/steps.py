@@ -83,6 +83,7 @@ def extract_activations(smk: Any) -> None:
         batch_size=extraction["batch_size"],
         storage_dtypes=extraction["storage_dtypes"],
         compression_level=extraction["compression_level"],
+        codec=extraction["codec"],
         device=extraction["device"],
         overlap_writes=extraction.get("overlap_writes", "auto"),
     )

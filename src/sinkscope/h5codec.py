@@ -1,0 +1,213 @@
+"""The HDF5 codecs of the activation files: one place that names them, encodes and decodes chunks.
+
+The extraction compresses chunks itself, in a pool of threads, and hands the bytes to HDF5 with
+``write_direct_chunk`` (HDF5 compresses one chunk at a time on one core); the analyses' block
+reader (:func:`sinkscope.h5layout.read_layer`) decodes raw chunks the same way. The bytes are
+exactly what the dataset's declared HDF5 filter pipeline produces, so any HDF5 reader decodes
+them: h5py with ``import hdf5plugin`` (which registers Zstandard and the other filters it
+ships), command-line tools (``h5ls``, ``h5dump``) with ``HDF5_PLUGIN_PATH`` set to
+``hdf5plugin.PLUGIN_PATH``.
+
+Codecs (``extraction.codec``; chosen by measurement, ``bench/codecs_bench.py`` and BENCHMARKS.md):
+
+* ``zstd`` (default): HDF5's byte shuffle, then Zstandard (registered filter 32015) at
+  ``extraction.compression_level`` (1..22). At level 1 it stores the real tensors slightly smaller
+  than gzip level 1 and writes 6-12x faster per core.
+* ``gzip``: shuffle + deflate (HDF5's built-in filters, no plugin needed to read), level 1..9.
+* ``none``: uncompressed chunks.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+import h5py
+import hdf5plugin  # noqa: F401  (registers the Zstandard filter with h5py's HDF5)
+import numpy as np
+import zstandard
+from h5py import h5z
+
+CODECS = ("zstd", "gzip", "none")
+DEFAULT_CODEC = "zstd"
+#: compression level bounds per codec (the config's ``extraction.compression_level``)
+LEVELS: Mapping[str, tuple[int, int]] = {"zstd": (1, 22), "gzip": (0, 9), "none": (0, 22)}
+
+#: HDF5 filter id of Zstandard (registered by hdf5plugin; https://github.com/HDFGroup/hdf5_plugins)
+FILTER_ZSTD = 32015
+FILTER_DEFLATE = int(h5z.FILTER_DEFLATE)
+FILTER_SHUFFLE = int(h5z.FILTER_SHUFFLE)
+
+#: The filters a reader needs, with what provides them (for error messages).
+FILTER_PROVIDERS: Mapping[int, str] = {
+    FILTER_ZSTD: "Zstandard (HDF5 filter 32015): `pip install hdf5plugin`, then `import "
+    "hdf5plugin` before opening the file (command-line HDF5 tools: set HDF5_PLUGIN_PATH to "
+    "the folder `python -c 'import hdf5plugin; print(hdf5plugin.PLUGIN_PATH)'` prints)",
+    FILTER_DEFLATE: "deflate/gzip (built into HDF5)",
+    FILTER_SHUFFLE: "shuffle (built into HDF5)",
+}
+
+#: Filter pipelines (in application order) whose chunks :func:`decode_chunk` decodes itself.
+PIPELINES: Mapping[str, tuple[int, ...]] = {
+    "none": (),
+    "gzip": (FILTER_SHUFFLE, FILTER_DEFLATE),
+    "zstd": (FILTER_SHUFFLE, FILTER_ZSTD),
+}
+_DECODABLE = {(), (FILTER_DEFLATE,), (FILTER_ZSTD,), *PIPELINES.values()}
+
+
+class CodecUnavailableError(ValueError):
+    """A codec or HDF5 filter that this installation cannot encode or decode."""
+
+
+def filter_available(filter_id: int) -> bool:
+    return bool(h5z.filter_avail(filter_id))
+
+
+def check_codec(codec: str, level: int, key: str = "extraction") -> None:
+    """Raise :class:`CodecUnavailableError` naming the config key when ``codec`` is unknown, its
+    ``level`` is out of range, or its HDF5 filter is not installed."""
+    if codec not in CODECS:
+        raise CodecUnavailableError(
+            f"{key}.codec: {codec!r} is not one of {list(CODECS)} (measured in BENCHMARKS.md)"
+        )
+    low, high = LEVELS[codec]
+    if codec != "none" and not low <= level <= high:
+        raise CodecUnavailableError(
+            f"{key}.compression_level: {level} is outside {low}..{high} for codec {codec!r}"
+        )
+    for filter_id in PIPELINES[codec]:
+        if not filter_available(filter_id):
+            raise CodecUnavailableError(
+                f"{key}.codec: {codec!r} needs the HDF5 filter {FILTER_PROVIDERS[filter_id]}, "
+                "which this installation does not provide"
+            )
+
+
+def dataset_filters(codec: str, level: int, itemsize: int) -> dict[str, Any]:
+    """``h5py.Group.create_dataset`` keyword arguments that declare ``codec``'s pipeline."""
+    if codec == "none" or (codec == "gzip" and level == 0):
+        return {}
+    shuffle = itemsize > 1
+    if codec == "gzip":
+        return {"compression": "gzip", "compression_opts": level, "shuffle": shuffle}
+    if codec == "zstd":
+        return {"compression": FILTER_ZSTD, "compression_opts": (level,), "shuffle": shuffle}
+    raise CodecUnavailableError(f"unknown codec {codec!r}; expected one of {CODECS}")
+
+
+def _shuffle(data: np.ndarray) -> np.ndarray:
+    """HDF5's shuffle filter (``H5Z_filter_shuffle``): byte ``j`` of every element stored
+    together, plane after plane. One strided copy per byte plane (3x faster than a transpose)."""
+    size = data.dtype.itemsize
+    elements = np.ascontiguousarray(data).view(np.uint8).reshape(-1, size)
+    if size == 1:
+        return elements.reshape(-1)
+    planes = np.empty((size, elements.shape[0]), dtype=np.uint8)
+    for j in range(size):
+        planes[j] = elements[:, j]
+    return planes
+
+
+def _unshuffle(data: bytes | np.ndarray, itemsize: int) -> np.ndarray:
+    """Inverse of :func:`_shuffle`: the elements' bytes, element after element."""
+    planes = np.frombuffer(data, dtype=np.uint8).reshape(itemsize, -1)
+    elements = np.empty((planes.shape[1], itemsize), dtype=np.uint8)
+    for j in range(itemsize):
+        elements[:, j] = planes[j]
+    return elements
+
+
+def encode_chunk(chunk: np.ndarray, codec: str, level: int) -> bytes:
+    """One chunk as ``codec``'s declared pipeline (:func:`dataset_filters`) stores it, for
+    ``write_direct_chunk``. ``zlib`` and ``zstandard`` release the GIL, so threads encode chunks
+    in parallel."""
+    data = np.ascontiguousarray(chunk)
+    filters = dataset_filters(codec, level, data.dtype.itemsize)
+    if not filters:
+        return data.tobytes()
+    payload = _shuffle(data) if filters["shuffle"] else data.view(np.uint8).reshape(-1)
+    if codec == "gzip":
+        return zlib.compress(payload, level)
+    return zstandard.ZstdCompressor(level=level).compress(payload)
+
+
+def pipeline(dataset: h5py.Dataset) -> tuple[int, ...]:
+    """The filter ids of ``dataset``'s pipeline, in application order."""
+    plist = dataset.id.get_create_plist()
+    return tuple(int(plist.get_filter(i)[0]) for i in range(plist.get_nfilters()))
+
+
+_FILTER_NAMES = {FILTER_SHUFFLE: "shuffle", FILTER_DEFLATE: "gzip", FILTER_ZSTD: "zstd"}
+
+
+def describe_pipeline(dataset: h5py.Dataset) -> str:
+    """The dataset's filters in application order, e.g. ``shuffle+zstd(1)`` (``none``)."""
+    plist = dataset.id.get_create_plist()
+    parts = []
+    for index in range(plist.get_nfilters()):
+        filter_id, _flags, values, _name = plist.get_filter(index)
+        name = _FILTER_NAMES.get(int(filter_id), f"filter{int(filter_id)}")
+        if int(filter_id) in (FILTER_DEFLATE, FILTER_ZSTD) and len(values):
+            name += f"({int(values[0])})"
+        parts.append(name)
+    return "+".join(parts) or "none"
+
+
+def decodable(filters: tuple[int, ...]) -> bool:
+    """Whether :func:`decode_chunk` decodes chunks of this pipeline."""
+    return filters in _DECODABLE
+
+
+def decode_chunk(raw: bytes, filters: tuple[int, ...], mask: int, dtype: np.dtype) -> np.ndarray:
+    """Inverse of the filters that were applied (bit ``i`` of ``mask`` set: filter ``i`` skipped),
+    last first: inflate or Zstandard (both release the GIL), then un-shuffle. Raises
+    ``ValueError`` on damaged bytes."""
+    data: bytes | np.ndarray = raw
+    for index in reversed(range(len(filters))):
+        if mask & (1 << index):
+            continue
+        if filters[index] == FILTER_DEFLATE:
+            try:
+                data = zlib.decompress(data)
+            except zlib.error as error:
+                raise ValueError(f"inflate: {error}") from error
+        elif filters[index] == FILTER_ZSTD:
+            try:
+                data = zstandard.ZstdDecompressor().decompress(data)
+            except zstandard.ZstdError as error:
+                raise ValueError(f"zstd: {error}") from error
+        elif filters[index] == FILTER_SHUFFLE:
+            data = _unshuffle(data, np.dtype(dtype).itemsize)
+        else:
+            raise ValueError(f"filter {filters[index]} is not decoded here")
+    return np.frombuffer(data, dtype=np.uint8).view(dtype)
+
+
+def missing_filters(handle: h5py.File | h5py.Group) -> dict[str, int]:
+    """``{dataset name: filter id}`` of the datasets whose filters this HDF5 cannot decode."""
+    missing: dict[str, int] = {}
+
+    def visit(name: str, item: Any) -> None:
+        if isinstance(item, h5py.Dataset) and item.chunks is not None:
+            for filter_id in pipeline(item):
+                if not filter_available(filter_id):
+                    missing[name] = filter_id
+                    return
+
+    handle.visititems(visit)
+    return missing
+
+
+def describe_missing(path: str, missing: Mapping[str, int]) -> str:
+    """One sentence naming the undecodable datasets, their filter and what provides it."""
+    by_filter: dict[int, list[str]] = {}
+    for name, filter_id in missing.items():
+        by_filter.setdefault(filter_id, []).append(name)
+    parts = [
+        f"{', '.join(sorted(names))} use HDF5 filter {filter_id}, which this h5py/HDF5 cannot "
+        f"decode; it is {FILTER_PROVIDERS.get(filter_id, 'a third-party filter: install its plugin')}"
+        for filter_id, names in sorted(by_filter.items())
+    ]
+    return f"{path}: " + "; ".join(parts)

@@ -1,0 +1,115 @@
+"""sinkscope.h5codec: chunks encoded by the extraction's threads decode bit for bit through HDF5's
+own filter pipeline (h5py's reader), every dataset of a real extraction round-trips under every
+codec, and a codec or filter that is not installed is named before any work starts."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from sinkscope import h5codec, h5layout
+from sinkscope.config import ConfigError, validate_config
+from sinkscope.extract import extract_activations
+
+
+@pytest.mark.parametrize(
+    "codec,level", [("zstd", 1), ("zstd", 9), ("gzip", 1), ("gzip", 6), ("gzip", 0), ("none", 0)]
+)
+@pytest.mark.parametrize("dtype", ["float16", "float32", "int32", "uint8"])
+def test_encoded_chunks_decode_through_hdf5_own_pipeline(
+    tmp_path: Path, codec: str, level: int, dtype: str
+) -> None:
+    rng = np.random.default_rng(1)
+    chunk = (rng.standard_normal((3, 5, 7)) * 100).astype(dtype)
+    filters = h5codec.dataset_filters(codec, level, np.dtype(dtype).itemsize)
+    kwargs = {"shape": (2, 3, 5, 7), "dtype": dtype, "chunks": (1, 3, 5, 7), **filters}
+    with h5py.File(tmp_path / "a.h5", "w") as f:
+        own = f.create_dataset("own", **kwargs)
+        direct = f.create_dataset("direct", **kwargs)
+        own[1] = chunk
+        direct.id.write_direct_chunk((1, 0, 0, 0), h5codec.encode_chunk(chunk, codec, level))
+    with h5py.File(tmp_path / "a.h5", "r") as f:
+        np.testing.assert_array_equal(f["direct"][1], chunk)  # HDF5's filters decode it
+        np.testing.assert_array_equal(f["direct"][0], np.zeros_like(chunk))
+        if codec == "gzip":  # deflate is deterministic: the very bytes HDF5 would write
+            assert f["own"].id.read_direct_chunk((1, 0, 0, 0)) == f["direct"].id.read_direct_chunk(
+                (1, 0, 0, 0)
+            )
+        # and HDF5's own encoding decodes through sinkscope's decoder
+        mask, raw = f["own"].id.read_direct_chunk((1, 0, 0, 0))
+        decoded = h5codec.decode_chunk(raw, h5codec.pipeline(f["own"]), mask, np.dtype(dtype))
+        np.testing.assert_array_equal(decoded.reshape(chunk.shape), chunk)
+
+
+def test_every_dataset_round_trips_under_every_codec(extracted, tmp_path: Path) -> None:
+    """The same extraction under zstd, gzip and no codec: every dataset equal bit for bit, read
+    by h5py's own reader and by the analyses' threaded reader."""
+    _, path, _, _ = extracted
+    from tests.conftest import SETTINGS
+
+    entry = {"dtype": "float32", "attn_implementation": "eager"}
+    files = {}
+    for codec, level in (("zstd", 1), ("gzip", 1), ("none", 0)):
+        settings = dataclasses.replace(SETTINGS, codec=codec, compression_level=level)
+        out = tmp_path / f"{codec}.h5"
+        extract_activations(
+            path.parent / "prepared", path.parent / "tokens.json", out, entry, settings, "c", False
+        )
+        files[codec] = out
+    with h5layout.open_activations(files["none"]) as reference:
+        for codec in ("zstd", "gzip"):
+            with h5layout.open_activations(files[codec]) as handle:
+                assert handle.attrs["codec"] == f"{codec}(1)"
+                for spec in h5layout.DATASETS:
+                    ds, ref = handle[spec.name], reference[spec.name]
+                    assert h5codec.pipeline(ds)[-1] in (h5codec.FILTER_ZSTD, h5codec.FILTER_DEFLATE)
+                    np.testing.assert_array_equal(ds[...], ref[...], err_msg=f"{codec} {spec.name}")
+                for name in h5layout.PER_LAYER_DATASETS:
+                    for layer in range(handle[name].shape[0]):
+                        np.testing.assert_array_equal(
+                            h5layout.read_layer(handle[name], layer, threads=2),
+                            reference[name][layer],
+                            err_msg=f"{codec} {name} layer {layer}",
+                        )
+
+
+def test_unknown_codec_and_bad_level_are_rejected_naming_the_key(default_config: dict) -> None:
+    config = copy.deepcopy(default_config)
+    config["extraction"]["codec"] = "blosc"
+    with pytest.raises(ConfigError, match=r"extraction\.codec: 'blosc' is not one of"):
+        validate_config(config)
+    config["extraction"].update(codec="zstd", compression_level=0)
+    with pytest.raises(ConfigError, match=r"extraction\.compression_level: 0 is outside 1\.\.22"):
+        validate_config(config)
+
+
+def test_a_codec_whose_filter_is_missing_is_rejected(
+    default_config: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(h5codec, "filter_available", lambda f: f != h5codec.FILTER_ZSTD)
+    with pytest.raises(
+        ConfigError, match=r"extraction\.codec: 'zstd' needs .*pip install hdf5plugin"
+    ):
+        validate_config(default_config)
+    config = copy.deepcopy(default_config)
+    config["extraction"]["codec"] = "gzip"
+    validate_config(config)  # HDF5's own filters need no plugin
+
+
+def test_a_file_whose_filter_cannot_be_decoded_names_filter_and_package(
+    extracted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, path, _, _ = extracted
+    with h5layout.open_activations(path):
+        pass
+    monkeypatch.setattr(h5codec, "filter_available", lambda f: f != h5codec.FILTER_ZSTD)
+    with pytest.raises(h5layout.ActivationFileError) as error:
+        h5layout.open_activations(path)
+    message = str(error.value)
+    assert str(path) in message and "attention/probs" in message
+    assert "32015" in message and "pip install hdf5plugin" in message
