@@ -12,7 +12,7 @@ PIP_EXTRA ?=
 #   make run LOCK=requirements-cuda.lock
 LOCK ?= requirements.lock
 
-.PHONY: install run test report lock clean-results bench
+.PHONY: install run run-full test report lock clean-results bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ install: $(VENV)/.installed
 
 run: install
 	$(BIN)/snakemake --cores $(CORES)
+
+# The full offline scale (about 3-4 hours on 2 cores): config/offline-full.yaml layered on config.yaml
+run-full: install
+	$(BIN)/snakemake --cores $(CORES) --configfile config.yaml config/offline-full.yaml
 
 test: install
 	$(BIN)/python -m pytest

@@ -5,7 +5,13 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config.yaml"
+# config.yaml is the default config. A config given with --configfile REPLACES it (config.yaml is
+# not read; several --configfile files are layered left to right, e.g. tests/configs/tiny.yaml
+# tiny_model_only.yaml); --config KEY=VALUE edits whichever config is in use.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
+
 
 
 report: "workflow/report/workflow.rst"

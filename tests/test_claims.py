@@ -851,3 +851,38 @@ def test_write_claims_files_and_rst(mixed_table: pl.DataFrame, tmp_path: Path) -
     assert not list(tmp_path.glob(".*partial*"))
     with pytest.raises(ValueError, match="lacks the column"):
         C.write_claims(mixed_table.drop("verdict"), tmp_path / "x.md", tmp_path / "x.parquet")
+
+
+def test_compare_runs_puts_verdicts_side_by_side_and_flags_differences(tmp_path) -> None:
+    from sinkscope.claims import COLUMNS, compare_runs, compare_runs_markdown
+    from sinkscope.cli import main as cli_main
+
+    def table(verdicts: dict[tuple[str, str, str], str]) -> pl.DataFrame:
+        rows = [
+            {**dict.fromkeys(COLUMNS), "claim_id": c, "claim": f"claim {c}", "model": m,
+             "dataset": d, "verdict": v}
+            for (c, m, d), v in verdicts.items()
+        ]  # fmt: skip
+        return pl.DataFrame(rows, schema=COLUMNS)
+
+    short = table({
+        ("a", "m1", "x"): "reproduced", ("a", "m1", "y"): "reproduced",
+        ("b", "m1", "x"): "reproduced", ("b", "m1", "y"): "not reproduced",
+        ("c", "m1", "-"): "not applicable",
+    })  # fmt: skip
+    full = table({
+        ("a", "m1", "x"): "reproduced", ("a", "m1", "y"): "reproduced",
+        ("b", "m1", "x"): "reproduced", ("b", "m1", "y"): "reproduced",
+        ("d", "m1", "-"): "not reproduced",
+    })  # fmt: skip
+    out = compare_runs({"short": short, "full": full}).sort("claim_id")
+    assert out["short"].to_list() == ["reproduced", "mixed (1/2)", "not applicable", "absent"]
+    assert out["full"].to_list() == ["reproduced", "reproduced", "absent", "not reproduced"]
+    assert out["differs"].to_list() == [False, True, True, True]
+    text = compare_runs_markdown(out)
+    assert text.startswith("3 of 4 claim × model verdicts differ between short, full.")
+    short.write_parquet(tmp_path / "s.parquet")
+    full.write_parquet(tmp_path / "f.parquet")
+    assert cli_main(["compare-claims", str(tmp_path / "s.parquet"), str(tmp_path / "f.parquet"),
+                     "--labels", "short", "full"]) == 0  # fmt: skip
+    assert cli_main(["compare-claims", str(tmp_path / "missing.parquet")]) == 2

@@ -12,11 +12,59 @@ from sinkscope.config import ConfigError, load_config, pairs, validate_config
 
 def test_default_config_is_valid_and_gets_defaults(default_config: dict) -> None:
     config = validate_config(default_config)
-    assert config["extraction"]["n_sequences"] == 50
+    assert config["extraction"]["n_sequences"] == 16  # the short default run
     assert config["extraction"]["context_length"] == 256
     assert config["download_dir"] == "resources/downloads"
     assert config["models"]["smollm2-135m"]["attn_implementation"] == "eager"
     assert len(pairs(config)) == len(config["models"]) * len(config["datasets"])
+
+
+def _leaves(mapping: dict, prefix: tuple = ()) -> dict[tuple, object]:
+    out = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict) and value:
+            out.update(_leaves(value, (*prefix, key)))
+        else:
+            out[(*prefix, key)] = value
+    return out
+
+
+def test_offline_full_sets_back_every_scaled_down_key_to_its_default(repo) -> None:
+    """config/offline-full.yaml, layered on config.yaml, restores the schema's (and
+    sinkscope.defaults') default for every key config.yaml scales down: the short scale and the
+    full scale differ in exactly those keys, and the full file cannot drift from the defaults."""
+    from snakemake.utils import update_config
+
+    from sinkscope.defaults import STREAMING_PARAMS
+
+    short = yaml.safe_load((repo / "config.yaml").read_text())
+    overlay = yaml.safe_load((repo / "config" / "offline-full.yaml").read_text())
+    full = copy.deepcopy(short)
+    update_config(full, overlay)
+    full = validate_config(full)
+    bare = {key: short[key] for key in ("models", "datasets", "head_classes")}
+    bare["extraction"] = {k: short["extraction"][k] for k in ("context_length", "seed")}
+    bare["extraction"]["n_sequences"] = 50  # paper: 50 sequences per dataset (no default)
+    defaults = validate_config(bare)
+    defaults["streaming"]["params"] = dict(STREAMING_PARAMS)
+    scaled = set(_leaves(overlay))
+    for path in scaled:
+        expected = defaults
+        for key in path:
+            expected = expected[key]
+        got = full
+        for key in path:
+            got = got[key]
+        assert got == expected or (got is None and expected == {}), (path, got, expected)
+    # and config.yaml differs from the defaults only in keys the overlay sets back
+    for path, value in _leaves(validate_config(short)).items():
+        if path[0] in ("models", "datasets", "extraction", "head_classes"):
+            continue
+        expected = defaults
+        for key in path:
+            expected = expected.get(key, {}) if isinstance(expected, dict) else None
+        covered = any(path[: len(p)] == p for p in scaled)
+        assert value == expected or covered, f"{'.'.join(path)} is scaled down but not reset"
 
 
 def test_paper_config_is_valid(repo) -> None:

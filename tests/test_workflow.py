@@ -67,6 +67,23 @@ def test_paper_config_dry_run(tmp_path: Path) -> None:
     assert job_counts(result.stdout)["extract_activations"] == 24
 
 
+def test_a_configfile_replaces_config_yaml_and_files_layer_left_to_right(tmp_path: Path) -> None:
+    """Run where config.yaml is (as from the repository root): --configfile tiny.yaml runs the
+    tiny config alone, not tiny.yaml merged into config.yaml; several files layer explicitly."""
+    shutil.copy(REPO / "config.yaml", tmp_path / "config.yaml")
+    default = job_counts(snakemake(tmp_path, "-n").stdout)
+    assert default["extract_activations"] == 8  # 2 models x 4 corpora
+    tiny = job_counts(snakemake(tmp_path, "-n", "--configfile", str(TINY)).stdout)
+    assert tiny["extract_activations"] == 1 and tiny["dynamics_induction_run"] == 1
+    layered = snakemake(tmp_path, "-n", "--configfile", str(TINY), str(TINY_EXTRA)).stdout
+    assert job_counts(layered)["extract_activations"] == 2  # tiny.yaml plus one dataset
+    full = ("--configfile", "config.yaml", str(REPO / "config" / "offline-full.yaml"))
+    counts = job_counts(snakemake(tmp_path, "-n", *full).stdout)
+    assert counts["extract_activations"] == 8
+    assert counts["dynamics_induction_run"] == 26 and counts["dynamics_value_softmax_run"] == 36
+    assert default["dynamics_induction_run"] < counts["dynamics_induction_run"]
+
+
 def test_bad_config_fails_before_any_job(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text(TINY.read_text().replace("n_sequences: 2", "n_sequences: 0"))

@@ -58,6 +58,8 @@ __all__ = [
     "Claim",
     "claims_markdown",
     "claims_rst",
+    "compare_runs",
+    "compare_runs_markdown",
     "evaluate_claims",
     "resolve_tolerances",
     "write_claims",
@@ -1686,6 +1688,66 @@ def _cell(text: Any) -> str:
     if text is None:
         return ""
     return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def compare_runs(tables: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
+    """The per-claim-and-model verdict (:func:`_overview`'s ``summary``: reproduced, not
+    reproduced, mixed (k/n), not applicable) of several runs side by side, e.g. the short
+    default scale against ``config/offline-full.yaml``: one row per claim and model, one column
+    per run (``tables``' keys), ``differs`` where the runs disagree. Claims missing from a run
+    read ``absent``."""
+    merged: pl.DataFrame | None = None
+    for label, table in tables.items():
+        overview = _overview(table).select(
+            "claim_id",
+            "model",
+            "claim",
+            pl.when(pl.col("summary") == "mixed")
+            .then(
+                pl.format(
+                    "mixed ({}/{})",
+                    pl.col("n_reproduced"),
+                    pl.col("n_reproduced") + pl.col("n_not_reproduced"),
+                )
+            )
+            .otherwise(pl.col("summary"))
+            .alias(label),
+        )
+        if merged is None:
+            merged = overview
+        else:
+            merged = merged.join(
+                overview, on=["claim_id", "model"], how="full", coalesce=True, suffix="_other"
+            )
+            merged = merged.with_columns(pl.coalesce("claim", "claim_other").alias("claim")).drop(
+                "claim_other"
+            )
+    if merged is None:
+        raise ValueError("compare_runs needs at least one claims table")
+    labels = list(tables)
+    merged = merged.with_columns(pl.col(labels).fill_null("absent"))
+    differs = pl.lit(False)
+    for label in labels[1:]:
+        differs = differs | (pl.col(label) != pl.col(labels[0]))
+    return merged.with_columns(differs.alias("differs")).select(
+        "claim_id", "model", "claim", *labels, "differs"
+    )
+
+
+def compare_runs_markdown(comparison: pl.DataFrame) -> str:
+    """:func:`compare_runs` as a Markdown table, the rows that differ first."""
+    labels = [c for c in comparison.columns if c not in ("claim_id", "model", "claim", "differs")]
+    ordered = comparison.sort("differs", descending=True, maintain_order=True)
+    n_diff = int(comparison["differs"].sum())
+    lines = [
+        (
+            f"{n_diff} of {comparison.height} claim × model verdicts differ between "
+            f"{', '.join(labels)}."
+        ),
+        "",
+    ]
+    lines += _md_table(ordered, ["claim_id", "model", *labels, "differs"])
+    return "\n".join(lines) + "\n"
 
 
 def _md_table(frame: pl.DataFrame, columns: Sequence[str]) -> list[str]:

@@ -3,6 +3,8 @@
 sinkscope inspect FILE.h5                       provenance, every dataset with its storage
 sinkscope inspect FILE.h5 --attention L S H     one head's attention map (layer, sequence, head)
 sinkscope inspect --layout                      the layout every file follows
+sinkscope compare-claims A/claims.parquet B/claims.parquet [--labels short full]
+                                                the verdicts of two runs side by side
 """
 
 from __future__ import annotations
@@ -83,6 +85,29 @@ def describe_attention(handle: h5py.File, layer: int, sequence: int, head: int) 
     return f"layer {layer}, sequence {sequence}, head {head}: {size} x {size}\n{summary}\n{matrix}"
 
 
+def _compare_claims(tables: Sequence[str], labels: Sequence[str] | None) -> int:
+    import polars as pl
+
+    from sinkscope.claims import compare_runs, compare_runs_markdown
+
+    labels = list(labels or tables)
+    if len(labels) != len(tables):
+        print(
+            f"sinkscope compare-claims: {len(labels)} labels for {len(tables)} tables",
+            file=sys.stderr,
+        )
+        return 2
+    frames = {}
+    for label, path in zip(labels, tables, strict=True):
+        try:
+            frames[label] = pl.read_parquet(path)
+        except (FileNotFoundError, OSError, pl.exceptions.PolarsError) as error:
+            print(f"sinkscope compare-claims: {path}: {error}", file=sys.stderr)
+            return 2
+    print(compare_runs_markdown(compare_runs(frames)), end="")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="sinkscope", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -98,7 +123,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar=("LAYER", "SEQUENCE", "HEAD"),
         help="print one head's attention map",
     )
+    compare = commands.add_parser(
+        "compare-claims", help="the claims verdicts of several runs side by side (Markdown)"
+    )
+    compare.add_argument("tables", nargs="+", help="results/claims.parquet of each run")
+    compare.add_argument("--labels", nargs="+", help="a column name per table (default: paths)")
     args = parser.parse_args(argv)
+    if args.command == "compare-claims":
+        return _compare_claims(args.tables, args.labels)
     if args.layout:
         print(h5layout.describe_layout())
         return 0

@@ -28,6 +28,7 @@ rule claims:
     params:
         tolerances=config["claims"],
         models=list(config["models"]),
+    priority: PRIORITY["claims"]
     log:
         paths.log("claims", "all"),
     conda:

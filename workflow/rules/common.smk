@@ -3,6 +3,7 @@ import re
 import sys
 from pathlib import Path
 
+from snakemake.logging import logger
 from snakemake.utils import validate
 
 # The workflow imports the sinkscope package from this repository's src/ (jobs get it from the
@@ -35,6 +36,11 @@ from sinkscope.paths import (
 config.update(validate_config(config))
 validate(config, "../schemas/config.schema.yaml")
 paths = Paths("results")
+logger.info(
+    f"sinkscope: config {' + '.join(map(str, workflow.overwrite_configfiles)) or 'config.yaml'}"
+    f": {len(config['models'])} models x {len(config['datasets'])} datasets, "
+    f"N = {config['extraction']['n_sequences']}, T = {config['extraction']['context_length']}"
+)
 
 
 wildcard_constraints:
@@ -50,6 +56,54 @@ wildcard_constraints:
 localrules:
     prepare_model,
     prepare_corpus,
+
+
+# Threads of the model path's multi-threaded jobs (extraction, oversmoothing): half the local
+# cores, at most 2. Snakemake reserves no cores for a waiting job, so a 2-thread job on a 2-core
+# machine waits whenever any 1-thread job of lower priority holds a core; with half the cores a
+# ready model-path job always starts. The SLURM profile sets its own (set-threads).
+PAIR_THREADS = max(1, min(2, int(workflow.cores or 2) // 2))
+
+
+# Scheduling order (Snakemake runs the ready job of highest priority first): the model path that
+# users wait for -- prepare, cut, extract, classify heads (the first table), geometry,
+# oversmoothing, their summaries -- before the StreamingLLM evaluation and the model-free
+# experiments (§7 costs, training dynamics), whose summaries go before their remaining runs.
+# Every rule has an entry (a rule without one fails when the workflow is parsed).
+PRIORITY = {
+    "classify_heads": 100,
+    **dict.fromkeys(("prepare_model", "prepare_corpus", "cut_tokens", "extract_activations"), 90),
+    "summarize_heads": 80,
+    **dict.fromkeys(("analyze_geometry", "analyze_oversmoothing"), 70),
+    **dict.fromkeys(("summarize_geometry", "summarize_oversmoothing", "claims"), 60),
+    "analyze_streaming_first_positions": 50,
+    # the longest model-free runs (1-3 minutes each) before the StreamingLLM pairs, so that none
+    # of them is the last job of a run
+    **dict.fromkeys(("cost_backcopy_e2e", "cost_copypaste_run", "dynamics_induction_run"), 45),
+    **dict.fromkeys(
+        ("analyze_streaming", "analyze_streaming_recompute", "summarize_streaming"), 40
+    ),
+    **dict.fromkeys(
+        (
+            "summarize_backcopy",
+            "summarize_copypaste",
+            "summarize_backcopy_e2e",
+            "summarize_dynamics_value_softmax",
+            "summarize_dynamics_induction",
+            "summarize_dynamics_classification",
+        ),
+        10,
+    ),
+    **dict.fromkeys(
+        (
+            "cost_toy",
+            "cost_backcopy_run",
+            "dynamics_value_softmax_run",
+            "dynamics_classification_run",
+        ),
+        0,
+    ),
+}
 
 
 def all_targets():

@@ -14,6 +14,7 @@ rule cost_toy:
         ),
     params:
         T=config["costs"]["toy_T"],
+    priority: PRIORITY["cost_toy"]
     log:
         paths.log("cost_toy", "toy"),
     conda:
@@ -27,6 +28,7 @@ rule cost_backcopy_run:
         row=paths.cost_run("backcopy"),
     params:
         params=config["costs"]["backcopy"]["params"],
+    priority: PRIORITY["cost_backcopy_run"]
     log:
         paths.log("cost_backcopy_run", "{pattern}_T{T}_seed{seed}"),
     conda:
@@ -43,6 +45,7 @@ rule cost_backcopy_e2e:
         row=paths.cost_run("backcopy_e2e"),
     params:
         params=config["costs"]["backcopy"]["params"],
+    priority: PRIORITY["cost_backcopy_e2e"]
     log:
         paths.log("cost_backcopy_e2e", "{pattern}_T{T}_seed{seed}"),
     conda:
@@ -59,6 +62,7 @@ rule cost_copypaste_run:
         row=paths.cost_run("copypaste"),
     params:
         params=config["costs"]["copypaste"]["params"],
+    priority: PRIORITY["cost_copypaste_run"]
     log:
         paths.log("cost_copypaste_run", "{pattern}_n{n}_delta{delta}_seed{seed}"),
     conda:
@@ -102,6 +106,7 @@ rule summarize_backcopy:
     params:
         condition3=config["costs"]["condition3"],
         n_dormant=config["costs"]["backcopy"]["params"].get("n_dormant", 5),
+    priority: PRIORITY["summarize_backcopy"]
     log:
         paths.log("summarize_backcopy", "all"),
     conda:
@@ -128,6 +133,7 @@ rule summarize_copypaste:
             category="Costs of sinks vs diagonals (§7)",
             labels={"figure": "copy-paste cost and Theorem D.1 bounds (Fig. 3 right)"},
         ),
+    priority: PRIORITY["summarize_copypaste"]
     log:
         paths.log("summarize_copypaste", "all"),
     conda:
@@ -147,6 +153,7 @@ rule summarize_backcopy_e2e:
     output:
         table=paths.cost_table("backcopy_end_to_end"),
         table_csv=paths.cost_table("backcopy_end_to_end", "csv"),
+    priority: PRIORITY["summarize_backcopy_e2e"]
     log:
         paths.log("summarize_backcopy_e2e", "all"),
     conda:

@@ -19,6 +19,7 @@ rule dynamics_value_softmax_run:
         **DYNAMICS_RUN_OUTPUTS["value_softmax"],
     params:
         spec=lambda wc: DYNAMICS_JOBS["value_softmax"][wc.run],
+    priority: PRIORITY["dynamics_value_softmax_run"]
     log:
         paths.log("dynamics_value_softmax_run", "{run}"),
     conda:
@@ -36,6 +37,7 @@ rule dynamics_induction_run:
         **DYNAMICS_RUN_OUTPUTS["induction"],
     params:
         spec=lambda wc: DYNAMICS_JOBS["induction"][wc.run],
+    priority: PRIORITY["dynamics_induction_run"]
     log:
         paths.log("dynamics_induction_run", "{run}"),
     conda:
@@ -53,6 +55,7 @@ rule dynamics_classification_run:
         **DYNAMICS_RUN_OUTPUTS["classification"],
     params:
         spec=lambda wc: DYNAMICS_JOBS["classification"][wc.run],
+    priority: PRIORITY["dynamics_classification_run"]
     log:
         paths.log("dynamics_classification_run", "{run}"),
     conda:
@@ -70,6 +73,7 @@ rule summarize_dynamics_value_softmax:
         **DYNAMICS_SUMMARY_INPUTS["value_softmax"],
     output:
         **DYNAMICS_SUMMARY_OUTPUTS["value_softmax"],
+    priority: PRIORITY["summarize_dynamics_value_softmax"]
     log:
         paths.log("summarize_dynamics_value_softmax", "all"),
     conda:
@@ -86,6 +90,7 @@ rule summarize_dynamics_induction:
         **DYNAMICS_SUMMARY_INPUTS["induction"],
     output:
         **DYNAMICS_SUMMARY_OUTPUTS["induction"],
+    priority: PRIORITY["summarize_dynamics_induction"]
     log:
         paths.log("summarize_dynamics_induction", "all"),
     conda:
@@ -102,6 +107,7 @@ rule summarize_dynamics_classification:
         **DYNAMICS_SUMMARY_INPUTS["classification"],
     output:
         **DYNAMICS_SUMMARY_OUTPUTS["classification"],
+    priority: PRIORITY["summarize_dynamics_classification"]
     log:
         paths.log("summarize_dynamics_classification", "all"),
     conda:

@@ -11,11 +11,12 @@ rule extract_activations:
         model_entry=lambda wc: config["models"][wc.model],
         dataset_entry=lambda wc: config["datasets"][wc.dataset],
         extraction=config["extraction"],
+    priority: PRIORITY["extract_activations"]
     log:
         paths.log("extract_activations", "{model}/{dataset}"),
     conda:
         "../../envs/sinkscope.yaml"
-    threads: 2
+    threads: PAIR_THREADS
     resources:
         gpu=config["resources"]["extraction_gpus"],
         mem_mb=lambda wc, attempt: config["resources"]["extraction_mem_mb"] * attempt,

@@ -13,6 +13,7 @@ rule analyze_geometry:
         thresholds=config["head_classes"],
         geometry=config["geometry"],
         extraction=config["extraction"],
+    priority: PRIORITY["analyze_geometry"]
     log:
         paths.log("analyze_geometry", "{model}/{dataset}"),
     conda:
@@ -31,6 +32,7 @@ rule summarize_geometry:
     output:
         **summary_tables_of("geometry", GEOMETRY_SUMMARY_TABLES),
         **summary_figures_of("geometry", GEOMETRY_FIGURES, "Sink geometry"),
+    priority: PRIORITY["summarize_geometry"]
     log:
         paths.log("summarize_geometry", "all"),
     conda:

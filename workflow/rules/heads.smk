@@ -26,6 +26,7 @@ rule classify_heads:
     params:
         thresholds=config["head_classes"],
         extraction=config["extraction"],
+    priority: PRIORITY["classify_heads"]
     log:
         paths.log("classify_heads", "{model}/{dataset}"),
     conda:
@@ -56,6 +57,7 @@ rule summarize_heads:
         ),
     params:
         thresholds=config["head_classes"],
+    priority: PRIORITY["summarize_heads"]
     log:
         paths.log("summarize_heads", "all"),
     conda:

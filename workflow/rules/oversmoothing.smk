@@ -12,11 +12,12 @@ rule analyze_oversmoothing:
     params:
         oversmoothing=config["oversmoothing"],
         extraction=config["extraction"],
+    priority: PRIORITY["analyze_oversmoothing"]
     log:
         paths.log("analyze_oversmoothing", "{model}/{dataset}"),
     conda:
         "../../envs/sinkscope.yaml"
-    threads: 2
+    threads: PAIR_THREADS
     resources:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 30 * attempt,
@@ -32,6 +33,7 @@ rule summarize_oversmoothing:
         **summary_figures_of("oversmoothing", OVERSMOOTHING_FIGURES, "Oversmoothing"),
     params:
         oversmoothing=config["oversmoothing"],
+    priority: PRIORITY["summarize_oversmoothing"]
     log:
         paths.log("summarize_oversmoothing", "all"),
     conda:

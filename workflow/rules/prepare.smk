@@ -8,6 +8,7 @@ rule prepare_model:
     params:
         entry=lambda wc: config["models"][wc.model],
         download_dir=config["download_dir"],
+    priority: PRIORITY["prepare_model"]
     log:
         paths.log("prepare_model", "{model}"),
     conda:
@@ -26,6 +27,7 @@ rule prepare_corpus:
     params:
         entry=lambda wc: config["datasets"][wc.dataset],
         download_dir=config["download_dir"],
+    priority: PRIORITY["prepare_corpus"]
     log:
         paths.log("prepare_corpus", "{dataset}"),
     conda:
@@ -49,6 +51,7 @@ rule cut_tokens:
             key: config["extraction"][key]
             for key in ("n_sequences", "context_length", "seed")
         },
+    priority: PRIORITY["cut_tokens"]
     log:
         paths.log("cut_tokens", "{model}/{dataset}"),
     conda:

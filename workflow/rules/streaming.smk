@@ -14,6 +14,7 @@ rule analyze_streaming:
         **figures_of("streaming", STREAMING_POLICY_FIGURES, "StreamingLLM caches"),
     params:
         params=config["streaming"]["params"],
+    priority: PRIORITY["analyze_streaming"]
     log:
         paths.log("analyze_streaming", "{model}/{dataset}"),
     conda:
@@ -37,6 +38,7 @@ rule analyze_streaming_recompute:
         **figures_of("streaming", STREAMING_RECOMPUTE_FIGURES, "StreamingLLM caches"),
     params:
         params=config["streaming"]["params"],
+    priority: PRIORITY["analyze_streaming_recompute"]
     log:
         paths.log("analyze_streaming_recompute", "{model}/{dataset}"),
     conda:
@@ -57,6 +59,7 @@ rule analyze_streaming_first_positions:
         **figures_of("streaming", STREAMING_FIRST_POSITION_FIGURES, "StreamingLLM caches"),
     params:
         first_positions=config["streaming"]["first_positions"],
+    priority: PRIORITY["analyze_streaming_first_positions"]
     log:
         paths.log("analyze_streaming_first_positions", "{model}/{dataset}"),
     conda:
@@ -78,6 +81,7 @@ rule summarize_streaming:
     output:
         **summary_tables_of("streaming", STREAMING_SUMMARY_TABLES),
         **summary_figures_of("streaming", STREAMING_SUMMARY_FIGURES, "StreamingLLM caches"),
+    priority: PRIORITY["summarize_streaming"]
     log:
         paths.log("summarize_streaming", "all"),
     conda:
