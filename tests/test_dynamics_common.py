@@ -72,7 +72,8 @@ def test_bad_dynamics_sections_are_rejected_naming_the_key(default_config: dict)
             },
         }
     )
-    filled = validate_config(default_config)["dynamics"]
+    without = {key: value for key, value in default_config.items() if key != "dynamics"}
+    filled = validate_config(without)["dynamics"]
     assert filled["enabled"] and filled["induction"] == {
         "enabled": True,
         "scale": "default",

@@ -63,6 +63,8 @@ def ci_profile(folder: Path) -> Path:
     profile = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
     profile["default-resources"]["slurm_partition"] = "ci"
     profile["set-resources"]["extract_activations"]["slurm_partition"] = "ci"
+    # the CI node has fewer CPUs than the 8 the profile asks per extraction job
+    profile["set-threads"]["extract_activations"] = len(os.sched_getaffinity(0))
     profile.update(
         {
             "slurm-no-account": True,
