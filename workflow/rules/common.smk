@@ -61,8 +61,9 @@ localrules:
 # Threads of the model path's multi-threaded jobs (extraction, oversmoothing): half the local
 # cores, at most 2. Snakemake reserves no cores for a waiting job, so a 2-thread job on a 2-core
 # machine waits whenever any 1-thread job of lower priority holds a core; with half the cores a
-# ready model-path job always starts. The SLURM profile sets its own (set-threads).
-PAIR_THREADS = max(1, min(2, int(workflow.cores or 2) // 2))
+# ready model-path job always starts. Cluster executors define no local core count: 2 there (the
+# SLURM profile sets the extraction's own with set-threads).
+PAIR_THREADS = max(1, min(2, (workflow._cores or 4) // 2))
 
 
 # Scheduling order (Snakemake runs the ready job of highest priority first): the model path that
