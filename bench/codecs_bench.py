@@ -137,6 +137,22 @@ def measure_threaded(
     }
 
 
+def _row(codec: str, kind: str, array: np.ndarray, runs: list[dict], path: str) -> dict:
+    """One measured (codec, tensor kind): the first run's ratio, the best run's throughputs."""
+    row = {
+        "codec": codec,
+        "kind": kind,
+        "dtype": str(array.dtype),
+        "mb": array.nbytes / 1e6,
+        "ratio": runs[0]["ratio"],
+        "write_mb_s": max(r["write_mb_s"] for r in runs),
+        "read_mb_s": max(r["read_mb_s"] for r in runs),
+        "path": path,
+    }
+    print(json.dumps(row), flush=True)
+    return row
+
+
 def measure(
     h5: Path, n_layers: int = 3, repeats: int = 2, pipelines: bool = True
 ) -> dict[str, Any]:
@@ -150,37 +166,14 @@ def measure(
         for name, filters in candidates() if pipelines else ():
             for kind, (array, chunks) in arrays.items():
                 runs = [measure_pipeline(array, chunks, filters, folder) for _ in range(repeats)]
-                rows.append(
-                    {
-                        "codec": name,
-                        "kind": kind,
-                        "dtype": str(array.dtype),
-                        "mb": array.nbytes / 1e6,
-                        "ratio": runs[0]["ratio"],
-                        "write_mb_s": max(r["write_mb_s"] for r in runs),
-                        "read_mb_s": max(r["read_mb_s"] for r in runs),
-                        "path": "HDF5 filter pipeline, 1 thread",
-                    }
-                )
-                print(json.dumps(rows[-1]), flush=True)
+                rows.append(_row(name, kind, array, runs, "HDF5 filter pipeline, 1 thread"))
         for codec, level in THREADED:
             for kind, (array, chunks) in arrays.items():
                 runs = [
                     measure_threaded(array, chunks, codec, level, folder) for _ in range(repeats)
                 ]
-                rows.append(
-                    {
-                        "codec": f"{codec}({level}) sinkscope threaded",
-                        "kind": kind,
-                        "dtype": str(array.dtype),
-                        "mb": array.nbytes / 1e6,
-                        "ratio": runs[0]["ratio"],
-                        "write_mb_s": max(r["write_mb_s"] for r in runs),
-                        "read_mb_s": max(r["read_mb_s"] for r in runs),
-                        "path": f"sinkscope.h5codec, {runs[0]['threads']} threads",
-                    }
-                )
-                print(json.dumps(rows[-1]), flush=True)
+                path = f"sinkscope.h5codec, {runs[0]['threads']} threads"
+                rows.append(_row(f"{codec}({level}) sinkscope threaded", kind, array, runs, path))
     return {"file": str(h5), "layers_per_kind": n_layers, "rows": rows}
 
 
