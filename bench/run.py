@@ -925,8 +925,12 @@ PAPER_SHAPES = {
     "gpt2-xl": {"n_layers": 48, "n_heads": 25, "d_model": 1600, "params": 1.56e9},
 }
 PAPER_N, PAPER_T1 = 50, 257
-#: CPUs per extraction job that the SLURM profile requests (profiles/slurm/config.yaml)
-PROFILE_EXTRACTION_CPUS = 8
+#: CPUs per extraction job that the SLURM profile requests (read from the profile itself)
+PROFILE_EXTRACTION_CPUS = int(
+    yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())["set-threads"][
+        "extract_activations"
+    ]
+)
 #: Assumptions of the forward-time and copy estimates (an H100/H200-class node), stated in the
 #: table: sustained bf16 throughput of an eager forward, device-to-host bandwidth, file system.
 GPU_TFLOPS, D2H_GB_S, FS_GB_S = 200.0, 10.0, 1.0
