@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import h5py
@@ -53,3 +57,34 @@ def test_layout(capsys) -> None:
     assert "attention/Z" in recomputed and "read_Z()" in recomputed
     assert "attention/values" in recomputed and "read_values()" in recomputed
     assert "input_norm_cast" in out
+
+
+def test_inspect_of_a_file_without_attention_says_so_in_one_sentence(
+    extracted, tmp_path: Path, capsys
+) -> None:
+    _, path, _, _ = extracted
+    damaged = tmp_path / "no_probs.h5"
+    shutil.copy(path, damaged)
+    with h5py.File(damaged, "a") as f:
+        del f["attention/probs"]
+    assert main(["inspect", str(damaged)]) == 1
+    captured = capsys.readouterr()
+    assert "attention/probs: MISSING" in captured.out
+    assert f"{damaged} lacks attention/probs of the layout" in captured.err
+    assert main(["inspect", str(damaged), "--attention", "0", "0", "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"{damaged}: has no attention/probs dataset, so --attention has nothing" in err
+    assert "Traceback" not in err and "KeyError" not in err
+
+
+def test_inspect_into_a_closed_pipe_ends_without_a_traceback() -> None:
+    """`sinkscope inspect --layout | head -1`: the reader is gone before the first write."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sinkscope.cli", "inspect", "--layout"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    process.stdout.close()  # before the command has imported its modules (about a second)
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 128 + signal.SIGPIPE, stderr
+    assert stderr == ""

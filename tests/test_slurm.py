@@ -155,3 +155,56 @@ def test_failing_job_is_reported_failed_and_retried(
         assert f"mem_mb={mem_mb}," in output
     logs = list((tmp_path / "run" / "results" / "logs" / "cut_tokens").rglob("*.log"))
     assert logs and "fewer than the 100000 sequences" in logs[0].read_text()
+
+
+def _path_without_slurm(folder: Path) -> str:
+    """A PATH folder with every command of this PATH except SLURM's client tools."""
+    from sinkscope.cluster import SLURM_STATUS_TOOLS, SLURM_SUBMIT_TOOLS
+
+    hidden = {*SLURM_SUBMIT_TOOLS, *SLURM_STATUS_TOOLS, "sinfo", "srun", "scontrol"}
+    folder.mkdir()
+    for directory in os.environ["PATH"].split(os.pathsep):
+        if not Path(directory).is_dir():
+            continue
+        for command in Path(directory).iterdir():
+            target = folder / command.name
+            if command.name not in hidden and not target.exists():
+                target.symlink_to(command)
+    return str(folder)
+
+
+def test_profile_slurm_without_slurm_commands_says_what_is_missing_before_any_job(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "PATH": _path_without_slurm(tmp_path / "bin")}
+    workdir = tmp_path / "run"
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--profile", "slurm", "--configfile", str(TINY)]
+        + ["--directory", str(workdir)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=300,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    assert "snakemake --profile slurm needs SLURM's client commands" in output, output[-3000:]
+    assert "no sbatch, scancel, sacct, squeue on PATH" in output
+    assert "more memory" not in output  # failed before the first submission, not retried
+    assert not (workdir / "results").exists()
+
+
+def test_missing_slurm_tools_follow_the_status_command() -> None:
+    from sinkscope.cluster import check_slurm_client, missing_slurm_tools
+
+    def which(present: set[str]):  # noqa: ANN202
+        return lambda name: f"/usr/bin/{name}" if name in present else None
+
+    assert missing_slurm_tools("squeue", which({"sbatch", "scancel", "squeue"})) == []
+    assert missing_slurm_tools("sacct", which({"sbatch", "scancel", "squeue"})) == ["sacct"]
+    assert missing_slurm_tools(None, which({"sbatch", "scancel", "squeue"})) == []
+    assert missing_slurm_tools(None, which({"sbatch"})) == ["scancel", "sacct", "squeue"]
+    with pytest.raises(RuntimeError, match=r"no scancel, sacct, squeue on PATH"):
+        check_slurm_client(None, which({"sbatch"}))

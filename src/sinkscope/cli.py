@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -18,7 +20,7 @@ import h5py
 import numpy as np
 
 from sinkscope import h5codec, h5layout
-from sinkscope.heads import attention_masses
+from sinkscope.heads import ATTENTION_DATASET, attention_masses
 
 
 def _storage(dataset: h5py.Dataset) -> str:
@@ -27,6 +29,11 @@ def _storage(dataset: h5py.Dataset) -> str:
     raw = dataset.size * dataset.dtype.itemsize
     ratio = f"{stored / raw:.2f}" if raw else "-"
     return f"chunks={dataset.chunks} {compression} stored={stored / 2**20:.1f} MiB ({ratio} of raw)"
+
+
+def missing_datasets(handle: h5py.File) -> list[str]:
+    """The datasets of the layout (:data:`sinkscope.h5layout.DATASETS`) that a file lacks."""
+    return [spec.name for spec in h5layout.DATASETS if spec.name not in handle]
 
 
 def describe_file(handle: h5py.File) -> str:
@@ -38,8 +45,9 @@ def describe_file(handle: h5py.File) -> str:
             value = json.dumps(json.loads(value), sort_keys=True)
         lines.append(f"  {key}: {value}")
     lines += ["", "Datasets:"]
+    missing = missing_datasets(handle)
     for spec in h5layout.DATASETS:
-        if spec.name not in handle:
+        if spec.name in missing:
             lines.append(f"  {spec.name}: MISSING")
             continue
         dataset = handle[spec.name]
@@ -67,7 +75,12 @@ def describe_file(handle: h5py.File) -> str:
 
 def describe_attention(handle: h5py.File, layer: int, sequence: int, head: int) -> str:
     """One head's attention map with the pattern masses of paper §3."""
-    probs = handle["attention/probs"]
+    if ATTENTION_DATASET not in handle:
+        raise h5layout.ActivationFileError(
+            f"{handle.filename}: has no {ATTENTION_DATASET} dataset, so --attention has nothing "
+            f"to show (`sinkscope inspect {handle.filename}` lists what the file holds)"
+        )
+    probs = handle[ATTENTION_DATASET]
     n_layers, n_seq, n_heads = probs.shape[:3]
     for name, value, limit in (
         ("layer", layer, n_layers),
@@ -109,6 +122,20 @@ def _compare_claims(tables: Sequence[str], labels: Sequence[str] | None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command; a reader that closes the pipe early (``| head``) ends it quietly."""
+    try:
+        status = _main(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python's advice (signal docs, "Note on SIGPIPE"): point stdout at devnull so that the
+        # interpreter's final flush does not raise again, and exit as a SIGPIPE-killed tool does
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    return status
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(
         prog="sinkscope", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -140,11 +167,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         with h5layout.open_activations(args.file) as handle:
             if args.attention:
                 print(describe_attention(handle, *args.attention))
-            else:
-                print(describe_file(handle))
+                return 0
+            print(describe_file(handle))
+            missing = missing_datasets(handle)
     except (FileNotFoundError, h5layout.ActivationFileError) as error:
         print(f"sinkscope inspect: {error}", file=sys.stderr)
         return 2
+    if missing:
+        print(
+            f"sinkscope inspect: {args.file} lacks {', '.join(missing)} of the layout "
+            "(`sinkscope inspect --layout`); the analyses cannot read it: extract it again",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

@@ -58,6 +58,16 @@ localrules:
     prepare_corpus,
 
 
+# A SLURM run checks for sbatch/scancel/sacct|squeue before the first submission (without them the
+# executor fails at submission and resubmits "with more memory"). onstart runs once the executor is
+# known, before any job starts; not in dry runs.
+onstart:
+    if workflow.executor_plugin is not None and workflow.executor_plugin.name == "slurm":
+        from sinkscope.cluster import check_slurm_client
+
+        check_slurm_client(getattr(workflow.executor_settings, "status_command", None))
+
+
 # Threads of the model path's multi-threaded jobs (extraction, oversmoothing): half the local
 # cores, at most 2. Snakemake reserves no cores for a waiting job, so a 2-thread job on a 2-core
 # machine waits whenever any 1-thread job of lower priority holds a core; with half the cores a
