@@ -5,6 +5,8 @@ sinkscope inspect FILE.h5 --attention L S H     one head's attention map (layer,
 sinkscope inspect --layout                      the layout every file follows
 sinkscope compare-claims A/claims.parquet B/claims.parquet [--labels short full]
                                                 the verdicts of two runs side by side
+sinkscope pin-revisions config/paper.yaml [--check]
+                                                hub revisions -> commit shas, in place
 """
 
 from __future__ import annotations
@@ -121,6 +123,26 @@ def _compare_claims(tables: Sequence[str], labels: Sequence[str] | None) -> int:
     return 0
 
 
+def _pin_revisions(config: str, check: bool) -> int:
+    from sinkscope.revisions import PinError, pin_revisions, unpinned
+
+    try:
+        if check:
+            open_revisions = unpinned(config)
+            for entry in open_revisions:
+                print(f"{config}: {entry.key} = {entry.revision!r} is not a commit sha")
+            return 1 if open_revisions else 0
+        pinned = pin_revisions(config)
+    except (OSError, PinError) as error:
+        print(f"sinkscope pin-revisions: {error}", file=sys.stderr)
+        return 2
+    for entry, sha in pinned:
+        print(f"{config}: {entry.key}: {entry.repo_id}@{entry.revision} -> {sha}")
+    if not pinned:
+        print(f"{config}: every hub revision is already a commit sha")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; a reader that closes the pipe early (``| head``) ends it quietly."""
     try:
@@ -155,9 +177,19 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     compare.add_argument("tables", nargs="+", help="results/claims.parquet of each run")
     compare.add_argument("--labels", nargs="+", help="a column name per table (default: paths)")
+    pin = commands.add_parser(
+        "pin-revisions",
+        help="write the commit sha of every hub revision into a config file (needs hub access)",
+    )
+    pin.add_argument("config", help="a config file with hub sources, e.g. config/paper.yaml")
+    pin.add_argument(
+        "--check", action="store_true", help="list unpinned revisions, exit 1 if any (no hub)"
+    )
     args = parser.parse_args(argv)
     if args.command == "compare-claims":
         return _compare_claims(args.tables, args.labels)
+    if args.command == "pin-revisions":
+        return _pin_revisions(args.config, args.check)
     if args.layout:
         print(h5layout.describe_layout())
         return 0
