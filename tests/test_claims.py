@@ -853,7 +853,7 @@ def test_write_claims_files_and_rst(mixed_table: pl.DataFrame, tmp_path: Path) -
         C.write_claims(mixed_table.drop("verdict"), tmp_path / "x.md", tmp_path / "x.parquet")
 
 
-def test_compare_runs_puts_verdicts_side_by_side_and_flags_differences(tmp_path) -> None:
+def test_compare_runs_puts_verdicts_side_by_side_and_flags_differences(tmp_path, capsys) -> None:
     from sinkscope.claims import COLUMNS, compare_runs, compare_runs_markdown
     from sinkscope.cli import main as cli_main
 
@@ -886,3 +886,11 @@ def test_compare_runs_puts_verdicts_side_by_side_and_flags_differences(tmp_path)
     assert cli_main(["compare-claims", str(tmp_path / "s.parquet"), str(tmp_path / "f.parquet"),
                      "--labels", "short", "full"]) == 0  # fmt: skip
     assert cli_main(["compare-claims", str(tmp_path / "missing.parquet")]) == 2
+    short.select("model", "verdict").write_parquet(tmp_path / "other.parquet")
+    assert (
+        cli_main(["compare-claims", str(tmp_path / "s.parquet"), str(tmp_path / "other.parquet")])
+        == 2
+    )
+    assert f"{tmp_path / 'other.parquet'} is not a claims table (no column claim_id" in (
+        capsys.readouterr().err
+    )

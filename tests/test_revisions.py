@@ -10,6 +10,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 from urllib.parse import unquote
 
 import pytest
@@ -49,9 +50,9 @@ datasets:
 class _StubHub(http.server.BaseHTTPRequestHandler):
     """Answers GET /api/{models,datasets}/{repo}/revision/{rev} as the hub does (id, sha)."""
 
-    requests: list[str] = []
+    requests: ClassVar[list[str]] = []
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         type(self).requests.append(self.path)
         parts = unquote(self.path.split("?")[0]).strip("/").split("/")
         # api / {models|datasets} / owner / name / revision / rev
@@ -123,14 +124,16 @@ def test_pin_revisions_writes_the_hub_shas_and_keeps_the_rest_of_the_file(
         "607a30d783dfa663caf39e06633721c8d4cfcd7e" in result.stdout
     )
     pinned = yaml.safe_load(config.read_text())
-    assert pinned["models"]["gpt2"]["source"]["revision"] == HUB[
-        ("models", "openai-community/gpt2", "main")
-    ]
+    assert (
+        pinned["models"]["gpt2"]["source"]["revision"]
+        == HUB[("models", "openai-community/gpt2", "main")]
+    )
     assert pinned["models"]["model-b"]["source"]["revision"] == "1" * 40
     assert pinned["models"]["pinned"]["source"]["revision"] == "2" * 40
-    assert pinned["datasets"]["tinystories"]["source"]["revision"] == HUB[
-        ("datasets", "roneneldan/TinyStories", "main")
-    ]
+    assert (
+        pinned["datasets"]["tinystories"]["source"]["revision"]
+        == HUB[("datasets", "roneneldan/TinyStories", "main")]
+    )
     text = config.read_text()
     assert text.startswith("# a comment that must survive\n") and "# trailing comment" in text
     # exactly the three revision scalars changed, line by line
@@ -139,10 +142,14 @@ def test_pin_revisions_writes_the_hub_shas_and_keeps_the_rest_of_the_file(
     ]
     assert len(changed) == 3 and all("revision" in a for a, _ in changed)
     # the model repos went to /api/models, the dataset to /api/datasets; the sha was not asked for
-    assert any(r.startswith("/api/datasets/roneneldan/TinyStories/revision/main") for r in
-               _StubHub.requests)
+    assert any(
+        r.startswith("/api/datasets/roneneldan/TinyStories/revision/main")
+        for r in _StubHub.requests
+    )
     assert not any("org/pinned" in r for r in _StubHub.requests)
-    assert _run(["pin-revisions", str(config), "--check"], stub_hub, tmp_path / "hf").returncode == 0
+    assert (
+        _run(["pin-revisions", str(config), "--check"], stub_hub, tmp_path / "hf").returncode == 0
+    )
 
 
 def test_pin_revisions_changes_nothing_when_one_revision_does_not_resolve(

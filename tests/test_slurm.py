@@ -199,7 +199,7 @@ def test_profile_slurm_without_slurm_commands_says_what_is_missing_before_any_jo
 def test_missing_slurm_tools_follow_the_status_command() -> None:
     from sinkscope.cluster import check_slurm_client, missing_slurm_tools
 
-    def which(present: set[str]):  # noqa: ANN202
+    def which(present: set[str]):
         return lambda name: f"/usr/bin/{name}" if name in present else None
 
     assert missing_slurm_tools("squeue", which({"sbatch", "scancel", "squeue"})) == []

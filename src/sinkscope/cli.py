@@ -103,7 +103,7 @@ def describe_attention(handle: h5py.File, layer: int, sequence: int, head: int) 
 def _compare_claims(tables: Sequence[str], labels: Sequence[str] | None) -> int:
     import polars as pl
 
-    from sinkscope.claims import compare_runs, compare_runs_markdown
+    from sinkscope.claims import COLUMNS, compare_runs, compare_runs_markdown
 
     labels = list(labels or tables)
     if len(labels) != len(tables):
@@ -118,6 +118,15 @@ def _compare_claims(tables: Sequence[str], labels: Sequence[str] | None) -> int:
             frames[label] = pl.read_parquet(path)
         except (FileNotFoundError, OSError, pl.exceptions.PolarsError) as error:
             print(f"sinkscope compare-claims: {path}: {error}", file=sys.stderr)
+            return 2
+        lacking = [column for column in COLUMNS if column not in frames[label].columns]
+        if lacking:
+            print(
+                f"sinkscope compare-claims: {path} is not a claims table (no column "
+                f"{', '.join(lacking[:3])}{', ...' if len(lacking) > 3 else ''}); pass each run's "
+                "results/claims.parquet",
+                file=sys.stderr,
+            )
             return 2
     print(compare_runs_markdown(compare_runs(frames)), end="")
     return 0

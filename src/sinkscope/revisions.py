@@ -77,7 +77,9 @@ def find_hub_revisions(text: str, filename: str = "<config>") -> list[HubRevisio
             key = f"{section}.{name}.source.revision"
             repo = fields.get(id_key)
             if not isinstance(revision, yaml.ScalarNode) or not isinstance(repo, yaml.ScalarNode):
-                raise PinError(f"{filename}: {section}.{name}.source needs `{id_key}` and `revision`")
+                raise PinError(
+                    f"{filename}: {section}.{name}.source needs `{id_key}` and `revision`"
+                )
             found.append(
                 HubRevision(
                     key=key,
