@@ -1,8 +1,22 @@
 # sinkscope: "Sink vs. diagonal patterns" reproduced for every model x dataset pair in config.yaml.
 # The rules only declare inputs, outputs, resources and logs; all logic is in the sinkscope package.
+import sys
+from pathlib import Path
+
 from snakemake.utils import min_version
 
 min_version("9.0")
+
+# The workflow imports the sinkscope package from this repository's src/ (jobs get it from the
+# environment, where `make install` or envs/sinkscope.post-deploy.sh installs it in editable mode,
+# so the code always matches this checkout).
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+
+from sinkscope.config import check_config_files
+
+# The config files in use are read strictly first (a key given twice, a tab, an unquoted all-digit
+# sha256: file and line named), before Snakemake's own reading keeps the last of duplicate keys.
+check_config_files(workflow.overwrite_configfiles or ["config.yaml"])
 
 
 # config.yaml is the default config. A config given with --configfile REPLACES it (config.yaml is

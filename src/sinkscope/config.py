@@ -4,12 +4,20 @@
 module applies it (filling defaults) and adds the checks a schema cannot express. Every error names
 the offending key as a dotted path (``extraction.n_sequences``), and all of it runs when the
 Snakefile is parsed -- before any job, download or model load.
+
+Config files are read strictly (:func:`check_config_files`, :func:`read_config_file`): a key given
+twice in one mapping, a YAML syntax error (e.g. a tab in the indentation) and an unquoted number
+where the schema wants a string (an all-digit sha256 or revision) are rejected naming the file and
+line. Snakemake reads the files itself, silently keeping the last of duplicate keys, so the
+Snakefile runs :func:`check_config_files` on the files in use before Snakemake reads config.yaml.
 """
 
 from __future__ import annotations
 
+import codecs
 import copy
-from collections.abc import Iterator, Mapping
+import json
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,8 +73,26 @@ def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
+NUMBER_FOR_STRING = (
+    "YAML reads unquoted digits as a number, losing how they were written (0123 becomes 83, 1.10 "
+    "becomes 1.1), so write the value in quotes"
+)
+"""Advice for a number where the schema wants a string (e.g. an all-digit sha256 or revision)."""
+
+
+def _number_for_string(error: jsonschema.ValidationError) -> bool:
+    """Whether ``error`` is a number given where the schema allows a string but no number."""
+    if error.validator != "type" or isinstance(error.instance, bool):
+        return False
+    allowed = error.validator_value
+    allowed = [allowed] if isinstance(allowed, str) else list(allowed)
+    return isinstance(error.instance, (int, float)) and "string" in allowed
+
+
 def _describe(error: jsonschema.ValidationError) -> str:
     path = _dotted(error.absolute_path)
+    if _number_for_string(error):
+        return f"{path}: {error.instance!r} is a number, not a string; {NUMBER_FOR_STRING}"
     if error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         return f"{path}: {error.message}; allowed keys here: {allowed}"
@@ -94,6 +120,11 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
             )
         if source["kind"] == "local" and not Path(source["path"]).exists():
             problems.append(f"datasets.{name}.source.path: {source['path']!r} does not exist")
+        if "encoding" in source and not _is_text_encoding(source["encoding"]):
+            problems.append(
+                f"datasets.{name}.source.encoding: {source['encoding']!r} is not a text encoding "
+                "Python knows; use a codec name such as utf-8, latin-1 or cp1252"
+            )
     costs = config.get("costs", {})
     if costs.get("enabled"):
         from sinkscope.defaults import BACKCOPY_PARAMS, COPYPASTE_PARAMS
@@ -154,13 +185,134 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def load_config(path: str | Path) -> dict[str, Any]:
-    """Read a YAML config file and validate it (errors name the file and the key)."""
-    path = Path(path)
+def _is_text_encoding(name: str) -> bool:
     try:
-        raw = yaml.safe_load(path.read_text())
+        return bool(getattr(codecs.lookup(name), "_is_text_encoding", True))
+    except LookupError:
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# Reading config files strictly
+# --------------------------------------------------------------------------------------------
+
+
+def _where(path: Path, mark: yaml.Mark) -> str:
+    return f"{path}, line {mark.line + 1}, column {mark.column + 1}"
+
+
+class _DuplicateKey(yaml.MarkedYAMLError):
+    pass
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that rejects a key given twice in one mapping (merge keys ``<<``
+    still override as usual)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, yaml.Mark] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool, type(None))):
+                continue  # SafeLoader's own construct_mapping reports unhashable keys
+            if key in first:
+                raise _DuplicateKey(
+                    problem=f"key {key!r} is given twice in one mapping (first at line "
+                    f"{first[key].line + 1}; YAML would silently keep only the last value), so "
+                    "remove or merge one of them",
+                    problem_mark=key_node.start_mark,
+                )
+            first[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def _scalar_nodes(node: yaml.Node, path: tuple[Any, ...] = ()) -> Iterator[tuple[tuple, Any]]:
+    """``(key path, node)`` of every scalar of a composed YAML document."""
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                yield from _scalar_nodes(value_node, (*path, key_node.value))
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            yield from _scalar_nodes(item, (*path, index))
+    elif isinstance(node, yaml.ScalarNode):
+        yield path, node
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise ValueError(f"keys {twice} are given twice in one object")
+    return dict(pairs)
+
+
+def read_config_file(path: str | Path) -> Any:
+    """The content of one config file, read strictly; raises :class:`ConfigError` in one sentence
+    naming the file (and line and column, for YAML) for a key given twice, a YAML syntax error,
+    or an unquoted number where the schema wants a string.
+
+    JSON files are read as JSON first, as Snakemake does.
+    """
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    try:
+        return json.loads(text, object_pairs_hook=_json_object)
+    except json.JSONDecodeError:
+        pass  # not JSON: YAML
+    except ValueError as error:
+        raise ConfigError(f"{path}: {error}; remove or merge one of them") from None
+    loader = _StrictLoader(text)
+    loader.name = str(path)
+    try:
+        node = loader.get_single_node()
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = _where(path, mark) if mark is not None else str(path)
+        problem = error.problem or error.context or "not valid YAML"
+        advice = "indent with spaces, not tabs" if "'\\t'" in problem else "fix the YAML syntax"
+        if isinstance(error, _DuplicateKey):
+            raise ConfigError(f"{where}: {problem}") from None
+        raise ConfigError(f"{where}: not valid YAML ({problem}), so {advice}") from None
     except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: not valid YAML ({error})") from error
+        raise ConfigError(f"{path}: not valid YAML ({error}); fix the YAML syntax") from None
+    finally:
+        loader.dispose()
+    if isinstance(data, dict) and node is not None:
+        _check_numbers_for_strings(path, data, dict(_scalar_nodes(node)))
+    return data
+
+
+def _check_numbers_for_strings(
+    path: Path, data: dict[str, Any], scalars: Mapping[tuple, yaml.ScalarNode]
+) -> None:
+    """Reject an unquoted number where the schema wants a string (one file may be partial)."""
+    validator = jsonschema.Draft202012Validator(load_schema())
+    for error in sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path)):
+        node = scalars.get(tuple(error.absolute_path))
+        if _number_for_string(error) and node is not None and node.style is None:
+            key = error.absolute_path[-1]
+            raise ConfigError(
+                f"{_where(path, node.start_mark)}: {_dotted(error.absolute_path)} is the unquoted "
+                f'number {node.value}; {NUMBER_FOR_STRING}: {key}: "{node.value}"'
+            )
+
+
+def check_config_files(paths: Iterable[str | Path]) -> None:
+    """Read every config file of ``paths`` strictly (:func:`read_config_file`); files that do not
+    exist are skipped (Snakemake reports them)."""
+    for path in paths:
+        if Path(path).is_file():
+            read_config_file(path)
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """Read a config file strictly and validate it (errors name the file and the key)."""
+    path = Path(path)
+    raw = read_config_file(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the config must be a mapping")
     try:

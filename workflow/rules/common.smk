@@ -1,16 +1,10 @@
 # Config validation and the target list. Runs when the workflow is parsed, before any job.
 import re
-import sys
-from pathlib import Path
 
 from snakemake.logging import logger
 from snakemake.utils import validate
 
-# The workflow imports the sinkscope package from this repository's src/ (jobs get it from the
-# environment, where `make install` or envs/sinkscope.post-deploy.sh installs it in editable mode,
-# so the code always matches this checkout).
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-
+# (the Snakefile puts this repository's src/ on sys.path)
 from sinkscope.config import validate_config, pairs
 from sinkscope.paths import (
     GEOMETRY_FIGURES,
