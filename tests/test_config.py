@@ -293,3 +293,24 @@ def test_number_where_a_string_is_wanted_gets_the_advice(default_config: dict) -
 def test_bad_decoding_keys_are_named(default_config: dict, key: str, value: str) -> None:
     default_config["datasets"]["alice"]["source"][key] = value
     _expect(default_config, f"datasets.alice.source.{key}", value)
+
+
+def test_check_config_layers_files_as_snakemake_does_and_names_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from sinkscope.cli import main
+
+    repo = Path(__file__).resolve().parents[1]
+    base, full = str(repo / "config.yaml"), str(repo / "config" / "offline-full.yaml")
+    assert main(["check-config", base, full]) == 0
+    assert "valid; 2 models x 4 datasets (8 pairs), N = 50" in capsys.readouterr().out
+    tabbed = tmp_path / "tabbed.yaml"
+    tabbed.write_text("extraction:\n\tn_sequences: 4\n")
+    assert main(["check-config", base, str(tabbed)]) == 2
+    assert f"{tabbed}, line 2, column 1: not valid YAML" in capsys.readouterr().err
+    zero = tmp_path / "zero.yaml"
+    zero.write_text("extraction:\n  n_sequences: 0\n")
+    assert main(["check-config", base, str(zero)]) == 2
+    err = capsys.readouterr().err
+    assert f"{base} + {zero}: invalid configuration" in err
+    assert "extraction.n_sequences: 0 is less than the minimum of 1" in err

@@ -5,6 +5,8 @@ sinkscope inspect FILE.h5 --attention L S H     one head's attention map (layer,
 sinkscope inspect --layout                      the layout every file follows
 sinkscope compare-claims A/claims.parquet B/claims.parquet [--labels short full]
                                                 the verdicts of two runs side by side
+sinkscope check-config config.yaml [config/offline-full.yaml ...]
+                                                read and validate configs as snakemake would
 sinkscope pin-revisions config/paper.yaml [--check]
                                                 hub revisions -> commit shas, in place
 """
@@ -132,7 +134,24 @@ def _compare_claims(tables: Sequence[str], labels: Sequence[str] | None) -> int:
     return 0
 
 
+def _check_config(paths: Sequence[str]) -> int:
+    from sinkscope.config import ConfigError, load_layered_config, pairs
+
+    try:
+        config = load_layered_config(paths)
+    except (OSError, ConfigError) as error:
+        print(f"sinkscope check-config: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"{' + '.join(paths)}: valid; {len(config['models'])} models x "
+        f"{len(config['datasets'])} datasets ({len(pairs(config))} pairs), "
+        f"N = {config['extraction']['n_sequences']}"
+    )
+    return 0
+
+
 def _pin_revisions(config: str, check: bool) -> int:
+    from sinkscope.config import ConfigError
     from sinkscope.revisions import PinError, pin_revisions, unpinned
 
     try:
@@ -142,7 +161,7 @@ def _pin_revisions(config: str, check: bool) -> int:
                 print(f"{config}: {entry.key} = {entry.revision!r} is not a commit sha")
             return 1 if open_revisions else 0
         pinned = pin_revisions(config)
-    except (OSError, PinError) as error:
+    except (OSError, PinError, ConfigError) as error:
         print(f"sinkscope pin-revisions: {error}", file=sys.stderr)
         return 2
     for entry, sha in pinned:
@@ -186,6 +205,11 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     compare.add_argument("tables", nargs="+", help="results/claims.parquet of each run")
     compare.add_argument("--labels", nargs="+", help="a column name per table (default: paths)")
+    check = commands.add_parser(
+        "check-config",
+        help="read config files strictly, layered as snakemake --configfile does, and validate",
+    )
+    check.add_argument("configs", nargs="+", help="config files, e.g. config.yaml config/x.yaml")
     pin = commands.add_parser(
         "pin-revisions",
         help="write the commit sha of every hub revision into a config file (needs hub access)",
@@ -197,6 +221,8 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.command == "compare-claims":
         return _compare_claims(args.tables, args.labels)
+    if args.command == "check-config":
+        return _check_config(args.configs)
     if args.command == "pin-revisions":
         return _pin_revisions(args.config, args.check)
     if args.layout:

@@ -321,6 +321,25 @@ def load_config(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: {error}") from error
 
 
+def load_layered_config(paths: Iterable[str | Path]) -> dict[str, Any]:
+    """Read config files strictly and layer them left to right as ``snakemake --configfile A B``
+    does (``snakemake.utils.update_config``: mappings merge key by key, anything else replaces),
+    then validate the result; errors name the file, or the key of the layered config."""
+    from snakemake.utils import update_config
+
+    paths = [Path(path) for path in paths]
+    merged: dict[str, Any] = {}
+    for path in paths:
+        raw = read_config_file(path)
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: the config must be a mapping")
+        update_config(merged, raw)
+    try:
+        return validate_config(merged)
+    except ConfigError as error:
+        raise ConfigError(f"{' + '.join(map(str, paths))}: {error}") from error
+
+
 def pairs(config: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Every (model, dataset) pair the config asks for, in config order."""
     return [(model, dataset) for model in config["models"] for dataset in config["datasets"]]

@@ -20,6 +20,7 @@ from typing import Literal
 
 import yaml
 
+from sinkscope.config import read_config_file
 from sinkscope.io import atomic_path
 
 #: a git commit id as the hub reports it
@@ -135,6 +136,7 @@ def pin_revisions(
     Nothing is written unless every revision resolves. Returns what was pinned (revision, sha).
     """
     path = Path(path)
+    read_config_file(path)  # a YAML error, a duplicate key: file, line and column named
     text = path.read_text()
     todo = [entry for entry in find_hub_revisions(text, str(path)) if not entry.pinned]
     resolve = resolve or hub_resolver()
@@ -151,4 +153,5 @@ def pin_revisions(
 def unpinned(path: str | Path) -> list[HubRevision]:
     """The hub revisions of a config file that are not commit shas (no hub needed)."""
     path = Path(path)
+    read_config_file(path)
     return [e for e in find_hub_revisions(path.read_text(), str(path)) if not e.pinned]
