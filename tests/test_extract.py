@@ -16,6 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import h5py
@@ -34,9 +39,10 @@ from sinkscope.extract import (
     resolve_overlap,
     rms_norm_cast,
 )
+from sinkscope.io import partial_siblings
 from sinkscope.models import ModelShape, architecture_of, decoder_layers, load_model
 from sinkscope.tokens import token_ids_sha256
-from tests.conftest import SETTINGS
+from tests.conftest import REPO, SETTINGS
 
 
 def test_stored_tensors_match_a_plain_forward(extracted) -> None:
@@ -208,8 +214,13 @@ def test_truncated_and_foreign_files_are_rejected(extracted, tmp_path: Path) -> 
     _, path, _, _ = extracted
     truncated = tmp_path / "truncated.h5"
     truncated.write_bytes(path.read_bytes()[:4096])
-    with pytest.raises(h5layout.ActivationFileError, match="not a readable HDF5"):
+    with pytest.raises(h5layout.ActivationFileError, match="not a readable HDF5") as error:
         h5layout.open_activations(truncated)
+    assert str(error.value).startswith(f"{truncated}: ")
+    assert str(error.value).endswith(
+        f"; re-run the extraction: delete the file (rm {truncated}) and run snakemake again "
+        "with the same options"
+    )
     foreign = tmp_path / "foreign.h5"
     with h5py.File(foreign, "w") as f:
         f["x"] = np.zeros(3)
@@ -219,7 +230,7 @@ def test_truncated_and_foreign_files_are_rejected(extracted, tmp_path: Path) -> 
     unfinished.write_bytes(path.read_bytes())
     with h5py.File(unfinished, "a") as f:
         del f.attrs["complete"]
-    with pytest.raises(h5layout.ActivationFileError, match="never completed"):
+    with pytest.raises(h5layout.ActivationFileError, match=r"never completed.*\(rm "):
         h5layout.open_activations(unfinished)
     old = tmp_path / "schema1.h5"  # schema 1 stored Z and the values; no dual code path
     old.write_bytes(path.read_bytes())
@@ -236,6 +247,81 @@ def test_truncated_and_foreign_files_are_rejected(extracted, tmp_path: Path) -> 
         pytest.raises(h5layout.ActivationFileError, match="input_norm_eps"),
     ):
         h5layout.read_Z(f, 0, slice(None))
+
+
+@pytest.mark.parametrize("extracted", ["llama"], indirect=True)
+def test_a_damaged_chunk_names_the_file_and_its_rebuild(extracted, tmp_path: Path) -> None:
+    """A read error of HDF5 itself (a plain h5py slice, as the analyses read) inside
+    ``with open_activations(...)`` is an ActivationFileError with the rebuild advice."""
+    _, path, _, _ = extracted
+    damaged = tmp_path / "damaged.h5"
+    damaged.write_bytes(path.read_bytes())
+    with h5py.File(damaged, "r") as f:
+        chunk = f["attention/probs"].id.get_chunk_info_by_coord((1, 0, 0, 0, 0))
+    with open(damaged, "r+b") as handle:  # garbage over one compressed chunk
+        handle.seek(chunk.byte_offset)
+        handle.write(b"\x13" * chunk.size)
+    with (
+        pytest.raises(h5layout.ActivationFileError) as error,
+        h5layout.open_activations(damaged) as f,
+    ):
+        f["attention/probs"][1]
+    assert str(error.value).startswith(f"{damaged}: reading it failed (")
+    assert f"(rm {damaged}) and run snakemake again" in str(error.value)
+    with h5layout.open_activations(damaged) as f, pytest.raises(KeyError):  # not a file error
+        f["no/such/dataset"]
+
+
+# A child process that runs the extraction and stalls in its first batch write, the HDF5 file
+# open under its temporary name, until it is killed.
+STALLING_EXTRACTION = """
+import json, sys, time
+from pathlib import Path
+import sinkscope.extract as extract
+from tests.conftest import SETTINGS
+model, tokens, out, writing, entry = sys.argv[1:]
+def stall(*args, **kwargs):
+    Path(writing).touch()
+    time.sleep(600)
+extract._write_arrays = stall
+extract.extract_activations(
+    Path(model), Path(tokens), Path(out), json.loads(entry), SETTINGS, "cfg", progress=False
+)
+"""
+
+
+@pytest.mark.parametrize("extracted", ["llama"], indirect=True)
+def test_a_killed_extraction_leaves_no_partial_file_after_the_rerun(
+    extracted, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``kill -9`` mid-write leaves the temporary file (nothing can remove it then, and no
+    finished-looking file); the next extraction of the same output removes it and logs it."""
+    model, tokens = tmp_path / "prepared", tmp_path / "tokens.json"  # made by the fixture
+    entry = {"dtype": "float32", "attn_implementation": "eager"}
+    out, writing = tmp_path / "killed" / "act.h5", tmp_path / "writing"
+    child = subprocess.Popen(
+        [sys.executable, "-c", STALLING_EXTRACTION, model, tokens, out, writing, json.dumps(entry)],
+        cwd=REPO,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not writing.exists():
+            assert child.poll() is None, "the extraction ended before its first write"
+            assert time.monotonic() < deadline, "the extraction did not reach its first write"
+            time.sleep(0.05)
+    finally:
+        child.kill()  # SIGKILL
+        child.wait()
+    assert child.returncode == -9
+    (partial,) = partial_siblings(out)
+    assert partial.name == f".act.h5.partial-{child.pid}" and partial.stat().st_size > 0
+    assert not out.exists()
+    with caplog.at_level(logging.INFO, logger="sinkscope.io"):
+        extract_activations(model, tokens, out, entry, SETTINGS, "cfg", progress=False)
+    assert partial_siblings(out) == [] and os.listdir(out.parent) == ["act.h5"]
+    assert f"removed {partial} (" in caplog.text
+    with h5layout.open_activations(out) as f:
+        assert f.attrs["complete"]
 
 
 def test_w_vo_reader_matches_factors(extracted) -> None:

@@ -8,6 +8,8 @@ recomputation from that forward.
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -25,6 +27,7 @@ from tests.conftest import TINY, job_counts, snakemake
 REPO = Path(__file__).resolve().parents[1]
 TINY_EXTRA = REPO / "tests" / "configs" / "tiny_extra_dataset.yaml"
 PAIR = {"model": "smollm2-135m", "dataset": "alice"}
+RELATIVE = Paths("results")  # paths as Snakemake and the jobs' messages write them
 
 pytestmark = pytest.mark.integration
 
@@ -277,3 +280,51 @@ def test_dynamics_outputs_of_the_tiny_run(tiny_run: Path) -> None:
     (run,) = dynamics_jobs(config["dynamics"])["induction"]
     log = (tiny_run / paths.log("dynamics_induction_run", run)).read_text()
     assert "10/10" in log  # the progress bar went to the job's log
+
+
+def test_a_rerun_extraction_removes_what_a_killed_one_left(
+    tiny_run: Path, download_dir: Path, tmp_path: Path
+) -> None:
+    """A SIGKILLed extraction leaves ``.alice.h5.partial-<pid>``; the next extraction job of the
+    same output deletes it at its start and says so in its log."""
+    run = Path(shutil.copytree(tiny_run, tmp_path / "run", symlinks=True))
+    activations = RELATIVE.activations.format(**PAIR)
+    stale = f"{Path(activations).parent}/.{Path(activations).name}.partial-4242"
+    (run / stale).write_bytes(b"\0" * 3_000_000)
+    rebuild = (activations, "--forcerun", "extract_activations", "--configfile", str(TINY))
+    result = snakemake(run, *rebuild, download_dir=download_dir)
+    assert job_counts(result.stderr) == {"extract_activations": 1, "total": 1}
+    assert os.listdir(run / activations.rsplit("/", 1)[0]) == ["alice.h5"]
+    log = (
+        run / RELATIVE.log("extract_activations", "{model}/{dataset}").format(**PAIR)
+    ).read_text()
+    assert f"removed {stale} (3.0 MB), left by an earlier write of {activations}" in log
+
+
+def test_a_damaged_activation_file_names_the_command_that_rebuilds_it(
+    tiny_run: Path, download_dir: Path, tmp_path: Path
+) -> None:
+    """A truncated .h5: the head classification fails with one sentence naming the file and how
+    to rebuild it, leaves no output, and following that advice rebuilds the file and the table."""
+    run = Path(shutil.copytree(tiny_run, tmp_path / "run", symlinks=True))
+    activations = RELATIVE.activations.format(**PAIR)
+    head_table = RELATIVE.heads_table("per_head").format(**PAIR)
+    os.truncate(run / activations, (run / activations).stat().st_size // 2)
+    command = (head_table, "--configfile", str(TINY))
+    failed = snakemake(run, *command, download_dir=download_dir, check=False)
+    assert failed.returncode != 0
+    assert "Error in rule classify_heads" in failed.stdout + failed.stderr
+    log = (run / RELATIVE.log("classify_heads", "{model}/{dataset}").format(**PAIR)).read_text()
+    error = "sinkscope.h5layout.ActivationFileError: "
+    (message,) = [line[len(error) :] for line in log.splitlines() if line.startswith(error)]
+    assert message.startswith(f"{activations}: not a readable HDF5 file (")
+    assert message.endswith(
+        f"; re-run the extraction: delete the file (rm {activations}) and run snakemake again "
+        "with the same options"
+    )
+    assert not (run / head_table).exists() and not (run / head_table).with_suffix(".csv").exists()
+    (to_delete,) = re.findall(r"\(rm (\S+)\)", message)
+    (run / to_delete).unlink()  # the advice, followed
+    rerun = snakemake(run, *command, download_dir=download_dir)
+    assert job_counts(rerun.stderr) == {"extract_activations": 1, "classify_heads": 1, "total": 2}
+    assert pl.read_parquet(run / head_table).height == 30 * 9

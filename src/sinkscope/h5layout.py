@@ -26,10 +26,12 @@ without it (or with a foreign ``format``) is rejected by :func:`open_activations
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import h5py
@@ -233,38 +235,82 @@ def chunk_shape(spec: DatasetSpec, sizes: Mapping[str, int]) -> tuple[int, ...]:
 
 
 class ActivationFileError(ValueError):
-    """A file that is not a complete sinkscope activation file."""
+    """A file that is not a complete, readable sinkscope activation file."""
 
 
-def open_activations(path: str | os.PathLike[str]) -> h5py.File:
+#: What recovers an activation file that is damaged, unfinished or outdated. Snakemake does not
+#: notice a damaged file by itself (its checks are times, params and code), and an analysis must
+#: not delete its input; deleting the file makes the same snakemake command extract it again,
+#: with the same config, whatever the options and the executor (a ``--forcerun
+#: extract_activations`` without a target would re-extract every pair).
+REBUILD_ADVICE = (
+    "re-run the extraction: delete the file (rm {path}) and run snakemake again with the same "
+    "options"
+)
+
+
+def damaged_file_error(path: str | os.PathLike[str], problem: str) -> ActivationFileError:
+    """The error of an activation file that must be extracted again: ``path``, what is wrong,
+    and :data:`REBUILD_ADVICE`, in one sentence."""
+    advice = REBUILD_ADVICE.format(path=shlex.quote(str(path)))
+    return ActivationFileError(f"{path}: {problem}; {advice}")
+
+
+class ActivationFile(h5py.File):
+    """An activation file opened by :func:`open_activations`: an HDF5 read error raised inside its
+    ``with`` block (a damaged chunk or header) leaves the block as :class:`ActivationFileError`
+    (:func:`damaged_file_error`)."""
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        path = self.filename if self.id.valid else "an activation file (closed early)"
+        super().__exit__(exc_type, exc, traceback)
+        if isinstance(exc, (OSError, RuntimeError)) and _raised_by_h5py(traceback):
+            raise damaged_file_error(path, f"reading it failed ({exc})") from exc
+
+
+def _raised_by_h5py(traceback: TracebackType | None) -> bool:
+    """Whether the innermost frame of ``traceback`` is h5py's (an HDF5 error, not another one)."""
+    frame = None
+    while traceback is not None:
+        frame, traceback = traceback.tb_frame, traceback.tb_next
+    return frame is not None and str(frame.f_globals.get("__name__", "")).startswith("h5py")
+
+
+def open_activations(path: str | os.PathLike[str]) -> ActivationFile:
     """Open an activation file read-only, rejecting truncated, unfinished or foreign files.
 
     Use it as a context manager (``with open_activations(p) as f:``) so that no file stays open
-    across jobs. On cluster file systems without working locks set ``HDF5_USE_FILE_LOCKING=FALSE``.
+    across jobs; an HDF5 read error inside the block becomes :class:`ActivationFileError`. Every
+    error of a damaged, unfinished or outdated file names the file and the command that rebuilds
+    it (:func:`damaged_file_error`). On cluster file systems without working locks set
+    ``HDF5_USE_FILE_LOCKING=FALSE``.
     """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such activation file")
     try:
-        handle = h5py.File(path, "r")
+        handle = ActivationFile(path, "r")
     except OSError as error:
-        raise ActivationFileError(f"{path}: not a readable HDF5 file ({error})") from error
+        raise damaged_file_error(path, f"not a readable HDF5 file ({error})") from error
     attrs = handle.attrs
     if attrs.get("format") != FORMAT:
         handle.close()
-        raise ActivationFileError(
+        raise ActivationFileError(  # a foreign file: no advice to delete it
             f"{path}: not a sinkscope activation file (format attribute "
             f"is {attrs.get('format')!r}, expected {FORMAT!r})"
         )
     version = int(attrs.get("schema_version", -1))
     if version != SCHEMA_VERSION:
         handle.close()  # attributes cannot be read after this
-        raise ActivationFileError(
-            f"{path}: schema version {version} is not {SCHEMA_VERSION}; re-run the extraction"
-        )
+        raise damaged_file_error(path, f"schema version {version} is not {SCHEMA_VERSION}")
     if not bool(attrs.get("complete", False)):
         handle.close()
-        raise ActivationFileError(f"{path}: the file was never completed (killed extraction?)")
+        raise damaged_file_error(path, "the file was never completed (killed extraction?)")
     missing = h5codec.missing_filters(handle)
     if missing:
         handle.close()
@@ -371,9 +417,7 @@ def _norm_settings(handle: h5py.File | h5py.Group) -> tuple[str, float, str, str
         k for k in ("input_norm", "input_norm_eps", "input_norm_cast", "dtype") if k not in attrs
     ]
     if missing:
-        raise ActivationFileError(
-            f"{handle.file.filename}: attributes {missing} are missing; re-run the extraction"
-        )
+        raise damaged_file_error(handle.file.filename, f"attributes {missing} are missing")
     kind, cast, dtype = str(attrs["input_norm"]), str(attrs["input_norm_cast"]), str(attrs["dtype"])
     for key, value, allowed in (
         ("input_norm", kind, NORM_KINDS),
@@ -558,10 +602,10 @@ def read_layer(
         try:
             chunk = h5codec.decode_chunk(raw, filters, mask, dtype).reshape(chunk_shape)
         except ValueError as error:
-            raise ActivationFileError(
-                f"{dataset.file.filename}: {dataset.name} chunk (layer {layer}, sequence "
-                f"{first + row}) cannot be decoded ({error}); the file is damaged: re-run the "
-                "extraction"
+            raise damaged_file_error(
+                dataset.file.filename,
+                f"{dataset.name} chunk (layer {layer}, sequence {first + row}) cannot be decoded "
+                f"({error})",
             ) from error
         out[row] = chunk[trailing]
 

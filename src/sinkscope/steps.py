@@ -18,7 +18,7 @@ from typing import Any
 import polars as pl
 import torch
 
-from sinkscope.io import write_table
+from sinkscope.io import remove_stale_partials, write_table
 
 
 def redirect_to_log(log_path: str) -> None:
@@ -478,7 +478,11 @@ STEPS: dict[str, Callable[[Any], None]] = {
 
 
 def run(step: str, smk: Any) -> None:
-    """Entry point of every workflow script: log to the rule's log, then run the step."""
+    """Entry point of every workflow script: log to the rule's log, delete what killed earlier
+    jobs of the same outputs left behind (their temporary files and folders; Snakemake runs one
+    job per output, so all are stale), then run the step."""
     redirect_to_log(smk.log[0])
     logging.getLogger("sinkscope").info("%s: %s", step, dict(smk.wildcards.items()))
+    for output in smk.output:
+        remove_stale_partials(output)
     STEPS[step](smk)
