@@ -314,6 +314,11 @@ def test_a_damaged_activation_file_names_the_command_that_rebuilds_it(
     failed = snakemake(run, *command, download_dir=download_dir, check=False)
     assert failed.returncode != 0
     assert "Error in rule classify_heads" in failed.stdout + failed.stderr
+    # the console shows the sentence itself, not only the log's path
+    assert (
+        f"sinkscope classify_heads failed: ActivationFileError: {activations}: not a readable "
+        "HDF5 file" in failed.stdout + failed.stderr
+    )
     log = (run / RELATIVE.log("classify_heads", "{model}/{dataset}").format(**PAIR)).read_text()
     error = "sinkscope.h5layout.ActivationFileError: "
     (message,) = [line[len(error) :] for line in log.splitlines() if line.startswith(error)]

@@ -13,7 +13,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import polars as pl
 import torch
@@ -21,9 +21,11 @@ import torch
 from sinkscope.io import remove_stale_partials, write_table
 
 
-def redirect_to_log(log_path: str) -> None:
-    """Send stderr (Python and C level, progress bars included) and logging to the rule's log."""
+def redirect_to_log(log_path: str) -> TextIO:
+    """Send stderr (Python and C level, progress bars included) and logging to the rule's log;
+    returns a stream to the job's original stderr (Snakemake's console, or the SLURM job log)."""
     Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    console = os.fdopen(os.dup(2), "w", buffering=1)
     handle = open(log_path, "w", buffering=1)  # noqa: SIM115 - lives as long as the job
     os.dup2(handle.fileno(), 2)
     sys.stderr = handle
@@ -33,6 +35,7 @@ def redirect_to_log(log_path: str) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         force=True,
     )
+    return console
 
 
 def prepare_model(smk: Any) -> None:
@@ -481,8 +484,20 @@ def run(step: str, smk: Any) -> None:
     """Entry point of every workflow script: log to the rule's log, delete what killed earlier
     jobs of the same outputs left behind (their temporary files and folders; Snakemake runs one
     job per output, so all are stale), then run the step."""
-    redirect_to_log(smk.log[0])
+    console = redirect_to_log(smk.log[0])
     logging.getLogger("sinkscope").info("%s: %s", step, dict(smk.wildcards.items()))
-    for output in smk.output:
-        remove_stale_partials(output)
-    STEPS[step](smk)
+    try:
+        for output in smk.output:
+            remove_stale_partials(output)
+        STEPS[step](smk)
+    except Exception as error:
+        # the traceback goes to the log; the console gets the one sentence, so that a user sees
+        # what to change without opening the log
+        console.write(f"{failure_summary(step, error)} (traceback: {smk.log[0]})\n")
+        raise
+
+
+def failure_summary(step: str, error: BaseException) -> str:
+    """One line for the console: the step, the error's class and the first line of its message."""
+    first = str(error).strip().splitlines()[0] if str(error).strip() else "(no message)"
+    return f"sinkscope {step} failed: {type(error).__name__}: {first}"
