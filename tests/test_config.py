@@ -314,3 +314,14 @@ def test_check_config_layers_files_as_snakemake_does_and_names_file_and_line(
     err = capsys.readouterr().err
     assert f"{base} + {zero}: invalid configuration" in err
     assert "extraction.n_sequences: 0 is less than the minimum of 1" in err
+
+
+def test_alternatives_and_too_short_lists_are_described_in_words(default_config: dict) -> None:
+    config = copy.deepcopy(default_config)
+    config["extraction"]["batch_size"] = 0
+    config["costs"]["backcopy"]["T"] = [3]
+    with pytest.raises(ConfigError) as raised:
+        validate_config(config)
+    message = str(raised.value)
+    assert "extraction.batch_size: 0 is not an integer >= 1 or 'auto' (sequences per" in message
+    assert "costs.backcopy.T: [3] has 1 item; at least 2 are needed" in message

@@ -98,7 +98,33 @@ def _describe(error: jsonschema.ValidationError) -> str:
         return f"{path}: {error.message}; allowed keys here: {allowed}"
     if error.validator == "enum" and error.absolute_path and error.absolute_path[-1] == "kind":
         return f"{path}: unknown source kind {error.instance!r}; known: {error.validator_value}"
+    if error.validator in ("oneOf", "anyOf"):
+        forms = " or ".join(_form(option) for option in error.validator_value)
+        about = error.schema.get("description")
+        return f"{path}: {error.instance!r} is not {forms}" + (f" ({about})" if about else "")
+    if error.validator == "minItems":
+        count = len(error.instance)
+        return (
+            f"{path}: {error.instance!r} has {count} item{'s' * (count != 1)}; at least "
+            f"{error.validator_value} are needed"
+        )
     return f"{path}: {error.message}"
+
+
+def _form(schema: Mapping[str, Any]) -> str:
+    """A schema alternative in words: ``{type: integer, minimum: 1}`` -> 'an integer >= 1'."""
+    if "const" in schema:
+        return repr(schema["const"])
+    if "enum" in schema:
+        return "one of " + ", ".join(map(repr, schema["enum"]))
+    kind = schema.get("type")
+    words = {"integer": "an integer", "number": "a number", "string": "a string",
+             "array": "a list", "object": "a mapping", "boolean": "true or false",
+             "null": "null"}  # fmt: skip
+    text = words.get(kind, str(kind)) if isinstance(kind, str) else "a value"
+    bounds = [f">= {schema['minimum']}"] if "minimum" in schema else []
+    bounds += [f"<= {schema['maximum']}"] if "maximum" in schema else []
+    return " ".join([text, *bounds])
 
 
 def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
