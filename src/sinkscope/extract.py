@@ -375,6 +375,7 @@ def extract_activations(
         "head_dim": shape.head_dim,
         "d_model": shape.d_model,
         "bos_token_id": token_record["bos_token_id"],
+        "bos_token_source": token_record.get("bos_token_source", "not recorded"),
         "codec": f"{settings.codec}({settings.compression_level})",
         "post_attention_norm": arch.post_attention_norm,
         **input_norm_settings(model),

@@ -189,7 +189,8 @@ FILE_ATTRIBUTES: dict[str, str] = {
     "sinkscope_version": "version of the package that wrote the file",
     "model_name": "the model's key in config.yaml",
     "model_source": "the model's source entry (JSON)",
-    "model_sha256": "content hash of the model (GGUF sha256, or hub id@revision)",
+    "model_sha256": "content hash of the model (GGUF sha256, or hub:id@commit for a hub model: the "
+    "commit its configured revision resolved to)",
     "model_class": "transformers class that ran the forward pass",
     "model_type": "transformers model_type",
     "dtype": "dtype of the forward pass (read_Z and read_values reproduce its roundings)",
@@ -209,6 +210,8 @@ FILE_ATTRIBUTES: dict[str, str] = {
     "head_dim": "hd",
     "d_model": "D",
     "bos_token_id": "id of the BOS token at position 0",
+    "bos_token_source": "where that id came from: 'models.<name>.bos_token_id' (the config), "
+    "'tokenizer' or 'model config'",
     "codec": "HDF5 codec and level of the datasets (sinkscope.h5codec); zstd needs "
     "`import hdf5plugin` before h5py reads the file",
     "post_attention_norm": "True where the attention output is normed before the residual add",

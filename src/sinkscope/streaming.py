@@ -786,12 +786,12 @@ def load_streams(
     (BOS first) from the corpus with ``seed``: the same streams for every caller
     (:func:`evaluate_pair`, :func:`recompute_pair`)."""
     from sinkscope.corpora import load_documents
-    from sinkscope.models import bos_token_id, load_model, load_tokenizer
+    from sinkscope.models import load_model, load_tokenizer, resolve_bos_token_id
     from sinkscope.tokens import cut_sequences, tokenize_documents
 
     model = load_model(Path(prepared_model_dir), "float32", "eager")
     tokenizer = load_tokenizer(Path(prepared_model_dir))
-    bos = bos_token_id(tokenizer, model.config)
+    bos, _ = resolve_bos_token_id(Path(prepared_model_dir), tokenizer, model.config)
     documents = load_documents(Path(documents_parquet))
     stream = tokenize_documents(tokenizer, documents["text"])
     length = int(p["stream_length"])

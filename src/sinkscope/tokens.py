@@ -5,7 +5,8 @@ documents are tokenized without special tokens and concatenated (in document ord
 stream; the stream is split into consecutive, non-overlapping blocks of ``T`` tokens, and ``N`` blocks
 are drawn without replacement by a seeded generator and kept in corpus order. The model's BOS token
 is then forced at position 0 of every sequence (SmolLM2's tokenizer does not add one, Gemma's does:
-forcing it makes both behave the same and the text part identical in length).
+forcing it makes both behave the same and the text part identical in length); a model without one
+needs ``models.<name>.bos_token_id`` in the config.
 """
 
 from __future__ import annotations
@@ -84,11 +85,12 @@ def prepare_tokens(
     """Tokenize one dataset for one model, cut the sequences and write them as JSON.
 
     Checks, before any model weights are loaded, that ``T + 1`` fits the model's context
-    (``max_position_embeddings``) and that the corpus holds enough tokens; both errors name the
-    config keys to change.
+    (``max_position_embeddings``), that the model has a BOS id (``models.<name>.bos_token_id``
+    where set, else its own: :func:`sinkscope.models.bos_token_id`) inside its vocabulary, and
+    that the corpus holds enough tokens; the errors name the config keys to change.
     """
     from sinkscope.corpora import load_documents
-    from sinkscope.models import bos_token_id, load_config, load_tokenizer, model_shape
+    from sinkscope.models import load_config, load_tokenizer, model_shape, resolve_bos_token_id
 
     config = load_config(prepared_model_dir)
     shape = model_shape(config)
@@ -98,7 +100,7 @@ def prepare_tokens(
             f"{shape.max_positions} positions model {model_name!r} allows"
         )
     tokenizer = load_tokenizer(prepared_model_dir)
-    bos = bos_token_id(tokenizer, config)
+    bos, bos_source = resolve_bos_token_id(prepared_model_dir, tokenizer, config)
     documents = load_documents(documents_parquet)
     stream = tokenize_documents(tokenizer, documents["text"])
     try:
@@ -116,6 +118,7 @@ def prepare_tokens(
         "context_length": context_length,
         "seed": seed,
         "bos_token_id": bos,
+        "bos_token_source": bos_source,
         "stream_length": int(stream.size),
         "block_starts": starts.tolist(),
         "dataset_sha256": corpus["text_sha256"],

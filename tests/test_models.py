@@ -1,0 +1,348 @@
+"""Model preparation for bad input: a model without a BOS token (models.<name>.bos_token_id) and a
+hub model on a machine without hub access (prepare_model fails at once, naming the model).
+
+The hub is never reached: the hub tests run in subprocesses (huggingface_hub reads HF_ENDPOINT,
+HF_HOME and HF_HUB_OFFLINE when it is imported) against an unreachable endpoint, or offline
+against a hub cache laid out by hand in ``tmp_path``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sinkscope import h5layout
+from sinkscope.config import ConfigError, validate_config
+from sinkscope.corpora import prepare_corpus
+from sinkscope.extract import extract_activations
+from sinkscope.models import prepare_model, read_provenance
+from sinkscope.tokens import prepare_tokens
+from tests.conftest import REPO, SETTINGS, TINY, snakemake_command
+
+WORDS = [
+    "[UNK]",
+    "<sep>",
+    "the",
+    "a",
+    "cat",
+    "dog",
+    "sat",
+    "on",
+    "mat",
+    "and",
+    "ran",
+    "to",
+    "of",
+    "in",
+]
+TEXT = " ".join(["the cat sat on the mat and the dog ran to the cat"] * 12)
+
+
+def save_model_without_bos(folder: Path) -> None:
+    """A tiny GPT-2 whose tokenizer (word level, 14 words) and config define no BOS token."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoModelForCausalLM, GPT2Config, PreTrainedTokenizerFast
+
+    words = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, unk_token="[UNK]")
+    config = GPT2Config(
+        vocab_size=len(WORDS), n_embd=16, n_layer=2, n_head=2, n_positions=64,
+        bos_token_id=None, eos_token_id=None,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def no_bos_weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("no-bos") / "weights"
+    save_model_without_bos(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("corpus")
+    (root / "text.txt").write_text(TEXT)
+    entry = {"source": {"kind": "local", "path": str(root / "text.txt")}}
+    parquet = root / "prepared" / "documents.parquet"
+    prepare_corpus("words", entry, parquet, root / "downloads")
+    return parquet
+
+
+def _entry(weights: Path, **extra) -> dict:
+    return {
+        "source": {"kind": "local", "path": str(weights)},
+        "dtype": "float32",
+        "attn_implementation": "eager",
+        **extra,
+    }
+
+
+def _cut(prepared: Path, corpus: Path, out: Path) -> dict:
+    return prepare_tokens(corpus, prepared, "my-model", "words", 2, 8, 0, out)
+
+
+# --- a model without a BOS token
+
+
+def test_model_without_bos_names_the_config_key(no_bos_weights, corpus, tmp_path) -> None:
+    from transformers import AutoConfig, AutoTokenizer
+
+    assert AutoTokenizer.from_pretrained(no_bos_weights).bos_token_id is None
+    assert AutoConfig.from_pretrained(no_bos_weights).bos_token_id is None
+    prepared = tmp_path / "prepared"
+    prepare_model("my-model", _entry(no_bos_weights), prepared, tmp_path / "downloads")
+    assert "bos_token_id" not in read_provenance(prepared)
+    with pytest.raises(ValueError) as caught:
+        _cut(prepared, corpus, tmp_path / "tokens.json")
+    message = str(caught.value)
+    assert message.startswith("models.my-model: the model defines no BOS token")
+    assert "set models.my-model.bos_token_id in the config" in message
+    assert "<name>" not in message
+    assert not (tmp_path / "tokens.json").exists()
+
+
+def test_configured_bos_token_id_is_used_and_recorded(no_bos_weights, corpus, tmp_path) -> None:
+    from sinkscope.streaming import load_streams
+
+    sep = WORDS.index("<sep>")
+    entry = _entry(no_bos_weights, bos_token_id=sep)
+    prepared = tmp_path / "prepared"
+    prepare_model("my-model", entry, prepared, tmp_path / "downloads")
+    assert read_provenance(prepared)["bos_token_id"] == sep
+
+    record = _cut(prepared, corpus, tmp_path / "tokens.json")
+    assert record["bos_token_id"] == sep
+    assert record["bos_token_source"] == "models.my-model.bos_token_id"
+    assert {row[0] for row in record["token_ids"]} == {sep}
+    assert sep not in {token for row in record["token_ids"] for token in row[1:]}
+
+    out = tmp_path / "act.h5"
+    extract_activations(prepared, tmp_path / "tokens.json", out, entry, SETTINGS, "c", False)
+    with h5layout.open_activations(out) as f:
+        assert f.attrs["bos_token_id"] == sep
+        assert f.attrs["bos_token_source"] == "models.my-model.bos_token_id"
+        assert (f["tokens/input_ids"][:, 0] == sep).all()
+
+    streams = load_streams(prepared, corpus, {"stream_length": 16, "n_streams": 1, "seed": 0})
+    assert streams.bos_token_id == sep and (streams.ids[:, 0] == sep).all()
+
+
+def test_configured_bos_token_id_overrides_the_models_own(tmp_path, corpus) -> None:
+    from transformers import AutoTokenizer
+
+    from sinkscope.models import bos_token_id
+
+    weights = tmp_path / "weights"
+    save_model_without_bos(weights)
+    prepared = tmp_path / "prepared"
+    tokenizer = AutoTokenizer.from_pretrained(weights)
+    tokenizer.bos_token = "<sep>"
+    tokenizer.save_pretrained(weights)
+    prepare_model("my-model", _entry(weights), prepared, tmp_path / "downloads")
+    assert _cut(prepared, corpus, tmp_path / "a.json")["bos_token_source"] == "tokenizer"
+    prepare_model("my-model", _entry(weights, bos_token_id=3), prepared, tmp_path / "downloads")
+    assert _cut(prepared, corpus, tmp_path / "b.json")["bos_token_id"] == 3
+    assert bos_token_id(None, type("C", (), {"bos_token_id": 5})()) == (5, "model config")
+
+
+@pytest.mark.parametrize("bad", [len(WORDS), 10**6])
+def test_configured_bos_token_id_outside_the_vocabulary(no_bos_weights, corpus, tmp_path, bad):
+    prepared = tmp_path / "prepared"
+    prepare_model("my-model", _entry(no_bos_weights, bos_token_id=bad), prepared, tmp_path / "d")
+    with pytest.raises(ValueError) as caught:
+        _cut(prepared, corpus, tmp_path / "tokens.json")
+    message = str(caught.value)
+    assert message.startswith(f"models.my-model.bos_token_id = {bad} is not a token id")
+    assert f"its vocabulary has {len(WORDS)} ids: 0..{len(WORDS) - 1}" in message
+
+
+def test_schema_accepts_bos_token_id_and_rejects_bad_values(default_config: dict) -> None:
+    name = next(iter(default_config["models"]))
+    default_config["models"][name]["bos_token_id"] = 0
+    assert validate_config(default_config)["models"][name]["bos_token_id"] == 0
+    del default_config["models"][name]["bos_token_id"]
+    assert "bos_token_id" not in validate_config(default_config)["models"][name]  # no default
+    for bad in (-1, "1", 1.5, True):
+        default_config["models"][name]["bos_token_id"] = bad
+        with pytest.raises(ConfigError, match=f"models.{name}.bos_token_id"):
+            validate_config(default_config)
+
+
+def test_the_key_fixes_the_workflow(no_bos_weights, tmp_path) -> None:
+    """config.yaml with models.<name>.bos_token_id: the schema takes it and the workflow's
+    cut_tokens job puts that id at position 0."""
+    (tmp_path / "text.txt").write_text(TEXT)
+    config = yaml.safe_load(TINY.read_text())
+    config["models"] = {"my-model": {"source": {"kind": "local", "path": str(no_bos_weights)}}}
+    config["models"]["my-model"]["bos_token_id"] = 1
+    config["datasets"] = {
+        "words": {"source": {"kind": "local", "path": str(tmp_path / "text.txt")}}
+    }
+    config["extraction"]["context_length"] = 8
+    config["oversmoothing"] = {"context_lengths": [8]}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    command = snakemake_command(tmp_path, "--cores", "2", "--configfile", "config.yaml")
+    target = "results/tokens/my-model/words.json"
+    result = subprocess.run(
+        [*command, "--", target],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    tokens = json.loads((tmp_path / target).read_text())
+    assert tokens["bos_token_id"] == 1 and {row[0] for row in tokens["token_ids"]} == {1}
+
+
+# --- a hub model on a machine without hub access
+
+HUB_ENV = {
+    "HF_ENDPOINT": "http://127.0.0.1:9",  # the discard port: connections are refused at once
+    "HF_HUB_ETAG_TIMEOUT": "2",
+    "HF_HUB_DOWNLOAD_TIMEOUT": "2",
+}
+
+
+def _hub_env(home: Path, offline: bool) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRANSFORMERS_"))}
+    env.update(HUB_ENV, HF_HOME=str(home))
+    if offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    return env
+
+
+def test_hub_model_without_hub_access_fails_in_prepare_model(tmp_path: Path) -> None:
+    """The real prepare_model rule, hub unreachable, HF_HUB_OFFLINE unset, an empty HF_HOME: the
+    job fails within seconds with one message naming models.<name>, the id and the revision, and
+    leaves no prepared folder behind (before, it wrote a provenance JSON and cut_tokens failed
+    after ~30 s of transformers' retries with an OSError naming a URL)."""
+    config = yaml.safe_load(TINY.read_text())
+    config["models"] = {
+        "gpt2-hub": {"source": {"kind": "hub", "id": "openai-community/gpt2", "revision": "main"}}
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    command = snakemake_command(tmp_path, "--cores", "1", "--configfile", "config.yaml")
+    started = time.perf_counter()
+    result = subprocess.run(
+        [*command, "--", "results/models/gpt2-hub"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=_hub_env(tmp_path / "hf", offline=False),
+        check=False,
+    )
+    elapsed = time.perf_counter() - started
+    assert result.returncode != 0
+    log = (tmp_path / "results" / "logs" / "prepare_model" / "gpt2-hub.log").read_text()
+    message = log.strip().splitlines()[-1]
+    assert message.startswith(
+        "sinkscope.models.HubModelUnavailableError: models.gpt2-hub: could not fetch hub model "
+        "'openai-community/gpt2' at revision 'main': "
+    ), message
+    assert "Connection refused" in message and "http://127.0.0.1:9" in message
+    assert "HF_HUB_OFFLINE=1" in message and "registry_gguf or local source" in message
+    console = "sinkscope prepare_model failed: HubModelUnavailableError: models.gpt2-hub: "
+    assert console in result.stdout + result.stderr  # the sentence, without opening the log
+    assert "Retrying" not in log  # no retry loop
+    assert elapsed < 60, elapsed  # about 5 s; the old failure alone took 30 s of retries
+    models = tmp_path / "results" / "models"
+    assert not models.exists() or not any(models.iterdir()), list(models.iterdir())
+
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+HUB_SCRIPT = """
+import json, sys
+from pathlib import Path
+from sinkscope.models import load_config, load_model, load_tokenizer, prepare_model
+results = {}
+for name, repo_id, out in json.loads(sys.argv[1]):
+    out = Path(out)
+    entry = {"source": {"kind": "hub", "id": repo_id, "revision": "main"}, "dtype": "float32"}
+    try:
+        record = prepare_model(name, entry, out, out.parent / "downloads")
+    except Exception as error:
+        results[name] = {"error": f"{type(error).__name__}: {error}"}
+        continue
+    model = load_model(out, "float32", "eager")
+    record["loaded"] = [type(model).__name__, len(load_tokenizer(out)), load_config(out).vocab_size]
+    results[name] = record
+print(json.dumps(results))
+"""
+
+
+def _fill_hub_cache(home: Path, repo_id: str, weights: Path, files: list[str]) -> None:
+    """Lay out a hub cache entry (refs/main -> snapshots/COMMIT/...) holding ``files``."""
+    repo = home / "hub" / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / COMMIT
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(COMMIT)
+    for name in files:
+        (snapshot / name).write_bytes((weights / name).read_bytes())
+
+
+def _prepare_offline(home: Path, models: list[tuple[str, str, Path]]) -> dict:
+    """prepare_model on each (name, hub id, out folder) with HF_HUB_OFFLINE=1, in one subprocess;
+    the record (plus what the loaders loaded) or the error of each."""
+    cases = json.dumps([[name, repo_id, str(out)] for name, repo_id, out in models])
+    result = subprocess.run(
+        [sys.executable, "-c", HUB_SCRIPT, cases],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=_hub_env(home, offline=True),
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_hub_model_offline_uses_a_filled_cache_and_names_a_missing_one(
+    no_bos_weights: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "hf"
+    small = ["config.json", "tokenizer.json", "tokenizer_config.json"]
+    _fill_hub_cache(home, "org/complete", no_bos_weights, [*small, "model.safetensors"])
+    _fill_hub_cache(home, "org/no-weights", no_bos_weights, small)
+
+    results = _prepare_offline(
+        home,
+        [
+            ("cached", "org/complete", tmp_path / "cached"),
+            ("uncached", "org/elsewhere", tmp_path / "uncached"),
+            ("partial", "org/no-weights", tmp_path / "partial"),
+        ],
+    )
+    record = results["cached"]
+    assert record["resolved_revision"] == COMMIT  # jobs load this commit
+    assert record["content_sha256"] == f"hub:org/complete@{COMMIT}"  # the HDF5 model_sha256
+    assert record["loaded"] == ["GPT2LMHeadModel", len(WORDS), len(WORDS)]
+
+    missing = results["uncached"]["error"]
+    assert missing.startswith(
+        "HubModelUnavailableError: models.uncached: could not fetch hub model 'org/elsewhere' at "
+        "revision 'main': "
+    )
+    assert "HF_HUB_OFFLINE=1" in missing and str(home / "hub") in missing
+    partial = results["partial"]["error"]
+    assert partial.startswith("HubModelUnavailableError: models.partial: ")
+    assert "none of the weight files" in partial
+    assert "in the local cache (HF_HUB_OFFLINE=1)" in partial
+    for folder in ("uncached", "partial"):  # nothing that looks like a prepared model
+        assert not (tmp_path / folder).exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cached", "hf"]
