@@ -2,14 +2,43 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
+from matplotlib.figure import Figure
 
-from sinkscope.heads import PER_HEAD_COLUMNS, pool_datasets, summarize
-from sinkscope.plotting import plot_class_map, plot_mass_heatmaps, plot_summary_bars
+from sinkscope.heads import (
+    HEAD_CLASSES,
+    PER_HEAD_COLUMNS,
+    SINK,
+    HeadClassThresholds,
+    pool_datasets,
+    summarize,
+    with_classes,
+)
+from sinkscope.plotting import (
+    BINARY_CMAP,
+    CLASS_COLORS,
+    CLASS_LEGEND_NAMES,
+    DIVERGING_CMAP,
+    DPI,
+    MAX_FIGURE_PIXELS,
+    MIN_CVD_DELTA_E,
+    SEQUENTIAL_CMAP,
+    class_map_figure,
+    cvd_min_distance,
+    figure_problems,
+    is_colorblind_safe,
+    mass_heatmaps_figure,
+    new_figure,
+    plot_class_map,
+    plot_mass_heatmaps,
+    plot_summary_bars,
+    summary_bars_figure,
+)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -86,3 +115,131 @@ def test_plot_summary_bars(tmp_path: Path, tables: list[pl.DataFrame]) -> None:
     assert_png(out)
     plot_summary_bars(summarize(tables[:1]), tmp_path / "one.png", title="one model")
     assert_png(tmp_path / "one.png")
+
+
+# --- readability (issue 22): what a reader needs, checked on the built figures ---------------
+
+
+def planted_per_head(layers: int, heads: int, seed: int = 0) -> pl.DataFrame:
+    """A per-head table with every class present, flags and labels as the pipeline computes them."""
+    table = synthetic_per_head("m", "d", seed, layers=layers, heads=heads)
+    # one planted head per exclusive class, plus a sink+previous head that is also is_sink and
+    # one diagonal head that is also is_sink, so the two sink counts differ
+    masses = {
+        (0, 0): (0.9, 0.05, 0.0),  # sink
+        (0, 1): (0.05, 0.9, 0.0),  # diagonal
+        (1, 0): (0.5, 0.0, 0.3),  # sink+previous, is_sink
+        (1, 1): (0.0, 0.0, 0.1),  # other
+        (2, 0): (0.42, 0.55, 0.0),  # diagonal, is_sink
+    }
+    bos, diag, sub = (
+        table[c].to_numpy().copy() for c in ("bos_mass", "diagonal_mass", "subdiagonal_mass")
+    )
+    for (layer, head), (b, g, s) in masses.items():
+        index = layer * heads + head
+        bos[index], diag[index], sub[index] = b, g, s
+    frame = table.with_columns(
+        bos_mass=pl.Series(bos), diagonal_mass=pl.Series(diag), subdiagonal_mass=pl.Series(sub)
+    )
+    return with_classes(frame, HeadClassThresholds()).select(PER_HEAD_COLUMNS)
+
+
+def legend_texts(fig: Figure) -> list[str]:
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes if ax.get_legend())]
+    return [t.get_text() for legend in legends for t in legend.get_texts()]
+
+
+def test_class_map_legend_counts_equal_the_table() -> None:
+    table = planted_per_head(layers=30, heads=9)
+    fig = class_map_figure(table, "m on d", HeadClassThresholds())
+    texts = legend_texts(fig)
+    counts = dict(table["head_class"].value_counts().iter_rows())
+    for name in HEAD_CLASSES:
+        [entry] = [t for t in texts if t.startswith(CLASS_LEGEND_NAMES[name] + ":")]
+        assert int(entry.rsplit(":", 1)[1]) == counts.get(name, 0), entry
+    # the exclusive "sink" label is named as such, and the is_sink total is given and split
+    assert CLASS_LEGEND_NAMES[SINK] == "sink (not sink+previous)"
+    [note] = [t for t in texts if "is_sink" in t]
+    n_sink = int(table["is_sink"].sum())
+    assert n_sink != counts[SINK]  # the planted table tells the two counts apart
+    assert "BOS mass >= 0.4" in note
+    total, split = re.search(r"(\d+) heads = (.*)$", note).groups()  # type: ignore[union-attr]
+    assert int(total) == n_sink
+    parts = {name: int(n) for n, name in re.findall(r"(\d+) ([a-z+]+)", split)}
+    flagged = dict(table.filter(pl.col("is_sink"))["head_class"].value_counts().iter_rows())
+    assert parts == flagged and sum(parts.values()) == n_sink
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (18, 4), (30, 9), (32, 32), (48, 25)])
+def test_grid_figures_label_every_layer_and_head_and_are_readable(shape: tuple[int, int]) -> None:
+    layers, heads = shape
+    table = planted_per_head(layers, heads)
+    for fig in (mass_heatmaps_figure(table, "m on d"), class_map_figure(table, "m on d")):
+        grid_axes = [ax for ax in fig.axes if ax.get_xlabel() == "head"]
+        assert grid_axes
+        for ax in grid_axes:
+            assert [t.get_text() for t in ax.get_yticklabels()] == [str(i) for i in range(layers)]
+            assert [t.get_text() for t in ax.get_xticklabels()] == [str(i) for i in range(heads)]
+        assert figure_problems(fig) == []
+
+
+def test_summary_bars_state_the_flags_and_wrap(tables: list[pl.DataFrame]) -> None:
+    fig = summary_bars_figure(summarize(tables), thresholds=HeadClassThresholds())
+    texts = legend_texts(fig)
+    assert any(t.startswith("sink: is_sink, BOS mass >= 0.4") for t in texts)
+    assert figure_problems(fig) == []
+    # the paper's grid (6 models x 4 datasets + pooled) stays within the size bound, in rows
+    many = [
+        synthetic_per_head(f"model-{m}-7b", f"dataset-{d}", 10 * m + d)
+        for m in range(6)
+        for d in range(4)
+    ]
+    fig = summary_bars_figure(summarize(many))
+    facets = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(facets) == 5
+    assert len({ax.get_position().y0 for ax in facets}) > 1  # wrapped into rows
+    assert figure_problems(fig) == []
+
+
+def test_figure_problems_finds_each_problem() -> None:
+    fig = new_figure(6.0, 4.0)
+    ax = fig.subplots()
+    ax.imshow(np.arange(4.0).reshape(2, 2), cmap="RdYlGn")
+    ax.plot([0, 1], [0, 1], label="a line")
+    ax.legend(loc="center")
+    assert any("RdYlGn" in p for p in figure_problems(fig))
+    assert any("covers axes" in p for p in figure_problems(fig))
+    fig = new_figure(6.0, 2.0)
+    ax = fig.subplots()
+    ax.set_yticks(range(40), [f"layer {i}" for i in range(40)])
+    assert any("overlapping y tick labels" in p for p in figure_problems(fig))
+    big = new_figure(MAX_FIGURE_PIXELS / DPI + 1.0, 3.0)
+    big.subplots()
+    assert any("px" in p for p in figure_problems(big))
+
+
+def test_class_colours_stay_apart_for_colour_blind_readers() -> None:
+    distances = cvd_min_distance(CLASS_COLORS.values())
+    assert min(distances.values()) >= MIN_CVD_DELTA_E, distances
+    # the check can fail: red against green collapses under deuteranopia
+    assert cvd_min_distance(["#d62728", "#2ca02c"])["deuteranopia"] < MIN_CVD_DELTA_E
+    for name in (SEQUENTIAL_CMAP, DIVERGING_CMAP, BINARY_CMAP, f"{SEQUENTIAL_CMAP}_r"):
+        assert is_colorblind_safe(name)
+    assert not is_colorblind_safe("RdYlGn") and not is_colorblind_safe("jet")
+
+
+_CMAP_LITERAL = re.compile(
+    r"""(?:cmap\s*=\s*|colormaps\[\s*|get_cmap\(\s*)["']([A-Za-z0-9_]+)["']"""
+)
+
+
+def test_every_colour_map_named_in_the_package_is_colorblind_safe(repo: Path) -> None:
+    """Every colour map spelled out in a module of the package is in COLORBLIND_SAFE_CMAPS."""
+    found = {
+        (path.relative_to(repo).as_posix(), name)
+        for path in sorted((repo / "src" / "sinkscope").rglob("*.py"))
+        for name in _CMAP_LITERAL.findall(path.read_text())
+    }
+    assert found  # the pattern matches how figures name their maps
+    bad = sorted((path, name) for path, name in found if not is_colorblind_safe(name))
+    assert bad == []

@@ -111,7 +111,7 @@ def classify_heads(smk: Any) -> None:
     write_table(per_head, smk.output.per_head)
     title = _pair_title(smk)
     plot_mass_heatmaps(per_head, Path(smk.output.mass_heatmaps), title)
-    plot_class_map(per_head, Path(smk.output.class_map), title)
+    plot_class_map(per_head, Path(smk.output.class_map), title, thresholds)
 
 
 def summarize_heads(smk: Any) -> None:
@@ -122,7 +122,7 @@ def summarize_heads(smk: Any) -> None:
     tables = [pl.read_parquet(path) for path in smk.input.per_head]
     summary = summarize(tables, thresholds)
     write_table(summary, smk.output.table)
-    plot_summary_bars(summary, Path(smk.output.figure))
+    plot_summary_bars(summary, Path(smk.output.figure), thresholds=thresholds)
 
 
 def _pair_title(smk: Any) -> str:

@@ -7,8 +7,12 @@ BOS -> itself, dormant ``x_{t,i}`` -> ``2 x_{t,i}``, copy-paste ``x_{t,j}`` -> `
 
 Choices made here (all recorded in the result row):
 
-* ``d = T + |D| + |C| + 2 + d_extra``: the BOS, the |D|+|C| tokens and the T+1 positions need
-  T+|D|+|C|+2 orthonormal directions (the paper's ``d = T+|D|+|C|`` cannot hold them all).
+* ``d = T + |D| + |C| + 2 + d_extra`` (``2`` = :data:`FRAME_EXTRA`): §7 assumes all ``h_i``
+  and ``p_t`` orthonormal, i.e. the BOS context ``h_0``, the |D|+|C| other contexts and the T+1
+  positions ``p_0..p_T`` need T+|D|+|C|+2 directions. The paper's Figure 3 setting
+  ``d = T+|D|+|C|`` cannot hold them all, so the runs deviate from it by +2 (Theorem 7.1's
+  ``c_1 >= d/(T+|C|+|D|+2)`` is consistent with this ``d``; the condition-(3) grid also holds
+  the paper's ``d``, ``d_offsets`` 0). The figures say so (:func:`.plots.dimension_label`).
   The seed draws a random orthonormal frame; costs are rotation invariant.
 * Position 1 holds a dormant token: a copy-paste token at t=1 would have to copy BOS, whose value
   the sink must annihilate (the paper's proof also only uses copy-paste queries at t >= 2).
@@ -57,6 +61,7 @@ from sinkscope.defaults import BACKCOPY_PARAMS
 
 __all__ = [
     "DEFAULT_BACKCOPY_PARAMS",
+    "FRAME_EXTRA",
     "BackcopyTask",
     "condition3",
     "condition3_grid",
@@ -71,6 +76,9 @@ __all__ = [
 ]
 
 PATTERNS = ("sink", "diagonal")
+#: Directions of ``d`` beyond ``T + |D| + |C|``: the BOS context ``h_0`` and the position ``p_0``
+#: (the orthonormal frame of §7 has T+|D|+|C|+2 vectors; see the module docstring).
+FRAME_EXTRA = 2
 
 #: Defaults of ``params`` for :func:`run_backcopy` (a run overrides any subset).
 DEFAULT_BACKCOPY_PARAMS = BACKCOPY_PARAMS
@@ -131,11 +139,12 @@ class BackcopyTask:
 def make_task(
     T: int, n_dormant: int = 5, n_copy: int = 5, d_extra: int = 0, seed: int = 0
 ) -> BackcopyTask:
-    """Build the task of Theorem 7.1 with ``d = T + |D| + |C| + 2 + d_extra`` and a seeded frame."""
+    """Build the task of Theorem 7.1 with ``d = T + |D| + |C| + FRAME_EXTRA + d_extra`` (the
+    frame's columns: ``h_0``, the |D|+|C| contexts, ``p_0..p_T``) and a seeded frame."""
     if T < 2:
         raise ValueError("backcopy task needs T >= 2")
     V = n_dormant + n_copy
-    d = T + V + 2 + d_extra
+    d = T + V + FRAME_EXTRA + d_extra
     gen = torch.Generator().manual_seed(10_000 + seed)
     Q, R = torch.linalg.qr(torch.randn((d, d), generator=gen, dtype=torch.float64))
     E = Q * torch.sign(torch.diagonal(R))[None, :]
@@ -832,7 +841,7 @@ def condition3_panel(
 
     ``|D| = |C|`` = the measured runs' ``n_dormant`` when the grid holds that size, else the
     grid's first size (the figure then shows the condition without measured marks); the largest
-    ``d`` offset (the measured runs use ``d = T + |D| + |C| + 2``).
+    ``d`` offset (the measured runs use ``d = T + |D| + |C| + FRAME_EXTRA``).
     """
     if not sizes or not d_offsets:
         raise ValueError("costs.condition3: sizes and d_offsets must not be empty")

@@ -1,7 +1,9 @@
 """Figures of §7 (Figure 3 and condition (3) of Theorem 7.1) from the cost tables.
 
 All figures use :func:`sinkscope.plotting.new_figure` / :func:`sinkscope.plotting.save_figure`
-(pyplot-free, deterministic PNGs).
+(pyplot-free, deterministic PNGs) and follow the readability rules of :mod:`sinkscope.plotting`
+(legends outside the axes, colour-blind-safe colours). Each ``plot_*`` writes the figure that
+the matching ``*_figure`` function builds (the tests inspect the latter).
 """
 
 from __future__ import annotations
@@ -10,14 +12,61 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import matplotlib as mpl
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
-from sinkscope.costs.backcopy import fit_slopes
-from sinkscope.plotting import new_figure, save_figure
+from sinkscope.costs.backcopy import FRAME_EXTRA, fit_slopes
+from sinkscope.heads import DIAGONAL, SINK
+from sinkscope.plotting import BINARY_CMAP, CLASS_COLORS, new_figure, save_figure
 
-__all__ = ["plot_backcopy_costs", "plot_condition3", "plot_copypaste_costs", "plot_toy"]
+__all__ = [
+    "backcopy_costs_figure",
+    "condition3_figure",
+    "copypaste_costs_figure",
+    "dimension_label",
+    "plot_backcopy_costs",
+    "plot_condition3",
+    "plot_copypaste_costs",
+    "plot_toy",
+    "toy_figure",
+]
 
-COLORS = {"sink": "#e6ab02", "diagonal": "#1b9e77"}
+#: Sink and diagonal colours of the head figures (one definition: sinkscope.plotting).
+COLORS = {"sink": CLASS_COLORS[SINK], "diagonal": CLASS_COLORS[DIAGONAL]}
+#: Horizontal dodge of the two patterns' bound bars on the log x axis (factor per side).
+_DODGE = {"sink": 1 / 1.08, "diagonal": 1.08}
+
+
+def _legend_below(ax: Axes, ncol: int = 1) -> None:
+    """Legend under the axes (outside it, so it covers no data)."""
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.16),
+        ncol=ncol,
+        fontsize=8,
+        frameon=False,
+    )
+
+
+def dimension_label(d_offset: int) -> str:
+    """How ``d`` was set, e.g. ``d = T+|D|+|C|+2`` (with the reason when the offset is the frame's)."""
+    label = f"d = T+|D|+|C|+{d_offset}" if d_offset else "d = T+|D|+|C|"
+    if d_offset == FRAME_EXTRA:
+        label += " (+2: BOS h_0 and position p_0 need their own orthonormal directions)"
+    return label
+
+
+def _d_offsets(rows: Sequence[Mapping[str, Any]]) -> set[int]:
+    keys = ("d", "T", "n_dormant", "n_copy")
+    return {
+        int(r["d"]) - int(r["T"]) - int(r["n_dormant"]) - int(r["n_copy"])
+        for r in rows
+        if all(k in r for k in keys)
+    }
 
 
 def _by_x(
@@ -33,14 +82,9 @@ def _by_x(
     )
 
 
-def plot_backcopy_costs(
-    table: Sequence[Mapping[str, Any]], out_png: str | os.PathLike[str], title: str = ""
-) -> None:
-    """Figure 3 left: total cost vs T (log-log), mean over seeds with min-max bars, fitted slopes.
-
-    Right panel: the query-key part alone, with the certified lower bound of the convex program.
-    """
-    fig = new_figure(11.0, 4.5)
+def backcopy_costs_figure(table: Sequence[Mapping[str, Any]], title: str = "") -> Figure:
+    """The figure of :func:`plot_backcopy_costs` (not yet written)."""
+    fig = new_figure(11.0, 5.4)
     ax_tot, ax_qk = fig.subplots(1, 2)
     slopes = fit_slopes(table, "T", "cost_total")
     slopes_qk = fit_slopes(table, "T", "cost_qk")
@@ -82,32 +126,41 @@ def plot_backcopy_costs(
         ax.set_xlabel("context length T")
         ax.set_ylabel(lab)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
-    ax_tot.set_title(f"backcopy, {seeds} seeds (bars: min-max)")
-    ax_qk.set_title(
-        f"kappa={first.get('kappa', '?')}, scores/{'d' if first.get('score_norm') == 'd' else 'sqrt(d)'}"
-    )
-    if title:
-        fig.suptitle(title)
-    save_figure(fig, out_png)
+        _legend_below(ax, ncol=2)
+    ax_tot.set_title(f"total, mean of {seeds} seed{'s' if seeds != 1 else ''} (bars: min-max)")
+    norm = "d" if first.get("score_norm") == "d" else "sqrt(d)"
+    ax_qk.set_title(f"query-key part, kappa={first.get('kappa', '?')}, scores/{norm}")
+    setting = []
+    if "n_dormant" in first and "n_copy" in first:
+        setting.append(f"|D|={first['n_dormant']}, |C|={first['n_copy']}")
+    offsets = _d_offsets(table)
+    if len(offsets) == 1:
+        setting.append(dimension_label(offsets.pop()))
+    suptitle = "; ".join(s for s in (title, ", ".join(setting)) if s)
+    if suptitle:
+        fig.suptitle(suptitle, fontsize=10)
+    return fig
 
 
-def plot_condition3(
+def plot_backcopy_costs(
+    table: Sequence[Mapping[str, Any]], out_png: str | os.PathLike[str], title: str = ""
+) -> None:
+    """Figure 3 left: total cost vs T (log-log), mean over seeds with min-max bars, fitted slopes.
+
+    Right panel: the query-key part alone, with the certified lower bound of the convex program.
+    The suptitle states ``|D|, |C|`` and how ``d`` was set (:func:`dimension_label`).
+    """
+    save_figure(backcopy_costs_figure(table, title), out_png)
+
+
+def condition3_figure(
     grid: Sequence[Mapping[str, Any]],
-    out_png: str | os.PathLike[str],
     n_dormant: int = 5,
     n_copy: int = 5,
-    d_offset: int = 2,
+    d_offset: int = FRAME_EXTRA,
     measured: Sequence[Mapping[str, Any]] | None = None,
-) -> None:
-    """Where condition (3) of Theorem 7.1 holds, over (T, kappa), for both readings of kappa.
-
-    ``grid``: rows of :func:`.backcopy.condition3_grid`, filtered to ``|D| = n_dormant``,
-    ``|C| = n_copy`` and ``d = T + |D| + |C| + d_offset``. ``measured``: optional backcopy rows;
-    each measured (T, kappa) cell is marked "s" if the measured sink total was cheaper (mean over
-    seeds), "d" otherwise, using ``cost_total_sqrt_d`` in the literal panel (plain ``1/sqrt(d)``
-    scores, margin kappa) and ``cost_total_d`` in the folded one (scores ``/d``, margin kappa).
-    """
+) -> Figure:
+    """The figure of :func:`plot_condition3` (not yet written)."""
     rows = [
         r
         for r in grid
@@ -119,7 +172,8 @@ def plot_condition3(
         raise ValueError("no grid rows for these set sizes and d offset")
     Ts = sorted({r["T"] for r in rows})
     ks = sorted({r["kappa"] for r in rows})
-    fig = new_figure(12.5, 4.8)
+    cmap = mpl.colormaps[BINARY_CMAP]
+    fig = new_figure(12.5, 5.6)
     axes = fig.subplots(1, 2)
     for ax, reading, column in zip(
         axes, ("literal", "folded"), ("cost_total_sqrt_d", "cost_total_d"), strict=True
@@ -132,7 +186,7 @@ def plot_condition3(
             grid_img,
             origin="lower",
             aspect="auto",
-            cmap="RdYlGn",
+            cmap=cmap,
             vmin=0,
             vmax=1,
             extent=(-0.5, len(Ts) - 0.5, -0.5, len(ks) - 0.5),
@@ -148,26 +202,70 @@ def plot_condition3(
                 g = [r[column] for r in sel if r["pattern"] == "diagonal"]
                 if s and g and T in Ts and k in ks:
                     mark = "s" if np.mean(s) < np.mean(g) else "d"
-                    ax.text(Ts.index(T), ks.index(k), mark, ha="center", va="center", fontsize=12)
+                    ax.text(
+                        Ts.index(T),
+                        ks.index(k),
+                        mark,
+                        ha="center",
+                        va="center",
+                        fontsize=11,
+                        bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "lw": 0.5},
+                    )
         label = (
-            "kappa = margin of scores/sqrt(d)"
+            "literal: kappa = margin of scores/sqrt(d)"
             if reading == "literal"
-            else "kappa*sqrt(d): margin kappa of scores/d"
+            else "folded: margin kappa of scores/d (= kappa*sqrt(d) of scores/sqrt(d))"
         )
-        ax.set_title(
-            f"condition (3), {label}; green: holds, red: fails\n"
-            f"|D|={n_dormant}, |C|={n_copy}, d=T+|D|+|C|+{d_offset}; "
-            "letters: measured cheaper pattern (s = sink)",
-            fontsize=9,
-        )
-    save_figure(fig, out_png)
+        ax.set_title(label, fontsize=9)
+    fig.suptitle(
+        f"Condition (3) of Theorem 7.1: |D|={n_dormant}, |C|={n_copy}, {dimension_label(d_offset)}",
+        fontsize=10,
+    )
+    fig.legend(
+        handles=[
+            Patch(facecolor=cmap(1.0), edgecolor="black", lw=0.5, label="(3) holds"),
+            Patch(facecolor=cmap(0.0), edgecolor="black", lw=0.5, label="(3) fails"),
+            Line2D(
+                [],
+                [],
+                ls="",
+                marker="$s$",
+                color="black",
+                label="measured: sink cheaper (d: diagonal cheaper)",
+            ),
+        ],
+        loc="outside lower center",
+        ncol=3,
+        frameon=False,
+        fontsize=9,
+    )
+    return fig
 
 
-def plot_copypaste_costs(
-    table: Sequence[Mapping[str, Any]], out_png: str | os.PathLike[str]
+def plot_condition3(
+    grid: Sequence[Mapping[str, Any]],
+    out_png: str | os.PathLike[str],
+    n_dormant: int = 5,
+    n_copy: int = 5,
+    d_offset: int = FRAME_EXTRA,
+    measured: Sequence[Mapping[str, Any]] | None = None,
 ) -> None:
-    """Figure 3 right: cost vs r_eff(Sigma_D)/delta^2 with the Theorem D.1 bounds per point."""
-    fig = new_figure(11.0, 4.5)
+    """Where condition (3) of Theorem 7.1 holds, over (T, kappa), for both readings of kappa.
+
+    ``grid``: rows of :func:`.backcopy.condition3_grid`, filtered to ``|D| = n_dormant``,
+    ``|C| = n_copy`` and ``d = T + |D| + |C| + d_offset`` (default: the measured runs'
+    :data:`.backcopy.FRAME_EXTRA`). Holds / fails are the two ends of :data:`BINARY_CMAP`.
+    ``measured``: optional backcopy rows;
+    each measured (T, kappa) cell is marked "s" if the measured sink total was cheaper (mean over
+    seeds), "d" otherwise, using ``cost_total_sqrt_d`` in the literal panel (plain ``1/sqrt(d)``
+    scores, margin kappa) and ``cost_total_d`` in the folded one (scores ``/d``, margin kappa).
+    """
+    save_figure(condition3_figure(grid, n_dormant, n_copy, d_offset, measured), out_png)
+
+
+def copypaste_costs_figure(table: Sequence[Mapping[str, Any]]) -> Figure:
+    """The figure of :func:`plot_copypaste_costs` (not yet written)."""
+    fig = new_figure(11.0, 5.4)
     ax, ax_b = fig.subplots(1, 2)
     for pattern in ("sink", "diagonal"):
         rows = sorted(
@@ -191,31 +289,50 @@ def plot_copypaste_costs(
             )
         lo = np.array([r["lower_bound"] for r in rows])
         hi = np.array([r["upper_bound"] for r in rows])
-        ax_b.vlines(x, lo, hi, color=c, alpha=0.5, lw=4)
+        xd = x * _DODGE[pattern]
+        ax_b.vlines(xd, lo, hi, color=c, lw=5, label=f"{pattern}: bounds [L, U] of Thm D.1")
         ax_b.plot(
-            x, y, color=c, marker="o", ls="", label=f"{pattern}: measured in [L, U] of Thm D.1"
+            xd,
+            y,
+            color="black",
+            markerfacecolor=c,
+            marker="o",
+            ls="",
+            label=f"{pattern}: measured cost",
         )
     for a in (ax, ax_b):
         a.set_xscale("log")
         a.set_xlabel("r_eff(Sigma_D) / delta^2")
         a.grid(True, which="both", alpha=0.3)
-        a.legend(fontsize=8)
+        _legend_below(a, ncol=2)
     ax.set_ylabel("total cost")
     ax_b.set_yscale("log")
-    ax_b.set_ylabel("cost (log) with Theorem D.1 bounds")
-    first = table[0] if table else {}
-    ax.set_title(
-        f"generic copy-paste, C={first.get('C')}, d={first.get('d')}, kappa={first.get('kappa')}",
-        fontsize=9,
+    ax_b.set_ylabel("cost (log scale)")
+    ax_b.set_title(
+        "measured cost within Theorem D.1's bounds (sink left, diagonal right)", fontsize=9
     )
-    save_figure(fig, out_png)
+    first = table[0] if table else {}
+    setting = f"C={first.get('C')}, d={first.get('d')}"
+    if "T" in first:
+        setting += f", T={first['T']}"
+    ax.set_title(f"generic copy-paste, {setting}, kappa={first.get('kappa')}", fontsize=9)
+    return fig
 
 
-def plot_toy(table: Sequence[Mapping[str, Any]], out_png: str | os.PathLike[str]) -> None:
-    """§7's nuclear-norm toy on ``X = I_{T+1}``: ``||W_QK||_*`` of the sink (``kappa 1 e_1^T``,
-    ``kappa sqrt(T+1)``) and of the diagonal (``kappa I``, ``kappa (T+1)``) vs T, log-log; points
-    are the numerical singular-value sums, lines the closed forms."""
-    fig = new_figure(6.0, 4.5)
+def plot_copypaste_costs(
+    table: Sequence[Mapping[str, Any]], out_png: str | os.PathLike[str]
+) -> None:
+    """Figure 3 right: cost vs r_eff(Sigma_D)/delta^2 with the Theorem D.1 bounds per point.
+
+    The two patterns' bound bars are dodged sideways (sink left, diagonal right) so that they
+    never overlap at a shared x value.
+    """
+    save_figure(copypaste_costs_figure(table), out_png)
+
+
+def toy_figure(table: Sequence[Mapping[str, Any]]) -> Figure:
+    """The figure of :func:`plot_toy` (not yet written)."""
+    fig = new_figure(6.0, 5.2)
     ax = fig.subplots()
     t = np.array([float(r["T"]) for r in table])
     for pattern in ("sink", "diagonal"):
@@ -239,5 +356,12 @@ def plot_toy(table: Sequence[Mapping[str, Any]], out_png: str | os.PathLike[str]
     ax.set_xlabel("context length T")
     ax.set_ylabel(r"$\|W_{QK}\|_*$")
     ax.set_title(f"Nuclear-norm toy (X = I, kappa = {float(table[0]['kappa']):g})")
-    ax.legend(fontsize=8)
-    save_figure(fig, out_png)
+    _legend_below(ax, ncol=2)
+    return fig
+
+
+def plot_toy(table: Sequence[Mapping[str, Any]], out_png: str | os.PathLike[str]) -> None:
+    """§7's nuclear-norm toy on ``X = I_{T+1}``: ``||W_QK||_*`` of the sink (``kappa 1 e_1^T``,
+    ``kappa sqrt(T+1)``) and of the diagonal (``kappa I``, ``kappa (T+1)``) vs T, log-log; points
+    are the numerical singular-value sums, lines the closed forms."""
+    save_figure(toy_figure(table), out_png)
