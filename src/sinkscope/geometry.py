@@ -9,7 +9,10 @@ heads and sequences.
    ``bos_cosines``: the cosine between the BOS embedding ``z_0`` and every ``z_i`` (``i >= 1``) at
    the attention input. The paper's sufficient condition for a representable sink is
    ``z_0 . z_i <= 0`` for all ``i``; Figure 1 claims the maximum cosine stays below 0 in the
-   middle layers. The exact condition is Proposition 4.1 (proof in Appendix A): a bilinear score
+   middle layers. :func:`bos_max_readings` reads that maximum twice, over all positions (the
+   paper's statement) and over positions ``>= 2``: the first text token
+   (:data:`FIRST_TEXT_POSITION`) can be almost parallel to BOS (cosine ~0.99 in most layers of
+   SmolLM2-135M) and then alone decides the first reading. The exact condition is Proposition 4.1 (proof in Appendix A): a bilinear score
    ``W`` with ``z_j^T W z_0 > z_j^T W z_i`` for all ``j in J`` and ``i in [T]`` exists iff
 
    * ``{z_0 - z_i : i in [T]}`` lies in an open half-space, and
@@ -32,7 +35,9 @@ heads and sequences.
    (solve ``V w = 1``); with ``T = 256`` tokens and ``d_model`` 576 (SmolLM2-135M) or 640
    (Gemma-3-270M) *every* generic sequence satisfies it, so the Boolean answer carries little
    information there and the margin is the informative number. The tables say so per row
-   (``n_points``, ``dim``, ``rank``, ``trivially_separable``).
+   (``n_points``, ``dim``, ``rank``, ``trivially_separable``); :func:`representability_counts`
+   counts the trivial (layer, sequence) pairs apart, and the claim is decided on the others
+   only (not applicable when none is left).
 
 2. Value-matrix rank (Appendix E.2, Figure 12): the numerical rank, at relative tolerance
    ``1e-3``, of each key/value head's matrix of value vectors over the first
@@ -45,8 +50,10 @@ heads and sequences.
 
 3. Hard attention switch (§6, Proposition 6.1, Theorem C.1, Remark C.4): the norm of a head's
    BOS value-output vector ``W_O^h (W_V^h z_0 + b_V^h)`` relative to the median over the other
-   tokens (the theory assumes ``W_VO x_0 = 0`` for sink heads), and the BOS residual-stream norm
-   relative to the other tokens (massive activations), per layer.
+   tokens (the theory assumes ``W_VO x_0 = 0`` for sink heads), compared between sink and other
+   heads by :func:`sink_value_norm_effect` (ratio of medians with a bootstrap interval over
+   heads), and the BOS residual-stream norm relative to the other tokens (massive activations),
+   per layer.
 
 Sink-attending tokens ``J`` (configurable through ``attend_threshold``)
 ------------------------------------------------------------------------
@@ -129,6 +136,8 @@ __all__ = [
     "analyze_file",
     "attending_tokens",
     "bos_cosines",
+    "bos_max_readings",
+    "bos_max_statement",
     "cosine_histogram",
     "halfspace_margin",
     "histogram_quantiles",
@@ -137,8 +146,12 @@ __all__ = [
     "rank_from_singular_values",
     "relative_bos_norm",
     "relative_rank",
+    "representability_counts",
+    "representability_statement",
     "row_norms",
+    "sink_value_norm_effect",
     "summarize",
+    "value_norm_statement",
     "value_output_factor",
     "value_output_norms",
     "value_rank_stats",
@@ -163,6 +176,14 @@ BOS_MINUS_TOKEN = "bos_minus_token"
 ATTENDING = "attending"
 ALL_TOKENS = "all_tokens"
 POINT_SETS: tuple[str, ...] = (BOS_MINUS_TOKEN, ATTENDING, ALL_TOKENS)
+#: Position of the first text token (right after BOS). In SmolLM2-135M its normed input is
+#: almost parallel to BOS (cosine ~0.99) in most layers although it draws little attention, so
+#: Figure 1's maximum is read twice: over all positions and over positions >= 2.
+FIRST_TEXT_POSITION = 1
+#: Bootstrap of the sink / non-sink ratio of BOS value-output norms (:func:`sink_value_norm_effect`).
+BOOTSTRAP_SAMPLES = 2000
+BOOTSTRAP_SEED = 0
+BOOTSTRAP_LEVEL = 0.95
 
 
 #: Columns of every table of :func:`analyze_file` (and, where named alike, :func:`summarize`).
@@ -228,6 +249,8 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "frac_sink_representable",
         "frac_any_sink_representable",
         "frac_trivially_separable",
+        "n_trivial_attending",
+        "frac_sink_representable_nontrivial",
         *(f"{stat}_margin_{name}" for name in POINT_SETS for stat in ("min", "median")),
     ),
     "value_rank": (
@@ -262,6 +285,7 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "head",
         "kv_head",
         "n_sequences",
+        "context_length",
         "bos_vo_norm",
         "median_vo_norm",
         "rel_bos_vo_norm",
@@ -864,6 +888,9 @@ def _halfspace_layer(halfspace: pl.DataFrame, pooled: bool = False) -> pl.DataFr
     keys = ["model", "dataset"]
     has_attending = pl.col(f"n_points|{ATTENDING}") > 0
     representable = pl.col(f"halfspace|{BOS_MINUS_TOKEN}") & pl.col(f"halfspace|{ATTENDING}")
+    trivial_attending = pl.col(f"trivially_separable|{BOS_MINUS_TOKEN}") & pl.col(
+        f"trivially_separable|{ATTENDING}"
+    )
     aggs = [
         pl.len().cast(pl.Int64).alias("n_sequences"),
         pl.col("attend_threshold").first(),
@@ -884,6 +911,13 @@ def _halfspace_layer(halfspace: pl.DataFrame, pooled: bool = False) -> pl.DataFr
         .cast(pl.Float64)
         .mean()
         .alias("frac_trivially_separable"),
+        (has_attending & trivial_attending).sum().cast(pl.Int64).alias("n_trivial_attending"),
+        (
+            representable.filter(has_attending & ~trivial_attending)
+            .cast(pl.Float64)
+            .mean()
+            .alias("frac_sink_representable_nontrivial")
+        ),
     ]
     for name in POINT_SETS:
         aggs += [
@@ -923,12 +957,16 @@ def analyze_file(
       fields, plus ``n_sink_heads`` of the layer and ``attend_threshold``).
     * ``halfspace_layer``: per layer the fraction of sequences (with ``J`` non-empty) whose sink
       is representable, the fraction where every sink pattern is (``J = [T]``), the fraction
-      that is trivially separable, and min/median margins per point set.
+      that is trivially separable, ``n_trivial_attending`` (sequences with ``J`` non-empty whose
+      two sets are both trivially separable), ``frac_sink_representable_nontrivial`` (the
+      representable fraction among the other sequences with ``J`` non-empty; null if none) and
+      min/median margins per point set.
     * ``value_rank``: per (layer, kv_head, sequence) the value-matrix rank (Appendix E.2).
     * ``value_rank_worst``: the ``N_WORST`` sequences of lowest mean relative rank with their
       first ``m`` token ids (space-separated) and repeated-token counts.
     * ``bos_value_norm``: per (layer, head) BOS value-output norm vs. the other tokens (§6),
-      joined with ``bos_mass``, ``is_sink`` and ``head_class``.
+      with ``n_sequences``, ``context_length``, joined with ``bos_mass``, ``is_sink`` and
+      ``head_class``.
     * ``bos_residual_norm``: per layer BOS residual-stream norm vs. the other tokens.
     """
     th = thresholds or HeadClassThresholds()
@@ -1053,6 +1091,7 @@ def analyze_file(
                         "head": np.arange(n_heads, dtype=np.int64),
                         "kv_head": np.arange(n_heads, dtype=np.int64) // (n_heads // n_kv),
                         "n_sequences": np.full(n_heads, n_seq, dtype=np.int64),
+                        "context_length": np.full(n_heads, context_length, dtype=np.int64),
                         "bos_vo_norm": vo_norms[:, :, 0].mean(axis=0),
                         "median_vo_norm": np.median(vo_norms[:, :, 1:], axis=-1).mean(axis=0),
                         "rel_bos_vo_norm": np.nanmean(rel_vo, axis=0),
@@ -1134,6 +1173,400 @@ def _worst_sequences(value_rank: pl.DataFrame, prefixes: np.ndarray, k: int) -> 
 
 # --------------------------------------------------------------------------------------------
 # Cross-pair summaries
+
+
+#: Columns of :func:`sink_value_norm_effect`.
+EFFECT_SCHEMA: dict[str, Any] = {
+    "model": pl.String,
+    "dataset": pl.String,
+    "n_datasets": pl.Int64,
+    "n_sink": pl.Int64,
+    "n_other": pl.Int64,
+    "n_units": pl.Int64,
+    "sink_median": pl.Float64,
+    "other_median": pl.Float64,
+    "ratio": pl.Float64,
+    "ratio_lo": pl.Float64,
+    "ratio_hi": pl.Float64,
+    "ratio_dataset_min": pl.Float64,
+    "ratio_dataset_max": pl.Float64,
+    "n_boot": pl.Int64,
+    "level": pl.Float64,
+}
+
+
+def _ordered_datasets(names: Sequence[str]) -> list[str]:
+    """Distinct dataset names, sorted, the pooled ``"all"`` last."""
+    return sorted(set(names), key=lambda name: (name == POOLED, name))
+
+
+def bos_max_readings(
+    bos_alignment: pl.DataFrame, bound: float = 0.0, space: str = "Z"
+) -> pl.DataFrame:
+    """Both readings of Figure 1's claim per model: the maximum cosine over all positions and
+    over positions ``>= 2`` (without :data:`FIRST_TEXT_POSITION`), per layer pooled over the
+    given rows' datasets (the maximum of maxima is exact), counted over all and middle layers.
+
+    ``bos_alignment``: rows of :func:`analyze_file`'s or :func:`summarize`'s ``bos_alignment``
+    (columns ``model, space, layer, max, max_excl_first, max_position, n_positive, n_values``).
+    A layer is "below" when its maximum is ``< bound`` (paper: 0). Returns one row per model:
+    ``n_layers``, ``middle_first``/``middle_last`` (:func:`middle_layers`), ``n_middle``;
+    ``n_below_all``/``n_below_from2`` over all layers and ``n_mid_below_all``/
+    ``n_mid_below_from2`` over the middle layers; the middle layers' largest maximum and its
+    layer for each reading (``mid_max_all``, ``mid_max_all_layer``, ``mid_max_from2``,
+    ``mid_max_from2_layer``); ``n_max_at_first`` / ``n_mid_max_at_first``: layers whose maximum
+    over all positions sits at position 1; ``mid_frac_positive``: share of positive cosines in
+    the middle layers. Figure 1's panel title and the claim ``geometry.bos_cosine_below_zero``
+    both print these numbers.
+    """
+    needed = ["model", "space", "layer", "max", "max_excl_first", "max_position"]
+    missing = [c for c in needed + ["n_positive", "n_values"] if c not in bos_alignment.columns]
+    if missing:
+        raise ValueError(f"bos_alignment lacks columns {missing}")
+    frame = bos_alignment.filter(pl.col("space") == space)
+    rows: list[dict[str, Any]] = []
+    for model in sorted(set(frame["model"].to_list())):
+        per_layer = (
+            frame.filter(pl.col("model") == model)
+            .sort("max", descending=True, nulls_last=True)
+            .group_by("layer")
+            .agg(
+                pl.col("max").first(),
+                pl.col("max_position").first(),
+                pl.col("max_excl_first").cast(pl.Float64).fill_null(float("nan")).max(),
+                pl.col("n_positive").sum(),
+                pl.col("n_values").sum(),
+            )
+            .sort("layer")
+        )
+        layers = per_layer["layer"].to_list()
+        middle = middle_layers(len(layers))
+        mid = per_layer.filter(pl.col("layer").is_in(middle))
+        full = per_layer["max"].to_numpy().astype(np.float64)
+        from2 = per_layer["max_excl_first"].to_numpy().astype(np.float64)
+        mid_full = mid["max"].to_numpy().astype(np.float64)
+        mid_from2 = mid["max_excl_first"].to_numpy().astype(np.float64)
+        at_first = per_layer["max_position"].to_numpy() == FIRST_TEXT_POSITION
+        mid_at_first = mid["max_position"].to_numpy() == FIRST_TEXT_POSITION
+
+        def worst(values: np.ndarray, frame: pl.DataFrame = mid) -> tuple[float | None, int | None]:
+            if not np.isfinite(values).any():
+                return None, None
+            k = int(np.nanargmax(values))
+            return float(values[k]), int(frame["layer"][k])
+
+        mid_max_all, mid_max_all_layer = worst(mid_full)
+        mid_max_from2, mid_max_from2_layer = worst(mid_from2)
+        n_values = int(mid["n_values"].sum())
+        rows.append(
+            {
+                "model": model,
+                "space": space,
+                "bound": float(bound),
+                "n_layers": len(layers),
+                "middle_first": middle[0],
+                "middle_last": middle[-1],
+                "n_middle": mid.height,
+                "n_below_all": int((full < bound).sum()),
+                "n_below_from2": int((from2 < bound).sum()),
+                "n_mid_below_all": int((mid_full < bound).sum()),
+                "n_mid_below_from2": int((mid_from2 < bound).sum()),
+                "mid_max_all": mid_max_all,
+                "mid_max_all_layer": mid_max_all_layer,
+                "mid_max_from2": mid_max_from2,
+                "mid_max_from2_layer": mid_max_from2_layer,
+                "n_max_at_first": int(at_first.sum()),
+                "n_mid_max_at_first": int(mid_at_first.sum()),
+                "mid_frac_positive": (
+                    float(mid["n_positive"].sum() / n_values) if n_values else None
+                ),
+            }
+        )
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def representability_counts(halfspace: pl.DataFrame) -> pl.DataFrame:
+    """Proposition 4.1's test per model, trivial cases apart from the informative ones.
+
+    ``halfspace``: per-sequence rows of :func:`analyze_file` (any number of datasets, pooled per
+    model). A *case* is a (dataset, layer, sequence) whose sink heads have sink-attending
+    tokens (``J`` non-empty); it is *trivial* when both sets, ``{z_0 - z_i}`` and ``{z_j : j
+    in J}``, are ``trivially_separable`` (at most ``d_model`` points of full rank: some ``w``
+    solves ``V w = 1``, so the half-space condition holds for every such set and the test
+    cannot fail). Only the non-trivial cases can tell a representable sink from a
+    non-representable one. The same split is made for "every sink pattern" (``J = [T]``,
+    ``{z_0 - z_i}`` with ``{z_i}``) over all (dataset, layer, sequence) pairs. Columns:
+    ``model, n_pairs, n_cases, n_trivial, n_nontrivial, n_representable,
+    n_representable_nontrivial, frac_representable_nontrivial`` (null when no case is
+    non-trivial), ``n_any_trivial, n_any_nontrivial, n_any_representable,
+    n_any_representable_nontrivial, frac_any_representable_nontrivial, min_margin`` (smallest
+    margin of ``{z_0 - z_i}`` and ``{z_i}``). The half-space figure's panel titles and the claim
+    ``geometry.sink_representable`` print these numbers.
+    """
+    needed = [
+        "model",
+        "dataset",
+        "layer",
+        "sequence",
+        "point_set",
+        "n_points",
+        "halfspace",
+        "trivially_separable",
+        "margin",
+    ]
+    missing = [c for c in needed if c not in halfspace.columns]
+    if missing:
+        raise ValueError(f"halfspace lacks columns {missing}")
+    wide = halfspace.pivot(
+        on="point_set",
+        index=["model", "dataset", "layer", "sequence"],
+        values=["halfspace", "trivially_separable", "n_points", "margin"],
+        separator="|",
+    )
+    for name in POINT_SETS:  # a table may lack a point set entirely (e.g. no sink heads)
+        for value, dtype in (
+            ("halfspace", pl.Boolean),
+            ("trivially_separable", pl.Boolean),
+            ("n_points", pl.Int64),
+            ("margin", pl.Float64),
+        ):
+            column = f"{value}|{name}"
+            if column not in wide.columns:
+                wide = wide.with_columns(pl.lit(None, dtype=dtype).alias(column))
+
+    def col(value: str, name: str) -> pl.Expr:
+        return pl.col(f"{value}|{name}")
+
+    case = col("n_points", ATTENDING).fill_null(0) > 0
+    trivial = (
+        col("trivially_separable", BOS_MINUS_TOKEN) & col("trivially_separable", ATTENDING)
+    ).fill_null(False)
+    rep = (col("halfspace", BOS_MINUS_TOKEN) & col("halfspace", ATTENDING)).fill_null(False)
+    any_trivial = (
+        col("trivially_separable", BOS_MINUS_TOKEN) & col("trivially_separable", ALL_TOKENS)
+    ).fill_null(False)
+    any_rep = (col("halfspace", BOS_MINUS_TOKEN) & col("halfspace", ALL_TOKENS)).fill_null(False)
+
+    def count(expr: pl.Expr, name: str) -> pl.Expr:
+        return expr.sum().cast(pl.Int64).alias(name)
+
+    counts = (
+        wide.group_by("model")
+        .agg(
+            pl.len().cast(pl.Int64).alias("n_pairs"),
+            count(case, "n_cases"),
+            count(case & trivial, "n_trivial"),
+            count(case & ~trivial, "n_nontrivial"),
+            count(case & rep, "n_representable"),
+            count(case & ~trivial & rep, "n_representable_nontrivial"),
+            count(any_trivial, "n_any_trivial"),
+            count(~any_trivial, "n_any_nontrivial"),
+            count(any_rep, "n_any_representable"),
+            count(~any_trivial & any_rep, "n_any_representable_nontrivial"),
+            pl.min_horizontal(
+                col("margin", BOS_MINUS_TOKEN).min(), col("margin", ALL_TOKENS).min()
+            ).alias("min_margin"),
+        )
+        .sort("model")
+    )
+    return counts.with_columns(
+        frac_representable_nontrivial=pl.when(pl.col("n_nontrivial") > 0).then(
+            pl.col("n_representable_nontrivial") / pl.col("n_nontrivial")
+        ),
+        frac_any_representable_nontrivial=pl.when(pl.col("n_any_nontrivial") > 0).then(
+            pl.col("n_any_representable_nontrivial") / pl.col("n_any_nontrivial")
+        ),
+    ).select(
+        "model",
+        "n_pairs",
+        "n_cases",
+        "n_trivial",
+        "n_nontrivial",
+        "n_representable",
+        "n_representable_nontrivial",
+        "frac_representable_nontrivial",
+        "n_any_trivial",
+        "n_any_nontrivial",
+        "n_any_representable",
+        "n_any_representable_nontrivial",
+        "frac_any_representable_nontrivial",
+        "min_margin",
+    )
+
+
+def sink_value_norm_effect(
+    bos_value_norm: pl.DataFrame,
+    with_pooled: bool = True,
+    n_boot: int = BOOTSTRAP_SAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    level: float = BOOTSTRAP_LEVEL,
+) -> pl.DataFrame:
+    """Effect size of §6's ``W_VO x_0 = 0``: sink heads' BOS value-output norm vs. other heads'.
+
+    ``bos_value_norm``: per-head rows of :func:`analyze_file` (``rel_bos_vo_norm`` =
+    ``|W_VO z_0| / median_i |W_VO z_i|`` averaged over sequences, ``is_sink`` from
+    :func:`sinkscope.heads.with_classes`). Per (model, dataset) and, with ``with_pooled``, per
+    model over all its datasets (``dataset = "all"``): the medians over sink and non-sink head
+    instances, their ratio ``sink / other`` (the effect size; ``W_VO x_0 = 0`` is ratio 0, no
+    difference is 1) and a percentile bootstrap interval at ``level`` from ``n_boot``
+    resamples of the heads: the unit of resampling is the head ``(layer, head)`` with all its
+    dataset instances (the same head measured on four datasets is one unit, not four
+    independent ones), and a head keeps its per-dataset ``is_sink`` label. ``ratio_dataset_min``
+    / ``ratio_dataset_max``: the smallest and largest per-dataset ratio (the spread across
+    datasets; equal to ``ratio`` on a single dataset). Each group uses a fresh generator seeded
+    with ``seed``, so the numbers do not depend on what else is in the table. Columns:
+    ``model, dataset, n_datasets, n_sink, n_other, n_units, sink_median, other_median, ratio,
+    ratio_lo, ratio_hi, ratio_dataset_min, ratio_dataset_max, n_boot, level`` (statistics null
+    when a group has no sink or no other head).
+    """
+    needed = ["model", "dataset", "layer", "head", "rel_bos_vo_norm", "is_sink"]
+    missing = [c for c in needed if c not in bos_value_norm.columns]
+    if missing:
+        raise ValueError(f"bos_value_norm lacks columns {missing}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    frame = bos_value_norm.select(needed).filter(
+        pl.col("rel_bos_vo_norm").is_not_null() & pl.col("rel_bos_vo_norm").is_finite()
+    )
+
+    def ratio_of(values: np.ndarray, sink: np.ndarray) -> float:
+        if not sink.any() or sink.all():
+            return float("nan")
+        return float(np.median(values[sink]) / np.median(values[~sink]))
+
+    def effect(part: pl.DataFrame) -> dict[str, Any]:
+        part = part.sort("dataset", "layer", "head")
+        values = part["rel_bos_vo_norm"].to_numpy().astype(np.float64)
+        sink = part["is_sink"].to_numpy().astype(bool)
+        units = (
+            part.select(pl.struct("layer", "head").rank("dense").cast(pl.Int64) - 1)
+            .to_series()
+            .to_numpy()
+        )
+        n_units = int(units.max()) + 1 if units.size else 0
+        per_dataset = [
+            ratio_of(
+                g["rel_bos_vo_norm"].to_numpy().astype(np.float64),
+                g["is_sink"].to_numpy().astype(bool),
+            )
+            for _, g in part.group_by("dataset", maintain_order=True)
+        ]
+        finite = [r for r in per_dataset if math.isfinite(r)]
+        ratio = ratio_of(values, sink)
+        lo = hi = float("nan")
+        if math.isfinite(ratio) and n_boot > 0:
+            rng = np.random.default_rng(seed)
+            draws = np.empty(n_boot)
+            for b in range(n_boot):
+                weight = np.bincount(rng.integers(n_units, size=n_units), minlength=n_units)
+                take = np.repeat(np.arange(values.size), weight[units])
+                draws[b] = ratio_of(values[take], sink[take])
+            alpha = (1.0 - level) / 2.0
+            lo, hi = (float(q) for q in np.nanquantile(draws, [alpha, 1.0 - alpha]))
+        return {
+            "n_datasets": int(part["dataset"].n_unique()),
+            "n_sink": int(sink.sum()),
+            "n_other": int((~sink).sum()),
+            "n_units": n_units,
+            "sink_median": float(np.median(values[sink])) if sink.any() else None,
+            "other_median": float(np.median(values[~sink])) if (~sink).any() else None,
+            "ratio": ratio if math.isfinite(ratio) else None,
+            "ratio_lo": lo if math.isfinite(lo) else None,
+            "ratio_hi": hi if math.isfinite(hi) else None,
+            "ratio_dataset_min": min(finite) if finite else None,
+            "ratio_dataset_max": max(finite) if finite else None,
+            "n_boot": int(n_boot),
+            "level": float(level),
+        }
+
+    rows: list[dict[str, Any]] = []
+    for model in sorted(set(frame["model"].to_list())):
+        by_model = frame.filter(pl.col("model") == model)
+        datasets = _ordered_datasets(by_model["dataset"].to_list())
+        for dataset in datasets:
+            rows.append(
+                {
+                    "model": model,
+                    "dataset": dataset,
+                    **effect(by_model.filter(pl.col("dataset") == dataset)),
+                }
+            )
+        if with_pooled:
+            rows.append({"model": model, "dataset": POOLED, **effect(by_model)})
+    return pl.DataFrame(rows, schema=EFFECT_SCHEMA)
+
+
+def bos_max_statement(reading: Mapping[str, Any]) -> str:
+    """Both readings of Figure 1's maximum, one row of :func:`bos_max_readings` in words."""
+    b = reading
+    bound = f"{b['bound']:g}"
+
+    def at(value: float | None, layer: int | None) -> str:
+        return "n/a" if value is None else f"{value:.3f} (layer {layer})"
+
+    pct = "n/a" if b["mid_frac_positive"] is None else f"{100 * b['mid_frac_positive']:.1f}%"
+    return (
+        f"max cos(BOS, token) at the attention input in the middle layers "
+        f"{b['middle_first']}..{b['middle_last']}: over all positions "
+        f"{at(b['mid_max_all'], b['mid_max_all_layer'])}, below {bound} in "
+        f"{b['n_mid_below_all']}/{b['n_middle']} middle layers ({b['n_below_all']}/"
+        f"{b['n_layers']} layers); over positions >= 2 "
+        f"{at(b['mid_max_from2'], b['mid_max_from2_layer'])}, below {bound} in "
+        f"{b['n_mid_below_from2']}/{b['n_middle']} middle layers ({b['n_below_from2']}/"
+        f"{b['n_layers']} layers); the maximum over all positions is at position "
+        f"{FIRST_TEXT_POSITION} (the first text token after BOS) in {b['n_mid_max_at_first']}/"
+        f"{b['n_middle']} middle layers; {pct} of the middle layers' cosines are > 0"
+    )
+
+
+def representability_statement(counts: Mapping[str, Any]) -> str:
+    """One row of :func:`representability_counts` in words (trivial cases apart)."""
+    r = counts
+    if not r["n_cases"]:
+        return "no (layer, sequence) pair has sink-attending tokens"
+    text = (
+        f"{r['n_cases']} (layer, sequence) pairs have sink-attending tokens; {r['n_trivial']} of "
+        f"them are trivially separable (both sets have at most d_model points of full rank, so "
+        f"Proposition 4.1's condition holds whatever the geometry); "
+    )
+    if r["n_nontrivial"]:
+        text += (
+            f"the condition holds in {r['n_representable_nontrivial']} of the "
+            f"{r['n_nontrivial']} non-trivial pairs "
+            f"({100 * r['frac_representable_nontrivial']:.1f}%)"
+        )
+    else:
+        text += "none is non-trivial, so the test cannot fail at this T and d_model"
+    text += (
+        f"; every sink pattern (J = all tokens): {r['n_any_trivial']} of {r['n_pairs']} pairs "
+        f"trivial, the condition holds in {r['n_any_representable_nontrivial']} of the "
+        f"{r['n_any_nontrivial']} others"
+    )
+    if r["min_margin"] is not None:
+        text += f"; smallest margin {r['min_margin']:.3g}"
+    return text
+
+
+def value_norm_statement(effect: Mapping[str, Any]) -> str:
+    """One row of :func:`sink_value_norm_effect` in words."""
+    e = effect
+
+    def num(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.3g}"
+
+    text = (
+        f"median |W_VO z_0| / median_i |W_VO z_i|: {num(e['sink_median'])} over {e['n_sink']} "
+        f"sink head instances (is_sink) vs {num(e['other_median'])} over {e['n_other']} other "
+        f"head instances; ratio {num(e['ratio'])}"
+    )
+    if e["ratio_lo"] is not None:
+        text += (
+            f" ({100 * e['level']:.0f}% bootstrap interval over heads {num(e['ratio_lo'])}-"
+            f"{num(e['ratio_hi'])})"
+        )
+    if e["ratio_dataset_min"] is not None and e["ratio_dataset_min"] != e["ratio_dataset_max"]:
+        text += f"; per dataset {num(e['ratio_dataset_min'])}-{num(e['ratio_dataset_max'])}"
+    return text
 
 
 def value_rank_stats(value_rank: pl.DataFrame, with_pooled: bool = True) -> pl.DataFrame:
@@ -1243,8 +1676,33 @@ def pool_bos_alignment(pairs: Sequence[Mapping[str, pl.DataFrame]]) -> pl.DataFr
     )
 
 
+#: Columns of :func:`sink_value_norm_effect` carried by the ``"is_sink"`` rows of the summary
+#: table ``bos_value_norm_classes`` (null on the other groups' rows).
+_EFFECT_COLUMNS = (
+    "n_sink",
+    "n_other",
+    "sink_median",
+    "other_median",
+    "ratio",
+    "ratio_lo",
+    "ratio_hi",
+    "ratio_dataset_min",
+    "ratio_dataset_max",
+    "n_units",
+    "n_boot",
+    "level",
+)
+
+
 def _vo_classes(bos_value_norm: pl.DataFrame) -> pl.DataFrame:
-    """Distribution of ``rel_bos_vo_norm`` per model, dataset (and ``"all"``) and head group."""
+    """Distribution of ``rel_bos_vo_norm`` per model, dataset (and ``"all"``) and head group.
+
+    Groups: every exclusive ``head_class`` (its ``"sink"`` is the class map's label, not
+    sink+previous) and ``"is_sink"`` / ``"not_sink"`` (:func:`sinkscope.heads.is_sink`: every
+    head with ``bos_mass`` at the sink threshold, sink+previous included). The ``"is_sink"`` rows
+    also carry the effect size of :func:`sink_value_norm_effect` (ratio of the sink to the
+    non-sink median with its bootstrap interval and per-dataset spread).
+    """
 
     def stats(frame: pl.DataFrame, group: pl.Expr) -> pl.DataFrame:
         r = pl.col("rel_bos_vo_norm")
@@ -1268,7 +1726,18 @@ def _vo_classes(bos_value_norm: pl.DataFrame) -> pl.DataFrame:
             both, pl.when(pl.col("is_sink")).then(pl.lit("is_sink")).otherwise(pl.lit("not_sink"))
         ),
     ]
-    return pl.concat(parts).sort("model", pl.col("dataset") == POOLED, "dataset", "group")
+    effect = sink_value_norm_effect(bos_value_norm).select("model", "dataset", *_EFFECT_COLUMNS)
+    return (
+        pl.concat(parts)
+        .join(effect, on=["model", "dataset"], how="left")
+        .with_columns(
+            *(
+                pl.when(pl.col("group") == "is_sink").then(pl.col(c)).alias(c)
+                for c in _EFFECT_COLUMNS
+            )
+        )
+        .sort("model", pl.col("dataset") == POOLED, "dataset", "group")
+    )
 
 
 def _statements(
@@ -1281,54 +1750,32 @@ def _statements(
 ) -> pl.DataFrame:
     """One row per (model, claim) with a number and a sentence (pooled over datasets)."""
     rows: list[dict[str, Any]] = []
+    readings = bos_max_readings(alignment)
+    counts = representability_counts(halfspace)
     for model in sorted(set(alignment["model"].to_list())):
-        a = alignment.filter((pl.col("model") == model) & (pl.col("space") == "Z")).sort("layer")
-        n_layers = a.height
-        middle = middle_layers(n_layers)
-        below = a.filter(pl.col("max_below_zero"))["layer"].to_list()
-        mid = a.filter(pl.col("layer").is_in(middle))
-        mid_max = float(mid["max"].max())
-        mid_pos = float(mid["n_positive"].sum() / mid["n_values"].sum())
+        b = readings.filter(pl.col("model") == model).row(0, named=True)
         rows.append(
             {
                 "model": model,
                 "claim": "bos_cosine_max_below_zero_middle_layers",
-                "value": float(len([layer for layer in middle if layer in below]) / len(middle)),
-                "statement": (
-                    f"{model}: the maximum cosine between BOS and the other tokens at the "
-                    f"attention input is below 0 in {len(below)} of {n_layers} layers "
-                    f"({below}); in the middle layers {middle[0]}..{middle[-1]} the maximum is "
-                    f"{mid_max:.3f} and {100 * mid_pos:.2f}% of (sequence, token) cosines are "
-                    f"positive (pooled over datasets)"
-                ),
+                "value": b["n_mid_below_all"] / b["n_middle"],
+                "statement": bos_max_statement(b),
             }
         )
-        h = halfspace_layer.filter(pl.col("model") == model)
-        hs = halfspace.filter(pl.col("model") == model)
-        with_j = hs.filter((pl.col("point_set") == ATTENDING) & (pl.col("n_points") > 0)).height
-        rep = h.select(
-            (pl.col("frac_sink_representable") * pl.col("n_with_attending")).sum()
-        ).item()
-        any_rep = float(h["frac_any_sink_representable"].mean())
-        trivial = float(h["frac_trivially_separable"].mean())
-        min_margin = hs.filter(pl.col("point_set") != ATTENDING)["margin"].min()
-        rows.append(
-            {
-                "model": model,
-                "claim": "sink_representable",
-                "value": (rep / with_j) if with_j else None,
-                "statement": (
-                    f"{model}: Proposition 4.1's condition holds for "
-                    + (f"{100 * rep / with_j:.1f}%" if with_j else "no (no sink heads)")
-                    + f" of the {with_j} (layer, sequence) pairs whose sink heads have "
-                    f"attending tokens; every sink pattern (J = all tokens) is representable in "
-                    f"{100 * any_rep:.1f}% of (layer, sequence) pairs; the test is trivial "
-                    f"(n_points <= d_model and full rank for both sets) in {100 * trivial:.1f}% "
-                    f"of them; the smallest margin (cosine to the best direction) is "
-                    f"{min_margin:.3g}"
-                ),
-            }
-        )
+        middle = middle_layers(b["n_layers"])
+        c = counts.filter(pl.col("model") == model)
+        if c.height:
+            r = c.row(0, named=True)
+            rows.append(
+                {
+                    "model": model,
+                    "claim": "sink_representable",
+                    "value": r["frac_representable_nontrivial"],
+                    "n_cases": r["n_cases"],
+                    "n_trivial": r["n_trivial"],
+                    "statement": f"{model}: " + representability_statement(r),
+                }
+            )
         v = value_rank.filter((pl.col("model") == model) & (pl.col("dataset") == POOLED))
         vm = v.filter(pl.col("layer").is_in(middle))
         rows.append(
@@ -1344,29 +1791,19 @@ def _statements(
                 ),
             }
         )
-        c = vo_classes.filter((pl.col("model") == model) & (pl.col("dataset") == POOLED))
-
-        def med(group: str, c: pl.DataFrame = c) -> float | None:
-            sel = c.filter(pl.col("group") == group)
-            return float(sel["median_rel_bos_vo_norm"][0]) if sel.height else None
-
-        sink_med, other_med = med("is_sink"), med("not_sink")
-        n_sink = c.filter(pl.col("group") == "is_sink")["n_heads"].sum()
-        ratio = sink_med / other_med if sink_med is not None and other_med else None
+        c = vo_classes.filter(
+            (pl.col("model") == model)
+            & (pl.col("dataset") == POOLED)
+            & (pl.col("group") == "is_sink")
+        )
+        sink_row = c.row(0, named=True) if c.height else None
         rows.append(
             {
                 "model": model,
                 "claim": "sink_heads_switch_off",
-                "value": ratio,
-                "statement": (
-                    f"{model}: over {n_sink} sink head instances (dataset x layer x head) the "
-                    f"median relative BOS value-output norm |W_VO z_0| / median_i |W_VO z_i| is "
-                    + (f"{sink_med:.3g}" if sink_med is not None else "n/a")
-                    + " vs "
-                    + (f"{other_med:.3g}" if other_med is not None else "n/a")
-                    + " for the other heads"
-                    + (f" (ratio {ratio:.3g})" if ratio is not None else "")
-                ),
+                "value": sink_row["ratio"] if sink_row else None,
+                "statement": f"{model}: "
+                + (value_norm_statement(sink_row) if sink_row else "no sink heads"),
             }
         )
         r = residual.filter(pl.col("model") == model).sort("rel_bos_norm", descending=True)
@@ -1388,6 +1825,8 @@ def _statements(
             "claim": pl.String,
             "value": pl.Float64,
             "statement": pl.String,
+            "n_cases": pl.Int64,
+            "n_trivial": pl.Int64,
         },
     )
 
@@ -1406,10 +1845,14 @@ def summarize(tables_by_pair: list[dict[str, pl.DataFrame]]) -> dict[str, pl.Dat
     * ``value_rank_worst``: the ``N_WORST`` sequences of lowest mean relative rank per model.
     * ``bos_value_norm_classes``: per model, dataset (and ``"all"``) and head group (each
       ``head_class``, plus ``"is_sink"``/``"not_sink"``) the distribution of the relative BOS
-      value-output norm over head instances.
+      value-output norm over head instances; the ``"is_sink"`` rows also carry the effect size
+      of :func:`sink_value_norm_effect` (``ratio``, ``ratio_lo``, ``ratio_hi``, per-dataset
+      spread).
     * ``bos_residual_norm``: per (model, layer) pooled over datasets (means weighted by
       sequences, exact min/max).
-    * ``statements``: one sentence per model and claim with its key number.
+    * ``statements``: one sentence per model and claim with its key number (the
+      ``sink_representable`` rows also ``n_cases`` and ``n_trivial`` of
+      :func:`representability_counts`).
     """
     if not tables_by_pair:
         raise ValueError("summarize needs the tables of at least one model x dataset pair")

@@ -19,14 +19,30 @@ import numpy as np
 import polars as pl
 import seaborn as sns
 from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
-from sinkscope.geometry import ALL_TOKENS, ATTENDING, BOS_MINUS_TOKEN, POOLED, RANK_RTOL
-from sinkscope.heads import HEAD_CLASSES
+from sinkscope.geometry import (
+    ALL_TOKENS,
+    ATTENDING,
+    BOS_MINUS_TOKEN,
+    FIRST_TEXT_POSITION,
+    POOLED,
+    RANK_RTOL,
+    bos_max_readings,
+    representability_counts,
+    sink_value_norm_effect,
+)
+from sinkscope.heads import SINK
 from sinkscope.plotting import CLASS_COLORS, new_figure, save_figure
 
 __all__ = [
+    "bos_alignment_figure",
+    "bos_residual_norm_figure",
+    "bos_value_norm_figure",
+    "halfspace_margins_figure",
     "plot_bos_alignment",
     "plot_bos_residual_norm",
     "plot_bos_value_norm",
@@ -77,6 +93,10 @@ def _dataset_label(dataset: str, n_datasets: int | None = None) -> str:
     if dataset == POOLED:
         return f"pooled over {_plural(n_datasets, 'dataset')}" if n_datasets else "pooled"
     return dataset
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{x:.{digits}g}"
 
 
 def _panel_grid(n: int, max_cols: int = 2) -> tuple[int, int]:
@@ -140,29 +160,24 @@ def _scope(frame: pl.DataFrame) -> str:
     return ", ".join(parts)
 
 
-def plot_bos_alignment(
-    tables: Tables, out_png: str | os.PathLike[str], title: str, space: str = "Z"
-) -> None:
-    """Figure 1: per layer, the cosine between BOS and every other token (box = quartiles,
-    whiskers = absolute min and max), one panel per model, one colour per dataset.
-
-    ``tables``: ``bos_alignment`` tables of :func:`~sinkscope.geometry.analyze_file` (one per
-    pair) or the pooled one of :func:`~sinkscope.geometry.summarize` (dataset ``"all"``).
-    ``space``: ``"Z"`` (attention input, the paper's Figure 1) or ``"X"`` (residual stream).
-    A cross marks the maximum over positions >= 2 (the first text token often aligns with BOS).
-    """
+def bos_alignment_figure(
+    tables: Tables, title: str, space: str = "Z", bound: float = 0.0
+) -> tuple[Figure, pl.DataFrame]:
+    """Figure 1 and the numbers its panel titles print (see :func:`plot_bos_alignment`)."""
     frame = _concat(
-        tables, ["model", "dataset", "space", "layer", "min", "q1", "median", "q3", "max"]
+        tables,
+        ["model", "dataset", "space", "layer", "min", "q1", "median", "q3", "max"],
     ).filter(pl.col("space") == space)
     if frame.height == 0:
         raise ValueError(f"no rows for space {space!r}")
+    readings = bos_max_readings(frame, bound, space)
     models = sorted(set(frame["model"].to_list()))
     rows, cols = _panel_grid(len(models), max_cols=1)
     n_layers = int(frame["layer"].n_unique())
     n_sets = max(len(set(frame.filter(pl.col("model") == m)["dataset"].to_list())) for m in models)
-    fig = new_figure(max(8.0, 0.32 * n_layers * max(1, n_sets) + 2.5), 3.4 * rows + 0.8)
+    fig = new_figure(max(9.0, 0.32 * n_layers * max(1, n_sets) + 5.0), 3.8 * rows + 0.8)
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False).ravel())
-    palette = sns.color_palette("tab10")
+    palette = sns.color_palette("colorblind")
     all_datasets = _dataset_order(frame["dataset"].to_list())
     color_of = {name: palette[i % len(palette)] for i, name in enumerate(all_datasets)}
     for ax, model in zip(axes, models, strict=False):
@@ -185,56 +200,95 @@ def plot_bos_alignment(
             ]
             positions = [layer + offset for layer in part["layer"].to_list()]
             _draw_boxes(ax, stats, positions, width * 0.85, color_of[dataset])
-            if "max_excl_first" in part.columns:
-                ax.scatter(
-                    positions,
-                    part["max_excl_first"].to_numpy(),
-                    marker="x",
-                    s=14,
-                    color="black",
-                    linewidths=0.8,
-                    zorder=3,
-                )
-        ax.axhline(0.0, color="crimson", linewidth=0.8, linestyle="--", zorder=0)
+            ax.scatter(
+                positions,
+                part["max_excl_first"].cast(pl.Float64).to_numpy(),
+                marker="x",
+                s=16,
+                color="black",
+                linewidths=0.9,
+                zorder=3,
+            )
+        ax.axhline(bound, color="crimson", linewidth=0.8, linestyle="--", zorder=0)
         _layer_ticks(ax, sub["layer"].unique().to_list())
         ax.set_ylim(-1.02, 1.02)
         ax.set_ylabel(f"cos(BOS, token)\n{_SPACE_LABELS.get(space, space)}")
         n_datasets = sub["n_datasets"].max() if "n_datasets" in sub.columns else None
-        below = sub.group_by("layer").agg(pl.col("max").max()).filter(pl.col("max") < 0).height
+        b = readings.filter(pl.col("model") == model).row(0, named=True)
         ax.set_title(
             f"{model}: {', '.join(_dataset_label(d, n_datasets) for d in datasets)} "
-            f"({_scope(sub)}); max < 0 in {below} of {sub['layer'].n_unique()} layers",
-            fontsize=10,
+            f"({_scope(sub)})\nmax < {bound:g} in {b['n_below_all']} of {b['n_layers']} layers "
+            f"over all positions (whisker tops), in {b['n_below_from2']} of {b['n_layers']} over "
+            f"positions >= 2 (crosses); middle layers {b['middle_first']}..{b['middle_last']}: "
+            f"max {_fmt(b['mid_max_all'])} (all positions) / {_fmt(b['mid_max_from2'])} "
+            f"(positions >= 2)\n"
+            f"the whisker top is position {FIRST_TEXT_POSITION} (first text token after BOS) in "
+            f"{b['n_max_at_first']} of {b['n_layers']} layers",
+            fontsize=9,
         )
-        handles = [
+        handles: list[Any] = [
             Patch(facecolor=color_of[d], edgecolor="black", label=_dataset_label(d, n_datasets))
             for d in datasets
         ]
-        handles.append(
-            Line2D([], [], marker="x", color="black", linestyle="", label="max over positions >= 2")
+        handles += [
+            Line2D(
+                [], [], color="black", linewidth=0.6, label="whiskers: min / max,\nall positions"
+            ),
+            Line2D(
+                [], [], marker="x", color="black", linestyle="", label="max over positions >= 2"
+            ),
+            Line2D(
+                [], [], color="crimson", linestyle="--", linewidth=0.8, label=f"cos = {bound:g}"
+            ),
+        ]
+        ax.legend(
+            handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=True
         )
-        ax.legend(handles=handles, loc="lower left", fontsize=8, frameon=True, ncols=2)
     for ax in axes[len(models) :]:
         ax.set_visible(False)
     fig.suptitle(title)
-    save_figure(fig, out_png)
+    return fig, readings
 
 
-def plot_halfspace_margins(tables: Tables, out_png: str | os.PathLike[str], title: str) -> None:
-    """Proposition 4.1 margins per layer: for each point set, the distribution over sequences
-    (and datasets) of the normalised margin ``gamma`` (box = quartiles, whiskers = min/max).
+def plot_bos_alignment(
+    tables: Tables, out_png: str | os.PathLike[str], title: str, space: str = "Z"
+) -> pl.DataFrame:
+    """Figure 1: per layer, the cosine between BOS and every other token (box = quartiles,
+    whiskers = absolute min and max over all positions), one panel per model, one colour per
+    dataset; a cross marks the maximum over positions >= 2 (without the first text token).
 
-    ``tables``: ``halfspace`` tables of :func:`~sinkscope.geometry.analyze_file`. A set lies in
-    an open half-space iff ``gamma > 0``; the panel title gives the fraction of (layer,
-    sequence) pairs where the sink is representable and where the test is trivial.
+    ``tables``: ``bos_alignment`` tables of :func:`~sinkscope.geometry.analyze_file` (one per
+    pair) or the pooled one of :func:`~sinkscope.geometry.summarize` (dataset ``"all"``).
+    ``space``: ``"Z"`` (attention input, the paper's Figure 1) or ``"X"`` (residual stream).
+    Each panel title gives both readings of :func:`~sinkscope.geometry.bos_max_readings` (the
+    numbers of the claim ``geometry.bos_cosine_below_zero``), which this function returns.
     """
+    fig, readings = bos_alignment_figure(tables, title, space)
+    save_figure(fig, out_png)
+    return readings
+
+
+def halfspace_margins_figure(tables: Tables, title: str) -> tuple[Figure, pl.DataFrame]:
+    """The half-space figure and the counts its panel titles print (:func:`plot_halfspace_margins`)."""
     frame = _concat(
-        tables, ["model", "dataset", "layer", "sequence", "point_set", "margin", "halfspace"]
+        tables,
+        [
+            "model",
+            "dataset",
+            "layer",
+            "sequence",
+            "point_set",
+            "margin",
+            "halfspace",
+            "n_points",
+            "trivially_separable",
+        ],
     )
+    counts = representability_counts(frame)
     models = sorted(set(frame["model"].to_list()))
     rows, cols = _panel_grid(len(models), max_cols=1)
     n_layers = int(frame["layer"].n_unique())
-    fig = new_figure(max(8.0, 0.5 * n_layers + 2.5), 3.4 * rows + 0.8)
+    fig = new_figure(min(19.5, max(9.0, 0.5 * n_layers + 5.0)), 3.9 * rows + 0.8)
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False).ravel())
     sets = [BOS_MINUS_TOKEN, ATTENDING, ALL_TOKENS]
     width = 0.8 / len(sets)
@@ -249,42 +303,81 @@ def plot_halfspace_margins(tables: Tables, out_png: str | os.PathLike[str], titl
             offset = (k - 1) * width
             positions = [layer + offset for layer in grouped["layer"].to_list()]
             _draw_boxes(ax, stats, positions, width * 0.85, _SET_COLORS[name])
+            informative = part.filter(~pl.col("trivially_separable"))
+            if informative.height:
+                ax.scatter(
+                    informative["layer"].to_numpy() + offset,
+                    informative["margin"].to_numpy(),
+                    marker="o",
+                    s=9,
+                    facecolors="none",
+                    edgecolors="black",
+                    linewidths=0.6,
+                    zorder=3,
+                )
         ax.axhline(0.0, color="crimson", linewidth=0.8, linestyle="--", zorder=0)
         _layer_ticks(ax, sub["layer"].unique().to_list())
-        ax.set_ylim(-0.02, 1.02)
+        ax.set_ylim(-0.04, 1.02)
         ax.set_ylabel("margin gamma\n(cosine to the best direction)")
-        wide = sub.pivot(
-            on="point_set", index=["dataset", "layer", "sequence"], values=["halfspace"]
-        )
-        with_j = wide.filter(pl.col(ATTENDING).is_not_null())
-        representable = (
-            (with_j[BOS_MINUS_TOKEN] & with_j[ATTENDING]).mean() if with_j.height else None
-        )
-        trivial = (
-            sub.filter(pl.col("point_set") != ATTENDING)["trivially_separable"].mean()
-            if "trivially_separable" in sub.columns
-            else None
-        )
+        r = counts.filter(pl.col("model") == model).row(0, named=True)
         datasets = _dataset_order(sub["dataset"].to_list())
-        text = f"{model}: {', '.join(datasets)} ({_scope(sub)}); sink representable in "
-        text += f"{100 * representable:.1f}%" if representable is not None else "n/a"
-        text += " of (layer, seq) with sink-attending tokens"
-        if trivial is not None:
-            text += f"; trivially separable: {100 * trivial:.0f}%"
-        ax.set_title(text, fontsize=9)
-        ax.legend(
-            handles=[
-                Patch(facecolor=_SET_COLORS[n], edgecolor="black", label=_SET_LABELS[n])
-                for n in sets
-            ],
-            loc="lower left",
-            fontsize=8,
-            ncols=3,
+        n_tokens = sub.filter(pl.col("point_set") == BOS_MINUS_TOKEN)["n_points"].max()
+        if r["n_nontrivial"]:
+            verdict = (
+                f"sink representable in {r['n_representable_nontrivial']} of them "
+                f"({100 * r['frac_representable_nontrivial']:.1f}%)"
+            )
+        else:
+            verdict = "none non-trivial: the test cannot fail (not applicable)"
+        ax.set_title(
+            f"{model}: {', '.join(datasets)} ({_scope(sub)}, T={n_tokens})\n"
+            f"(layer, seq) pairs with sink-attending tokens: {r['n_cases']}, of which "
+            f"{r['n_trivial']} trivially separable and {r['n_nontrivial']} non-trivial; {verdict}\n"
+            f"any sink pattern (J = all tokens): {r['n_any_trivial']} of {r['n_pairs']} pairs "
+            f"trivially separable; holds in {r['n_any_representable_nontrivial']} of the "
+            f"{r['n_any_nontrivial']} others",
+            fontsize=9,
         )
+        handles: list[Any] = [
+            Patch(facecolor=_SET_COLORS[n], edgecolor="black", label=_SET_LABELS[n]) for n in sets
+        ]
+        handles += [
+            Line2D(
+                [],
+                [],
+                marker="o",
+                markerfacecolor="none",
+                markeredgecolor="black",
+                color="black",
+                linestyle="",
+                label="non-trivial case\n(> d_model points\nor rank-deficient)",
+            ),
+            Line2D([], [], color="crimson", linestyle="--", linewidth=0.8, label="gamma = 0"),
+        ]
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     for ax in axes[len(models) :]:
         ax.set_visible(False)
     fig.suptitle(title)
+    return fig, counts
+
+
+def plot_halfspace_margins(
+    tables: Tables, out_png: str | os.PathLike[str], title: str
+) -> pl.DataFrame:
+    """Proposition 4.1 margins per layer: for each point set, the distribution over sequences
+    (and datasets) of the normalised margin ``gamma`` (box = quartiles, whiskers = min/max);
+    circles mark the non-trivial cases (the others are trivially separable).
+
+    ``tables``: ``halfspace`` tables of :func:`~sinkscope.geometry.analyze_file`. A set lies in
+    an open half-space iff ``gamma > 0``; the panel titles give the counts of
+    :func:`~sinkscope.geometry.representability_counts` (the numbers of the claim
+    ``geometry.sink_representable``), which this function returns: (layer, sequence) pairs with
+    sink-attending tokens, how many are trivially separable, and in how many of the others the
+    sink is representable.
+    """
+    fig, counts = halfspace_margins_figure(tables, title)
     save_figure(fig, out_png)
+    return counts
 
 
 def plot_value_rank(tables: Tables, out_png: str | os.PathLike[str], title: str) -> None:
@@ -333,30 +426,34 @@ def plot_value_rank(tables: Tables, out_png: str | os.PathLike[str], title: str)
     save_figure(fig, out_png)
 
 
-def plot_bos_value_norm(tables: Tables, out_png: str | os.PathLike[str], title: str) -> None:
-    """§6 / Remark C.4: per head, BOS attention mass vs. the BOS value-output norm relative to
-    the median token (log scale), coloured by head class; one panel per model, one marker per
-    dataset. A head implementing the hard attention switch has a small relative norm.
+#: Colours of the two head groups of the value-norm figure: sink heads (``is_sink``, the sink
+#: colour of the class map) and all other heads (Okabe-Ito blue; distinct for dichromats).
+_SINK_GROUP_COLORS: dict[bool, str] = {True: CLASS_COLORS[SINK], False: "#0072b2"}
 
-    ``tables``: ``bos_value_norm`` tables of :func:`~sinkscope.geometry.analyze_file`.
-    """
+
+def _group_label(is_sink: bool, n: int) -> str:
+    return f"sink heads, is_sink ({n})" if is_sink else f"other heads ({n})"
+
+
+def bos_value_norm_figure(tables: Tables, title: str) -> tuple[Figure, pl.DataFrame]:
+    """The value-norm figure and the effect sizes its panels print (:func:`plot_bos_value_norm`)."""
     frame = _concat(
-        tables, ["model", "dataset", "layer", "head", "bos_mass", "rel_bos_vo_norm", "head_class"]
-    )
+        tables, ["model", "dataset", "layer", "head", "bos_mass", "rel_bos_vo_norm", "is_sink"]
+    ).filter(pl.col("rel_bos_vo_norm").is_not_null() & pl.col("rel_bos_vo_norm").is_finite())
     models = sorted(set(frame["model"].to_list()))
-    rows, cols = _panel_grid(len(models), max_cols=2)
-    fig = new_figure(6.0 * cols + 1.0, 4.6 * rows + 0.6)
-    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False).ravel())
-    markers = ["o", "s", "^", "D", "v", "P", "X"]
     datasets = _dataset_order(frame["dataset"].to_list())
+    effect = sink_value_norm_effect(frame, with_pooled=len(datasets) > 1)
+    shown = effect.filter(pl.col("dataset") == (POOLED if len(datasets) > 1 else datasets[0]))
+    fig = new_figure(12.5, 4.4 * len(models) + 0.7)
+    axes = fig.subplots(len(models), 2, squeeze=False, width_ratios=[3.0, 1.2])
+    markers = ["o", "s", "^", "D", "v", "P", "X"]
     marker_of = {d: markers[i % len(markers)] for i, d in enumerate(datasets)}
-    for ax, model in zip(axes, models, strict=False):
-        sub = frame.filter((pl.col("model") == model) & pl.col("rel_bos_vo_norm").is_not_nan())
+    for (ax, box_ax), model in zip(axes, models, strict=True):
+        sub = frame.filter(pl.col("model") == model)
+        e = shown.filter(pl.col("model") == model).row(0, named=True)
         for dataset in _dataset_order(sub["dataset"].to_list()):
-            for head_class in HEAD_CLASSES:
-                part = sub.filter(
-                    (pl.col("dataset") == dataset) & (pl.col("head_class") == head_class)
-                )
+            for flag in (False, True):
+                part = sub.filter((pl.col("dataset") == dataset) & (pl.col("is_sink") == flag))
                 if part.height == 0:
                     continue
                 ax.scatter(
@@ -364,48 +461,91 @@ def plot_bos_value_norm(tables: Tables, out_png: str | os.PathLike[str], title: 
                     part["rel_bos_vo_norm"].to_numpy(),
                     s=22,
                     marker=marker_of[dataset],
-                    color=CLASS_COLORS[head_class],
+                    color=_SINK_GROUP_COLORS[flag],
                     edgecolors="black",
                     linewidths=0.4,
-                    alpha=0.9,
+                    alpha=0.85,
                 )
         ax.set_yscale("log")
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
         ax.set_xlim(-0.02, 1.02)
-        ax.set_xlabel("BOS attention mass of the head")
-        ax.set_ylabel("|W_VO z_0| / median_i |W_VO z_i|")
-        sink = (
-            sub.filter(pl.col("is_sink"))["rel_bos_vo_norm"] if "is_sink" in sub.columns else None
-        )
-        rest = (
-            sub.filter(~pl.col("is_sink"))["rel_bos_vo_norm"] if "is_sink" in sub.columns else None
-        )
-        summary = ""
-        if sink is not None and sink.len() and rest is not None and rest.len():
-            summary = f"\nmedian: sink heads {sink.median():.3g}, other heads {rest.median():.3g}"
-        n_seq = sub.group_by("dataset").agg(pl.col("n_sequences").max())["n_sequences"].sum()
+        ax.set_xlabel("BOS attention mass of the head (mean over sequences)")
+        ax.set_ylabel("|W_VO z_0| / median_i |W_VO z_i|\n(mean over sequences)")
         ax.set_title(
-            f"{model}: {', '.join(_dataset_order(sub['dataset'].to_list()))} "
-            f"(N={n_seq} seq){summary}",
+            f"{model}: {', '.join(_dataset_order(sub['dataset'].to_list()))} ({_scope(sub)}); "
+            "one point per head and dataset",
             fontsize=9,
         )
-        counts = sub["head_class"].value_counts()
-        count_of = dict(zip(counts["head_class"], counts["count"], strict=True))
-        handles: list[Any] = [
-            Patch(facecolor=CLASS_COLORS[c], edgecolor="black", label=f"{c} ({count_of.get(c, 0)})")
-            for c in HEAD_CLASSES
+        groups = [(True, e["n_sink"]), (False, e["n_other"])]
+        values = [
+            sub.filter(pl.col("is_sink") == flag)["rel_bos_vo_norm"].to_numpy()
+            for flag, _ in groups
         ]
-        panel_datasets = _dataset_order(sub["dataset"].to_list())
+        present = [(g, v) for g, v in zip(groups, values, strict=True) if v.size]
+        for k, ((flag, _), v) in enumerate(present):
+            _draw_boxes(box_ax, [_box_stats(v)], [k], 0.6, _SINK_GROUP_COLORS[flag])
+        box_ax.set_xticks(
+            range(len(present)), ["sink" if flag else "other" for (flag, _), _ in present]
+        )
+        box_ax.set_xlim(-0.6, len(present) - 0.4)
+        box_ax.set_yscale("log")
+        box_ax.set_ylim(ax.get_ylim())
+        box_ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+        pooled = f"pooled over {len(datasets)} datasets" if len(datasets) > 1 else datasets[0]
+        ratio = (
+            f"ratio of medians {_fmt(e['ratio'])}\n{100 * e['level']:.0f}% CI "
+            f"{_fmt(e['ratio_lo'])}-{_fmt(e['ratio_hi'])}"
+            if e["ratio"] is not None
+            else "ratio n/a"
+        )
+        box_ax.set_title(
+            f"{pooled}\nmedian: sink {_fmt(e['sink_median'])}, other {_fmt(e['other_median'])}"
+            f"\n{ratio}",
+            fontsize=9,
+        )
+        handles: list[Any] = [
+            Patch(
+                facecolor=_SINK_GROUP_COLORS[flag], edgecolor="black", label=_group_label(flag, n)
+            )
+            for flag, n in groups
+        ]
         if len(datasets) > 1:
             handles += [
                 Line2D([], [], marker=marker_of[d], color="black", linestyle="", label=d)
-                for d in panel_datasets
+                for d in _dataset_order(sub["dataset"].to_list())
             ]
-        ax.legend(handles=handles, fontsize=7, loc="best", title="head class (count)")
-    for ax in axes[len(models) :]:
-        ax.set_visible(False)
+        handles.append(
+            Line2D([], [], color="grey", linestyle="--", linewidth=0.8, label="ratio = 1")
+        )
+        box_ax.legend(
+            handles=handles,
+            fontsize=8,
+            loc="upper left",
+            bbox_to_anchor=(1.04, 1.0),
+            title="head instances (n)",
+            title_fontsize=8,
+        )
     fig.suptitle(title)
+    return fig, shown
+
+
+def plot_bos_value_norm(
+    tables: Tables, out_png: str | os.PathLike[str], title: str
+) -> pl.DataFrame:
+    """§6 / Remark C.4: per head, BOS attention mass vs. the BOS value-output norm relative to
+    the median token (log scale), sink heads (``is_sink``, sink+previous included) against the
+    other heads; one row per model, one marker per dataset; on the right the pooled
+    distributions of the two groups (box = quartiles, whiskers = min/max) with their medians and
+    the ratio of medians with its bootstrap interval
+    (:func:`~sinkscope.geometry.sink_value_norm_effect`, the numbers of the claim
+    ``geometry.sink_bos_value_small``), which this function returns. Legend counts are the
+    head instances the medians are taken over.
+
+    ``tables``: ``bos_value_norm`` tables of :func:`~sinkscope.geometry.analyze_file`.
+    """
+    fig, shown = bos_value_norm_figure(tables, title)
     save_figure(fig, out_png)
+    return shown
 
 
 def plot_bos_residual_norm(tables: Tables, out_png: str | os.PathLike[str], title: str) -> None:
@@ -416,13 +556,19 @@ def plot_bos_residual_norm(tables: Tables, out_png: str | os.PathLike[str], titl
     ``tables``: ``bos_residual_norm`` tables of :func:`~sinkscope.geometry.analyze_file` or the
     pooled one of :func:`~sinkscope.geometry.summarize`.
     """
+    fig = bos_residual_norm_figure(tables, title)
+    save_figure(fig, out_png)
+
+
+def bos_residual_norm_figure(tables: Tables, title: str) -> Figure:
+    """The figure of :func:`plot_bos_residual_norm`."""
     frame = _concat(
         tables,
         ["model", "dataset", "layer", "rel_bos_norm", "rel_bos_norm_min", "rel_bos_norm_max"],
     )
-    fig = new_figure(8.5, 4.6)
+    fig = new_figure(11.0, 4.6)
     ax = fig.subplots()
-    palette = sns.color_palette("tab10")
+    palette = sns.color_palette("colorblind")
     models = sorted(set(frame["model"].to_list()))
     datasets = _dataset_order(frame["dataset"].to_list())
     styles = ["-", "--", ":", "-."]
@@ -449,13 +595,14 @@ def plot_bos_residual_norm(tables: Tables, out_png: str | os.PathLike[str], titl
                 linestyle=styles[k % len(styles)],
                 marker="o",
                 markersize=3,
-                label=f"{model} / {_dataset_label(dataset)} ({_scope(part)})",
+                label=f"{model} / {_dataset_label(dataset)}\n({_scope(part)})",
             )
     ax.set_yscale("log")
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("layer (residual stream entering the layer)")
-    ax.set_ylabel("|x_0| / median_i |x_i|")
-    ax.legend(fontsize=8, loc="best")
+    ax.set_ylabel("|x_0| / median_i |x_i|\n(line: mean over sequences, band: min-max)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title("BOS residual-stream norm relative to the median token", fontsize=10)
     fig.suptitle(title)
-    save_figure(fig, out_png)
+    return fig

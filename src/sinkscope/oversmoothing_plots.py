@@ -7,8 +7,14 @@ plotted) and lays the pairs out as panels. Which head update each figure shows f
 * Fig. 2 left / 5 (:func:`plot_approximation`) and Fig. 7 (:func:`plot_head_errors`): the head
   update as it is, ``X + W Z`` (the quantity of the theory);
 * Fig. 2 right / 6, 8, 9, 10, 11: the update rescaled by ``s_l`` of eq. (11) ("effect after the
-  skip connection"); Figs. 8-9 colour heads by the conditions evaluated for that rescaled map
-  (``condition_s``) and leave out sink heads, as the paper does.
+  skip connection"), labelled ``X + s_l WZ ...``; Figs. 8-9 colour heads by the conditions
+  evaluated for that rescaled map (``condition_s``) and leave out the sink heads (``is_sink``),
+  as the paper does (basis :data:`sinkscope.oversmoothing.CONDITION_BASIS`).
+
+The numbers a figure prints (Fig. 2 left: the approximation's offset; Fig. 2 right: the
+differences of the head means; Figs. 8-9: condition counts and sign agreement) come from the
+functions of :mod:`sinkscope.oversmoothing` that the claims call, and the plotting functions
+return them (keyed by ``(model, dataset)``) so that tests can compare them with the claim rows.
 
 Figures are built with :func:`sinkscope.plotting.new_figure` and written with
 :func:`sinkscope.plotting.save_figure` (atomic, deterministic PNG).
@@ -25,7 +31,10 @@ import numpy as np
 import polars as pl
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
+from sinkscope import oversmoothing as ov
+from sinkscope.heads import TOLERANCE, HeadClassThresholds
 from sinkscope.oversmoothing import POOLED
 from sinkscope.plotting import CLASS_COLORS, new_figure, save_figure
 
@@ -50,20 +59,23 @@ CONDITION_LABELS: dict[str, str] = {
     "ii": r"(ii) $\beta\,$tr$(BW)+$tr$(BW^\top W)<0$",
     "neither": "neither",
 }
-#: ρ of the four token matrices of Fig. 2 right (rescaled head update), with colours.
+#: ρ of the four token matrices of Fig. 2 right (head update rescaled by s_l), with colours.
 COMPONENTS: dict[str, tuple[str, str]] = {
     "rho_x": ("$X$", "#000000"),
-    "rho_xwz_s": ("$X+WZ$", "#ff7f0e"),
-    "rho_xwza_s": (r"$X+WZA^\top$", "#2ca02c"),
-    "rho_xwzau_s": (r"$X+WZA_u^\top$", "#9467bd"),
+    "rho_xwz_s": ("$X+s_lWZ$", "#ff7f0e"),
+    "rho_xwza_s": (r"$X+s_lWZA^\top$", "#2ca02c"),
+    "rho_xwzau_s": (r"$X+s_lWZA_u^\top$", "#9467bd"),
 }
-#: Fig. 10: head type by attention mass, threshold 0.5 (sink yellow, self-attention green).
-PATTERN_THRESHOLD = 0.5
+#: Fig. 10: head type by the head classification's flags (paper: 0.5 mass thresholds; here the
+#: project's ``is_sink`` / ``is_diagonal``, thresholds ``head_classes``): sink yellow,
+#: diagonal (self-attention) green, neither blue.
 PATTERN_COLORS: dict[str, str] = {
     "sink": CLASS_COLORS["sink"],
-    "self-attention": CLASS_COLORS["diagonal"],
+    "diagonal": CLASS_COLORS["diagonal"],
     "neither": "#4c72b0",
 }
+#: Fig. 10: linear range of the symlog y axis (|relative change| below it is drawn linearly).
+SYMLOG_LINTHRESH = 0.1
 #: File names written by :func:`plot_all`.
 FIGURES: dict[str, str] = {
     "approximation": "fig2_left_approximation.png",
@@ -153,41 +165,71 @@ def _layer_ticks(ax, frame: pl.DataFrame) -> None:
     ax.set_xlabel("head (grouped by layer; tick = layer index)")
 
 
+def sink_rule(frame: pl.DataFrame, thresholds: HeadClassThresholds | None = None) -> str:
+    """The ``is_sink`` rule as a legend text, after checking that the table's ``is_sink`` (and
+    ``is_diagonal``, if present) follow ``thresholds`` (default: the paper's 0.40)."""
+    th = thresholds or HeadClassThresholds()
+    checks = [("is_sink", "bos_mass", th.sink)]
+    if "is_diagonal" in frame.columns and "diagonal_mass" in frame.columns:
+        checks.append(("is_diagonal", "diagonal_mass", th.diagonal))
+    for flag, mass, threshold in checks:
+        if mass not in frame.columns:
+            continue
+        expected = frame[mass].to_numpy() >= threshold - TOLERANCE
+        if not np.array_equal(expected, frame[flag].to_numpy()):
+            raise ValueError(
+                f"the table's {flag} does not follow {mass} >= {threshold:g}: pass the "
+                "head_classes thresholds it was classified with"
+            )
+    return f"is_sink: BOS mass >= {th.sink:g}"
+
+
 # --------------------------------------------------------------------------- Fig. 2 left / 5
 
 
-def plot_approximation(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) -> None:
+def plot_approximation(
+    per_head: pl.DataFrame, out_png: str | os.PathLike[str]
+) -> dict[tuple[str, str], dict]:
     """Figs. 2 left / 5: mean over heads of the empirical ``rho`` (solid) and Theorem 5.1's
-    approximation (dashed) against the context length, for ``X`` and ``X + WZ``; one row per
-    dataset, one colour per model."""
+    approximation (dashed) against the context length, for ``X`` and ``X + WZ`` (head update
+    not rescaled); one row per dataset, one colour per model. Each panel's second title line
+    gives, per model, the largest gap between the two curves relative to the empirical curve's
+    range across ``T'`` (:func:`sinkscope.oversmoothing.approximation_offsets`, the value of the
+    claim ``oversmoothing.approximation_mean``). Returns the offsets row per ``(model, dataset)``.
+    """
     _check(per_head, ["rho_x", "rhohat_x", "rho_xwz", "rhohat_xwz"], "per-head table")
     frame = per_head.filter(pl.col("dataset") != POOLED)
-    means = (
-        frame.group_by("model", "dataset", "context_length")
-        .agg(pl.col("rho_x", "rhohat_x", "rho_xwz", "rhohat_xwz", "n_sequences").mean())
-        .sort("model", "dataset", "context_length")
-    )
+    means = ov.component_means(frame)
+    offsets = {
+        (r["model"], r["dataset"]): r for r in ov.approximation_offsets(means).iter_rows(named=True)
+    }
     datasets = sorted(set(means["dataset"].to_list()))
     models = sorted(set(means["model"].to_list()))
     colors = dict(zip(models, _palette(len(models)), strict=True))
-    fig = new_figure(10.0, 3.4 * len(datasets) + 0.6)
+    fig = new_figure(11.0, 3.7 * len(datasets) + 0.6)
     axes = np.atleast_2d(fig.subplots(len(datasets), 2, squeeze=False))
     for row, dataset in enumerate(datasets):
-        for col, (emp, approx, name) in enumerate(
-            (("rho_x", "rhohat_x", "$X$"), ("rho_xwz", "rhohat_xwz", "$X+WZ$"))
-        ):
+        for col, (c, name) in enumerate((("x", "$X$"), ("xwz", "$X+WZ$ (not rescaled)"))):
             ax = axes[row, col]
+            notes = []
             for model in models:
                 part = _pair(means, model, dataset)
                 if part.is_empty():
                     continue
                 t = part["context_length"].to_numpy()
-                ax.plot(t, part[emp], "-o", color=colors[model], ms=3, label=model)
-                ax.plot(t, part[approx], "--", color=colors[model], lw=1.5)
+                ax.plot(t, part[f"mean_rho_{c}"], "-o", color=colors[model], ms=3, label=model)
+                ax.plot(t, part[f"mean_rhohat_{c}"], "--", color=colors[model], lw=1.5)
+                off = offsets[(model, dataset)]
+                rel = off[f"rel_offset_{c}"]
+                ratio = "n/a" if rel is None else f"{rel:.2g}"
+                notes.append(
+                    f"{model}: gap {off[f'signed_offset_{c}']:+.2g} = {ratio} x range "
+                    f"{off[f'range_{c}']:.2g}"
+                )
             _length_axis(ax, means["context_length"].to_list())
-            ax.set_ylabel("avg. cosine similarity (mean over heads)")
+            ax.set_ylabel("avg. cosine similarity\n(mean over heads)")
             n = int(_pair_rows(frame, dataset)["n_sequences"].max())
-            ax.set_title(f"{name} · {dataset} (N={n})")
+            ax.set_title(f"{name} · {dataset} (N={n})\n" + "\n".join(notes), fontsize=9)
     handles = [Line2D([], [], color=colors[m], marker="o", ms=3, label=m) for m in models]
     handles += [
         Line2D([], [], color="k", ls="-", label="empirical"),
@@ -195,10 +237,12 @@ def plot_approximation(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) 
     ]
     fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
     fig.suptitle(
-        "Empirical average cosine similarity (solid) vs Theorem 5.1's approximation "
-        "(dashed), head update without rescaling"
+        "Empirical avg. cosine similarity (solid) vs Theorem 5.1's approximation (dashed); "
+        "head update not rescaled\ngap: largest (empirical - approximation) over T'; range: "
+        "max - min of the empirical curve over T'"
     )
     save_figure(fig, out_png)
+    return offsets
 
 
 def _pair_rows(frame: pl.DataFrame, dataset: str) -> pl.DataFrame:
@@ -215,39 +259,50 @@ def _palette(n: int) -> list[str]:
 
 def plot_components(
     per_head: pl.DataFrame, out_png: str | os.PathLike[str], uniformity_threshold: float = 0.6
-) -> None:
-    """Figs. 2 right / 6: ``rho`` of ``X, X+WZ, X+WZA^T, X+WZA_u^T`` (head update rescaled by
-    ``s_l``) against the context length, averaged over all heads (left) and over heads with
-    uniformity above ``uniformity_threshold`` (right); one row per pair."""
+) -> dict[tuple[str, str], dict]:
+    """Figs. 2 right / 6: ``rho`` of ``X, X + s_l WZ, X + s_l WZA^T, X + s_l WZA_u^T`` (head update
+    rescaled by ``s_l``, eq. 11) against the context length, averaged over all heads (left) and
+    over heads with uniformity above ``uniformity_threshold`` (right); one row per pair. The
+    left panel's title gives ``rho(X) - rho(X + s_l WZ)`` at the largest ``T'`` (claim
+    ``oversmoothing.w_decreases``). Returns the head means at the largest ``T'`` per pair
+    (:func:`sinkscope.oversmoothing.component_means`)."""
     _check(per_head, [*COMPONENTS, "uniformity"], "per-head table")
     pairs = _pairs(per_head)
-    fig = new_figure(10.5, 3.3 * len(pairs) + 0.6)
+    fig = new_figure(11.0, 3.3 * len(pairs) + 0.6)
     axes = np.atleast_2d(fig.subplots(len(pairs), 2, squeeze=False))
+    shown: dict[tuple[str, str], dict] = {}
     for row, (model, dataset) in enumerate(pairs):
         frame = _pair(per_head, model, dataset)
         for col, dense in enumerate((False, True)):
             ax = axes[row, col]
             part = frame.filter(pl.col("uniformity") > uniformity_threshold) if dense else frame
-            means = (
-                part.group_by("context_length")
-                .agg(pl.len().alias("n"), *(pl.col(c).mean() for c in COMPONENTS))
-                .sort("context_length")
-            )
-            for column, (label, color) in COMPONENTS.items():
-                if means.height:
+            means = ov.component_means(part, ["context_length"]) if part.height else None
+            if means is not None:
+                for column, (label, color) in COMPONENTS.items():
                     ax.plot(
-                        means["context_length"], means[column], "-o", ms=3, color=color, label=label
+                        means["context_length"],
+                        means[f"mean_{column}"],
+                        "-o",
+                        ms=3,
+                        color=color,
+                        label=label,
                     )
             _length_axis(ax, frame["context_length"].to_list())
             ax.set_ylabel("avg. cosine similarity")
-            n_heads = int(means["n"].max()) if means.height else 0
+            n_heads = int(means["n_heads"][-1]) if means is not None else 0
             which = f"heads with u > {uniformity_threshold:g}" if dense else "all heads"
-            ax.set_title(
-                f"{_label(frame, model, dataset, with_t=False)}\n{which} "
-                f"({n_heads} heads at the largest T')",
-                fontsize=10,
-            )
-            if not means.height:
+            title = f"{_label(frame, model, dataset, with_t=False)}\n{which} ({n_heads} heads"
+            if means is not None and not dense:
+                last = means.row(-1, named=True)
+                shown[(model, dataset)] = last
+                drop = last["mean_rho_x"] - last["mean_rho_xwz_s"]
+                title += (
+                    f" at T'={last['context_length']}): $\\rho(X)-\\rho(X+s_lWZ)$ = {drop:+.4f}"
+                )
+            else:
+                title += " at the largest T')"
+            ax.set_title(title, fontsize=9)
+            if means is None:
                 ax.text(
                     0.5, 0.5, "no head above the threshold", ha="center", transform=ax.transAxes
                 )
@@ -258,10 +313,11 @@ def plot_components(
         handles=handles,
         loc="outside right upper",
         frameon=False,
-        title=r"head update $\times s_l$ (eq. 11)",
+        title="head update rescaled\nby $s_l$ (eq. 11)",
     )
     fig.suptitle("Average cosine similarity of the attention step's components")
     save_figure(fig, out_png)
+    return shown
 
 
 # --------------------------------------------------------------------------- Fig. 4
@@ -286,13 +342,27 @@ def plot_layers(per_layer: pl.DataFrame, out_png: str | os.PathLike[str]) -> Non
             xs = np.column_stack([layers, layers + 0.5]).ravel()
             ys = np.column_stack([part["rho_before"], part["rho_after"]]).ravel()
             ax.plot(xs, ys, "-", color=colors[t], lw=1.2, label=f"T'={t}")
-            ax.plot(layers, part["rho_before"], "o", color=colors[t], ms=3)
-            ax.plot(layers + 0.5, part["rho_after"], "^", color=colors[t], ms=3)
+            ax.plot(layers, part["rho_before"], "o", color=colors[t], ms=4)
+            ax.plot(layers + 0.5, part["rho_after"], "^", color=colors[t], ms=4)
         ax.axhline(0.0, color="k", lw=0.6)
-        ax.set_xlabel("layer (o: entering the layer, ^: after adding the attention update)")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("layer")
         ax.set_ylabel("avg. cosine similarity")
         ax.set_title(_label(frame, model, dataset, with_t=False))
-        ax.legend(fontsize=8, frameon=False)
+    handles = [Line2D([], [], color=colors[t], lw=1.2, label=f"T'={t}") for t in lengths]
+    handles += [
+        Line2D([], [], color="k", ls="", marker="o", ms=5, label=r"entering the layer: $\rho(X)$"),
+        Line2D(
+            [],
+            [],
+            color="k",
+            ls="",
+            marker="^",
+            ms=5,
+            label=r"after adding the attention update: $\rho(X+U)$ (at layer + 0.5)",
+        ),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, frameon=False)
     fig.suptitle("Average cosine similarity of the residual stream across layers")
     save_figure(fig, out_png)
 
@@ -307,6 +377,7 @@ def plot_head_errors(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) ->
     pairs = _pairs(per_head)
     fig = new_figure(12.0, 2.9 * len(pairs) + 0.6)
     axes = np.atleast_1d(fig.subplots(len(pairs), 1, squeeze=False)[:, 0])
+    bound_drawn = False
     for ax, (model, dataset) in zip(axes, pairs, strict=True):
         frame = _largest(_pair(per_head, model, dataset)).sort("layer", "head")
         index = _head_index(frame)
@@ -314,7 +385,8 @@ def plot_head_errors(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) ->
         ax.plot(index, frame["abs_err_xwz"], "o", ms=3, color="#ff7f0e", label="$X+WZ$")
         top = float(max(frame["abs_err_x"].max(), frame["abs_err_xwz"].max()))
         if top > 0.05:
-            ax.axhline(0.1, color="k", ls=":", lw=0.8, label="0.1")
+            ax.axhline(0.1, color="k", ls=":", lw=0.8)
+            bound_drawn = True
         _layer_ticks(ax, frame)
         ax.set_ylabel(r"$|\rho - \hat\rho|$")
         ax.set_ylim(bottom=0)
@@ -323,8 +395,18 @@ def plot_head_errors(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) ->
             f"{frame['abs_err_xwz'].max():.2g} ($X+WZ$)",
             fontsize=10,
         )
-        ax.legend(fontsize=8, frameon=False, loc="upper right")
-    fig.suptitle("Per-head error of Theorem 5.1's approximation (head update without rescaling)")
+    t_max = int(per_head.filter(pl.col("dataset") != POOLED)["context_length"].max())
+    handles = [
+        Line2D([], [], color="#1f77b4", ls="", marker="o", ms=4, label="$X$"),
+        Line2D([], [], color="#ff7f0e", ls="", marker="o", ms=4, label="$X+WZ$"),
+    ]
+    if bound_drawn:
+        handles.append(Line2D([], [], color="k", ls=":", lw=0.8, label="0.1 (the paper's bound)"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
+    fig.suptitle(
+        "Per-head error of Theorem 5.1's approximation (head update not rescaled)\n"
+        f"at the largest analysed context length T'={t_max} (the paper's Fig. 7: T'=512)"
+    )
     save_figure(fig, out_png)
 
 
@@ -332,78 +414,134 @@ def plot_head_errors(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) ->
 
 
 def plot_condition_deltas(
-    per_head: pl.DataFrame, out_png: str | os.PathLike[str], which: str = "attention"
-) -> None:
+    per_head: pl.DataFrame,
+    out_png: str | os.PathLike[str],
+    which: str = "attention",
+    thresholds: HeadClassThresholds | None = None,
+) -> dict[tuple[str, str], dict]:
     """Fig. 8 (``which="attention"``: ``rho(X+WZA^T) - rho(X+WZ)``) or Fig. 9 (``"uniform"``:
     ``rho(X+WZA_u^T) - rho(X+WZA^T)``) per non-sink head at the largest context length, head
-    update rescaled by ``s_l``, coloured by Theorem 5.1's condition for the rescaled map."""
+    update rescaled by ``s_l``, coloured by Theorem 5.1's condition for the rescaled map.
+
+    Basis :data:`sinkscope.oversmoothing.CONDITION_BASIS`; sink heads are ``is_sink``
+    (``thresholds``, default the paper's 0.40, checked against the table's ``bos_mass``). Each
+    panel's title gives the numbers of :func:`sinkscope.oversmoothing.condition_summary`: heads
+    per condition (claims ``condition_i_half``, ``condition_ii_few``) and the share of heads
+    with a prediction whose sign agrees in this figure and in both figures (claim
+    ``predicted_signs``). Returns that summary row per ``(model, dataset)``. The legend lists
+    only the conditions that occur in some panel."""
     if which not in ("attention", "uniform"):
         raise ValueError(f"which must be 'attention' or 'uniform', got {which!r}")
     column = "delta_attn_s" if which == "attention" else "delta_unif_s"
+    own = "agree_attn_s" if which == "attention" else "agree_unif_s"
+    figure_name = "Fig. 8" if which == "attention" else "Fig. 9"
     _check(per_head, [column, "condition_s", "is_sink"], "per-head table")
+    rule = sink_rule(per_head, thresholds)
     pairs = _pairs(per_head)
-    fig = new_figure(12.0, 2.9 * len(pairs) + 0.7)
+    fig = new_figure(12.0, 2.9 * len(pairs) + 0.8)
     axes = np.atleast_1d(fig.subplots(len(pairs), 1, squeeze=False)[:, 0])
+    shown: dict[tuple[str, str], dict] = {}
+    present: set[str] = set()
     for ax, (model, dataset) in zip(axes, pairs, strict=True):
         full = _largest(_pair(per_head, model, dataset)).sort("layer", "head")
+        stats = ov.condition_summary(full).row(0, named=True)
+        shown[(model, dataset)] = stats
         frame = full.filter(~pl.col("is_sink"))
         index = _head_index(full)[~full["is_sink"].to_numpy()]
         conditions = frame["condition_s"].to_numpy()
         values = frame[column].to_numpy()
-        texts = []
         for cond, color in CONDITION_COLORS.items():
             mask = conditions == cond
-            ax.bar(index[mask], values[mask], width=0.9, color=color)
-            if mask.any() and cond != "neither":
-                sign = 1 if cond == "i" else -1
-                agree = float(np.mean(np.sign(values[mask]) == sign))
-                texts.append(f"{cond}: {mask.sum()} heads, {agree:.0%} with the predicted sign")
-            elif mask.any():
-                texts.append(f"neither: {mask.sum()} heads")
+            if mask.any():
+                present.add(cond)
+                ax.bar(index[mask], values[mask], width=0.9, color=color)
         ax.axhline(0.0, color="k", lw=0.6)
         _layer_ticks(ax, full)
         ax.set_ylabel(r"$\Delta$ avg. cos. sim.")
-        n_sink = int(full["is_sink"].sum())
+        n_non_sink = stats["n_non_sink"]
+        counts = ", ".join(
+            f"({c}) {stats[f'n_cond_{c}_s_non_sink']} ({_pct(stats[f'frac_cond_{c}_s_non_sink'])})"
+            for c in ("i", "ii")
+        )
+        agreement = (
+            f"predicted sign, {stats['n_predicted_s']} heads with (i)/(ii): "
+            f"{figure_name} {_pct(stats[own])}, Figs. 8 and 9 both {_pct(stats['agree_both_s'])}"
+        )
         ax.set_title(
-            f"{_label(full, model, dataset)}, {n_sink} sink heads left out\n" + "; ".join(texts),
+            f"{_label(full, model, dataset)}: {n_non_sink} non-sink heads shown, "
+            f"{full.height - n_non_sink} sink heads left out\n"
+            f"{counts}, neither {stats['n_cond_neither_s_non_sink']}; {agreement}",
             fontsize=9,
         )
-    handles = [Patch(color=c, label=CONDITION_LABELS[k]) for k, c in CONDITION_COLORS.items()]
+    handles = [
+        Patch(color=CONDITION_COLORS[k], label=CONDITION_LABELS[k])
+        for k in CONDITION_COLORS
+        if k in present
+    ]
+    absent = [f"({k})" for k in ("i", "ii") if k not in present]
+    title = r"Theorem 5.1 condition for the map $s_lW$"
+    if absent:
+        title += f" (no non-sink head satisfies {' or '.join(absent)})"
     fig.legend(
         handles=handles,
         loc="outside lower center",
-        ncols=3,
+        ncols=max(1, len(handles)),
         frameon=False,
-        title=r"Theorem 5.1 condition for the map $s_l W$",
+        title=title,
     )
     quantity = (
-        r"$\rho(X+WZA^\top)-\rho(X+WZ)$"
+        r"$\rho(X+s_lWZA^\top)-\rho(X+s_lWZ)$"
         if which == "attention"
-        else r"$\rho(X+WZA_u^\top)-\rho(X+WZA^\top)$"
+        else r"$\rho(X+s_lWZA_u^\top)-\rho(X+s_lWZA^\top)$"
     )
-    fig.suptitle(f"{quantity} per head (head update rescaled by $s_l$)")
+    fig.suptitle(
+        f"{quantity} per non-sink head (sink heads, {rule}, left out; head update rescaled by "
+        "$s_l$)"
+    )
     save_figure(fig, out_png)
+    return shown
+
+
+def _pct(x: float | None) -> str:
+    """Percent with one decimal, as the claims table prints it."""
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
 
 
 # --------------------------------------------------------------------------- Fig. 10
 
 
 def _pattern(frame: pl.DataFrame) -> np.ndarray:
-    """Sink / self-attention / neither at the 0.5 mass threshold (larger mass wins a tie)."""
-    bos = frame["bos_mass"].to_numpy()
-    diag = frame["diagonal_mass"].to_numpy()
-    sink = (bos >= PATTERN_THRESHOLD) & (bos >= diag)
-    self_attention = (diag >= PATTERN_THRESHOLD) & ~sink
-    return np.select([sink, self_attention], ["sink", "self-attention"], default="neither")
+    """Sink (``is_sink``) / diagonal (``is_diagonal`` and not ``is_sink``) / neither."""
+    sink = frame["is_sink"].to_numpy()
+    diagonal = frame["is_diagonal"].to_numpy() & ~sink
+    return np.select([sink, diagonal], ["sink", "diagonal"], default="neither")
 
 
-def plot_uniformity(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) -> None:
-    """Fig. 10: relative change ``(rho(X+WZA^T) - rho(X)) / |rho(X)|`` (rescaled update) against
-    the head's uniformity at the largest context length, heads coloured sink / self-attention /
-    neither (mass >= 0.5); black: mean within uniformity bins of width 0.1."""
-    _check(per_head, ["rel_change_s", "uniformity", "bos_mass", "diagonal_mass"], "per-head table")
+def plot_uniformity(
+    per_head: pl.DataFrame,
+    out_png: str | os.PathLike[str],
+    thresholds: HeadClassThresholds | None = None,
+) -> None:
+    """Fig. 10: relative change ``(rho(X + s_l WZA^T) - rho(X)) / |rho(X)|`` against the head's
+    uniformity at the largest context length, heads coloured sink (``is_sink``) / diagonal
+    (``is_diagonal``, not sink) / neither (the paper: 0.5 mass thresholds; here the project's
+    ``head_classes`` thresholds, default 0.40, named in the legend); black: mean within
+    uniformity bins of width 0.1. Symlog y axis, linear within +-:data:`SYMLOG_LINTHRESH`; the
+    y limits leave a margin around every point."""
+    _check(
+        per_head,
+        ["rel_change_s", "uniformity", "bos_mass", "diagonal_mass", "is_sink", "is_diagonal"],
+        "per-head table",
+    )
+    th = thresholds or HeadClassThresholds()
+    rule = sink_rule(per_head, th)
+    names = {
+        "sink": f"sink ({rule})",
+        "diagonal": f"diagonal (is_diagonal: diagonal mass >= {th.diagonal:g}; not sink)",
+        "neither": "neither",
+    }
     pairs = _pairs(per_head)
-    fig = new_figure(6.2 * min(2, len(pairs)), 3.9 * math.ceil(len(pairs) / 2) + 0.6)
+    fig = new_figure(max(8.5, 6.2 * min(2, len(pairs))), 4.0 * math.ceil(len(pairs) / 2) + 1.3)
     axes = _grid(fig, len(pairs), 2)
     edges = np.linspace(0.0, 1.0, 11)
     for ax, (model, dataset) in zip(axes, pairs, strict=True):
@@ -411,34 +549,44 @@ def plot_uniformity(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) -> 
         u = frame["uniformity"].to_numpy()
         change = frame["rel_change_s"].to_numpy()
         kinds = _pattern(frame)
+        counts = []
         for kind, color in PATTERN_COLORS.items():
             mask = kinds == kind
-            ax.scatter(
-                u[mask],
-                change[mask],
-                s=14,
-                color=color,
-                alpha=0.85,
-                label=f"{kind} ({mask.sum()})",
-                edgecolors="none",
-            )
+            counts.append(f"{kind} {int(mask.sum())}")
+            ax.scatter(u[mask], change[mask], s=14, color=color, alpha=0.85, edgecolors="none")
         bins = np.clip(np.digitize(u, edges) - 1, 0, len(edges) - 2)
         centres, means = [], []
         for b in range(len(edges) - 1):
             if (bins == b).any():
                 centres.append((edges[b] + edges[b + 1]) / 2)
                 means.append(change[bins == b].mean())
-        ax.plot(centres, means, "-o", color="k", ms=3, label="bin mean (width 0.1)")
+        ax.plot(centres, means, "-o", color="k", ms=3)
         ax.axhline(0.0, color="k", lw=0.5, ls=":")
-        ax.set_yscale("symlog", linthresh=0.1, linscale=1.5)  # a few heads of early layers,
-        ax.set_xlim(0, 1)  # where rho(X) is small, change rho several-fold
+        # a few heads of early layers, where rho(X) is small, change rho several-fold
+        ax.set_yscale("symlog", linthresh=SYMLOG_LINTHRESH, linscale=1.5)
+        finite = change[np.isfinite(change)]
+        if finite.size:
+            transform = ax.yaxis.get_transform()
+            lo, hi = transform.transform(np.array([finite.min(), finite.max()]))
+            pad = 0.08 * max(hi - lo, 1.0)
+            ax.set_ylim(*transform.inverted().transform(np.array([lo - pad, hi + pad])))
+        ax.set_xlim(-0.03, 1.03)  # u in [0, 1]: no point on the frame
         ax.set_xlabel("uniformity coefficient u (eq. 12)")
-        ax.set_ylabel(r"$(\rho(X+WZA^\top)-\rho(X))\,/\,|\rho(X)|$ (symlog)")
-        ax.set_title(_label(frame, model, dataset))
-        ax.legend(fontsize=8, frameon=False)
+        ax.set_ylabel(
+            r"$(\rho(X+s_lWZA^\top)-\rho(X))\,/\,|\rho(X)|$"
+            f"\n(symlog, linear within ±{SYMLOG_LINTHRESH:g})"
+        )
+        ax.set_title(f"{_label(frame, model, dataset)}\n{', '.join(counts)} heads", fontsize=10)
+    handles = [
+        Line2D([], [], ls="", marker="o", ms=5, color=PATTERN_COLORS[k], label=names[k])
+        for k in PATTERN_COLORS
+    ]
+    handles.append(
+        Line2D([], [], color="k", marker="o", ms=3, label="bin mean (bins of width 0.1)")
+    )
+    fig.legend(handles=handles, loc="outside lower center", ncols=2, frameon=False)
     fig.suptitle(
-        "Relative change in avg. cosine similarity vs head uniformity\n"
-        "(head update rescaled by $s_l$; sink / self-attention: attention mass >= 0.5)"
+        "Relative change in avg. cosine similarity vs head uniformity\n(head update rescaled by $s_l$)"
     )
     save_figure(fig, out_png)
 
@@ -560,11 +708,14 @@ def plot_all(
     tables: Mapping[str, pl.DataFrame],
     out_dir: str | os.PathLike[str],
     uniformity_threshold: float = 0.6,
+    thresholds: HeadClassThresholds | None = None,
 ) -> list[Path]:
     """Write every figure of :data:`FIGURES` into ``out_dir``; returns the paths written.
 
     ``tables``: the dict of :func:`~sinkscope.oversmoothing.analyze_file` or
-    :func:`~sinkscope.oversmoothing.summarize` (needs ``per_head`` and ``per_layer``).
+    :func:`~sinkscope.oversmoothing.summarize` (needs ``per_head`` and ``per_layer``);
+    ``thresholds``: the head classification's thresholds (config ``head_classes``) that the
+    per-head table's ``is_sink`` / ``is_diagonal`` were made with (named in Figs. 8-10).
     """
     out = Path(out_dir)
     per_head, per_layer = tables["per_head"], tables["per_layer"]
@@ -573,9 +724,9 @@ def plot_all(
         "components": lambda p: plot_components(per_head, p, uniformity_threshold),
         "layers": lambda p: plot_layers(per_layer, p),
         "head_errors": lambda p: plot_head_errors(per_head, p),
-        "attention_deltas": lambda p: plot_condition_deltas(per_head, p, "attention"),
-        "uniform_deltas": lambda p: plot_condition_deltas(per_head, p, "uniform"),
-        "uniformity": lambda p: plot_uniformity(per_head, p),
+        "attention_deltas": lambda p: plot_condition_deltas(per_head, p, "attention", thresholds),
+        "uniform_deltas": lambda p: plot_condition_deltas(per_head, p, "uniform", thresholds),
+        "uniformity": lambda p: plot_uniformity(per_head, p, thresholds),
         "deviating_heads": lambda p: plot_deviating_heads(per_head, p),
     }
     written = []

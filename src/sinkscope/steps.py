@@ -205,7 +205,7 @@ def analyze_oversmoothing(smk: Any) -> None:
         include_bos=settings["include_bos"],
     )
     _write_tables(tables, smk.output, OVERSMOOTHING_TABLES)
-    _plot_oversmoothing(tables, smk.output, settings["uniformity_threshold"])
+    _plot_oversmoothing(tables, smk, settings["uniformity_threshold"])
 
 
 def summarize_oversmoothing(smk: Any) -> None:
@@ -214,20 +214,23 @@ def summarize_oversmoothing(smk: Any) -> None:
 
     summary = summarize(_read_tables(list(smk.input), OVERSMOOTHING_TABLES))
     _write_tables(summary, smk.output, OVERSMOOTHING_TABLES)
-    _plot_oversmoothing(summary, smk.output, smk.params.oversmoothing["uniformity_threshold"])
+    _plot_oversmoothing(summary, smk, smk.params.oversmoothing["uniformity_threshold"])
 
 
 def _plot_oversmoothing(
-    tables: dict[str, pl.DataFrame], outputs: Any, uniformity_threshold: float
+    tables: dict[str, pl.DataFrame], smk: Any, uniformity_threshold: float
 ) -> None:
     """``plot_all`` writes the paper-numbered figures into a folder; move them to the outputs."""
+    from sinkscope.heads import HeadClassThresholds
     from sinkscope.oversmoothing_plots import FIGURES, plot_all
     from sinkscope.paths import OVERSMOOTHING_FIGURES
 
+    outputs = smk.output
+    thresholds = HeadClassThresholds(**smk.params.thresholds)
     folder = Path(getattr(outputs, f"figure_{OVERSMOOTHING_FIGURES[0]}")).parent
     staging = folder / f".figures-{os.getpid()}"
     try:
-        plot_all(tables, staging, uniformity_threshold)
+        plot_all(tables, staging, uniformity_threshold, thresholds)
         written = {Path(filename).stem: filename for filename in FIGURES.values()}
         for name in OVERSMOOTHING_FIGURES:
             os.replace(staging / written[name], getattr(outputs, f"figure_{name}"))

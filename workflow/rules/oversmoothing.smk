@@ -12,6 +12,7 @@ rule analyze_oversmoothing:
     params:
         oversmoothing=config["oversmoothing"],
         extraction=config["extraction"],
+        thresholds=config["head_classes"],
     priority: PRIORITY["analyze_oversmoothing"]
     log:
         paths.log("analyze_oversmoothing", "{model}/{dataset}"),
@@ -33,6 +34,7 @@ rule summarize_oversmoothing:
         **summary_figures_of("oversmoothing", OVERSMOOTHING_FIGURES, "Oversmoothing"),
     params:
         oversmoothing=config["oversmoothing"],
+        thresholds=config["head_classes"],
     priority: PRIORITY["summarize_oversmoothing"]
     log:
         paths.log("summarize_oversmoothing", "all"),
