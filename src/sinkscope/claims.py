@@ -24,7 +24,11 @@ Inputs are the summary tables of the analyses, keyed as in :data:`TABLE_ANALYSIS
 the parquet files that :meth:`sinkscope.paths.Paths.claims_inputs` lists for this config).
 :func:`evaluate_claims` runs every claim; :func:`write_claims` writes ``claims.md`` (not-reproduced
 claims first), ``claims.parquet`` / ``.csv`` and ``claims.rst`` (included at the top of the
-Snakemake report's main page).
+Snakemake report's main page). What the figures show about the models but no claim states
+(sink-head profile over depth, BOS-norm jump, sign of the BOS cosines, lowest value ranks) is
+computed by :mod:`sinkscope.observations` and rendered after the claims in ``claims.md``
+("Observations (shown by the figures; not claims of the paper)"), with its own table
+``summary/observations.parquet``.
 """
 
 from __future__ import annotations
@@ -106,6 +110,9 @@ TABLE_ANALYSIS: dict[str, str] = {
     "geometry_value_rank": "geometry",
     "geometry_bos_value_norm_classes": "geometry",
     "geometry_statements": "geometry",
+    # read only by sinkscope.observations (the "Observations" section of claims.md)
+    "geometry_bos_residual_norm": "geometry",
+    "geometry_value_rank_worst": "geometry",
     "oversmoothing_summary": "oversmoothing",
     "oversmoothing_per_head": "oversmoothing",
     "costs_toy": "costs",
@@ -1952,9 +1959,11 @@ def _md_by_claim(frame: pl.DataFrame, columns: Sequence[str]) -> list[str]:
     return lines
 
 
-def claims_markdown(table: pl.DataFrame) -> str:
+def claims_markdown(table: pl.DataFrame, observations: pl.DataFrame | None = None) -> str:
     """``claims.md``: counts, the not-reproduced rows first (per claim), an overview of verdicts
-    per claim and model, then every row (per claim)."""
+    per claim and model, every row (per claim), then -- given ``observations``
+    (:func:`sinkscope.observations.evaluate_observations`) -- the section "Observations (shown by
+    the figures; not claims of the paper)"."""
     counts = {v: int((table["verdict"] == v).sum()) for v in VERDICTS}
     n_not_run = int(table["reason"].str.starts_with(NOT_RUN).sum())
     lines = [
@@ -1989,6 +1998,10 @@ def claims_markdown(table: pl.DataFrame) -> str:
         lines.append("| " + " | ".join([_cell(text)] + [cells.get(m, "") for m in models]) + " |")
     lines += ["", "## All checks", ""]
     lines += _md_by_claim(table, ["model", "dataset", "setting", "verdict", *short[3:]])
+    if observations is not None:
+        from sinkscope.observations import observations_markdown
+
+        lines += ["", observations_markdown(observations)]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -2045,15 +2058,22 @@ def write_claims(
     markdown_path: str | Path,
     parquet_path: str | Path,
     rst_path: str | Path | None = None,
+    observations: pl.DataFrame | None = None,
+    observations_path: str | Path | None = None,
 ) -> None:
     """Write ``claims.md``, ``claims.parquet`` + ``.csv`` (:func:`sinkscope.io.write_table`) and,
-    if given, the report snippet ``claims.rst`` -- all atomically."""
+    if given, the report snippet ``claims.rst`` -- all atomically. ``observations``
+    (:func:`sinkscope.observations.evaluate_observations`) add their section to ``claims.md``
+    and, given ``observations_path``, are written there (parquet + CSV): a table of their own,
+    since their columns are not :data:`COLUMNS` (no verdict)."""
     missing = [c for c in COLUMNS if c not in table.columns]
     if missing:
         raise ValueError(f"write_claims: the table lacks the column(s) {missing}")
     write_table(table, parquet_path)
+    if observations is not None and observations_path is not None:
+        write_table(observations, observations_path)
     with atomic_path(markdown_path) as tmp:
-        tmp.write_text(claims_markdown(table))
+        tmp.write_text(claims_markdown(table, observations))
     if rst_path is not None:
         with atomic_path(rst_path) as tmp:
             tmp.write_text(claims_rst(table))

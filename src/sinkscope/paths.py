@@ -71,7 +71,15 @@ STREAMING_SUMMARY_TABLES = (
 STREAMING_SUMMARY_FIGURES = ("eviction_damage",)
 #: Summary tables read by rule ``claims`` (sinkscope.claims), per analysis.
 CLAIMS_SUMMARY_TABLES = {
-    "geometry": ("bos_alignment", "value_rank", "bos_value_norm_classes", "statements"),
+    "geometry": (
+        "bos_alignment",
+        "value_rank",
+        "bos_value_norm_classes",
+        "statements",
+        # read by sinkscope.observations only
+        "bos_residual_norm",
+        "value_rank_worst",
+    ),
     "oversmoothing": ("summary", "per_head"),
 }
 CLAIMS_COST_TABLES = ("toy", "backcopy_runs", "backcopy_slopes", "copypaste_runs")
@@ -201,8 +209,14 @@ class Paths:
     def claims(self, suffix: str = "md") -> str:
         return f"{self.root}/claims.{suffix}"
 
+    def observations(self, suffix: str = "parquet") -> str:
+        """The observations table (rule claims; sinkscope.observations)."""
+        return f"{self.root}/summary/observations.{suffix}"
+
     def claims_targets(self) -> list[str]:
-        return [self.claims(suffix) for suffix in ("md", "parquet", "csv", "rst")]
+        return [self.claims(suffix) for suffix in ("md", "parquet", "csv", "rst")] + [
+            self.observations(suffix) for suffix in ("parquet", "csv")
+        ]
 
     def claims_inputs(self, config: Mapping[str, Any]) -> dict[str, str]:
         """The summary tables rule ``claims`` reads, keyed as ``sinkscope.claims.TABLE_ANALYSIS``,

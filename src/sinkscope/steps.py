@@ -376,11 +376,21 @@ def summarize_copypaste(smk: Any) -> None:
 
 
 def claims(smk: Any) -> None:
-    from sinkscope.claims import evaluate_claims, write_claims
+    from sinkscope.claims import evaluate_claims, resolve_tolerances, write_claims
+    from sinkscope.observations import evaluate_observations
 
     tables = {key: pl.read_parquet(path) for key, path in smk.input.items()}
     table = evaluate_claims(tables, smk.params.tolerances, smk.params.models)
-    write_claims(table, smk.output.markdown, smk.output.table, smk.output.rst)
+    near_full_rank = resolve_tolerances(smk.params.tolerances)["geometry"]["near_full_rank"]
+    observations = evaluate_observations(tables, near_full_rank)
+    write_claims(
+        table,
+        smk.output.markdown,
+        smk.output.table,
+        smk.output.rst,
+        observations=observations,
+        observations_path=smk.output.observations,
+    )
 
 
 # --- training dynamics of the companion paper (workflow/rules/dynamics.smk)

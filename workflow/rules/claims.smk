@@ -1,5 +1,7 @@
 # The claims table: every claim of the three studies checked against the summary tables of the
 # analyses this config runs (sinkscope.claims); claims of analyses not run are "not applicable".
+# The same rule writes the observations (sinkscope.observations): what the figures show about the
+# models but no claim states, a section of claims.md and the table summary/observations.
 
 
 rule claims:
@@ -25,6 +27,18 @@ rule claims:
             labels={"table": "claims (CSV)"},
         ),
         rst=paths.claims("rst"),
+        observations=report(
+            paths.observations("parquet"),
+            caption="../report/observations.rst",
+            category="0 Claims",
+            labels={"table": "observations (parquet)"},
+        ),
+        observations_csv=report(
+            paths.observations("csv"),
+            caption="../report/observations.rst",
+            category="0 Claims",
+            labels={"table": "observations (CSV)"},
+        ),
     params:
         tolerances=config["claims"],
         models=list(config["models"]),
