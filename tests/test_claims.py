@@ -711,6 +711,30 @@ def test_copypaste_trends() -> None:
     assert verdicts(C.check_copypaste_trends(single, 0.1, 0.1)) == [C.NOT_APPLICABLE] * 2
 
 
+def test_copypaste_trends_are_decided_at_fixed_dormant_tokens() -> None:
+    """A sink cost flat in delta at each n but higher for larger n (Theorem D.1: the sink bound
+    grows with n through r_eta) is flat; the pooled slope alone would call it growing."""
+    runs = copypaste_runs(0.0, 0.5).with_columns(
+        pl.when(pl.col("pattern") == "sink")
+        .then(pl.col("cost_total") * pl.col("n") ** 3)
+        .otherwise(pl.col("cost_total"))
+        .alias("cost_total")
+    )
+    sink, diagonal = C.check_copypaste_trends(runs, 0.1, 0.1)
+    assert sink["verdict"] == C.REPRODUCED and diagonal["verdict"] == C.REPRODUCED
+    assert sink["value"] == pytest.approx(0.0, abs=1e-9)
+    pooled = float(sink["reason"].rsplit("pooled over the sweep: ", 1)[1])
+    assert pooled > 0.1  # what a pooled test would have failed on
+    # one n whose sink cost does grow with r_eff/delta^2 fails the claim
+    grows = runs.with_columns(
+        pl.when((pl.col("pattern") == "sink") & (pl.col("n") == 4))
+        .then(pl.col("cost_total") * pl.col("reff_over_delta2") ** 0.5)
+        .otherwise(pl.col("cost_total"))
+        .alias("cost_total")
+    )
+    assert C.check_copypaste_trends(grows, 0.1, 0.1)[0]["verdict"] == C.NOT_REPRODUCED
+
+
 def test_theorem_d1_bounds() -> None:
     assert verdicts(C.check_theorem_d1_bounds(copypaste_runs(0.0, 0.5))) == [C.REPRODUCED] * 2
     broken = copypaste_runs(0.0, 0.5).with_columns(

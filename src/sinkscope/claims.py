@@ -1096,16 +1096,28 @@ def _fit(rows: pl.DataFrame) -> float:
 def check_copypaste_trends(
     copypaste_runs: pl.DataFrame, flat_max_slope: float, growth_min_slope: float
 ) -> list[Row]:
-    """§7 / Fig. 3 right (Theorem 7.2): over the sweep of ``delta`` and dormant tokens per group,
-    the sink cost is flat in ``r_eff(Sigma_D)/delta^2`` and the diagonal cost grows with it:
-    log-log slope (:func:`sinkscope.costs.fit_slopes`) ``|slope| <= flat_max_slope`` for the sink,
-    ``slope >= growth_min_slope`` for the diagonal."""
+    """§7 / Fig. 3 right (Theorem 7.2, App. D's Theorem D.1): the sink cost is flat in
+    ``r_eff(Sigma_D)/delta^2`` and the diagonal cost grows with it.
+
+    The verdict is decided at fixed dormant tokens per group ``n``: the log-log slope
+    (:func:`sinkscope.costs.fit_slopes`) over ``delta`` of every ``n`` with at least two values of
+    ``r_eff/delta^2`` must satisfy ``|slope| <= flat_max_slope`` (sink) or ``slope >=
+    growth_min_slope`` (diagonal). Theorem D.1's sink bound depends on ``r_eta + C``, and
+    ``r_eta`` (the rank of the noise vectors) grows with ``n``: a slope pooled over several ``n``
+    mixes that growth into the trend (on the full offline grid the pooled sink slope is 0.07, on
+    two of its ``n`` 0.11 to 0.19, while every fixed-``n`` slope is within +-0.04). The pooled
+    slope is reported beside it. With no ``n`` swept over two ``delta``, the pooled slope decides.
+    """
     _require(copypaste_runs, ["pattern", "n", "reff_over_delta2", "cost_total"], "copypaste_runs")
     rows = []
     for pattern in ("sink", "diagonal"):
         runs = copypaste_runs.filter(pl.col("pattern") == pattern)
         flat = pattern == "sink"
         test = f"|slope| <= {flat_max_slope:g}" if flat else f"slope >= {growth_min_slope:g}"
+
+        def passes(slope: float, flat: bool = flat) -> bool:
+            return abs(slope) <= flat_max_slope if flat else slope >= growth_min_slope
+
         if runs["reff_over_delta2"].n_unique() < 2:
             rows.append(
                 _row(
@@ -1120,24 +1132,36 @@ def check_copypaste_trends(
                 )
             )
             continue
-        slope = _fit(runs)
+        pooled = _fit(runs)
         within = [
             (int(n), _fit(part))
             for (n,), part in runs.sort("n").group_by("n", maintain_order=True)
             if part["reff_over_delta2"].n_unique() >= 2
         ]
-        within_txt = ", ".join(f"n={n}: {s:.2f}" for n, s in within) or "none (one delta per n)"
-        passed = abs(slope) <= flat_max_slope if flat else slope >= growth_min_slope
+        if within:
+            worst = max(within, key=lambda pair: abs(pair[1]) if flat else -pair[1])[1]
+            slopes = ", ".join(f"n={n}: {slope:.3f}" for n, slope in within)
+            measured = f"log-log slope at fixed n: {slopes}"
+            passed = all(passes(slope) for _, slope in within)
+            reason = (
+                f"every fixed-n slope must pass (Theorem D.1's sink bound grows with n through "
+                f"r_eta); {'all pass' if passed else 'not all pass'}; pooled over the sweep: "
+                f"{pooled:.3f}"
+            )
+            value = worst
+        else:
+            measured, value, passed = f"log-log slope {pooled:.3f} (pooled)", pooled, passes(pooled)
+            reason = "pooled over the sweep: no n has two values of delta"
         rows.append(
             _row(
                 SYNTHETIC,
                 "-",
                 f"pattern={pattern}, {runs.height} runs",
-                f"log-log slope {slope:.3f}",
-                slope,
+                measured,
+                value,
                 test,
                 passed,
-                f"pooled over the sweep; at fixed dormant tokens per group the slopes are {within_txt}",
+                reason,
             )
         )
     return rows
