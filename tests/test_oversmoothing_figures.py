@@ -14,11 +14,13 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from matplotlib.image import imread
 
 from sinkscope import claims as C
 from sinkscope import oversmoothing as ov
 from sinkscope import oversmoothing_plots as plots
 from sinkscope.heads import HeadClassThresholds, classify_file
+from sinkscope.plotting import MAX_FIGURE_PIXELS
 
 
 @pytest.fixture()
@@ -166,3 +168,47 @@ def test_sink_heads_of_figs_8_to_10_are_is_sink(combined, tmp_path) -> None:
         plots.plot_uniformity(
             combined["per_head"], tmp_path / "f10.png", HeadClassThresholds(sink=0.95)
         )
+
+
+def test_summary_figures_of_the_paper_grid_stay_readable(combined, tmp_path, monkeypatch) -> None:
+    """6 models x 4 datasets (the paper's configs; planted by relabelling the tiny model's pairs):
+    every summary figure is laid out as a grid within MAX_FIGURE_PIXELS, passes figure_problems
+    (save_figure refuses one that does not), and each panel's title names its model and dataset."""
+    models = [f"model-{m}-7b" for m in range(6)]
+    datasets = [f"dataset-{d}" for d in range(4)]
+    tables = {}
+    for key in ("per_head", "per_layer"):
+        table = combined[key].filter(pl.col("dataset") == "other")
+        tables[key] = pl.concat(
+            [
+                table.with_columns(model=pl.lit(m), dataset=pl.lit(d))
+                for m in models
+                for d in datasets
+            ]
+        )
+    titles: dict[str, list[str]] = {}
+    original = plots.save_figure
+
+    def keep(fig, out_png):
+        titles[Path(out_png).name] = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+        original(fig, out_png)
+
+    monkeypatch.setattr(plots, "save_figure", keep)
+    written = plots.plot_all(tables, tmp_path, thresholds=HeadClassThresholds())
+    assert len(written) == len(plots.FIGURES)
+    for path in written:
+        height, width = imread(path).shape[:2]
+        assert max(width, height) <= MAX_FIGURE_PIXELS, (path.name, width, height)
+    # one panel (Fig. 2 right: two) per pair, titled with the pair
+    for name, per_pair in (
+        (plots.FIGURES["components"], 2),
+        (plots.FIGURES["head_errors"], 1),
+        (plots.FIGURES["attention_deltas"], 1),
+        (plots.FIGURES["uniformity"], 1),
+        (plots.FIGURES["layers"], 1),
+    ):
+        shown = titles[name]
+        assert len(shown) == per_pair * len(models) * len(datasets), name
+        for m in models:
+            for d in datasets:
+                assert sum(t.startswith(f"{m} · {d} (N=") for t in shown) == per_pair, (name, m, d)

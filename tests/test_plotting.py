@@ -37,6 +37,7 @@ from sinkscope.plotting import (
     plot_class_map,
     plot_mass_heatmaps,
     plot_summary_bars,
+    save_figure,
     summary_bars_figure,
 )
 
@@ -243,3 +244,25 @@ def test_every_colour_map_named_in_the_package_is_colorblind_safe(repo: Path) ->
     assert found  # the pattern matches how figures name their maps
     bad = sorted((path, name) for path, name in found if not is_colorblind_safe(name))
     assert bad == []
+
+
+def test_save_figure_refuses_a_figure_that_breaks_a_rule(tmp_path: Path) -> None:
+    """Every stage writes through save_figure, so no stage can write an unreadable figure: the
+    error names the file and each problem, and nothing (not even a temporary file) is written."""
+    fig = new_figure(6.0, 4.0)
+    ax = fig.subplots()
+    ax.plot([0, 1], [0, 1], label="a line")
+    ax.legend(loc="center")  # covers the data
+    out = tmp_path / "covered.png"
+    with pytest.raises(ValueError, match=r"covered\.png.*legend 'a line' covers axes 0"):
+        save_figure(fig, out)
+    big = new_figure(MAX_FIGURE_PIXELS / DPI + 1.0, 3.0)
+    big.subplots()
+    with pytest.raises(ValueError, match=r"too_big\.png.*px \(> 2400\)"):
+        save_figure(big, tmp_path / "too_big.png")
+    assert list(tmp_path.iterdir()) == []
+    # a readable figure is written
+    fine = new_figure(6.0, 4.0)
+    fine.subplots().plot([0, 1], [0, 1])
+    save_figure(fine, tmp_path / "fine.png")
+    assert (tmp_path / "fine.png").read_bytes().startswith(PNG_SIGNATURE)

@@ -36,7 +36,7 @@ from sinkscope.geometry import (
     sink_value_norm_effect,
 )
 from sinkscope.heads import SINK
-from sinkscope.plotting import CLASS_COLORS, new_figure, save_figure
+from sinkscope.plotting import CLASS_COLORS, DPI, MAX_FIGURE_PIXELS, new_figure, save_figure
 
 __all__ = [
     "bos_alignment_figure",
@@ -392,9 +392,11 @@ def plot_value_rank(tables: Tables, out_png: str | os.PathLike[str], title: str)
     datasets = _dataset_order(frame["dataset"].to_list())
     row_names = ([POOLED] if len(datasets) > 1 else []) + datasets
     n_layers = int(frame["layer"].n_unique())
-    fig = new_figure(
-        max(6.0, (0.3 * n_layers + 1.5) * len(models) + 1.0), 2.6 * len(row_names) + 0.8
-    )
+    # panels shrink (never beyond readable tick labels) so that no side exceeds MAX_FIGURE_PIXELS
+    max_inches = MAX_FIGURE_PIXELS / DPI - 0.05
+    panel_width = min(0.3 * n_layers + 1.5, (max_inches - 1.0) / len(models))
+    panel_height = min(2.6, (max_inches - 0.8) / len(row_names))
+    fig = new_figure(max(6.0, panel_width * len(models) + 1.0), panel_height * len(row_names) + 0.8)
     axes = fig.subplots(len(row_names), len(models), squeeze=False)
     for j, model in enumerate(models):
         by_model = frame.filter(pl.col("model") == model)
@@ -444,7 +446,8 @@ def bos_value_norm_figure(tables: Tables, title: str) -> tuple[Figure, pl.DataFr
     datasets = _dataset_order(frame["dataset"].to_list())
     effect = sink_value_norm_effect(frame, with_pooled=len(datasets) > 1)
     shown = effect.filter(pl.col("dataset") == (POOLED if len(datasets) > 1 else datasets[0]))
-    fig = new_figure(12.5, 4.4 * len(models) + 0.7)
+    row_height = min(4.4, (MAX_FIGURE_PIXELS / DPI - 0.75) / len(models))
+    fig = new_figure(12.5, row_height * len(models) + 0.7)
     axes = fig.subplots(len(models), 2, squeeze=False, width_ratios=[3.0, 1.2])
     markers = ["o", "s", "^", "D", "v", "P", "X"]
     marker_of = {d: markers[i % len(markers)] for i, d in enumerate(datasets)}

@@ -25,10 +25,13 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
@@ -36,7 +39,7 @@ from matplotlib.ticker import MaxNLocator
 from sinkscope import oversmoothing as ov
 from sinkscope.heads import TOLERANCE, HeadClassThresholds
 from sinkscope.oversmoothing import POOLED
-from sinkscope.plotting import CLASS_COLORS, new_figure, save_figure
+from sinkscope.plotting import CLASS_COLORS, DPI, MAX_FIGURE_PIXELS, new_figure, save_figure
 
 __all__ = [
     "CONDITION_COLORS",
@@ -87,6 +90,10 @@ FIGURES: dict[str, str] = {
     "uniformity": "fig10_uniformity.png",
     "deviating_heads": "fig11_deviating_heads.png",
 }
+#: Longest side of a figure in inches (:data:`sinkscope.plotting.MAX_FIGURE_PIXELS` at its dpi).
+MAX_INCHES = MAX_FIGURE_PIXELS / DPI
+#: Font size of panel titles and tick labels in the grids of several pairs.
+PANEL_FONTSIZE = 8
 
 
 # --------------------------------------------------------------------------- helpers
@@ -128,13 +135,82 @@ def _check(table: pl.DataFrame, columns: list[str], what: str) -> None:
         raise ValueError(f"{what} has no rows to plot")
 
 
-def _grid(fig, n_panels: int, max_cols: int, **kwargs) -> list:
-    cols = min(max_cols, n_panels)
-    rows = math.ceil(n_panels / cols)
-    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False, **kwargs)).ravel()
-    for ax in axes[n_panels:]:
+@dataclass
+class _PairGrid:
+    """Panels of several (model, dataset) pairs laid out within :data:`MAX_FIGURE_PIXELS`."""
+
+    fig: Figure
+    panels: dict[tuple[str, str], list[Axes]]
+    panel_width: float
+    #: panels with no visible panel below them (they carry the x label)
+    bottom: set[Axes]
+    #: the first panel of each grid row (they carry the y label)
+    left: set[Axes]
+    #: whether the panels keep the minimum size asked for
+    fits: bool
+
+
+def _pair_grid(
+    pairs: list[tuple[str, str]],
+    per_pair: int,
+    size: tuple[float, float],
+    minimum: tuple[float, float],
+    reserve: tuple[float, float] = (0.4, 1.8),
+) -> _PairGrid:
+    """A figure with ``per_pair`` adjacent panels per pair, laid out so that no side exceeds
+    :data:`MAX_FIGURE_PIXELS`: one row per model and one column (block) per dataset when the
+    panels keep at least 80% of the best possible size, else pairs wrapped into the grid of
+    blocks whose panels come closest to ``size`` (inches, width x height; shrunk to fit, never
+    below ``minimum`` when some layout allows it). ``reserve``: inches kept for the suptitle,
+    the figure legend and margins."""
+    models = list(dict.fromkeys(m for m, _ in pairs))
+    datasets = sorted({d for _, d in pairs})
+    avail_w = MAX_INCHES - reserve[0] - 0.05
+    avail_h = MAX_INCHES - reserve[1] - 0.05
+
+    def option(blocks_per_row: int, n_rows: int) -> tuple[float, float, float, bool]:
+        width = min(size[0], avail_w / (blocks_per_row * per_pair))
+        height = min(size[1], avail_h / n_rows)
+        fits = width >= minimum[0] - 1e-9 and height >= minimum[1] - 1e-9
+        return width, height, min(width / size[0], height / size[1]), fits
+
+    by_model = option(len(datasets), len(models))
+    wrapped = {bpr: option(bpr, math.ceil(len(pairs) / bpr)) for bpr in range(1, len(pairs) + 1)}
+    best_bpr = max(wrapped, key=lambda b: (wrapped[b][3], wrapped[b][2], -b))
+    best = wrapped[best_bpr]
+    if by_model[3] and by_model[2] >= 0.8 * best[2]:
+        width, height, _, fits = by_model
+        n_rows, blocks_per_row = len(models), len(datasets)
+        where = {(m, d): (models.index(m), datasets.index(d)) for m, d in pairs}
+    else:
+        width, height, _, fits = best
+        blocks_per_row, n_rows = best_bpr, math.ceil(len(pairs) / best_bpr)
+        where = {pair: divmod(i, best_bpr) for i, pair in enumerate(pairs)}
+    n_cols = blocks_per_row * per_pair
+    fig = new_figure(n_cols * width + reserve[0], n_rows * height + reserve[1])
+    grid = fig.subplots(n_rows, n_cols, squeeze=False)
+    used = np.zeros(grid.shape, dtype=bool)
+    panels = {}
+    for pair, (row, block) in where.items():
+        panels[pair] = [grid[row, block * per_pair + k] for k in range(per_pair)]
+        used[row, block * per_pair : (block + 1) * per_pair] = True
+    for ax in grid[~used]:
         ax.set_visible(False)
-    return list(axes[:n_panels])
+    bottom = {
+        grid[r, c]
+        for r in range(n_rows)
+        for c in range(n_cols)
+        if used[r, c] and not used[r + 1 :, c].any()
+    }
+    left = {grid[r, int(np.argmax(used[r]))] for r in range(n_rows) if used[r].any()}
+    return _PairGrid(fig, panels, width, bottom, left, fits)
+
+
+def _axis_labels(layout: _PairGrid, ax: Axes, xlabel: str, ylabel: str) -> None:
+    """x label on the lowest panel of each grid column, y label on the first of each row."""
+    ax.set_xlabel(xlabel if ax in layout.bottom else "")
+    ax.set_ylabel(ylabel if ax in layout.left else "")
+    ax.tick_params(labelsize=PANEL_FONTSIZE)
 
 
 def _length_axis(ax, lengths) -> None:
@@ -153,16 +229,21 @@ def _head_index(frame: pl.DataFrame) -> np.ndarray:
     return frame["layer"].to_numpy() * n_heads + frame["head"].to_numpy()
 
 
-def _layer_ticks(ax, frame: pl.DataFrame) -> None:
+_LAYER_AXIS_LABEL = "head (grouped by layer; tick = layer index)"
+
+
+def _layer_ticks(ax, frame: pl.DataFrame, panel_width: float = 12.0) -> None:
+    """Heads on the x axis grouped by layer: a tick per layer (at most 15, and about three per
+    inch of ``panel_width``), thin lines between layers."""
     n_heads = int(frame["head"].max()) + 1
     layers = np.unique(frame["layer"].to_numpy())
-    step = max(1, math.ceil(len(layers) / 15))
+    step = max(1, math.ceil(len(layers) / min(15, max(4, int(3 * panel_width)))))
     ax.set_xticks(layers[::step] * n_heads + (n_heads - 1) / 2)
     ax.set_xticklabels([str(v) for v in layers[::step]])
     for layer in layers[1:]:
         ax.axvline(layer * n_heads - 0.5, color="#e0e0e0", lw=0.5, zorder=0)
     ax.set_xlim(layers[0] * n_heads - 1, (layers[-1] + 1) * n_heads)
-    ax.set_xlabel("head (grouped by layer; tick = layer index)")
+    ax.set_xlabel(_LAYER_AXIS_LABEL)
 
 
 def sink_rule(frame: pl.DataFrame, thresholds: HeadClassThresholds | None = None) -> str:
@@ -206,7 +287,9 @@ def plot_approximation(
     datasets = sorted(set(means["dataset"].to_list()))
     models = sorted(set(means["model"].to_list()))
     colors = dict(zip(models, _palette(len(models)), strict=True))
-    fig = new_figure(11.0, 3.7 * len(datasets) + 0.6)
+    # one title line per model: rows grow with the models, within MAX_INCHES
+    row_height = min(3.7 + 0.17 * max(0, len(models) - 2), (MAX_INCHES - 1.6) / len(datasets))
+    fig = new_figure(11.0, row_height * len(datasets) + 1.5)
     axes = np.atleast_2d(fig.subplots(len(datasets), 2, squeeze=False))
     for row, dataset in enumerate(datasets):
         for col, (c, name) in enumerate((("x", "$X$"), ("xwz", "$X+WZ$ (not rescaled)"))):
@@ -235,7 +318,9 @@ def plot_approximation(
         Line2D([], [], color="k", ls="-", label="empirical"),
         Line2D([], [], color="k", ls="--", label="approximation (eqs. 1-2)"),
     ]
-    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
+    fig.legend(
+        handles=handles, loc="outside lower center", ncols=min(len(handles), 5), frameon=False
+    )
     fig.suptitle(
         "Empirical avg. cosine similarity (solid) vs Theorem 5.1's approximation (dashed); "
         "head update not rescaled\ngap: largest (empirical - approximation) over T'; range: "
@@ -268,13 +353,12 @@ def plot_components(
     (:func:`sinkscope.oversmoothing.component_means`)."""
     _check(per_head, [*COMPONENTS, "uniformity"], "per-head table")
     pairs = _pairs(per_head)
-    fig = new_figure(11.0, 3.3 * len(pairs) + 0.6)
-    axes = np.atleast_2d(fig.subplots(len(pairs), 2, squeeze=False))
+    layout = _pair_grid(pairs, 2, (5.5, 3.4), (2.3, 2.4))
+    fig = layout.fig
     shown: dict[tuple[str, str], dict] = {}
-    for row, (model, dataset) in enumerate(pairs):
+    for model, dataset in pairs:
         frame = _pair(per_head, model, dataset)
-        for col, dense in enumerate((False, True)):
-            ax = axes[row, col]
+        for ax, dense in zip(layout.panels[(model, dataset)], (False, True), strict=True):
             part = frame.filter(pl.col("uniformity") > uniformity_threshold) if dense else frame
             means = ov.component_means(part, ["context_length"]) if part.height else None
             if means is not None:
@@ -288,34 +372,46 @@ def plot_components(
                         label=label,
                     )
             _length_axis(ax, frame["context_length"].to_list())
-            ax.set_ylabel("avg. cosine similarity")
+            _axis_labels(layout, ax, "context length $T'$", "avg. cosine similarity")
             n_heads = int(means["n_heads"][-1]) if means is not None else 0
-            which = f"heads with u > {uniformity_threshold:g}" if dense else "all heads"
-            title = f"{_label(frame, model, dataset, with_t=False)}\n{which} ({n_heads} heads"
+            title = f"{_label(frame, model, dataset, with_t=False)}\n"
             if means is not None and not dense:
                 last = means.row(-1, named=True)
                 shown[(model, dataset)] = last
                 drop = last["mean_rho_x"] - last["mean_rho_xwz_s"]
                 title += (
-                    f" at T'={last['context_length']}): $\\rho(X)-\\rho(X+s_lWZ)$ = {drop:+.4f}"
+                    f"all {n_heads} heads, T'={last['context_length']}\n"
+                    f"$\\rho(X)-\\rho(X+s_lWZ)$ = {drop:+.4f}"
                 )
+            elif dense:
+                title += f"{n_heads} heads with u > {uniformity_threshold:g} (largest T')"
             else:
-                title += " at the largest T')"
-            ax.set_title(title, fontsize=9)
+                title += "all heads: none"
+            ax.set_title(title, fontsize=PANEL_FONTSIZE)
             if means is None:
                 ax.text(
-                    0.5, 0.5, "no head above the threshold", ha="center", transform=ax.transAxes
+                    0.5,
+                    0.5,
+                    "no head above\nthe threshold",
+                    ha="center",
+                    va="center",
+                    fontsize=PANEL_FONTSIZE,
+                    transform=ax.transAxes,
                 )
     handles = [
         Line2D([], [], color=c, marker="o", ms=3, label=lab) for lab, c in COMPONENTS.values()
     ]
     fig.legend(
         handles=handles,
-        loc="outside right upper",
+        loc="outside lower center",
+        ncols=len(handles),
         frameon=False,
-        title="head update rescaled\nby $s_l$ (eq. 11)",
+        title="head update rescaled by $s_l$ (eq. 11)",
     )
-    fig.suptitle("Average cosine similarity of the attention step's components")
+    fig.suptitle(
+        "Average cosine similarity of the attention step's components, per model and dataset\n"
+        f"(per pair: all heads | heads with uniformity u > {uniformity_threshold:g})"
+    )
     save_figure(fig, out_png)
     return shown
 
@@ -328,11 +424,12 @@ def plot_layers(per_layer: pl.DataFrame, out_png: str | os.PathLike[str]) -> Non
     update (at ``l + 0.5``), one line per context length; one panel per pair."""
     _check(per_layer, ["rho_before", "rho_after", "layer", "context_length"], "per-layer table")
     pairs = _pairs(per_layer)
-    fig = new_figure(7.0 * min(2, len(pairs)), 3.6 * math.ceil(len(pairs) / 2) + 0.5)
-    axes = _grid(fig, len(pairs), 2)
+    layout = _pair_grid(pairs, 1, (7.0, 3.6), (3.0, 2.4))
+    fig = layout.fig
     lengths = sorted(set(per_layer["context_length"].to_list()))
     colors = dict(zip(lengths, _palette(len(lengths)), strict=True))
-    for ax, (model, dataset) in zip(axes, pairs, strict=True):
+    for model, dataset in pairs:
+        (ax,) = layout.panels[(model, dataset)]
         frame = _pair(per_layer, model, dataset).sort("layer")
         for t in lengths:
             part = frame.filter(pl.col("context_length") == t)
@@ -346,9 +443,8 @@ def plot_layers(per_layer: pl.DataFrame, out_png: str | os.PathLike[str]) -> Non
             ax.plot(layers + 0.5, part["rho_after"], "^", color=colors[t], ms=4)
         ax.axhline(0.0, color="k", lw=0.6)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("layer")
-        ax.set_ylabel("avg. cosine similarity")
-        ax.set_title(_label(frame, model, dataset, with_t=False))
+        _axis_labels(layout, ax, "layer", "avg. cosine similarity")
+        ax.set_title(_label(frame, model, dataset, with_t=False), fontsize=PANEL_FONTSIZE + 1)
     handles = [Line2D([], [], color=colors[t], lw=1.2, label=f"T'={t}") for t in lengths]
     handles += [
         Line2D([], [], color="k", ls="", marker="o", ms=5, label=r"entering the layer: $\rho(X)$"),
@@ -375,10 +471,11 @@ def plot_head_errors(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) ->
     ``X + WZ`` (orange); heads ordered from the first to the last layer; one row per pair."""
     _check(per_head, ["abs_err_x", "abs_err_xwz"], "per-head table")
     pairs = _pairs(per_head)
-    fig = new_figure(12.0, 2.9 * len(pairs) + 0.6)
-    axes = np.atleast_1d(fig.subplots(len(pairs), 1, squeeze=False)[:, 0])
+    layout = _pair_grid(pairs, 1, (12.0, 3.0), (3.5, 2.4))
+    fig = layout.fig
     bound_drawn = False
-    for ax, (model, dataset) in zip(axes, pairs, strict=True):
+    for model, dataset in pairs:
+        (ax,) = layout.panels[(model, dataset)]
         frame = _largest(_pair(per_head, model, dataset)).sort("layer", "head")
         index = _head_index(frame)
         ax.plot(index, frame["abs_err_x"], "o", ms=3, color="#1f77b4", label="$X$")
@@ -387,13 +484,13 @@ def plot_head_errors(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) ->
         if top > 0.05:
             ax.axhline(0.1, color="k", ls=":", lw=0.8)
             bound_drawn = True
-        _layer_ticks(ax, frame)
-        ax.set_ylabel(r"$|\rho - \hat\rho|$")
+        _layer_ticks(ax, frame, layout.panel_width)
+        _axis_labels(layout, ax, _LAYER_AXIS_LABEL, r"$|\rho - \hat\rho|$")
         ax.set_ylim(bottom=0)
         ax.set_title(
-            f"{_label(frame, model, dataset)}: max {frame['abs_err_x'].max():.2g} ($X$), "
+            f"{_label(frame, model, dataset)}\nmax {frame['abs_err_x'].max():.2g} ($X$), "
             f"{frame['abs_err_xwz'].max():.2g} ($X+WZ$)",
-            fontsize=10,
+            fontsize=PANEL_FONTSIZE + 1,
         )
     t_max = int(per_head.filter(pl.col("dataset") != POOLED)["context_length"].max())
     handles = [
@@ -438,11 +535,12 @@ def plot_condition_deltas(
     _check(per_head, [column, "condition_s", "is_sink"], "per-head table")
     rule = sink_rule(per_head, thresholds)
     pairs = _pairs(per_head)
-    fig = new_figure(12.0, 2.9 * len(pairs) + 0.8)
-    axes = np.atleast_1d(fig.subplots(len(pairs), 1, squeeze=False)[:, 0])
+    layout = _pair_grid(pairs, 1, (12.0, 3.4), (3.5, 2.6), reserve=(0.4, 2.0))
+    fig = layout.fig
     shown: dict[tuple[str, str], dict] = {}
     present: set[str] = set()
-    for ax, (model, dataset) in zip(axes, pairs, strict=True):
+    for model, dataset in pairs:
+        (ax,) = layout.panels[(model, dataset)]
         full = _largest(_pair(per_head, model, dataset)).sort("layer", "head")
         stats = ov.condition_summary(full).row(0, named=True)
         shown[(model, dataset)] = stats
@@ -456,22 +554,22 @@ def plot_condition_deltas(
                 present.add(cond)
                 ax.bar(index[mask], values[mask], width=0.9, color=color)
         ax.axhline(0.0, color="k", lw=0.6)
-        _layer_ticks(ax, full)
-        ax.set_ylabel(r"$\Delta$ avg. cos. sim.")
+        _layer_ticks(ax, full, layout.panel_width)
+        _axis_labels(layout, ax, _LAYER_AXIS_LABEL, r"$\Delta$ avg. cos. sim.")
         n_non_sink = stats["n_non_sink"]
         counts = ", ".join(
             f"({c}) {stats[f'n_cond_{c}_s_non_sink']} ({_pct(stats[f'frac_cond_{c}_s_non_sink'])})"
             for c in ("i", "ii")
         )
         agreement = (
-            f"predicted sign, {stats['n_predicted_s']} heads with (i)/(ii): "
+            f"predicted sign agrees ({stats['n_predicted_s']} heads with (i)/(ii)):\n"
             f"{figure_name} {_pct(stats[own])}, Figs. 8 and 9 both {_pct(stats['agree_both_s'])}"
         )
         ax.set_title(
-            f"{_label(full, model, dataset)}: {n_non_sink} non-sink heads shown, "
+            f"{_label(full, model, dataset)}\n{n_non_sink} non-sink heads shown, "
             f"{full.height - n_non_sink} sink heads left out\n"
-            f"{counts}, neither {stats['n_cond_neither_s_non_sink']}; {agreement}",
-            fontsize=9,
+            f"{counts}, neither {stats['n_cond_neither_s_non_sink']}\n{agreement}",
+            fontsize=PANEL_FONTSIZE,
         )
     handles = [
         Patch(color=CONDITION_COLORS[k], label=CONDITION_LABELS[k])
@@ -495,8 +593,8 @@ def plot_condition_deltas(
         else r"$\rho(X+s_lWZA_u^\top)-\rho(X+s_lWZA^\top)$"
     )
     fig.suptitle(
-        f"{quantity} per non-sink head (sink heads, {rule}, left out; head update rescaled by "
-        "$s_l$)"
+        f"{quantity} per non-sink head at the largest $T'$\n(sink heads, {rule}, left out; "
+        "head update rescaled by $s_l$)"
     )
     save_figure(fig, out_png)
     return shown
@@ -541,10 +639,11 @@ def plot_uniformity(
         "neither": "neither",
     }
     pairs = _pairs(per_head)
-    fig = new_figure(max(8.5, 6.2 * min(2, len(pairs))), 4.0 * math.ceil(len(pairs) / 2) + 1.3)
-    axes = _grid(fig, len(pairs), 2)
+    layout = _pair_grid(pairs, 1, (6.2, 4.0), (3.5, 2.8), reserve=(0.6, 2.0))
+    fig = layout.fig
     edges = np.linspace(0.0, 1.0, 11)
-    for ax, (model, dataset) in zip(axes, pairs, strict=True):
+    for model, dataset in pairs:
+        (ax,) = layout.panels[(model, dataset)]
         frame = _largest(_pair(per_head, model, dataset))
         u = frame["uniformity"].to_numpy()
         change = frame["rel_change_s"].to_numpy()
@@ -571,12 +670,17 @@ def plot_uniformity(
             pad = 0.08 * max(hi - lo, 1.0)
             ax.set_ylim(*transform.inverted().transform(np.array([lo - pad, hi + pad])))
         ax.set_xlim(-0.03, 1.03)  # u in [0, 1]: no point on the frame
-        ax.set_xlabel("uniformity coefficient u (eq. 12)")
-        ax.set_ylabel(
+        _axis_labels(
+            layout,
+            ax,
+            "uniformity coefficient u (eq. 12)",
             r"$(\rho(X+s_lWZA^\top)-\rho(X))\,/\,|\rho(X)|$"
-            f"\n(symlog, linear within ±{SYMLOG_LINTHRESH:g})"
+            f"\n(symlog, linear within ±{SYMLOG_LINTHRESH:g})",
         )
-        ax.set_title(f"{_label(frame, model, dataset)}\n{', '.join(counts)} heads", fontsize=10)
+        ax.set_title(
+            f"{_label(frame, model, dataset)}\n{', '.join(counts)} heads",
+            fontsize=PANEL_FONTSIZE + 1,
+        )
     handles = [
         Line2D([], [], ls="", marker="o", ms=5, color=PATTERN_COLORS[k], label=names[k])
         for k in PATTERN_COLORS
@@ -633,44 +737,52 @@ def select_deviating_heads(per_head: pl.DataFrame, n: int = 4) -> pl.DataFrame:
 
 
 def plot_deviating_heads(
-    per_head: pl.DataFrame, out_png: str | os.PathLike[str], n: int = 4
+    per_head: pl.DataFrame,
+    out_png: str | os.PathLike[str],
+    n: int = 4,
+    thresholds: HeadClassThresholds | None = None,
 ) -> None:
     """Fig. 11: ``rho`` of the four components against the context length for the heads chosen
-    by :func:`select_deviating_heads` (one row per pair, one panel per head)."""
+    by :func:`select_deviating_heads` (non-sink heads: ``is_sink`` of the head classification,
+    ``thresholds`` default the paper's 0.40, checked against the table's ``bos_mass`` by
+    :func:`sink_rule` and named in the legend). One block of panels per pair (up to ``n`` heads,
+    most deviating first; fewer per pair when the pairs' panels would not fit within
+    :data:`sinkscope.plotting.MAX_FIGURE_PIXELS`)."""
     _check(per_head, [*COMPONENTS, "is_sink", "uniformity"], "per-head table")
+    rule = sink_rule(per_head, thresholds)
     pairs = _pairs(per_head)
     chosen = select_deviating_heads(per_head, n)
-    cols = max(
-        1,
-        min(
-            n,
-            max(
-                (
-                    chosen.filter((pl.col("model") == m) & (pl.col("dataset") == d)).height
-                    for m, d in pairs
-                ),
-                default=1,
-            ),
-        ),
+    most = max(
+        (chosen.filter((pl.col("model") == m) & (pl.col("dataset") == d)).height for m, d in pairs),
+        default=1,
     )
-    fig = new_figure(3.6 * cols + 1.8, 3.1 * len(pairs) + 0.6)
-    axes = np.atleast_2d(fig.subplots(len(pairs), cols, squeeze=False))
-    for row, (model, dataset) in enumerate(pairs):
+    size, minimum, reserve = (3.6, 3.1), (2.4, 2.4), (0.4, 2.0)
+    per_pair = max(1, min(n, most))
+    while per_pair > 1:
+        layout = _pair_grid(pairs, per_pair, size, minimum, reserve)
+        if layout.fits:
+            break
+        layout.fig.clear()
+        per_pair -= 1
+    else:
+        layout = _pair_grid(pairs, per_pair, size, minimum, reserve)
+    fig = layout.fig
+    for model, dataset in pairs:
         frame = _pair(per_head, model, dataset)
         heads = chosen.filter((pl.col("model") == model) & (pl.col("dataset") == dataset))
+        panels = layout.panels[(model, dataset)]
         if heads.is_empty():
-            ax = axes[row, 0]
-            ax.text(
+            panels[0].text(
                 0.5,
                 0.5,
                 f"{model} · {dataset}:\nno non-sink head deviates",
                 ha="center",
                 va="center",
-                transform=ax.transAxes,
+                fontsize=PANEL_FONTSIZE + 1,
+                transform=panels[0].transAxes,
             )
-            ax.set_axis_off()
-        for col in range(cols):
-            ax = axes[row, col]
+            panels[0].set_axis_off()
+        for col, ax in enumerate(panels):
             if col >= heads.height:
                 if col > 0 or not heads.is_empty():
                     ax.set_visible(False)
@@ -682,21 +794,30 @@ def plot_deviating_heads(
             for column, (label, color) in COMPONENTS.items():
                 ax.plot(part["context_length"], part[column], "-o", ms=3, color=color, label=label)
             _length_axis(ax, part["context_length"].to_list())
-            if col == 0:
-                ax.set_ylabel("avg. cosine similarity")
+            _axis_labels(layout, ax, "context length $T'$", "avg. cosine similarity")
             ax.set_title(
                 f"{model} · {dataset}\nlayer {info['layer']}, head {info['head']}, "
                 f"unif. {info['uniformity_mean']:.2f}",
-                fontsize=9,
+                fontsize=PANEL_FONTSIZE + 1,
             )
     handles = [
         Line2D([], [], color=c, marker="o", ms=3, label=lab) for lab, c in COMPONENTS.values()
     ]
-    fig.legend(
-        handles=handles, loc="outside right upper", frameon=False, title=r"head update $\times s_l$"
+    handles.append(
+        Patch(visible=False, label=f"non-sink heads only: sink heads ({rule}) are not chosen")
     )
+    fig.legend(
+        handles=handles,
+        loc="outside lower center",
+        ncols=len(handles),
+        frameon=False,
+        title=r"head update rescaled by $s_l$ (eq. 11)",
+    )
+    shown = f"up to {per_pair} per pair" if len(pairs) > 1 else f"up to {per_pair}"
     fig.suptitle(
-        "Heads where uniform attention does not smooth more (non-sink heads, most deviating first)"
+        "Heads where uniform attention does not smooth more than the learned attention or no "
+        f"attention\n(non-sink heads, most deviating first, {shown}; unif.: mean uniformity "
+        "over the context lengths)"
     )
     save_figure(fig, out_png)
 
@@ -715,7 +836,7 @@ def plot_all(
     ``tables``: the dict of :func:`~sinkscope.oversmoothing.analyze_file` or
     :func:`~sinkscope.oversmoothing.summarize` (needs ``per_head`` and ``per_layer``);
     ``thresholds``: the head classification's thresholds (config ``head_classes``) that the
-    per-head table's ``is_sink`` / ``is_diagonal`` were made with (named in Figs. 8-10).
+    per-head table's ``is_sink`` / ``is_diagonal`` were made with (named in Figs. 8-11).
     """
     out = Path(out_dir)
     per_head, per_layer = tables["per_head"], tables["per_layer"]
@@ -727,7 +848,7 @@ def plot_all(
         "attention_deltas": lambda p: plot_condition_deltas(per_head, p, "attention", thresholds),
         "uniform_deltas": lambda p: plot_condition_deltas(per_head, p, "uniform", thresholds),
         "uniformity": lambda p: plot_uniformity(per_head, p, thresholds),
-        "deviating_heads": lambda p: plot_deviating_heads(per_head, p),
+        "deviating_heads": lambda p: plot_deviating_heads(per_head, p, thresholds=thresholds),
     }
     written = []
     for key, job in jobs.items():

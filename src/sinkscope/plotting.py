@@ -7,11 +7,12 @@ so the same table gives a byte-identical PNG on the same software stack. Every f
 its PNG atomically (temporary name, explicit ``format="png"``, then rename) and releases the
 figure afterwards.
 
-Readability rules (stated once here, checked by :func:`figure_problems`, used by the tests of
-every figure module): colour maps come from :data:`COLORBLIND_SAFE_CMAPS`; no side of a figure
-exceeds :data:`MAX_FIGURE_PIXELS`; no legend covers an axes; tick labels of one axis do not
-come closer than MIN_TICK_LABEL_GAP_PX. Categorical colours (:data:`CLASS_COLORS`) stay at least :data:`MIN_CVD_DELTA_E` apart
-(CIELAB) under simulated deuteranopia, protanopia and tritanopia (:func:`cvd_min_distance`).
+Readability rules (stated once here, checked by :func:`figure_problems`, enforced by
+:func:`save_figure` for every figure written): colour maps come from
+:data:`COLORBLIND_SAFE_CMAPS`; no side of a figure exceeds :data:`MAX_FIGURE_PIXELS`; no legend
+covers an axes; tick labels of one axis do not come closer than MIN_TICK_LABEL_GAP_PX.
+Categorical colours (:data:`CLASS_COLORS`) stay at least :data:`MIN_CVD_DELTA_E` apart (CIELAB)
+under simulated deuteranopia, protanopia and tritanopia (:func:`cvd_min_distance`).
 """
 
 from __future__ import annotations
@@ -140,8 +141,19 @@ def new_figure(width: float, height: float) -> Figure:
 
 
 def save_figure(fig: Figure, out_png: str | os.PathLike[str]) -> None:
-    """Write ``fig`` atomically as PNG and release it."""
+    """Write ``fig`` atomically as PNG and release it.
+
+    Every figure of the package is written here, so the readability rules hold for all of them:
+    a figure for which :func:`figure_problems` reports anything is refused with a ``ValueError``
+    naming the file and the problems, and nothing is written.
+    """
     try:
+        problems = figure_problems(fig)
+        if problems:
+            raise ValueError(
+                f"refusing to write the figure {os.fspath(out_png)!r}, it breaks the readability "
+                f"rules of sinkscope.plotting: {'; '.join(problems)}"
+            )
         with atomic_path(out_png) as tmp:
             fig.savefig(tmp, format="png", dpi=DPI, metadata=PNG_METADATA)
     finally:

@@ -126,7 +126,7 @@ def _window_series(table: pl.DataFrame, k0: int | None) -> list[tuple[str, pl.Da
 
 
 def _window_axis(ax, windows: list[int]) -> None:
-    """Log2 x axis labelled with the window sizes, grid and legend (window-sweep panels)."""
+    """Log2 x axis labelled with the window sizes and grid (window-sweep panels)."""
     ax.set_xscale("log", base=2)
     ax.set_xticks(windows)
     ax.set_xticklabels([str(w) for w in windows])
@@ -135,8 +135,24 @@ def _window_axis(ax, windows: list[int]) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
     ax.set_xlabel("window L (most recent tokens kept)")
     ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
+
+
+def _figure_legend(fig, axes, ncols: int = 4) -> None:
+    """One legend under the panels, outside every axes (so it covers no data): the distinct
+    entries of ``axes`` in order of appearance."""
+    entries: dict[str, object] = {}
+    for ax in np.ravel(axes):
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    if entries:
+        fig.legend(
+            list(entries.values()),
+            list(entries),
+            loc="outside lower center",
+            ncols=min(ncols, len(entries)),
+            frameon=False,
+            fontsize=8,
+        )
 
 
 def _plain_log_axis(ax) -> None:
@@ -210,7 +226,7 @@ def plot_nll_by_position(
         ax.set_xlabel("position of the predicted token")
         ax.set_ylabel(f"NLL (nats), running mean of {smooth}")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8, loc="upper right")
+    _figure_legend(fig, axes[:1])
     n_streams = _n_streams(tables)
     fig.suptitle(f"{title}{n_streams}")
     save_figure(fig, out_png)
@@ -267,6 +283,7 @@ def plot_perplexity_vs_window(
             ax.set_title(_region_label(region))
             ax.set_ylabel("log(ppl / dense ppl) on the same tokens")
         _window_axis(ax, sorted(part.drop_nulls("window")["window"].unique().to_list()))
+    _figure_legend(fig, axes)
     fig.suptitle(f"{title}{_n_streams(tables)}")
     save_figure(fig, out_png)
 
@@ -336,7 +353,7 @@ def plot_sink_count(
     first = int(part["first_position"][0]) if part.height else 0
     ax.set_title(f"window L = {window}; positions >= {first}", fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _figure_legend(fig, [ax], ncols=2)
     fig.suptitle(f"{title}{_n_streams(tables)}")
     save_figure(fig, out_png)
 
@@ -377,7 +394,7 @@ def plot_first_position_mass(
     axes[1].set_xlabel("attention mass on the first k positions")
     axes[1].set_ylabel("layer")
     axes[1].grid(alpha=0.3)
-    axes[1].legend(fontsize=8)
+    _figure_legend(fig, axes[1:])
     n_queries = int(table["n_queries"][0]) if "n_queries" in table.columns else None
     suffix = f" (queries at positions >= {len(positions)}, {n_queries} per sequence)"
     fig.suptitle(title + (suffix if n_queries else ""))
@@ -396,7 +413,7 @@ def plot_summary(
     )
     layers = tables.get("layers") if isinstance(tables, Mapping) else None
     has_layers = layers is not None and layers.height > 0
-    fig = new_figure(13.0 if has_layers else 7.5, 4.8)
+    fig = new_figure(13.0 if has_layers else 7.5, 5.6)
     axes = np.atleast_1d(fig.subplots(1, 2 if has_layers else 1))
     evicting = perplexity.filter(pl.col("kind").is_in(["window", "sink", "neutral"]))
     smallest = evicting["window"].min()
@@ -425,10 +442,9 @@ def plot_summary(
         )
     ax.axhline(0.0, color="black", lw=0.8)
     ax.set_xticks(np.arange(len(pairs)))
-    ax.set_xticklabels(pairs, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel("log(ppl / dense ppl), evicting region")
+    ax.set_xticklabels(pairs, rotation=90, fontsize=8)
+    ax.set_ylabel("log(ppl / dense ppl),\nevicting region")
     ax.set_title(f"window L = {smallest}")
-    ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     if has_layers:
         ax = axes[1]
@@ -455,11 +471,11 @@ def plot_summary(
                 r = pooled.row(0, named=True)
                 note = f"pooled Spearman rho = {r['spearman_rho']:.2f} (n = {r['n']})"
         ax.set_xlabel("share of sink heads in the layer")
-        ax.set_ylabel("log(ppl / dense ppl) when only this layer evicts")
+        ax.set_ylabel("log(ppl / dense ppl)\nwhen only this layer evicts")
         window = int(layers["window"][0])
         ax.set_title(f"single-layer window-only eviction, L = {window}\n{note}", fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    _figure_legend(fig, axes, ncols=5)
     fig.suptitle(title)
     save_figure(fig, out_png)
 
@@ -534,6 +550,7 @@ def plot_recompute(
             _window_axis(ax, windows)
     grid[0, 0].set_ylabel("log(ppl / re-computation ppl), same tokens")
     grid[1, 0].set_ylabel("recovered fraction of the window-only excess\n(1 = re-computation)")
+    _figure_legend(fig, grid)
     n = int(table["n_tokens"].max())
     fig.suptitle(f"{title}: caches vs sliding window with re-computation ({n} sampled tokens)")
     save_figure(fig, out_png)

@@ -8,6 +8,7 @@ PNG path, builds its figure with :func:`sinkscope.plotting.new_figure` and write
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Callable
 
@@ -91,6 +92,24 @@ def _lines(ax, traj: pl.DataFrame, column: str) -> None:
     ax.set_xlabel("gradient-flow time (lr x step)")
 
 
+def _figure_legend(fig, axes, ncols: int = 6) -> None:
+    """One legend under the panels, outside every axes (so it covers no data): the distinct
+    entries of ``axes`` in order of appearance."""
+    seen: dict[str, object] = {}
+    for ax in np.ravel(axes):
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, handle)
+    if seen:
+        fig.legend(
+            list(seen.values()),
+            list(seen),
+            loc="outside lower center",
+            ncols=min(ncols, len(seen)),
+            fontsize=7,
+            frameon=False,
+        )
+
+
 @_or_placeholder
 def plot_vs_polarization(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
     """Figure 2: untied softmax model, logistic loss - sigma(a), value projections u and the
@@ -99,22 +118,23 @@ def plot_vs_polarization(tables: dict[str, pl.DataFrame], out_png: PathLike) -> 
         0, named=True
     )
     traj, scal = _traj(tables, row["run_id"]), _scal(tables, row["run_id"])
-    fig = new_figure(14.0, 4.0)
+    fig = new_figure(14.0, 4.6)
     ax1, ax2, ax3 = fig.subplots(1, 3)
     _lines(ax1, traj, "weight")
     ax1.set_ylabel("attention score sigma(a)_i")
     ax1.set_ylim(-0.02, 1.02)
-    ax1.legend(fontsize=7, frameon=False)
     _lines(ax2, traj, "value_proj")
     ax2.set_ylabel("value projection u_i = <w, v_i>")
     s = scal.filter(pl.col("step") > 0)
-    ax3.plot(s["time"], s["entropy"], label="entropy of sigma(a)")
-    ax3.plot(s["time"], s["v_norm"], label="||V||_F")
-    ax3.plot(s["time"], s["loss_value"], label="loss")
+    # black line styles: the shared legend keeps them apart from the colours of the entries i
+    ax3.plot(s["time"], s["entropy"], color="k", ls="-", label="entropy of sigma(a)")
+    ax3.plot(s["time"], s["v_norm"], color="k", ls="--", label="||V||_F")
+    ax3.plot(s["time"], s["loss_value"], color="k", ls=":", label="loss")
+    ax3.set_ylabel("entropy, ||V||_F, loss")
     ax3.set_xscale("log")
     ax3.set_yscale("log")
     ax3.set_xlabel("gradient-flow time (lr x step)")
-    ax3.legend(fontsize=7, frameon=False)
+    _figure_legend(fig, [ax1, ax3], ncols=8)
     fig.suptitle(
         f"Value-softmax, logistic loss (n={row['n']}, d={row['d']}, seed {row['seed']}): "
         f"final top weight {row['top_weight']:.3f}, order of u kept for "
@@ -179,7 +199,7 @@ def plot_vs_tied(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
     """Figure 11: tied model ``U softmax(U a)``, logistic loss: top weight, entropy and
     ``||U^(m)||`` over time for each D."""
     runs = _runs(tables, experiment="tied").sort("n")
-    fig = new_figure(13.0, 4.0)
+    fig = new_figure(13.0, 4.5)
     axes = fig.subplots(1, 3)
     colors = sns.color_palette("viridis", runs.height)
     for k, row in enumerate(runs.iter_rows(named=True)):
@@ -194,7 +214,7 @@ def plot_vs_tied(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
         ax.set_xscale("log")
         ax.set_xlabel("gradient-flow time")
         ax.set_ylabel(label)
-    axes[0].legend(fontsize=8, frameon=False)
+    _figure_legend(fig, axes[:1], ncols=8)
     fig.suptitle("Tied value-softmax model U softmax(U a), logistic loss")
     save_figure(fig, out_png)
 
@@ -204,8 +224,14 @@ def plot_vs_regression(tables: dict[str, pl.DataFrame], out_png: PathLike) -> No
     """Figures 3 and 12: logits ``a`` over time for every kappa, plus final entropy vs kappa
     (all seeds)."""
     runs = _runs(tables, experiment="regression").sort("kappa")
-    fig = new_figure(3.2 * (runs.height + 1), 3.6)
-    axes = fig.subplots(1, runs.height + 1)
+    # at most 6 panels per row (the figure stays within plotting.MAX_FIGURE_PIXELS)
+    cols = min(runs.height + 1, 6)
+    rows = math.ceil((runs.height + 1) / cols)
+    fig = new_figure(3.2 * cols, 3.6 * rows + 0.5)
+    grid = fig.subplots(rows, cols, squeeze=False)
+    for extra in grid.ravel()[runs.height + 1 :]:
+        extra.set_visible(False)
+    axes = list(grid.ravel()[: runs.height + 1])
     for ax, row in zip(axes, runs.iter_rows(named=True), strict=False):
         _lines(ax, _traj(tables, row["run_id"]), "logit")
         ax.set_title(f"kappa={row['kappa']:g}: entropy {row['entropy']:.2f}", fontsize=9)
@@ -217,7 +243,7 @@ def plot_vs_regression(tables: dict[str, pl.DataFrame], out_png: PathLike) -> No
         ax.plot(part["kappa"], part["entropy"], marker="o", label=f"seed {seed}")
     ax.set_xlabel("condition number kappa")
     ax.set_ylabel("final entropy of softmax(a)")
-    ax.legend(fontsize=7, frameon=False)
+    _figure_legend(fig, [axes[0], ax], ncols=10)
     fig.suptitle("Regression with condition number kappa: logits over time")
     save_figure(fig, out_png)
 
@@ -432,8 +458,13 @@ def plot_classification_flips_by_size(tables: dict[str, pl.DataFrame], out_png: 
     setups = sorted(set(by["setup"].to_list()))
     layers = sorted(set(by["n_layers"].to_list()))
     colors = dict(zip(layers, sns.color_palette("tab10", max(len(layers), 3)), strict=False))
-    fig = new_figure(max(7.5, 4.2 * len(setups)), 3.8)
-    axes = np.atleast_1d(fig.subplots(1, len(setups), squeeze=False, sharey=True)[0])
+    cols = min(len(setups), 4)  # wrapped: the figure stays within plotting.MAX_FIGURE_PIXELS
+    rows = math.ceil(len(setups) / cols)
+    fig = new_figure(max(7.5, 4.2 * cols), 3.8 * rows + 0.5)
+    grid = fig.subplots(rows, cols, squeeze=False, sharey=True).ravel()
+    for extra in grid[len(setups) :]:
+        extra.set_visible(False)
+    axes = grid[: len(setups)]
     for ax, setup in zip(axes, setups, strict=True):
         for n in layers:
             p = by.filter((pl.col("setup") == setup) & (pl.col("n_layers") == n)).sort("n_heads")
@@ -450,7 +481,7 @@ def plot_classification_flips_by_size(tables: dict[str, pl.DataFrame], out_png: 
         ax.set_xlabel("heads H")
         ax.set_ylabel("final one-token flip rate")
         ax.set_title(f"{setup} ({int(p['runs'][0])} seeds)", fontsize=9)
-        ax.legend(fontsize=7)
+    _figure_legend(fig, axes[:1])
     fig.suptitle("Final one-token flip rate (dashed: neutral-token replacements only)")
     save_figure(fig, out_png)
 
