@@ -51,6 +51,7 @@ from sinkscope.geometry import (
     middle_layers,
     value_norm_statement,
 )
+from sinkscope.heads import POOLED  # the pooled pseudo-dataset of the summary tables
 from sinkscope.io import atomic_path, write_table
 from sinkscope.oversmoothing import CONDITION_BASIS, approximation_offsets
 
@@ -83,8 +84,6 @@ VERDICTS = (NOT_REPRODUCED, REPRODUCED, NOT_APPLICABLE)
 NOT_RUN = "analysis not run in this config"
 #: ``model`` of the claims about synthetic experiments (no pretrained model involved).
 SYNTHETIC = "synthetic"
-#: Name of the pooled pseudo-dataset of the summary tables.
-POOLED = "all"
 
 #: Columns of the claims table, in order.
 COLUMNS: dict[str, Any] = {

@@ -33,6 +33,7 @@ from typing import Any
 import polars as pl
 
 from sinkscope.geometry import middle_layers
+from sinkscope.heads import POOLED
 
 __all__ = [
     "COLLAPSED_BOS_MASS",
@@ -51,7 +52,6 @@ __all__ = [
     "value_rank_lowest",
 ]
 
-POOLED = "all"
 OBSERVATIONS_TITLE = "Observations (shown by the figures; not claims of the paper)"
 
 #: Columns of the observations table, in order.

@@ -163,6 +163,24 @@ def save_figure(fig: Figure, out_png: str | os.PathLike[str]) -> None:
 # --- readability checks ---------------------------------------------------------------------
 
 
+def legend_below(fig: Figure, axes: Iterable[Axes], ncols: int = 6, fontsize: float = 8) -> None:
+    """One legend under the panels, outside every axes (so that it covers no data): the distinct
+    entries of ``axes`` in order of appearance."""
+    entries: dict[str, object] = {}
+    for ax in np.ravel(np.asarray(axes, dtype=object)):
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    if entries:
+        fig.legend(
+            list(entries.values()),
+            list(entries),
+            loc="outside lower center",
+            ncols=min(ncols, len(entries)),
+            frameon=False,
+            fontsize=fontsize,
+        )
+
+
 def is_colorblind_safe(cmap_name: str) -> bool:
     """Whether ``cmap_name`` (or its base map, for a ``_r`` variant) is in the allowed list."""
     return cmap_name.removesuffix("_r") in COLORBLIND_SAFE_CMAPS

@@ -31,7 +31,7 @@ import polars as pl
 import seaborn as sns
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
-from sinkscope.plotting import new_figure, save_figure
+from sinkscope.plotting import legend_below, new_figure, save_figure
 
 __all__ = [
     "FIGURES",
@@ -137,24 +137,6 @@ def _window_axis(ax, windows: list[int]) -> None:
     ax.grid(alpha=0.3)
 
 
-def _figure_legend(fig, axes, ncols: int = 4) -> None:
-    """One legend under the panels, outside every axes (so it covers no data): the distinct
-    entries of ``axes`` in order of appearance."""
-    entries: dict[str, object] = {}
-    for ax in np.ravel(axes):
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            entries.setdefault(label, handle)
-    if entries:
-        fig.legend(
-            list(entries.values()),
-            list(entries),
-            loc="outside lower center",
-            ncols=min(ncols, len(entries)),
-            frameon=False,
-            fontsize=8,
-        )
-
-
 def _plain_log_axis(ax) -> None:
     """Log y axis labelled with plain numbers (major and minor ticks)."""
     ax.set_yscale("log")
@@ -226,7 +208,7 @@ def plot_nll_by_position(
         ax.set_xlabel("position of the predicted token")
         ax.set_ylabel(f"NLL (nats), running mean of {smooth}")
         ax.grid(alpha=0.3)
-    _figure_legend(fig, axes[:1])
+    legend_below(fig, axes[:1], ncols=4, fontsize=8)
     n_streams = _n_streams(tables)
     fig.suptitle(f"{title}{n_streams}")
     save_figure(fig, out_png)
@@ -283,7 +265,7 @@ def plot_perplexity_vs_window(
             ax.set_title(_region_label(region))
             ax.set_ylabel("log(ppl / dense ppl) on the same tokens")
         _window_axis(ax, sorted(part.drop_nulls("window")["window"].unique().to_list()))
-    _figure_legend(fig, axes)
+    legend_below(fig, axes, ncols=4, fontsize=8)
     fig.suptitle(f"{title}{_n_streams(tables)}")
     save_figure(fig, out_png)
 
@@ -353,7 +335,7 @@ def plot_sink_count(
     first = int(part["first_position"][0]) if part.height else 0
     ax.set_title(f"window L = {window}; positions >= {first}", fontsize=10)
     ax.grid(alpha=0.3)
-    _figure_legend(fig, [ax], ncols=2)
+    legend_below(fig, [ax], ncols=2, fontsize=8)
     fig.suptitle(f"{title}{_n_streams(tables)}")
     save_figure(fig, out_png)
 
@@ -394,7 +376,7 @@ def plot_first_position_mass(
     axes[1].set_xlabel("attention mass on the first k positions")
     axes[1].set_ylabel("layer")
     axes[1].grid(alpha=0.3)
-    _figure_legend(fig, axes[1:])
+    legend_below(fig, axes[1:], ncols=4, fontsize=8)
     n_queries = int(table["n_queries"][0]) if "n_queries" in table.columns else None
     suffix = f" (queries at positions >= {len(positions)}, {n_queries} per sequence)"
     fig.suptitle(title + (suffix if n_queries else ""))
@@ -475,7 +457,7 @@ def plot_summary(
         window = int(layers["window"][0])
         ax.set_title(f"single-layer window-only eviction, L = {window}\n{note}", fontsize=10)
         ax.grid(alpha=0.3)
-    _figure_legend(fig, axes, ncols=5)
+    legend_below(fig, axes, ncols=5, fontsize=8)
     fig.suptitle(title)
     save_figure(fig, out_png)
 
@@ -550,7 +532,7 @@ def plot_recompute(
             _window_axis(ax, windows)
     grid[0, 0].set_ylabel("log(ppl / re-computation ppl), same tokens")
     grid[1, 0].set_ylabel("recovered fraction of the window-only excess\n(1 = re-computation)")
-    _figure_legend(fig, grid)
+    legend_below(fig, grid, ncols=4, fontsize=8)
     n = int(table["n_tokens"].max())
     fig.suptitle(f"{title}: caches vs sliding window with re-computation ({n} sampled tokens)")
     save_figure(fig, out_png)

@@ -19,7 +19,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from sinkscope.dynamics.induction import loss_floor
-from sinkscope.plotting import new_figure, save_figure
+from sinkscope.plotting import legend_below, new_figure, save_figure
 
 __all__ = [
     "FIGURES",
@@ -92,25 +92,6 @@ def _lines(ax, traj: pl.DataFrame, column: str) -> None:
     ax.set_xlabel("gradient-flow time (lr x step)")
 
 
-def _figure_legend(fig, axes, ncols: int = 6) -> None:
-    """One legend under the panels, outside every axes (so it covers no data): the distinct
-    entries of ``axes`` in order of appearance."""
-    seen: dict[str, object] = {}
-    for ax in np.ravel(axes):
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            seen.setdefault(label, handle)
-    if seen:
-        fig.legend(
-            list(seen.values()),
-            list(seen),
-            loc="outside lower center",
-            ncols=min(ncols, len(seen)),
-            fontsize=7,
-            frameon=False,
-        )
-
-
-@_or_placeholder
 def plot_vs_polarization(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
     """Figure 2: untied softmax model, logistic loss - sigma(a), value projections u and the
     entropy / ||V|| / loss over time."""
@@ -134,7 +115,7 @@ def plot_vs_polarization(tables: dict[str, pl.DataFrame], out_png: PathLike) -> 
     ax3.set_xscale("log")
     ax3.set_yscale("log")
     ax3.set_xlabel("gradient-flow time (lr x step)")
-    _figure_legend(fig, [ax1, ax3], ncols=8)
+    legend_below(fig, [ax1, ax3], ncols=8, fontsize=7)
     fig.suptitle(
         f"Value-softmax, logistic loss (n={row['n']}, d={row['d']}, seed {row['seed']}): "
         f"final top weight {row['top_weight']:.3f}, order of u kept for "
@@ -214,7 +195,7 @@ def plot_vs_tied(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
         ax.set_xscale("log")
         ax.set_xlabel("gradient-flow time")
         ax.set_ylabel(label)
-    _figure_legend(fig, axes[:1], ncols=8)
+    legend_below(fig, axes[:1], ncols=8, fontsize=7)
     fig.suptitle("Tied value-softmax model U softmax(U a), logistic loss")
     save_figure(fig, out_png)
 
@@ -243,7 +224,7 @@ def plot_vs_regression(tables: dict[str, pl.DataFrame], out_png: PathLike) -> No
         ax.plot(part["kappa"], part["entropy"], marker="o", label=f"seed {seed}")
     ax.set_xlabel("condition number kappa")
     ax.set_ylabel("final entropy of softmax(a)")
-    _figure_legend(fig, [axes[0], ax], ncols=10)
+    legend_below(fig, [axes[0], ax], ncols=10, fontsize=7)
     fig.suptitle("Regression with condition number kappa: logits over time")
     save_figure(fig, out_png)
 
@@ -481,7 +462,7 @@ def plot_classification_flips_by_size(tables: dict[str, pl.DataFrame], out_png: 
         ax.set_xlabel("heads H")
         ax.set_ylabel("final one-token flip rate")
         ax.set_title(f"{setup} ({int(p['runs'][0])} seeds)", fontsize=9)
-    _figure_legend(fig, axes[:1])
+    legend_below(fig, axes[:1], ncols=6, fontsize=7)
     fig.suptitle("Final one-token flip rate (dashed: neutral-token replacements only)")
     save_figure(fig, out_png)
 
