@@ -818,38 +818,10 @@ def check_condition_i_about_half(summary: pl.DataFrame, half_band: float) -> lis
     cols = ["model", "dataset", "context_length", "n_heads", "n_non_sink"]
     cols += ["n_cond_i_s_non_sink", "frac_cond_i_s_non_sink"]
     _require(summary, cols, "oversmoothing summary")
-    rows = []
     test = f"|frac_cond_i_s_non_sink - 0.5| <= {half_band:g}"
-    for r in _largest_context(summary).iter_rows(named=True):
-        x = r["frac_cond_i_s_non_sink"]
-        if x is None or math.isnan(x):
-            rows.append(
-                _row(
-                    r["model"],
-                    r["dataset"],
-                    _condition_setting(r),
-                    "n/a",
-                    None,
-                    test,
-                    None,
-                    "every head is a sink head",
-                )
-            )
-            continue
-        counts = f"{r['n_cond_i_s_non_sink']} of {r['n_non_sink']} non-sink heads"
-        rows.append(
-            _row(
-                r["model"],
-                r["dataset"],
-                _condition_setting(r),
-                f"{counts} ({_pct(x)}) satisfy (i)",
-                x,
-                test,
-                abs(x - 0.5) <= half_band,
-                f"{counts} satisfy condition (i); basis: {CONDITION_BASIS} (Figs. 8-9 titles)",
-            )
-        )
-    return rows
+    return _condition_rows(
+        summary, "i", test, lambda x: abs(x - 0.5) <= half_band, lambda r: ""
+    )
 
 
 def check_condition_ii_few(summary: pl.DataFrame, few_max_fraction: float) -> list[Row]:
@@ -861,10 +833,29 @@ def check_condition_ii_few(summary: pl.DataFrame, few_max_fraction: float) -> li
     cols = ["model", "dataset", "context_length", "n_heads", "n_non_sink"]
     cols += ["n_cond_ii_s_non_sink", "frac_cond_ii_s_non_sink", "frac_cond_ii_non_sink"]
     _require(summary, cols, "oversmoothing summary")
-    rows = []
     test = f"frac_cond_ii_s_non_sink <= {few_max_fraction:g}"
+    return _condition_rows(
+        summary,
+        "ii",
+        test,
+        lambda x: x <= few_max_fraction,
+        lambda r: f"; for the unscaled head map W (not plotted): {_pct(r['frac_cond_ii_non_sink'])}",
+    )
+
+
+def _condition_rows(
+    summary: pl.DataFrame,
+    condition: str,
+    test: str,
+    passes: Callable[[float], bool],
+    extra_reason: Callable[[dict[str, Any]], str],
+) -> list[Row]:
+    """One row per model and dataset at the largest context length for condition ``(i)`` or
+    ``(ii)`` of Theorem 5.1 on the non-sink heads and map of Figs. 8-9 (``n_cond_<c>_s_non_sink``
+    of ``n_non_sink``); "n/a" where every head is a sink head."""
+    rows = []
     for r in _largest_context(summary).iter_rows(named=True):
-        x = r["frac_cond_ii_s_non_sink"]
+        x = r[f"frac_cond_{condition}_s_non_sink"]
         if x is None or math.isnan(x):
             rows.append(
                 _row(
@@ -879,18 +870,18 @@ def check_condition_ii_few(summary: pl.DataFrame, few_max_fraction: float) -> li
                 )
             )
             continue
-        counts = f"{r['n_cond_ii_s_non_sink']} of {r['n_non_sink']} non-sink heads"
+        counts = f"{r[f'n_cond_{condition}_s_non_sink']} of {r['n_non_sink']} non-sink heads"
         rows.append(
             _row(
                 r["model"],
                 r["dataset"],
                 _condition_setting(r),
-                f"{counts} ({_pct(x)}) satisfy (ii)",
+                f"{counts} ({_pct(x)}) satisfy ({condition})",
                 x,
                 test,
-                x <= few_max_fraction,
-                f"{counts} satisfy condition (ii); basis: {CONDITION_BASIS} (Figs. 8-9 titles); "
-                f"for the unscaled head map W (not plotted): {_pct(r['frac_cond_ii_non_sink'])}",
+                passes(x),
+                f"{counts} satisfy condition ({condition}); basis: {CONDITION_BASIS} (Figs. 8-9 "
+                f"titles){extra_reason(r)}",
             )
         )
     return rows
