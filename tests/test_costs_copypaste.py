@@ -69,6 +69,8 @@ def test_theorem_d1_bounds_contain_measured_costs() -> None:
     rows = {pattern: run_copypaste(2, 0.3, pattern, 0, params) for pattern in ("sink", "diagonal")}
     for pattern, row in rows.items():
         assert row["in_bounds"] and row["fit_ok"]
+        # the run records its setting, which the figure's title reads (not the defaults)
+        assert (row["C"], row["d"], row["T"]) == (2, 16, 10)
         assert row["min_margin"] == pytest.approx(row["kappa"], rel=1e-9)
         lo = row["L_sink"] if pattern == "sink" else row["L_diag"]
         hi = row["U_sink"] if pattern == "sink" else row["U_diag"]

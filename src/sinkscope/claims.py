@@ -965,10 +965,10 @@ def check_similarity_stays_positive(summary: pl.DataFrame) -> list[Row]:
 def check_toy_nuclear_norms(toy: pl.DataFrame, toy_rtol: float) -> list[Row]:
     """§7 (intro): on ``X = I_{T+1}`` the sink needs nuclear norm ``kappa sqrt(T+1)``, the diagonal
     ``kappa (T+1)``: the measured ratio diagonal / sink equals ``sqrt(T+1)``."""
+    from sinkscope.costs.toy import toy_ratio_deviation
+
     _require(toy, ["T", "ratio_diag_over_sink"], "costs toy")
-    expected = np.sqrt(toy["T"].to_numpy().astype(float) + 1.0)
-    rel = np.abs(toy["ratio_diag_over_sink"].to_numpy() / expected - 1.0)
-    worst = float(rel.max())
+    worst = toy_ratio_deviation(toy.to_dicts())
     return [
         _row(
             SYNTHETIC,
@@ -1029,10 +1029,12 @@ def check_backcopy_slopes(backcopy_slopes: pl.DataFrame, slope_tolerance: float)
 def check_backcopy_sink_cheaper(backcopy_runs: pl.DataFrame) -> list[Row]:
     """§7 / Theorem 7.1, Fig. 3 left: larger context lengths favour sinks: at the largest ``T``
     the sink block is cheaper than the diagonal one (mean total cost over seeds)."""
+    from sinkscope.costs.backcopy import sink_cheaper_reading
+
     _require(backcopy_runs, ["T", "pattern", "cost_total"], "backcopy_runs")
-    means = backcopy_runs.group_by("T", "pattern").agg(pl.col("cost_total").mean()).sort("T")
-    wide = means.pivot(on="pattern", index="T", values="cost_total").sort("T")
-    if "sink" not in wide.columns or "diagonal" not in wide.columns:
+    reading = sink_cheaper_reading(backcopy_runs.to_dicts())
+    if reading is None:
+        both = {"sink", "diagonal"} <= set(backcopy_runs["pattern"].to_list())
         return [
             _row(
                 SYNTHETIC,
@@ -1042,45 +1044,24 @@ def check_backcopy_sink_cheaper(backcopy_runs: pl.DataFrame) -> list[Row]:
                 None,
                 "sink < diagonal at the largest T",
                 None,
-                "the runs do not include both patterns",
+                "no T with runs of both patterns"
+                if both
+                else "the runs do not include both patterns",
             )
         ]
-    wide = wide.drop_nulls(["sink", "diagonal"])
-    if wide.height == 0:
-        return [
-            _row(
-                SYNTHETIC,
-                "-",
-                "both patterns",
-                "n/a",
-                None,
-                "sink < diagonal at the largest T",
-                None,
-                "no T with runs of both patterns",
-            )
-        ]
-    last = wide.row(wide.height - 1, named=True)
-    cheaper = [
-        int(t) for t, s, d in zip(wide["T"], wide["sink"], wide["diagonal"], strict=True) if s < d
-    ]
-    ratio = last["diagonal"] / last["sink"]
+    ratio = reading["ratio"]
     return [
         _row(
             SYNTHETIC,
             "-",
-            f"T={last['T']}",
-            f"sink {last['sink']:.1f} vs diagonal {last['diagonal']:.1f} (ratio {ratio:.2f})",
+            f"T={reading['T']}",
+            f"sink {reading['sink']:.1f} vs diagonal {reading['diagonal']:.1f} (ratio {ratio:.2f})",
             ratio,
             "diagonal / sink cost > 1 at the largest T",
             ratio > 1,
-            f"sink cheaper at T in {cheaper} of {wide['T'].to_list()}",
+            f"sink cheaper at T in {reading['cheaper_T']} of {reading['T_values']}",
         )
     ]
-
-
-def _fit(rows: pl.DataFrame) -> float:
-    fit = fit_slopes(rows.to_dicts(), "reff_over_delta2", "cost_total")
-    return next(iter(fit.values()))["slope"] if fit else float("nan")
 
 
 def check_copypaste_trends(
@@ -1098,6 +1079,8 @@ def check_copypaste_trends(
     two of its ``n`` 0.11 to 0.19, while every fixed-``n`` slope is within +-0.04). The pooled
     slope is reported beside it. With no ``n`` swept over two ``delta``, the pooled slope decides.
     """
+    from sinkscope.costs.copypaste import copypaste_slopes
+
     _require(copypaste_runs, ["pattern", "n", "reff_over_delta2", "cost_total"], "copypaste_runs")
     rows = []
     for pattern in ("sink", "diagonal"):
@@ -1122,12 +1105,7 @@ def check_copypaste_trends(
                 )
             )
             continue
-        pooled = _fit(runs)
-        within = [
-            (int(n), _fit(part))
-            for (n,), part in runs.sort("n").group_by("n", maintain_order=True)
-            if part["reff_over_delta2"].n_unique() >= 2
-        ]
+        pooled, within = copypaste_slopes(runs.to_dicts(), pattern)
         if within:
             worst = max(within, key=lambda pair: abs(pair[1]) if flat else -pair[1])[1]
             slopes = ", ".join(f"n={n}: {slope:.3f}" for n, slope in within)
@@ -1430,20 +1408,15 @@ def check_flip_rate_decreases(final: pl.DataFrame, min_difference: float) -> lis
     is lower than at the smallest by more than ``min_difference``. Fig. 21's setup (|V| = 41, no
     MLP, no LayerNorm) is used when the runs include it with both levels, otherwise all runs
     pooled over the other factors."""
+    from sinkscope.dynamics.classification import flip_rate_trend
+
     _require(final, ["n_heads", "n_layers", "flip_rate"], "classification final")
     rows = []
-    fig21 = final
-    if {"vocab_size", "use_mlp", "use_layernorm"} <= set(final.columns):
-        fig21 = final.filter(
-            (pl.col("vocab_size") == 41) & ~pl.col("use_mlp") & ~pl.col("use_layernorm")
-        )
     for factor in ("n_heads", "n_layers"):
-        runs, scope = fig21, "|V|=41, no MLP, no LayerNorm"
-        if fig21[factor].n_unique() < 2:
-            runs, scope = final, "all runs pooled"
-        levels = sorted(set(runs[factor].to_list()))
+        trend = flip_rate_trend(final, factor)
+        levels, scope = trend["levels"], trend["scope"]
         test = f"flip rate(min {factor}) - flip rate(max {factor}) > {min_difference:g}"
-        if len(levels) < 2:
+        if trend["low"] is None:
             rows.append(
                 _row(
                     SYNTHETIC,
@@ -1457,8 +1430,7 @@ def check_flip_rate_decreases(final: pl.DataFrame, min_difference: float) -> lis
                 )
             )
             continue
-        lo = float(runs.filter(pl.col(factor) == levels[0])["flip_rate"].mean())
-        hi = float(runs.filter(pl.col(factor) == levels[-1])["flip_rate"].mean())
+        lo, hi = trend["low"], trend["high"]
         rows.append(
             _row(
                 SYNTHETIC,
@@ -1469,7 +1441,7 @@ def check_flip_rate_decreases(final: pl.DataFrame, min_difference: float) -> lis
                 test,
                 lo - hi > min_difference,
                 f"mean final flip rate {lo:.3f} with {factor}={levels[0]}, {hi:.3f} with "
-                f"{factor}={levels[-1]} ({runs.height} runs)",
+                f"{factor}={levels[-1]} ({trend['n_runs']} runs)",
             )
         )
     return rows

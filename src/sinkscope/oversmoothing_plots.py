@@ -466,6 +466,14 @@ def plot_layers(per_layer: pl.DataFrame, out_png: str | os.PathLike[str]) -> Non
 # --------------------------------------------------------------------------- Fig. 7
 
 
+#: Fig. 7's markers: filled translucent dots for X, hollow rings for X+WZ (coinciding points of
+#: one head stay distinguishable).
+_FIG7_MARKERS: dict[str, dict[str, object]] = {
+    "x": {"ls": "", "marker": "o", "ms": 3.0, "color": "#1f77b4", "alpha": 0.75, "mew": 0.0},
+    "xwz": {"ls": "", "marker": "o", "ms": 6.0, "color": "#ff7f0e", "mfc": "none", "mew": 1.0},
+}
+
+
 def plot_head_errors(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) -> None:
     """Fig. 7: ``|rho - rho_hat|`` per head at the largest context length, for ``X`` (blue) and
     ``X + WZ`` (orange); heads ordered from the first to the last layer; one row per pair."""
@@ -478,8 +486,10 @@ def plot_head_errors(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) ->
         (ax,) = layout.panels[(model, dataset)]
         frame = _largest(_pair(per_head, model, dataset)).sort("layer", "head")
         index = _head_index(frame)
-        ax.plot(index, frame["abs_err_x"], "o", ms=3, color="#1f77b4", label="$X$")
-        ax.plot(index, frame["abs_err_xwz"], "o", ms=3, color="#ff7f0e", label="$X+WZ$")
+        # X: small filled dots; X+WZ: larger hollow rings around them, so a head whose two
+        # errors coincide shows a dot inside a ring and no marker hides the other
+        ax.plot(index, frame["abs_err_x"], **_FIG7_MARKERS["x"], label="$X$")
+        ax.plot(index, frame["abs_err_xwz"], **_FIG7_MARKERS["xwz"], label="$X+WZ$")
         top = float(max(frame["abs_err_x"].max(), frame["abs_err_xwz"].max()))
         if top > 0.05:
             ax.axhline(0.1, color="k", ls=":", lw=0.8)
@@ -494,8 +504,8 @@ def plot_head_errors(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) ->
         )
     t_max = int(per_head.filter(pl.col("dataset") != POOLED)["context_length"].max())
     handles = [
-        Line2D([], [], color="#1f77b4", ls="", marker="o", ms=4, label="$X$"),
-        Line2D([], [], color="#ff7f0e", ls="", marker="o", ms=4, label="$X+WZ$"),
+        Line2D([], [], **_FIG7_MARKERS["x"], label="$X$"),
+        Line2D([], [], **_FIG7_MARKERS["xwz"], label="$X+WZ$"),
     ]
     if bound_drawn:
         handles.append(Line2D([], [], color="k", ls=":", lw=0.8, label="0.1 (the paper's bound)"))

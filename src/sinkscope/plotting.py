@@ -60,6 +60,7 @@ __all__ = [
     "is_colorblind_safe",
     "mass_heatmaps_figure",
     "new_figure",
+    "percent_label",
     "plot_class_map",
     "plot_mass_heatmaps",
     "plot_summary_bars",
@@ -481,6 +482,13 @@ def pattern_legend_names(thresholds: HeadClassThresholds | None = None) -> dict[
     }
 
 
+def percent_label(percent: float) -> str:
+    """A bar's label: the share of heads in percent (``100 * frac_*`` of the summary) with one
+    decimal, as the claims table states it (``heads.*`` rows, ``measured``: e.g. ``sink
+    37.5%``), without the % sign."""
+    return f"{percent:.1f}" if np.isfinite(percent) else ""
+
+
 def summary_bars_figure(
     summary: pl.DataFrame,
     title: str = "Share of heads per attention pattern",
@@ -538,8 +546,8 @@ def summary_bars_figure(
             values = getattr(container, "datavalues", [])
             ax.bar_label(
                 container,
-                labels=[f"{v:.0f}" if np.isfinite(v) else "" for v in values],
-                fontsize=7,
+                labels=[percent_label(v) for v in values],
+                fontsize=6,
                 padding=1,
             )
         name = "pooled over datasets" if dataset == POOLED else dataset
@@ -573,7 +581,8 @@ def plot_summary_bars(
     into rows when they would exceed :data:`MAX_FIGURE_PIXELS`).
 
     Bars show percentages of heads with each *flag* (``is_sink``, ``is_diagonal``,
-    ``is_sink_prev``; a head can have several) and are labelled with their rounded value; the
-    legend states each flag's rule (with ``thresholds``, default the paper's).
+    ``is_sink_prev``; a head can have several) and are labelled with their value in percent with
+    one decimal (:func:`percent_label`: the number the ``heads.*`` claim rows state); the legend
+    states each flag's rule (with ``thresholds``, default the paper's).
     """
     save_figure(summary_bars_figure(summary, title, thresholds), out_png)

@@ -36,6 +36,7 @@ from sinkscope.plotting import legend_below, new_figure, save_figure
 __all__ = [
     "FIGURES",
     "KIND_COLORS",
+    "eviction_label",
     "plot_all",
     "plot_first_position_mass",
     "plot_nll_by_position",
@@ -43,6 +44,7 @@ __all__ = [
     "plot_recompute",
     "plot_sink_count",
     "plot_summary",
+    "recovered_label",
 ]
 
 #: Colour per policy kind.
@@ -383,6 +385,25 @@ def plot_first_position_mass(
     save_figure(fig, out_png)
 
 
+def eviction_label(log_ppl_ratio: float) -> str:
+    """Label of a window-only bar: the perplexity factor over dense, ``x`` + ``exp(log ratio)``
+    with two decimals, as claim ``streaming.eviction_hurts`` states it (``perplexity x2.31 vs
+    dense``); empty for a missing bar."""
+    return (
+        ""
+        if log_ppl_ratio is None or math.isnan(log_ppl_ratio)
+        else f"x{math.exp(log_ppl_ratio):.2f}"
+    )
+
+
+def recovered_label(fraction: float | None) -> str:
+    """Label of a point of :func:`plot_recompute`'s bottom row: the recovered fraction in percent
+    with one decimal, as claim ``streaming.sinks_restore`` states it; empty when undefined."""
+    if fraction is None or not math.isfinite(fraction):
+        return ""
+    return f"{100 * fraction:.1f}%"
+
+
 def plot_summary(
     tables: Mapping[str, pl.DataFrame], out_png: str | os.PathLike[str], title: str
 ) -> None:
@@ -415,18 +436,27 @@ def plot_summary(
         part = rows.filter(pl.col("kind") == kind)
         lookup = dict(zip(part["pair"], part["log_ppl_ratio"], strict=True))
         xs = np.arange(len(pairs)) + (index - (len(kinds) - 1) / 2) * width
-        ax.bar(
+        bars = ax.bar(
             xs,
             [lookup.get(p, np.nan) for p in pairs],
             width,
             color=KIND_COLORS[kind],
             label=KIND_LABELS[kind] + (f" (k={k0})" if kind != "window" else ""),
         )
+        if kind == "window":  # the perplexity factor of claim streaming.eviction_hurts
+            ax.bar_label(
+                bars,
+                labels=[eviction_label(lookup.get(p, np.nan)) for p in pairs],
+                fontsize=7,
+                padding=2,
+                rotation=90,
+            )
+    ax.margins(y=0.2)
     ax.axhline(0.0, color="black", lw=0.8)
     ax.set_xticks(np.arange(len(pairs)))
     ax.set_xticklabels(pairs, rotation=90, fontsize=8)
     ax.set_ylabel("log(ppl / dense ppl),\nevicting region")
-    ax.set_title(f"window L = {smallest}")
+    ax.set_title(f"window L = {smallest}\nlabels: window-only perplexity / dense perplexity")
     ax.grid(axis="y", alpha=0.3)
     if has_layers:
         ax = axes[1]
@@ -512,6 +542,18 @@ def plot_recompute(
                     x, fraction, marker="o", ls=KIND_STYLES[kind], color=KIND_COLORS[kind],
                     label=label,
                 )  # fmt: skip
+            if kind == "sink":  # the numbers of claim streaming.sinks_restore (k = k0)
+                for xi, value in zip(x, rows["recovered_fraction"].to_list(), strict=True):
+                    if recovered_label(value):
+                        bottom.annotate(
+                            recovered_label(value),
+                            (xi, value),
+                            xytext=(0, 7),
+                            textcoords="offset points",
+                            ha="center",
+                            fontsize=7,
+                            color=KIND_COLORS[kind],
+                        )
         top.axhline(0.0, color="0.3", ls=":", lw=1.0, label="re-computation")
         top.set_title(RECOMPUTE_TITLES[baseline], fontsize=10)
         bottom.axhline(1.0, color="0.3", ls=":", lw=1.0)

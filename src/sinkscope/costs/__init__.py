@@ -22,7 +22,6 @@ from sinkscope.costs.backcopy import (
 )
 from sinkscope.costs.copypaste import (
     DEFAULT_COPYPASTE_PARAMS,
-    TheoremD1Violation,
     run_copypaste,
     theorem_d1_bounds,
 )
@@ -37,7 +36,6 @@ __all__ = [
     "DEFAULT_E2E_GRID",
     "PAPER_BACKCOPY_GRID",
     "PAPER_COPYPASTE_GRID",
-    "TheoremD1Violation",
     "condition3",
     "condition3_grid",
     "condition3_vs_measured",

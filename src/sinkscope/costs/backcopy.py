@@ -71,6 +71,7 @@ __all__ = [
     "qk_structure",
     "run_backcopy",
     "run_backcopy_end_to_end",
+    "sink_cheaper_reading",
     "sink_construction",
     "solve_backcopy",
 ]
@@ -739,6 +740,35 @@ def fit_slopes(
         slope, intercept = np.polyfit(np.log(xs), np.log(ys), 1)
         out[pattern] = {"slope": float(slope), "intercept": float(intercept), "n": float(len(xs))}
     return out
+
+
+def sink_cheaper_reading(table: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Sink vs diagonal total cost at the largest ``T`` with runs of both patterns (claim
+    ``costs.backcopy_sink_cheaper`` and the title of Figure 3 left).
+
+    Mean ``cost_total`` over seeds per ``(T, pattern)``; returns ``{"T", "sink", "diagonal",
+    "ratio" (diagonal / sink), "cheaper_T" (the T where the sink is cheaper), "T_values" (every T
+    with both patterns)}``, or ``None`` when no ``T`` has runs of both patterns.
+    """
+    means: dict[tuple[int, str], list[float]] = {}
+    for r in table:
+        means.setdefault((int(r["T"]), str(r["pattern"])), []).append(float(r["cost_total"]))
+    both = sorted(
+        T for T in {T for T, _ in means} if (T, "sink") in means and (T, "diagonal") in means
+    )
+    if not both:
+        return None
+    mean = {key: float(np.mean(values)) for key, values in means.items()}
+    last = both[-1]
+    sink, diagonal = mean[(last, "sink")], mean[(last, "diagonal")]
+    return {
+        "T": last,
+        "sink": sink,
+        "diagonal": diagonal,
+        "ratio": diagonal / sink,
+        "cheaper_T": [T for T in both if mean[(T, "sink")] < mean[(T, "diagonal")]],
+        "T_values": both,
+    }
 
 
 def sink_construction(task: BackcopyTask, kappa: float) -> dict[str, Tensor]:

@@ -24,23 +24,27 @@ copy-paste ``c_c + phi_c mean(R)`` with ``phi in [1 - epsilon, 1 + epsilon]``.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from sinkscope.costs.backcopy import fit_slopes
 from sinkscope.costs.fitting import balance_vo, balanced_mlp_cost, fit_with_penalties, seed_run
 from sinkscope.costs.qk_convex import MarginProgram, exact_margins, padded, solve_margin_program
 from sinkscope.defaults import COPYPASTE_PARAMS
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "DEFAULT_COPYPASTE_PARAMS",
     "CopyPasteTask",
-    "TheoremD1Violation",
+    "copypaste_slopes",
     "diag_construction",
     "make_copypaste_task",
     "run_copypaste",
@@ -52,8 +56,28 @@ __all__ = [
 DEFAULT_COPYPASTE_PARAMS = COPYPASTE_PARAMS
 
 
-class TheoremD1Violation(AssertionError):
-    """A measured cost lies outside the bounds of Theorem D.1."""
+def copypaste_slopes(
+    table: Sequence[Mapping[str, Any]], pattern: str
+) -> tuple[float, list[tuple[int, float]]]:
+    """Log-log slopes of ``cost_total`` in ``r_eff(Sigma_D)/delta^2`` for one ``pattern``
+    (:func:`sinkscope.costs.fit_slopes`, mean over seeds): ``(pooled, [(n, slope), ...])`` --
+    the slope pooled over the whole sweep (NaN with fewer than two x values) and the slope at
+    each fixed number ``n`` of dormant tokens per group that has at least two x values, by
+    ascending ``n``. The numbers of claim ``costs.copypaste_trends`` and of the legend of
+    Figure 3 right."""
+    rows = [r for r in table if r["pattern"] == pattern]
+
+    def fit(part: Sequence[Mapping[str, Any]]) -> float:
+        slopes = fit_slopes(part, "reff_over_delta2", "cost_total")
+        return slopes[pattern]["slope"] if pattern in slopes else float("nan")
+
+    pooled = fit(rows) if len({float(r["reff_over_delta2"]) for r in rows}) >= 2 else float("nan")
+    within = []
+    for n in sorted({int(r["n"]) for r in rows}):
+        part = [r for r in rows if int(r["n"]) == n]
+        if len({float(r["reff_over_delta2"]) for r in part}) >= 2:
+            within.append((n, fit(part)))
+    return pooled, within
 
 
 @dataclass(frozen=True)
@@ -431,9 +455,11 @@ def run_copypaste(
     ``fit_relerr``, ``min_margin``, the bounds ``U_sink, L_sink, U_diag, L_diag`` (and tight
     lower bounds), ``lower_bound``/``upper_bound`` for this pattern, ``in_bounds``,
     ``certificate_above_lower`` (the certified query-key lower bound alone already exceeds the
-    theorem's lower bound), wall times. Raises :class:`TheoremD1Violation` if the measured cost
-    (the cost of an actual solution: an upper bound on the minimum) is below the theorem's lower
-    bound (a contradiction) or above its upper bound (then our solution is not minimal).
+    theorem's lower bound), wall times. A measured cost (the cost of an actual solution: an upper
+    bound on the minimum) below the theorem's lower bound (a contradiction) or above its upper
+    bound (then our solution is not minimal) is logged as a warning and recorded as
+    ``in_bounds = False``: the claim ``costs.theorem_d1_bounds`` then reads "not reproduced"
+    (the run is not failed, so the verdict can show it).
     """
     p = dict(DEFAULT_COPYPASTE_PARAMS)
     if params:
@@ -477,6 +503,7 @@ def run_copypaste(
         "seed": seed,
         "C": C,
         "d": d,
+        "T": int(p["T"]),
         "kappa": kappa,
         "score_norm": p["score_norm"],
         "reff_over_delta2": bounds["r_eff"] / float(delta) ** 2,
@@ -503,10 +530,11 @@ def run_copypaste(
             f"copy-paste n={n} delta={delta} {pattern}: fit error {row['fit_relerr']:.2e} > fit_tol"
         )
     if not row["in_bounds"]:
-        raise TheoremD1Violation(
-            f"Theorem D.1 violated for n={n}, delta={delta}, {pattern}: measured {total:.4g} "
-            f"(certified query-key lower bound {cost_qk_lower:.4g}) outside [{lo:.4g}, {hi:.4g}]"
-        )
+        log.warning(
+            "Theorem D.1 violated for n=%s, delta=%s, %s: measured %.4g (certified query-key "
+            "lower bound %.4g) outside [%.4g, %.4g]",
+            n, delta, pattern, total, cost_qk_lower, lo, hi,
+        )  # fmt: skip
     return row
 
 

@@ -19,14 +19,18 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from sinkscope.costs.backcopy import FRAME_EXTRA, fit_slopes
+from sinkscope.costs.backcopy import FRAME_EXTRA, fit_slopes, sink_cheaper_reading
+from sinkscope.costs.copypaste import copypaste_slopes
+from sinkscope.costs.toy import toy_ratio_deviation
 from sinkscope.heads import DIAGONAL, SINK
 from sinkscope.plotting import BINARY_CMAP, CLASS_COLORS, new_figure, save_figure
 
 __all__ = [
     "backcopy_costs_figure",
+    "backcopy_ratio_statement",
     "condition3_figure",
     "copypaste_costs_figure",
+    "copypaste_setting",
     "dimension_label",
     "plot_backcopy_costs",
     "plot_condition3",
@@ -82,6 +86,19 @@ def _by_x(
     )
 
 
+def backcopy_ratio_statement(table: Sequence[Mapping[str, Any]]) -> str:
+    """The second title line of Figure 3 left: diagonal / sink total cost at the largest ``T``
+    (:func:`.backcopy.sink_cheaper_reading`, the number of claim ``costs.backcopy_sink_cheaper``);
+    empty without a ``T`` that has runs of both patterns."""
+    reading = sink_cheaper_reading(table)
+    if reading is None:
+        return ""
+    return (
+        f"\nat T={reading['T']}: sink {reading['sink']:.1f} vs diagonal "
+        f"{reading['diagonal']:.1f} (ratio {reading['ratio']:.2f})"
+    )
+
+
 def backcopy_costs_figure(table: Sequence[Mapping[str, Any]], title: str = "") -> Figure:
     """The figure of :func:`plot_backcopy_costs` (not yet written)."""
     fig = new_figure(11.0, 5.4)
@@ -101,7 +118,7 @@ def backcopy_costs_figure(table: Sequence[Mapping[str, Any]], title: str = "") -
             color=c,
             marker="o",
             capsize=3,
-            label=f"{pattern} (slope {slopes[pattern]['slope']:.2f})",
+            label=f"{pattern} (slope {slopes[pattern]['slope']:.3f})",
         )
         x, m, lo, hi = _by_x(rows, "T", "cost_qk")
         ax_qk.errorbar(
@@ -111,7 +128,7 @@ def backcopy_costs_figure(table: Sequence[Mapping[str, Any]], title: str = "") -
             color=c,
             marker="o",
             capsize=3,
-            label=f"{pattern} QK (slope {slopes_qk[pattern]['slope']:.2f})",
+            label=f"{pattern} QK (slope {slopes_qk[pattern]['slope']:.3f})",
         )
         x, ml, _, _ = _by_x(rows, "T", "cost_qk_lower")
         ax_qk.plot(x, ml, color=c, ls=":", marker="x", label=f"{pattern} QK certified lower bound")
@@ -127,7 +144,11 @@ def backcopy_costs_figure(table: Sequence[Mapping[str, Any]], title: str = "") -
         ax.set_ylabel(lab)
         ax.grid(True, which="both", alpha=0.3)
         _legend_below(ax, ncol=2)
-    ax_tot.set_title(f"total, mean of {seeds} seed{'s' if seeds != 1 else ''} (bars: min-max)")
+    ax_tot.set_title(
+        f"total, mean of {seeds} seed{'s' if seeds != 1 else ''} (bars: min-max)"
+        + backcopy_ratio_statement(table),
+        fontsize=10,
+    )
     norm = "d" if first.get("score_norm") == "d" else "sqrt(d)"
     ax_qk.set_title(f"query-key part, kappa={first.get('kappa', '?')}, scores/{norm}")
     setting = []
@@ -276,8 +297,11 @@ def copypaste_costs_figure(table: Sequence[Mapping[str, Any]]) -> Figure:
         c = COLORS[pattern]
         x = np.array([r["reff_over_delta2"] for r in rows])
         y = np.array([r["cost_total"] for r in rows])
+        pooled, within = copypaste_slopes(rows, pattern)
+        slope_of = dict(within)
         for k, n in enumerate(sorted({r["n"] for r in rows})):
             sel = [i for i, r in enumerate(rows) if r["n"] == n]
+            slope = f" (slope {slope_of[int(n)]:.3f})" if int(n) in slope_of else ""
             ax.plot(
                 x[sel],
                 y[sel],
@@ -285,8 +309,11 @@ def copypaste_costs_figure(table: Sequence[Mapping[str, Any]]) -> Figure:
                 marker="osD^v<>"[k % 7],
                 ls="-",
                 lw=0.8,
-                label=f"{pattern}, {n} dormant tokens/group",
+                label=f"{pattern}, {n} dormant tokens/group{slope}",
             )
+        if np.isfinite(pooled):
+            # no line: a legend entry stating the slope pooled over the whole sweep
+            ax.plot([], [], ls="", label=f"{pattern}: pooled slope {pooled:.3f}")
         lo = np.array([r["lower_bound"] for r in rows])
         hi = np.array([r["upper_bound"] for r in rows])
         xd = x * _DODGE[pattern]
@@ -311,12 +338,26 @@ def copypaste_costs_figure(table: Sequence[Mapping[str, Any]]) -> Figure:
     ax_b.set_title(
         "measured cost within Theorem D.1's bounds (sink left, diagonal right)", fontsize=9
     )
-    first = table[0] if table else {}
-    setting = f"C={first.get('C')}, d={first.get('d')}"
-    if "T" in first:
-        setting += f", T={first['T']}"
-    ax.set_title(f"generic copy-paste, {setting}, kappa={first.get('kappa')}", fontsize=9)
+    ax.set_title(
+        f"generic copy-paste, {copypaste_setting(table)}\nlog-log slopes of the cost in the legend",
+        fontsize=9,
+    )
     return fig
+
+
+def _values(table: Sequence[Mapping[str, Any]], key: str) -> str:
+    """``key``'s value in the runs (``a`` or ``{a, b}`` when they differ; ``?`` if absent)."""
+    values = sorted({r[key] for r in table if r.get(key) is not None})
+    if not values:
+        return "?"
+    text = [f"{v:g}" if isinstance(v, float) else str(v) for v in values]
+    return text[0] if len(text) == 1 else "{" + ", ".join(text) + "}"
+
+
+def copypaste_setting(table: Sequence[Mapping[str, Any]]) -> str:
+    """``C=.., d=.., T=.., kappa=..`` of the copy-paste runs, read from the runs' rows (so the
+    figure states the config's values, not the defaults)."""
+    return ", ".join(f"{key}={_values(table, key)}" for key in ("C", "d", "T", "kappa"))
 
 
 def plot_copypaste_costs(
@@ -355,7 +396,11 @@ def toy_figure(table: Sequence[Mapping[str, Any]]) -> Figure:
     ax.set_yscale("log")
     ax.set_xlabel("context length T")
     ax.set_ylabel(r"$\|W_{QK}\|_*$")
-    ax.set_title(f"Nuclear-norm toy (X = I, kappa = {float(table[0]['kappa']):g})")
+    ax.set_title(
+        f"Nuclear-norm toy (X = I, kappa = {float(table[0]['kappa']):g})\n"
+        f"largest |diagonal / sink / sqrt(T+1) - 1| = {toy_ratio_deviation(table):.2g}",
+        fontsize=10,
+    )
     _legend_below(ax, ncol=2)
     return fig
 

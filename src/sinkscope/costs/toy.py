@@ -9,12 +9,12 @@ nuclear norm, so the costs are ``kappa sqrt(T+1)`` and ``kappa (T+1)``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["toy_matrices", "toy_table"]
+__all__ = ["toy_matrices", "toy_ratio_deviation", "toy_table"]
 
 
 def toy_matrices(T: int, kappa: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
@@ -53,3 +53,14 @@ def toy_table(T_values: Sequence[int], kappa: float = 1.0) -> list[dict[str, Any
             }
         )
     return rows
+
+
+def toy_ratio_deviation(table: Sequence[Mapping[str, Any]]) -> float:
+    """Largest relative deviation ``|ratio_diag_over_sink / sqrt(T+1) - 1|`` over the rows of
+    :func:`toy_table` (the number of claim ``costs.toy_nuclear_norm`` and of the toy figure's
+    title)."""
+    if not table:
+        raise ValueError("toy_ratio_deviation needs at least one row")
+    return max(
+        abs(float(r["ratio_diag_over_sink"]) / math.sqrt(float(r["T"]) + 1.0) - 1.0) for r in table
+    )

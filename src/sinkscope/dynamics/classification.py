@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 import polars as pl
 import torch
@@ -53,6 +54,7 @@ from sinkscope.dynamics.grids import PAPER_CLASSIFICATION, classification_grid
 __all__ = [
     "PAPER_CLASSIFICATION",
     "classification_grid",
+    "flip_rate_trend",
     "make_classification_data",
     "run_classification",
     "summarize_classification",
@@ -306,3 +308,35 @@ def summarize_classification(results: list[dict[str, pl.DataFrame]]) -> dict[str
         .sort(keys)
     )
     return {"final": final, "curve": curve, "attention": attention, "by_setup": by_setup}
+
+
+#: Figure 21's setup: |V| = 41, no MLP, no LayerNorm (the runs the flip-rate trend is read on).
+FIG21_SCOPE = "|V|=41, no MLP, no LayerNorm"
+
+
+def flip_rate_trend(final: pl.DataFrame, factor: str) -> dict[str, Any]:
+    """Mean final flip rate at the smallest and the largest value of ``factor`` (``"n_heads"`` or
+    ``"n_layers"``), the numbers of claim ``dynamics.flip_rate_decreases`` and of the title of the
+    flip-rate-by-size figure.
+
+    Read on Figure 21's setup (:data:`FIG21_SCOPE`) when the runs include it with two values of
+    ``factor``, otherwise on all runs pooled over the other factors. Returns ``{"scope",
+    "levels" (sorted values of factor), "n_runs", "low" (mean at the smallest), "high" (at the
+    largest)}``; ``low`` / ``high`` are ``None`` with fewer than two levels.
+    """
+    fig21 = final
+    if {"vocab_size", "use_mlp", "use_layernorm"} <= set(final.columns):
+        fig21 = final.filter(
+            (pl.col("vocab_size") == 41) & ~pl.col("use_mlp") & ~pl.col("use_layernorm")
+        )
+    runs, scope = fig21, FIG21_SCOPE
+    if fig21[factor].n_unique() < 2:
+        runs, scope = final, "all runs pooled"
+    levels = sorted(set(runs[factor].to_list()))
+    out: dict[str, Any] = {
+        "scope": scope, "levels": levels, "n_runs": runs.height, "low": None, "high": None
+    }  # fmt: skip
+    if len(levels) >= 2:
+        out["low"] = float(runs.filter(pl.col(factor) == levels[0])["flip_rate"].mean())
+        out["high"] = float(runs.filter(pl.col(factor) == levels[-1])["flip_rate"].mean())
+    return out

@@ -18,11 +18,13 @@ import seaborn as sns
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
+from sinkscope.dynamics.classification import flip_rate_trend
 from sinkscope.dynamics.induction import loss_floor
 from sinkscope.plotting import legend_below, new_figure, save_figure
 
 __all__ = [
     "FIGURES",
+    "flip_trend_statement",
     "plot_classification_attention",
     "plot_classification_flips",
     "plot_classification_flips_by_size",
@@ -35,6 +37,7 @@ __all__ = [
     "plot_vs_polarization",
     "plot_vs_regression",
     "plot_vs_tied",
+    "polarized_statement",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -71,6 +74,26 @@ def _runs(tables: dict[str, pl.DataFrame], **match) -> pl.DataFrame:
     if final.is_empty():
         raise MissingRuns(f"no value-softmax run with {match}")
     return final.filter(pl.col("seed") == final["seed"].min()).sort("run_id")
+
+
+#: The columns ``summarize_value_softmax`` groups ``by_variant`` by (one row per setting).
+_VARIANT_KEYS = ("experiment", "loss", "activation", "n", "d", "kappa", "target", "kl_sharpness")
+
+
+def polarized_statement(tables: dict[str, pl.DataFrame], run: dict) -> str:
+    """``polarized 60.0% of 5 runs``: the share of seeds of ``run``'s setting whose top weight
+    ends >= 0.9, read from ``by_variant`` (the row the ``dynamics.*_polarizes`` /
+    ``*_no_polarization`` claims state, in their format); empty without ``by_variant``."""
+    by = tables.get("by_variant")
+    if by is None:
+        return ""
+    for key in _VARIANT_KEYS:
+        if key in by.columns:
+            by = by.filter(pl.col(key).eq_missing(run.get(key)))
+    if by.height != 1:
+        raise ValueError(f"by_variant has {by.height} rows for run {run.get('run_id')!r}")
+    row = by.row(0, named=True)
+    return f"polarized {100 * row['polarized_share']:.1f}% of {row['runs']} runs"
 
 
 def _traj(tables: dict[str, pl.DataFrame], run_id: str) -> pl.DataFrame:
@@ -119,7 +142,7 @@ def plot_vs_polarization(tables: dict[str, pl.DataFrame], out_png: PathLike) -> 
     fig.suptitle(
         f"Value-softmax, logistic loss (n={row['n']}, d={row['d']}, seed {row['seed']}): "
         f"final top weight {row['top_weight']:.3f}, order of u kept for "
-        f"{row['order_preserved']:.0%} of pairs"
+        f"{row['order_preserved']:.0%} of pairs; all seeds: {polarized_statement(tables, row)}"
     )
     save_figure(fig, out_png)
 
@@ -166,7 +189,8 @@ def plot_vs_activations(tables: dict[str, pl.DataFrame], out_png: PathLike) -> N
             row = _runs(tables, **match).row(0, named=True)
             _lines(axes[r, c], _traj(tables, row["run_id"]), "weight")
             axes[r, c].set_title(
-                f"{loss} / {act}: entropy {row['entropy']:.2f}, top {row['top_weight']:.2f}",
+                f"{loss} / {act}: entropy {row['entropy']:.2f}, top {row['top_weight']:.2f}\n"
+                f"all seeds: {polarized_statement(tables, row)}",
                 fontsize=9,
             )
             axes[r, c].set_ylim(-0.02, 1.02)
@@ -424,6 +448,25 @@ def plot_classification_flips(tables: dict[str, pl.DataFrame], out_png: PathLike
     save_figure(fig, out_png)
 
 
+def flip_trend_statement(final: pl.DataFrame) -> str:
+    """The mean final flip rate at the fewest and the most heads and layers
+    (:func:`.classification.flip_rate_trend`, the numbers of claim
+    ``dynamics.flip_rate_decreases``, in its format), one line per factor, e.g. ``H 1 -> 4 (|V|=41,
+    no MLP, no LayerNorm): flip rate 0.400 -> 0.100``."""
+    parts = []
+    for factor, name in (("n_heads", "H"), ("n_layers", "L")):
+        trend = flip_rate_trend(final, factor)
+        levels = trend["levels"]
+        if trend["low"] is None:
+            parts.append(f"{name}: one value only ({trend['scope']})")
+        else:
+            parts.append(
+                f"{name} {levels[0]} -> {levels[-1]} ({trend['scope']}): "
+                f"flip rate {trend['low']:.3f} -> {trend['high']:.3f}"
+            )
+    return "\n".join(parts)
+
+
 def plot_classification_flips_by_size(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
     """Figure 21's question in one panel per |V| / MLP / LayerNorm setup: final flip rate (all
     replacements: solid; neutral tokens only: dashed) against the number of heads, one line per
@@ -463,7 +506,10 @@ def plot_classification_flips_by_size(tables: dict[str, pl.DataFrame], out_png: 
         ax.set_ylabel("final one-token flip rate")
         ax.set_title(f"{setup} ({int(p['runs'][0])} seeds)", fontsize=9)
     legend_below(fig, axes[:1], ncols=6, fontsize=7)
-    fig.suptitle("Final one-token flip rate (dashed: neutral-token replacements only)")
+    fig.suptitle(
+        "Final one-token flip rate (dashed: neutral-token replacements only)\n"
+        + flip_trend_statement(tables["final"])
+    )
     save_figure(fig, out_png)
 
 
