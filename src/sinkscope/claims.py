@@ -41,19 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 
-from sinkscope.costs.backcopy import fit_slopes
-from sinkscope.geometry import (
-    bos_max_readings,
-    bos_max_statement,
-    middle_layers,
-    value_norm_statement,
-)
 from sinkscope.heads import POOLED  # the pooled pseudo-dataset of the summary tables
 from sinkscope.io import atomic_path, write_table
-from sinkscope.oversmoothing import CONDITION_BASIS, approximation_offsets
+
+# sinkscope.geometry, .oversmoothing and .costs import torch: the checks that use their helpers
+# import them when they run, so importing this module (and rendering the claims that need none of
+# them) does not load torch.
 
 __all__ = [
     "CLAIMS",
@@ -373,6 +368,8 @@ def check_bos_cosine_middle_layers(bos_alignment: pl.DataFrame, bos_cosine_max: 
         ],
         "bos_alignment",
     )
+    from sinkscope.geometry import bos_max_readings, bos_max_statement
+
     rows = []
     pooled = bos_alignment.filter(pl.col("dataset") == POOLED)
     table = pooled if pooled.height else bos_alignment
@@ -470,6 +467,8 @@ def check_sink_representable(
 def check_value_rank_middle_layers(value_rank: pl.DataFrame, near_full_rank: float) -> list[Row]:
     """App. E.2 / Fig. 12 (used by Prop. 6.1): value matrices have (near) full relative rank in the
     middle layers: the median relative rank of every middle layer is ``>= near_full_rank``."""
+    from sinkscope.geometry import middle_layers
+
     _require(value_rank, ["model", "dataset", "layer", "median", "min"], "value_rank")
     rows = []
     for (model, dataset), v in _model_dataset_order(value_rank).group_by(
@@ -479,6 +478,15 @@ def check_value_rank_middle_layers(value_rank: pl.DataFrame, near_full_rank: flo
         n_layers = int(v["layer"].max()) + 1
         middle = middle_layers(n_layers)
         vm = v.filter(pl.col("layer").is_in(middle))
+        test = f"per-layer median relative rank >= {near_full_rank:g} in every middle layer"
+        if vm.height == 0:
+            rows.append(
+                _row(
+                    str(model), str(dataset), f"middle layers {middle[0]}..{middle[-1]}", "n/a",
+                    None, test, None, "the value_rank table holds none of the middle layers",
+                )
+            )
+            continue
         worst = vm.sort("median").row(0, named=True)
         ok = vm.filter(pl.col("median") >= near_full_rank).height
         rows.append(
@@ -489,7 +497,7 @@ def check_value_rank_middle_layers(value_rank: pl.DataFrame, near_full_rank: flo
                 f"lowest layer median {worst['median']:.3f} (layer {worst['layer']}); "
                 f"minimum {float(vm['min'].min()):.3f}",
                 float(worst["median"]),
-                f"per-layer median relative rank >= {near_full_rank:g} in every middle layer",
+                test,
                 ok == vm.height,
                 f"{ok} of {vm.height} middle layers have median relative rank >= {near_full_rank:g}",
             )
@@ -514,6 +522,8 @@ def check_sink_bos_value_norm(
         ["model", "dataset", "group", "n_heads", "ratio", "ratio_lo", "ratio_hi"],
         "bos_value_norm_classes",
     )
+    from sinkscope.geometry import value_norm_statement
+
     rows = []
     table = _model_dataset_order(bos_value_norm_classes)
     for (model, dataset), c in table.group_by("model", "dataset", maintain_order=True):
@@ -662,14 +672,16 @@ def check_mean_approximation(
         ],
         "summary",
     )
+    from sinkscope.oversmoothing import approximation_offsets
+
     test = f"largest |gap| / range across T' <= {approximation_relative_offset:g} for X and X+WZ"
     rows = []
     offsets = _model_dataset_order(approximation_offsets(summary))
     for r in offsets.iter_rows(named=True):
         lengths = sorted(
-            summary.filter(
-                (pl.col("model") == r["model"]) & (pl.col("dataset") == r["dataset"])
-            )["context_length"].to_list()
+            summary.filter((pl.col("model") == r["model"]) & (pl.col("dataset") == r["dataset"]))[
+                "context_length"
+            ].to_list()
         )
         setting = f"T' in {lengths}"
         if r["rel_offset"] is None:
@@ -819,9 +831,7 @@ def check_condition_i_about_half(summary: pl.DataFrame, half_band: float) -> lis
     cols += ["n_cond_i_s_non_sink", "frac_cond_i_s_non_sink"]
     _require(summary, cols, "oversmoothing summary")
     test = f"|frac_cond_i_s_non_sink - 0.5| <= {half_band:g}"
-    return _condition_rows(
-        summary, "i", test, lambda x: abs(x - 0.5) <= half_band, lambda r: ""
-    )
+    return _condition_rows(summary, "i", test, lambda x: abs(x - 0.5) <= half_band, lambda r: "")
 
 
 def check_condition_ii_few(summary: pl.DataFrame, few_max_fraction: float) -> list[Row]:
@@ -839,7 +849,9 @@ def check_condition_ii_few(summary: pl.DataFrame, few_max_fraction: float) -> li
         "ii",
         test,
         lambda x: x <= few_max_fraction,
-        lambda r: f"; for the unscaled head map W (not plotted): {_pct(r['frac_cond_ii_non_sink'])}",
+        lambda r: (
+            f"; for the unscaled head map W (not plotted): {_pct(r['frac_cond_ii_non_sink'])}"
+        ),
     )
 
 
@@ -853,6 +865,8 @@ def _condition_rows(
     """One row per model and dataset at the largest context length for condition ``(i)`` or
     ``(ii)`` of Theorem 5.1 on the non-sink heads and map of Figs. 8-9 (``n_cond_<c>_s_non_sink``
     of ``n_non_sink``); "n/a" where every head is a sink head."""
+    from sinkscope.oversmoothing import CONDITION_BASIS
+
     rows = []
     for r in _largest_context(summary).iter_rows(named=True):
         x = r[f"frac_cond_{condition}_s_non_sink"]
@@ -897,6 +911,8 @@ def check_predicted_signs(summary: pl.DataFrame, most: float) -> list[Row]:
     cols = ["model", "dataset", "context_length", "n_predicted_s"]
     cols += ["agree_attn_s", "agree_unif_s", "agree_both_s"]
     _require(summary, cols, "oversmoothing summary")
+    from sinkscope.oversmoothing import CONDITION_BASIS
+
     rows = []
     test = f"agree_both_s > {most:g}"
     for r in _largest_context(summary).iter_rows(named=True):
@@ -1137,7 +1153,11 @@ def check_copypaste_trends(
 
 def check_theorem_d1_bounds(copypaste_runs: pl.DataFrame) -> list[Row]:
     """Theorem D.1 (App. D): every measured copy-paste cost lies inside the theorem's lower and
-    upper bounds for its pattern (``in_bounds`` of every run)."""
+    upper bounds for its pattern: ``lower_bound <= cost_total <= upper_bound`` for every run.
+
+    A run counts as inside only if both its numbers and its ``in_bounds`` flag say so: the verdict
+    follows the quantity the theorem is about, and a table whose flag and numbers disagree cannot
+    pass on either alone."""
     _require(
         copypaste_runs,
         ["pattern", "in_bounds", "cost_total", "lower_bound", "upper_bound"],
@@ -1146,7 +1166,11 @@ def check_theorem_d1_bounds(copypaste_runs: pl.DataFrame) -> list[Row]:
     rows = []
     for pattern in sorted(set(copypaste_runs["pattern"].to_list()), reverse=True):
         runs = copypaste_runs.filter(pl.col("pattern") == pattern)
-        inside = int(runs["in_bounds"].sum())
+        inside = runs.filter(
+            pl.col("in_bounds")
+            & (pl.col("lower_bound") <= pl.col("cost_total"))
+            & (pl.col("cost_total") <= pl.col("upper_bound"))
+        ).height
         rows.append(
             _row(
                 SYNTHETIC,
@@ -1787,6 +1811,17 @@ def _not_run_rows(claim: Claim, missing: Sequence[str], models: Sequence[str]) -
     ]
 
 
+def _no_rows_row(claim: Claim) -> Row:
+    """The one row of a claim whose check found nothing to read in tables that exist (e.g. no
+    sink count within ``max_sink_tokens``, no sink or diagonal back-copy runs): the claim stays
+    in the table as not applicable instead of vanishing from it."""
+    inputs = ", ".join(claim.inputs)
+    return _row(
+        "-", "-", "-", "-", None, "-", None,
+        f"the input tables ({inputs}) hold no rows this claim can be read on",
+    )
+
+
 def evaluate_claims(
     tables: Mapping[str, pl.DataFrame | None],
     tolerances: Mapping[str, Mapping[str, Any]] | None = None,
@@ -1796,7 +1831,8 @@ def evaluate_claims(
     """Run every claim's check on the summary ``tables`` (keys as in :data:`TABLE_ANALYSIS`).
 
     A claim whose input tables are absent (or ``None``) gets ``not applicable`` rows with reason
-    :data:`NOT_RUN` -- one per model in ``models`` for the per-model analyses. ``tolerances``:
+    :data:`NOT_RUN` -- one per model in ``models`` for the per-model analyses; a claim whose check
+    finds no rows to read in tables that exist gets one ``not applicable`` row that says so. ``tolerances``:
     the config's ``claims`` section (merged over :data:`DEFAULT_TOLERANCES`). Returns the table
     with :data:`COLUMNS`, in registry order.
     """
@@ -1811,7 +1847,7 @@ def evaluate_claims(
             _not_run_rows(claim, missing, models)
             if missing
             else claim.check({k: v for k, v in tables.items() if v is not None}, tol)
-        )
+        ) or [_no_rows_row(claim)]
         meta = {
             "claim_id": claim.id,
             "claim": claim.claim,

@@ -1,0 +1,606 @@
+"""Every claim can fail: for each claim of ``sinkscope.claims.CLAIMS`` a planted input where the
+claim holds and one where it does not, built by one function of the quantity the claim is about
+(so the two inputs differ only in that quantity), run through the registry
+(:func:`sinkscope.claims.evaluate_claims` with the default tolerances). Where the claim has a
+tolerance, the planted values sit on either side of the one in ``claims.DEFAULT_TOLERANCES`` (read
+here, not copied), so the test follows the stated tolerance. Inputs the claim says nothing about
+(no dense heads, only trivially separable cases, ...) must give ``not applicable``, never
+``reproduced``.
+
+Also: every tolerance is documented in the config schema with a reason, and importing
+``sinkscope.claims`` does not load torch.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+import pytest
+
+from sinkscope import claims as C
+from sinkscope.config import load_schema
+from sinkscope.costs import toy_table
+from sinkscope.heads import summarize
+from tests.test_claims import (
+    DIAG,
+    OTHER,
+    PREV,
+    SINK,
+    approximation_curves,
+    bos_alignment,
+    by_variant,
+    copypaste_runs,
+    head_table,
+    oversmoothing_tables,
+    slopes_table,
+    streaming_recompute,
+    streaming_sink_heads,
+    summary_row,
+)
+
+TOL = C.DEFAULT_TOLERANCES
+Tables = dict[str, pl.DataFrame]
+
+
+@dataclass(frozen=True)
+class Flip:
+    """``build(x)``: the claim's input tables with the planted quantity ``x``; the claim holds for
+    every ``x`` in ``holds`` and not for any in ``fails``. ``not_applicable``: builders of inputs
+    the claim says nothing about (only trivially true cases, nothing to compare)."""
+
+    build: Callable[[Any], Tables]
+    holds: Sequence[Any]
+    fails: Sequence[Any]
+    not_applicable: Sequence[Callable[[], Tables]] = ()
+
+
+def edges(n: int, passes: Callable[[float], bool]) -> tuple[list[int], list[int]]:
+    """Counts ``k`` of ``n`` next to the tolerance: those whose share ``k / n`` passes while a
+    neighbour fails, and those that fail while a neighbour passes (the planted values on either
+    side of the tolerance). ``passes`` is the claim's reading written from the tolerance."""
+    ok = [passes(k / n) for k in range(n + 1)]
+
+    def at_edge(k: int) -> bool:
+        return any(0 <= j <= n and ok[j] != ok[k] for j in (k - 1, k + 1))
+
+    inside = [k for k in range(n + 1) if ok[k] and at_edge(k)]
+    outside = [k for k in range(n + 1) if not ok[k] and at_edge(k)]
+    assert inside and outside, f"the tolerance does not fall inside 0..{n}"
+    return inside, outside
+
+
+# =============================================================================== heads
+
+
+def heads(n: int, **counts: int) -> Tables:
+    """``head_classes`` (heads.summarize) of one model with ``n`` planted heads: ``sink``,
+    ``diag``, ``prev`` heads of each kind, the rest attending nowhere in particular."""
+    masses = [SINK] * counts.get("sink", 0) + [DIAG] * counts.get("diag", 0)
+    masses += [PREV] * counts.get("prev", 0)
+    assert len(masses) <= n
+    masses += [OTHER] * (n - len(masses))
+    return {"head_classes": summarize([head_table("m", "d1", masses)])}
+
+
+SINK_FLOOR = TOL["heads"]["sink_min_fraction"]
+SINK_IN, SINK_OUT = edges(100, lambda x: x >= SINK_FLOOR)
+DIAG_LO, DIAG_HI = TOL["heads"]["diagonal_fraction_range"]
+DIAG_IN, DIAG_OUT = edges(1000, lambda x: DIAG_LO <= x <= DIAG_HI)
+PREV_LO, PREV_HI = TOL["heads"]["sink_prev_fraction_range"]
+PREV_IN, PREV_OUT = edges(200, lambda x: PREV_LO <= x <= PREV_HI)
+
+# =============================================================================== geometry
+
+BOS_MAX = TOL["geometry"]["bos_cosine_max"]
+
+
+def bos_cosines(x: float) -> Tables:
+    """8 layers (middle 2..5); the largest middle-layer maximum cosine is ``x``."""
+    low = BOS_MAX - 0.3
+    return {"geometry_bos_alignment": bos_alignment([0.5, 0.5, low, x, low, low, 0.7, 0.8])}
+
+
+REPRESENTABLE = TOL["geometry"]["representable_min_fraction"]
+REP_IN, REP_OUT = edges(6, lambda x: x >= REPRESENTABLE)
+
+
+def statements(n_cases: int, n_trivial: int, n_representable: int) -> Tables:
+    """geometry's ``statements`` row of ``sink_representable``: ``n_representable`` of the
+    ``n_cases - n_trivial`` non-trivial (layer, sequence) pairs satisfy the condition."""
+    nontrivial = n_cases - n_trivial
+    value = n_representable / nontrivial if nontrivial else None
+    frame = pl.DataFrame(
+        {
+            "model": ["m"],
+            "claim": "sink_representable",
+            "value": [value],
+            "statement": "planted",
+            "n_cases": [n_cases],
+            "n_trivial": [n_trivial],
+        },
+        schema_overrides={"value": pl.Float64},
+    )
+    return {"geometry_statements": frame}
+
+
+NEAR_FULL = TOL["geometry"]["near_full_rank"]
+
+
+def value_ranks(x: float) -> Tables:
+    """8 layers (middle 2..5); the lowest middle-layer median relative rank is ``x``."""
+    medians = [0.2, 0.5, 1.0, x, 1.0, 1.0, 1.0, 0.3]
+    frame = pl.DataFrame(
+        {"model": "m", "dataset": "d", "layer": range(8), "median": medians, "min": [0.1] * 8}
+    )
+    return {"geometry_value_rank": frame}
+
+
+VALUE_RATIO = TOL["geometry"]["bos_value_ratio_max"]
+
+
+def value_norm_classes(hi: float | None, n_sink: int = 5, n_other: int = 10) -> Tables:
+    """``bos_value_norm_classes`` of one model: the sink / other ratio's bootstrap interval ends at
+    ``hi`` (point estimate 0.8 hi, lower end 0.6 hi)."""
+    groups = [("not_sink", n_other)] + ([("is_sink", n_sink)] if n_sink else [])
+    floats = {
+        "sink_median": 0.1,
+        "other_median": 0.3,
+        "ratio": None if hi is None else 0.8 * hi,
+        "ratio_lo": None if hi is None else 0.6 * hi,
+        "ratio_hi": hi,
+        "ratio_dataset_min": None if hi is None else 0.8 * hi,
+        "ratio_dataset_max": None if hi is None else 0.8 * hi,
+        "level": 0.95,
+    }
+    is_sink = [g == "is_sink" for g, _ in groups]
+    frame = pl.DataFrame(
+        {
+            "model": "m",
+            "dataset": "all",
+            "group": [g for g, _ in groups],
+            "n_heads": [k for _, k in groups],
+            "n_sink": [n_sink if s else None for s in is_sink],
+            "n_other": [n_other if s else None for s in is_sink],
+            **{c: [v if s else None for s in is_sink] for c, v in floats.items()},
+        },
+        schema_overrides=dict.fromkeys(floats, pl.Float64),
+    )
+    return {"geometry_bos_value_norm_classes": frame}
+
+
+# =============================================================================== oversmoothing
+
+APPROX = TOL["oversmoothing"]["approximation_error"]
+MOST = TOL["oversmoothing"]["most"]
+MIN_DIFF = TOL["oversmoothing"]["min_difference"]
+HALF_BAND = TOL["oversmoothing"]["half_band"]
+FEW = TOL["oversmoothing"]["few_max_fraction"]
+REL_OFFSET = TOL["oversmoothing"]["approximation_relative_offset"]
+MOST_IN, MOST_OUT = edges(10, lambda x: x > MOST)
+HALF_IN, HALF_OUT = edges(20, lambda x: abs(x - 0.5) <= HALF_BAND)
+FEW_IN, FEW_OUT = edges(20, lambda x: x <= FEW)
+
+
+def per_head_errors(errors: list[float]) -> Tables:
+    per_head, _ = oversmoothing_tables([0.5] * len(errors), [0.6] * len(errors), errors)
+    return {"oversmoothing_per_head": per_head}
+
+
+def within(k: int, n: int = 10) -> Tables:
+    """``k`` of ``n`` heads with |rho - rho_hat| well below the bound, the others at twice it."""
+    return per_head_errors([APPROX / 2] * k + [2 * APPROX] * (n - k))
+
+
+def summary(**values: Any) -> Tables:
+    return {"oversmoothing_summary": summary_row(**values)}
+
+
+def conditions(column: str, k: int, n: int = 20) -> Tables:
+    """``k`` of ``n`` non-sink heads satisfy condition ``column`` (``i`` or ``ii``)."""
+    return summary(
+        n_non_sink=n, **{f"n_cond_{column}_s_non_sink": k, f"frac_cond_{column}_s_non_sink": k / n}
+    )
+
+
+# =============================================================================== costs
+
+TOY_RTOL = TOL["costs"]["toy_rtol"]
+SLOPE_TOL = TOL["costs"]["slope_tolerance"]
+FLAT = TOL["costs"]["flat_max_slope"]
+GROWTH = TOL["costs"]["growth_min_slope"]
+
+
+def toy(relative_error: float) -> Tables:
+    frame = pl.DataFrame(toy_table([4, 8, 16]))
+    scaled = frame.with_columns(pl.col("ratio_diag_over_sink") * (1 + relative_error))
+    return {"costs_toy": scaled}
+
+
+def backcopy_cost(sink_cost: float) -> Tables:
+    """Mean total cost at the largest T: ``sink_cost`` (sink) vs 12 (diagonal)."""
+    runs = pl.DataFrame(
+        {
+            "T": [4, 4, 8, 8],
+            "pattern": ["sink", "diagonal"] * 2,
+            "cost_total": [5.0, 4.0, sink_cost, 12.0],
+        }
+    )
+    return {"costs_backcopy_runs": runs}
+
+
+def theorem_bounds(factor: float) -> Tables:
+    """Copy-paste runs inside Theorem D.1's bounds [cost / 2, 2 cost], except one sink run whose
+    cost is ``factor`` times its upper bound (its flag set as run_copypaste sets it)."""
+    runs = copypaste_runs(0.0, 0.5)
+    odd = (pl.col("pattern") == "sink") & (pl.col("n") == 2) & (pl.col("delta") == 0.2)
+    runs = runs.with_columns(
+        cost_total=pl.when(odd).then(pl.col("upper_bound") * factor).otherwise(pl.col("cost_total"))
+    ).with_columns(
+        in_bounds=(pl.col("lower_bound") <= pl.col("cost_total"))
+        & (pl.col("cost_total") <= pl.col("upper_bound"))
+    )
+    return {"costs_copypaste_runs": runs}
+
+
+# =============================================================================== streaming
+
+SHARP = TOL["streaming"]["sharp_ppl_ratio"]
+RECOVERED = TOL["streaming"]["min_recovered_fraction"]
+
+# =============================================================================== dynamics
+
+MAJORITY = TOL["dynamics"]["majority"]
+RUNS = 4  # runs per variant in test_claims.by_variant
+POLAR_IN, POLAR_OUT = edges(RUNS, lambda x: x > MAJORITY)
+NONPOLAR_IN, NONPOLAR_OUT = edges(RUNS, lambda x: x < MAJORITY)
+SOFTMAX_MIN = TOL["dynamics"]["softmax_min_sink_proportion"]
+RAW_MAX = TOL["dynamics"]["unnormalized_max_sink_proportion"]
+FLIP_DIFF = TOL["dynamics"]["min_difference"]
+
+
+def sink_proportions(pair: tuple[float, float]) -> Tables:
+    """Layer-2 sink proportion ``pair = (softmax, un-normalised sigmoid)``; a normalised sigmoid
+    variant (not part of the claim) forms sinks everywhere."""
+    softmax, raw = pair
+    frame = pl.DataFrame(
+        {
+            "variant": ["softmax", "sigmoid_raw", "sigmoid_norm"],
+            "attention": ["softmax", "sigmoid", "sigmoid"],
+            "normalize": [True, False, True],
+            "positional": "rope",
+            "weight_decay": 0.2,
+            "runs": 3,
+            "sink_proportion_mean": [softmax, raw, 0.9],
+        }
+    )
+    return {"dynamics_induction_by_setup": frame}
+
+
+def flip_rates(drop: float) -> Tables:
+    """Final flip rates that fall by ``drop`` from 1 to 4 heads and from 1 to 2 layers (means)."""
+    final = pl.DataFrame(
+        {
+            "n_heads": [1, 1, 4, 4],
+            "n_layers": [1, 2, 1, 2],
+            "flip_rate": [0.6, 0.6 - drop, 0.6 - drop, 0.6 - 2 * drop],
+        }
+    )
+    return {"dynamics_classification_final": final}
+
+
+def polarized(shares: dict[tuple[str, str], float]) -> Tables:
+    return {"dynamics_value_softmax_by_variant": by_variant(shares)}
+
+
+# =============================================================================== the flips
+
+FLIPS: dict[str, Flip] = {
+    "heads.sinks_common": Flip(lambda k: heads(100, sink=k, diag=1), holds=SINK_IN, fails=SINK_OUT),
+    "heads.diagonals_exist_rarer": Flip(
+        lambda k: heads(40, sink=10, diag=k), holds=[1, 9], fails=[0, 10, 11]
+    ),
+    "heads.diagonal_fraction": Flip(lambda k: heads(1000, diag=k), holds=DIAG_IN, fails=DIAG_OUT),
+    "heads.sink_prev_fraction": Flip(lambda k: heads(200, prev=k), holds=PREV_IN, fails=PREV_OUT),
+    "geometry.bos_cosine_below_zero": Flip(
+        bos_cosines, holds=[BOS_MAX - 0.05], fails=[BOS_MAX, BOS_MAX + 0.05]
+    ),
+    "geometry.sink_representable": Flip(
+        lambda k: statements(10, 4, k),
+        holds=REP_IN,
+        fails=REP_OUT,
+        # every pair trivially separable: the condition holds whatever the geometry
+        not_applicable=[lambda: statements(10, 10, 0), lambda: statements(0, 0, 0)],
+    ),
+    "geometry.value_rank_full": Flip(
+        value_ranks, holds=[NEAR_FULL, min(1.0, NEAR_FULL + 0.05)], fails=[NEAR_FULL - 0.05]
+    ),
+    "geometry.sink_bos_value_small": Flip(
+        value_norm_classes,
+        holds=[VALUE_RATIO, VALUE_RATIO - 0.1],
+        fails=[VALUE_RATIO + 0.05, 1.05],
+        not_applicable=[
+            lambda: value_norm_classes(None, n_sink=0),  # no sink head
+            lambda: value_norm_classes(None, n_other=0),  # nothing to compare with
+        ],
+    ),
+    "oversmoothing.approximation_every_head": Flip(
+        lambda e: per_head_errors([0.01, 0.02, 0.03, e]),
+        holds=[APPROX - 0.01],
+        fails=[APPROX, APPROX + 0.05],
+    ),
+    "oversmoothing.approximation_most_heads": Flip(within, holds=MOST_IN, fails=MOST_OUT),
+    "oversmoothing.approximation_mean": Flip(
+        # the X+WZ curve's range is 0.02; the largest gap is r times that range
+        lambda r: {"oversmoothing_summary": approximation_curves(0.02 * r, 0.01)},
+        holds=[REL_OFFSET - 0.05],
+        fails=[REL_OFFSET + 0.05],
+        not_applicable=[
+            lambda: {"oversmoothing_summary": approximation_curves(0.001, 0.01, lengths=(8,))}
+        ],
+    ),
+    "oversmoothing.w_decreases": Flip(
+        lambda d: summary(mean_rho_x=0.5, mean_rho_xwz_s=0.5 - d),
+        holds=[MIN_DIFF + 0.05],
+        fails=[MIN_DIFF - 0.05, 0.0],
+    ),
+    "oversmoothing.attention_raises": Flip(
+        lambda d: summary(mean_increase_attn_s=d),
+        holds=[MIN_DIFF + 0.02],
+        fails=[MIN_DIFF - 0.02, 0.0],
+    ),
+    "oversmoothing.dense_heads_raise_more": Flip(
+        lambda d: summary(mean_increase_attn_s=0.02, mean_increase_attn_s_dense=0.02 + d),
+        holds=[MIN_DIFF + 0.03],
+        fails=[MIN_DIFF - 0.03, 0.0],
+        not_applicable=[lambda: summary(n_dense=0, mean_increase_attn_s_dense=None)],
+    ),
+    "oversmoothing.uniform_raises_more": Flip(
+        lambda d: summary(mean_increase_attn_s=0.02, mean_increase_unif_s=0.02 + d),
+        holds=[MIN_DIFF + 0.05],
+        fails=[MIN_DIFF - 0.05, 0.0],
+    ),
+    "oversmoothing.condition_i_half": Flip(
+        lambda k: conditions("i", k),
+        holds=HALF_IN,
+        fails=HALF_OUT,
+        not_applicable=[
+            lambda: summary(n_non_sink=0, frac_cond_i_s_non_sink=None, frac_cond_ii_s_non_sink=None)
+        ],
+    ),
+    "oversmoothing.condition_ii_few": Flip(
+        lambda k: conditions("ii", k),
+        holds=FEW_IN,
+        fails=FEW_OUT,
+        not_applicable=[
+            lambda: summary(n_non_sink=0, frac_cond_i_s_non_sink=None, frac_cond_ii_s_non_sink=None)
+        ],
+    ),
+    "oversmoothing.predicted_signs": Flip(
+        lambda k: summary(n_predicted_s=10, agree_both_s=k / 10),
+        holds=MOST_IN,
+        fails=MOST_OUT,
+        not_applicable=[lambda: summary(n_predicted_s=0, agree_both_s=None)],
+    ),
+    "oversmoothing.similarity_positive": Flip(
+        lambda x: summary(min_rho_layers=x), holds=[0.05], fails=[0.0, -0.05]
+    ),
+    "costs.toy_nuclear_norm": Flip(
+        toy, holds=[TOY_RTOL / 2, -TOY_RTOL / 2], fails=[2 * TOY_RTOL, -2 * TOY_RTOL]
+    ),
+    "costs.backcopy_slopes": Flip(
+        # both slopes off the paper's 1 and 3/2 by d
+        lambda d: {"costs_backcopy_slopes": slopes_table(1.0 + d, 1.5 + d)},
+        holds=[SLOPE_TOL - 0.05, -(SLOPE_TOL - 0.05)],
+        fails=[SLOPE_TOL + 0.05, -(SLOPE_TOL + 0.05)],
+    ),
+    "costs.backcopy_sink_cheaper": Flip(backcopy_cost, holds=[11.0], fails=[12.0, 13.0]),
+    "costs.copypaste_trends": Flip(
+        # (sink slope, diagonal slope) in r_eff / delta^2
+        lambda pair: {"costs_copypaste_runs": copypaste_runs(*pair)},
+        holds=[(FLAT - 0.05, GROWTH + 0.05), (-(FLAT - 0.05), GROWTH + 0.5)],
+        fails=[(FLAT + 0.05, GROWTH + 0.05), (0.0, GROWTH - 0.05), (-(FLAT + 0.05), GROWTH)],
+        not_applicable=[
+            lambda: {
+                "costs_copypaste_runs": copypaste_runs(0.0, 0.5).filter(
+                    (pl.col("n") == 2) & (pl.col("delta") == 0.2)
+                )
+            }
+        ],
+    ),
+    "costs.theorem_d1_bounds": Flip(theorem_bounds, holds=[1.0, 0.9], fails=[1.1, 0.2]),
+    "streaming.eviction_hurts": Flip(
+        lambda r: {"streaming_sink_heads": streaming_sink_heads(r, 1.0)},
+        holds=[SHARP * 1.05],
+        fails=[SHARP * 0.95, 1.0],
+    ),
+    "streaming.sinks_restore": Flip(
+        # window-only is 1 nat above re-computation; the sinks recover the fraction f of it
+        lambda f: {"streaming_recompute": streaming_recompute(1.0, 1.0 - f)},
+        holds=[min(1.0, RECOVERED + 0.05)],
+        fails=[RECOVERED - 0.05, 0.0],
+        # re-computation no better than window-only: no excess to restore
+        not_applicable=[lambda: {"streaming_recompute": streaming_recompute(-0.1, 0.0)}],
+    ),
+    "dynamics.logistic_polarizes": Flip(
+        lambda k: polarized({("logistic", "softmax"): k / RUNS}),
+        holds=POLAR_IN,
+        fails=POLAR_OUT,
+        not_applicable=[lambda: polarized({("square", "softmax"): 1.0})],
+    ),
+    "dynamics.square_no_polarization": Flip(
+        lambda k: polarized({("square", "softmax"): k / RUNS}),
+        holds=NONPOLAR_IN,
+        fails=NONPOLAR_OUT,
+        not_applicable=[lambda: polarized({("logistic", "softmax"): 0.0})],
+    ),
+    "dynamics.unnormalized_no_polarization": Flip(
+        lambda k: polarized({("logistic", "sum"): 0.0, ("logistic", "sigmoid"): k / RUNS}),
+        holds=NONPOLAR_IN,
+        fails=NONPOLAR_OUT,
+        not_applicable=[lambda: polarized({("logistic", "softmax"): 0.0})],
+    ),
+    "dynamics.softmax_sinks_emerge": Flip(
+        sink_proportions,
+        holds=[(SOFTMAX_MIN, RAW_MAX), (SOFTMAX_MIN + 0.3, 0.0)],
+        fails=[(SOFTMAX_MIN - 0.05, RAW_MAX), (SOFTMAX_MIN, RAW_MAX + 0.05)],
+        not_applicable=[
+            lambda: {
+                "dynamics_induction_by_setup": sink_proportions((0.5, 0.0))[
+                    "dynamics_induction_by_setup"
+                ].filter(pl.col("variant") == "softmax")
+            }
+        ],
+    ),
+    "dynamics.flip_rate_decreases": Flip(
+        flip_rates,
+        holds=[FLIP_DIFF + 0.1],
+        fails=[FLIP_DIFF - 0.1, 0.0],
+        not_applicable=[
+            lambda: {
+                "dynamics_classification_final": pl.DataFrame(
+                    {"n_heads": [1, 1], "n_layers": [1, 1], "flip_rate": [0.5, 0.4]}
+                )
+            }
+        ],
+    ),
+}
+
+REGISTRY = {claim.id: claim for claim in C.CLAIMS}
+
+
+def claim_verdicts(claim_id: str, tables: Tables) -> list[str]:
+    """The claim's verdicts on ``tables`` through the public path (registry entry, default
+    tolerances); at least one row, none of them 'analysis not run'."""
+    table = C.evaluate_claims(tables, None, claims=[REGISTRY[claim_id]])
+    assert table.height > 0, f"{claim_id}: no row on the planted input"
+    assert not table["reason"].str.starts_with(C.NOT_RUN).any(), table["reason"].to_list()
+    assert set(table["claim_id"]) == {claim_id}
+    return table["verdict"].to_list()
+
+
+def test_every_claim_has_a_flip_case() -> None:
+    assert set(FLIPS) == set(REGISTRY)
+
+
+@pytest.mark.parametrize("claim_id", sorted(FLIPS))
+def test_verdict_flips_with_the_planted_quantity(claim_id: str) -> None:
+    flip = FLIPS[claim_id]
+    assert flip.holds and flip.fails
+    for x in flip.holds:
+        got = claim_verdicts(claim_id, flip.build(x))
+        assert set(got) == {C.REPRODUCED}, (x, got)
+    for x in flip.fails:
+        got = claim_verdicts(claim_id, flip.build(x))
+        assert C.NOT_REPRODUCED in got and C.NOT_APPLICABLE not in got, (x, got)
+
+
+@pytest.mark.parametrize(
+    "claim_id", sorted(cid for cid, flip in FLIPS.items() if flip.not_applicable)
+)
+def test_inputs_the_claim_says_nothing_about_are_not_applicable(claim_id: str) -> None:
+    for build in FLIPS[claim_id].not_applicable:
+        assert set(claim_verdicts(claim_id, build())) == {C.NOT_APPLICABLE}
+
+
+def test_trivially_separable_cases_are_reported_apart() -> None:
+    """Prop. 4.1: trivially separable pairs are counted apart in the row, and a model with only
+    such pairs is not applicable even though the condition 'holds' in all of them."""
+    table = C.evaluate_claims(
+        statements(10, 4, 6), None, claims=[REGISTRY["geometry.sink_representable"]]
+    )
+    (row,) = table.iter_rows(named=True)
+    assert "of 6 non-trivial pairs (4 of 10 trivially separable, not counted)" in row["measured"]
+    (row,) = C.evaluate_claims(
+        statements(10, 10, 0), None, claims=[REGISTRY["geometry.sink_representable"]]
+    ).iter_rows(named=True)
+    assert row["verdict"] == C.NOT_APPLICABLE and "trivially separable" in row["reason"]
+
+
+def test_theorem_d1_verdict_follows_the_numbers_and_the_flag() -> None:
+    """A run outside Theorem D.1's bounds fails the claim whichever of its flag or its numbers
+    says so."""
+    claim = [REGISTRY["costs.theorem_d1_bounds"]]
+    outside = theorem_bounds(1.5)["costs_copypaste_runs"].with_columns(in_bounds=pl.lit(True))
+    flagged = theorem_bounds(1.0)["costs_copypaste_runs"].with_columns(
+        in_bounds=pl.col("pattern") != "sink"
+    )
+    for runs in (outside, flagged):
+        table = C.evaluate_claims({"costs_copypaste_runs": runs}, None, claims=claim)
+        verdict = dict(zip(table["setting"], table["verdict"], strict=True))
+        assert verdict == {
+            "pattern=sink, 4 runs": C.NOT_REPRODUCED,
+            "pattern=diagonal, 4 runs": C.REPRODUCED,
+        }
+
+
+# =============================================================================== schema
+
+#: Words by which a tolerance's description gives the reason for its value: the paper's number,
+#: the fixed reading of one of its words, or an explicit "because".
+REASON_MARKERS = ("paper", "because", "reading", "own number", "fixed")
+
+
+def has_reason(description: str) -> bool:
+    text = description.lower()
+    return len(text) >= 60 and any(marker in text for marker in REASON_MARKERS)
+
+
+def test_has_reason_rejects_a_bare_definition() -> None:
+    # the form several descriptions had: what the number means, not why that value
+    assert not has_reason("'few' = at most this share of heads")
+    assert not has_reason(
+        "'sharply' = window-only perplexity at least this multiple of the dense perplexity"
+    )
+    assert has_reason("'few' = at most this share of heads; 0.1 is the fixed reading of 'rare'")
+
+
+def test_every_tolerance_is_documented_with_its_reason() -> None:
+    groups = load_schema()["properties"]["claims"]["properties"]
+    missing = []
+    for group, keys in C.DEFAULT_TOLERANCES.items():
+        for key in keys:
+            spec = groups[group]["properties"][key]
+            if not has_reason(spec.get("description", "")):
+                missing.append(f"claims.{group}.{key}")
+    assert not missing, f"descriptions without a reason for the value: {missing}"
+    # and no schema key the module does not know
+    assert {g: set(v["properties"]) for g, v in groups.items()} == {
+        g: set(v) for g, v in C.DEFAULT_TOLERANCES.items()
+    }
+
+
+# =============================================================================== no torch
+
+
+def test_importing_claims_does_not_load_torch() -> None:
+    code = "import sys, sinkscope.claims; print('torch' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_flip_values_straddle_the_tolerances() -> None:
+    """The count-based flips sit right next to their tolerance (one head / run apart)."""
+    assert SINK_OUT == [SINK_IN[0] - 1] and SINK_IN[0] / 100 >= SINK_FLOOR
+    assert all(abs(k / 20 - 0.5) <= HALF_BAND for k in HALF_IN)
+    assert all(abs(k / 20 - 0.5) > HALF_BAND for k in HALF_OUT)
+    assert all(math.isclose(abs(a - b), 1) for a, b in zip(MOST_IN, MOST_OUT, strict=True))
+
+
+def test_a_check_that_finds_no_rows_leaves_a_not_applicable_row() -> None:
+    """Tables that exist but hold nothing a claim can be read on (here: only sink counts above
+    ``max_sink_tokens``) keep the claim in the table as not applicable, not absent."""
+    claim = next(c for c in C.CLAIMS if c.id == "streaming.sinks_restore")
+    max_sink = C.DEFAULT_TOLERANCES["streaming"]["max_sink_tokens"]
+    recompute = streaming_recompute(1.0, 0.0).filter(pl.col("n_sink") > max_sink)
+    assert recompute.height > 0
+    table = C.evaluate_claims({claim.inputs[0]: recompute}, claims=[claim])
+    assert table["verdict"].to_list() == [C.NOT_APPLICABLE]
+    assert "hold no rows" in table["reason"].item()
