@@ -100,6 +100,7 @@ def test_all_outputs_exist_and_rerun_is_a_no_op(tiny_run: Path, download_dir: Pa
     paths = Paths(str(tiny_run / "results"))
     expected = paths.all_targets([(PAIR["model"], PAIR["dataset"])])
     expected += paths.streaming_targets([(PAIR["model"], PAIR["dataset"])], {"enabled": True})
+    expected += paths.long_context_targets([(PAIR["model"], PAIR["dataset"])], {"geometry": {}})
     missing = [path for path in expected if not Path(path).exists()]
     assert not missing
     for name in HEAD_FIGURES:
@@ -203,6 +204,7 @@ def test_adding_a_dataset_runs_only_its_jobs(
         "extract_activations": 1,
         "classify_heads": 1,
         "analyze_geometry": 1,
+        "analyze_geometry_long_context": 1,
         "analyze_oversmoothing": 1,
         "analyze_streaming": 1,
         "analyze_streaming_recompute": 1,
@@ -213,7 +215,7 @@ def test_adding_a_dataset_runs_only_its_jobs(
         "summarize_streaming": 1,
         "claims": 1,
         "all": 1,
-        "total": 15,
+        "total": 16,
     }, dry.stdout
     snakemake(tiny_run, *extra, download_dir=download_dir)
     after = {path: path.stat().st_mtime_ns for path in before}

@@ -403,12 +403,18 @@ def check_sink_representable(
 ) -> list[Row]:
     """§4 / Prop. 4.1: the sink is representable: the proposition's half-space condition holds for
     the tokens that attend to BOS in sink heads (reads the ``sink_representable`` statement of
-    :func:`sinkscope.geometry.summarize`, i.e. :func:`sinkscope.geometry.representability_counts`).
+    :func:`sinkscope.geometry.summarize`, i.e.
+    :func:`sinkscope.geometry.sink_representable_statements`).
 
     Decided on the non-trivial cases only: a (layer, sequence) pair whose two point sets each
     hold at most ``d_model`` points of full rank satisfies the condition whatever its geometry
     (the test cannot fail), so such pairs are counted apart; with no non-trivial pair the claim
-    is not applicable."""
+    is not applicable. Where the statement's ``basis`` is ``"long_context"`` the pairs are those
+    of the long sequences (``T' > d_model`` tokens, where the test can fail) and the set tested
+    is every token (``J = [T']``, Figure 1's "any sink pattern", which implies the condition for
+    every sink-attending ``J``); otherwise the sink-attending tokens at the extraction's ``T``."""
+    from sinkscope.geometry import BASIS_LONG_CONTEXT
+
     _require(
         statements,
         ["model", "claim", "value", "statement", "n_cases", "n_trivial"],
@@ -420,6 +426,8 @@ def check_sink_representable(
     for r in rep.iter_rows(named=True):
         value, n_cases, n_trivial = r["value"], r["n_cases"] or 0, r["n_trivial"] or 0
         setting = "(layer, sequence) pairs with sink-attending tokens"
+        if r.get("basis") == BASIS_LONG_CONTEXT:
+            setting = "long-context (layer, sequence) pairs, T' > d_model, every sink pattern"
         if n_cases == 0:
             rows.append(
                 _row(
@@ -1537,7 +1545,7 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         "geometry.sink_representable",
-        "Sinks are representable: the tokens attending to BOS satisfy Proposition 4.1's half-space condition.",
+        "Sinks are representable: the tokens attending to BOS satisfy Proposition 4.1's half-space condition (tested on T' > d_model tokens, where it can fail).",
         "Sink vs. diagonal, §4, Proposition 4.1, Fig. 1",
         "holds in all middle layers ('allowing each attention head to produce any sink pattern')",
         ("geometry_statements",),

@@ -196,7 +196,7 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
                 f"streaming.params: unknown keys {unknown}; known: {sorted(STREAMING_PARAMS)}"
             )
         else:
-            params = {**STREAMING_PARAMS, **streaming["params"]}
+            params = streaming_params(config)
             length, k = int(params["stream_length"]), int(params["sink_count"])
             if all(int(w) + k >= length - 1 for w in params["window_sizes"]):
                 problems.append(
@@ -209,6 +209,14 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
         if source["kind"] == "local" and not Path(source["path"]).exists():
             problems.append(f"models.{name}.source.path: {source['path']!r} does not exist")
     return problems
+
+
+def streaming_params(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``streaming.params`` of a validated config over :data:`sinkscope.defaults.STREAMING_PARAMS`
+    (the StreamingLLM streams' settings; the long-context geometry test reuses their seed)."""
+    from sinkscope.defaults import STREAMING_PARAMS
+
+    return {**STREAMING_PARAMS, **config.get("streaming", {}).get("params", {})}
 
 
 def _is_text_encoding(name: str) -> bool:

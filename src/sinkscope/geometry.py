@@ -39,6 +39,21 @@ heads and sequences.
    counts the trivial (layer, sequence) pairs apart, and the claim is decided on the others
    only (not applicable when none is left).
 
+   Long context (where the test can fail): :func:`halfspace_long_context` runs the model on a
+   few sequences of ``T' > d_model`` tokens (default 2 x 1023, the StreamingLLM streams; config
+   ``geometry.long_context``) and tests the two sets that need no attention probabilities,
+   ``{z_0 - z_i}`` and ``{z_i : i in [T']}`` (every sink pattern, ``J = [T']``; a subset of a
+   set in an open half-space is in it, so this implies the condition for every sink-attending
+   ``J``; the attending set itself needs the sink heads' attention and is not tested there).
+   With more points than dimensions no set is trivially separable, so the proposition is tested
+   exactly as stated, any ``W`` in ``R^{d x d}``, and can fail (e.g. when ``z_0`` lies in the
+   convex hull of the other tokens). :func:`sink_representable_statements` decides the claim
+   there when the table exists (:func:`long_context_counts`), reporting the trivial and
+   non-trivial counts at ``T`` beside it. Measured on the shared 2-core machine, one thread:
+   ~40 s per pair for SmolLM2-135M (load 3 s, forward 11 s, 60 solves of 1023 points 19 s) and
+   ~35 s for Gemma-3-270M; both hold in every (layer, sequence) pair on alice, with margins
+   0.31-0.89 (the set is far from failing, not barely in a half-space).
+
 2. Value-matrix rank (Appendix E.2, Figure 12): the numerical rank, at relative tolerance
    ``1e-3``, of each key/value head's matrix of value vectors over the first
    ``m = min(T + 1, head_dim)`` positions (BOS included; with causal attention a prefix is the
@@ -122,25 +137,36 @@ from sinkscope.h5layout import (
     open_activations,
     read_layer,
 )
-from sinkscope.heads import HeadClassThresholds, with_classes
+from sinkscope.heads import DIAGONAL, OTHER, SINK, SINK_PREV, HeadClassThresholds, with_classes
+from sinkscope.paths import GEOMETRY_LONG_CONTEXT_TABLES
 
 __all__ = [
     "COSINE_BINS",
     "HALFSPACE_TOL",
+    "LONG_CONTEXT_COLUMNS",
+    "LONG_CONTEXT_POINT_SETS",
+    "LONG_CONTEXT_TABLE",
     "POINT_SETS",
     "POOLED",
     "RANK_RTOL",
     "SET_RANK_RTOL",
     "TABLE_COLUMNS",
+    "VO_CLASS_GROUPS",
+    "VO_GROUP_DEFINITIONS",
     "HalfspaceResult",
     "analyze_file",
     "attending_tokens",
+    "attention_inputs",
     "bos_cosines",
     "bos_max_readings",
     "bos_max_statement",
     "cosine_histogram",
+    "halfspace_long_context",
     "halfspace_margin",
     "histogram_quantiles",
+    "long_context_counts",
+    "long_context_statement",
+    "long_context_table",
     "middle_layers",
     "pool_bos_alignment",
     "rank_from_singular_values",
@@ -149,6 +175,7 @@ __all__ = [
     "representability_counts",
     "representability_statement",
     "row_norms",
+    "sink_representable_statements",
     "sink_value_norm_effect",
     "summarize",
     "value_norm_statement",
@@ -176,6 +203,13 @@ BOS_MINUS_TOKEN = "bos_minus_token"
 ATTENDING = "attending"
 ALL_TOKENS = "all_tokens"
 POINT_SETS: tuple[str, ...] = (BOS_MINUS_TOKEN, ATTENDING, ALL_TOKENS)
+#: The point sets of the long-context test (:func:`halfspace_long_context`): those that need no
+#: attention probabilities.
+LONG_CONTEXT_POINT_SETS: tuple[str, ...] = (BOS_MINUS_TOKEN, ALL_TOKENS)
+#: Name of the long-context table of a pair (:func:`halfspace_long_context`).
+LONG_CONTEXT_TABLE = GEOMETRY_LONG_CONTEXT_TABLES[0]
+#: The config key of the long-context sequence length (named in errors).
+LONG_CONTEXT_SEQ_LEN_KEY = "geometry.long_context.seq_len"
 #: Position of the first text token (right after BOS). In SmolLM2-135M its normed input is
 #: almost parallel to BOS (cosine ~0.99) in most layers although it draws little attention, so
 #: Figure 1's maximum is read twice: over all positions and over positions >= 2.
@@ -665,10 +699,12 @@ def _unit_rows(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _halfspace_layer_rows(
-    z_layer: np.ndarray, attend: np.ndarray, tol: float = HALFSPACE_TOL
+    z_layer: np.ndarray, attend: np.ndarray | None, tol: float = HALFSPACE_TOL
 ) -> list[dict[str, Any]]:
     """Rows of the ``halfspace`` table for one layer: 3 point sets per sequence.
 
+    ``attend``: the sink-attending mask ``(N, T)`` of :func:`attending_tokens`, or None for the
+    two sets that need no attention (:data:`LONG_CONTEXT_POINT_SETS`; the long-context test).
     Gram matrices and full-rank checks are batched over blocks of sequences (torch, one
     thread); the active-set solve runs per sequence and point set on the ``T x T`` Gram matrix.
     """
@@ -713,17 +749,18 @@ def _halfspace_layer_rows(
                         int(rank_tok[local]),
                     ),
                 }
-                members = np.flatnonzero(attend[seq])
-                # a subset of linearly independent vectors is independent: no factorisation
-                full = rank_tok[local] == unit_tok.shape[1]
-                results[ATTENDING] = _halfspace_from_unit(
-                    unit_tok[local, members],
-                    gram_tok[local][np.ix_(members, members)],
-                    bool(zero_tok[local, members].any()),
-                    tol,
-                    rank=int(members.size) if full else None,
-                )
-                for name in POINT_SETS:
+                if attend is not None:
+                    members = np.flatnonzero(attend[seq])
+                    # a subset of linearly independent vectors is independent: no factorisation
+                    full = rank_tok[local] == unit_tok.shape[1]
+                    results[ATTENDING] = _halfspace_from_unit(
+                        unit_tok[local, members],
+                        gram_tok[local][np.ix_(members, members)],
+                        bool(zero_tok[local, members].any()),
+                        tol,
+                        rank=int(members.size) if full else None,
+                    )
+                for name in POINT_SETS if attend is not None else LONG_CONTEXT_POINT_SETS:
                     rows.append(
                         {"sequence": seq, "point_set": name, **dataclasses.asdict(results[name])}
                     )
@@ -1172,6 +1209,160 @@ def _worst_sequences(value_rank: pl.DataFrame, prefixes: np.ndarray, k: int) -> 
 
 
 # --------------------------------------------------------------------------------------------
+# Long-context half-space test (Proposition 4.1 where it can fail; issue 22)
+
+
+#: Columns of :func:`halfspace_long_context`: those of ``halfspace`` without the two that describe
+#: the sink heads' attention (``n_sink_heads``, ``attend_threshold``: no attention is computed),
+#: plus ``seq_len`` (BOS included; ``n_points = seq_len - 1``).
+LONG_CONTEXT_COLUMNS: tuple[str, ...] = (
+    "model",
+    "dataset",
+    "layer",
+    "sequence",
+    "seq_len",
+    "point_set",
+    "n_points",
+    "dim",
+    "rank",
+    "trivially_separable",
+    "halfspace",
+    "margin",
+    "margin_upper",
+    "n_support",
+)
+
+
+@torch.no_grad()
+def attention_inputs(model: torch.nn.Module, ids: torch.Tensor) -> list[np.ndarray]:
+    """``Z^(l)`` of every decoder layer ``l``: what its query/key/value projections multiply.
+
+    One forward pass of the transformer body (:func:`sinkscope.models.base_model`: no LM head,
+    no cache, no gradients) over ``ids`` ``(B, T1)`` with ``output_hidden_states``;
+    ``hidden_states[l]`` is the residual stream entering layer ``l`` and ``Z^(l) =
+    norm_l(hidden_states[l])`` is computed by that layer's own input-norm module
+    (``Architecture.input_norm``: ``input_layernorm``, GPT-2's ``ln_1``), i.e. the paper's §3
+    attention input with the learnable gain (``Z`` of :meth:`sinkscope.h5layout.InputProjection.Z`).
+    Returns one ``(B, T1, D)`` float32 array per layer.
+    """
+    from sinkscope.models import architecture_of, base_model, decoder_layers
+
+    model.eval()
+    norm_name = architecture_of(model).input_norm
+    out = base_model(model)(input_ids=ids, output_hidden_states=True, use_cache=False)
+    layers = decoder_layers(model)
+    if len(out.hidden_states) != len(layers) + 1:
+        raise ValueError(
+            f"{type(model).__name__}: {len(out.hidden_states)} hidden states for "
+            f"{len(layers)} layers; expected one per layer plus the final one"
+        )
+    return [
+        getattr(layer, norm_name)(out.hidden_states[index]).float().cpu().numpy()
+        for index, layer in enumerate(layers)
+    ]
+
+
+def halfspace_long_context(
+    prepared_model_dir: str | os.PathLike[str],
+    documents_parquet: str | os.PathLike[str],
+    n_sequences: int,
+    seq_len: int,
+    seed: int,
+    model_name: str,
+    dataset_name: str,
+    threads: int = 1,
+    tol: float = HALFSPACE_TOL,
+) -> pl.DataFrame:
+    """Proposition 4.1's half-space test on ``n_sequences`` sequences of ``seq_len`` tokens.
+
+    The sequences are the StreamingLLM analysis' streams (:func:`sinkscope.streaming.load_streams`
+    with ``stream_length = seq_len``, ``n_streams = n_sequences`` and ``seed``: blocks of
+    ``seq_len - 1`` corpus tokens, BOS prepended; the same streams when the three match); the
+    model is loaded as that analysis loads it (float32, eager) and run once
+    (:func:`attention_inputs`, ``threads`` torch threads). Per layer and sequence the sets
+    ``{z_0 - z_i : i in [T']}`` and ``{z_i : i in [T']}`` (:data:`LONG_CONTEXT_POINT_SETS`,
+    ``T' = seq_len - 1``) are tested exactly as at ``T = 256`` (:func:`halfspace_margin` on the
+    Gram matrices). The sink-attending set ``J`` needs the sink heads' attention probabilities
+    and is not tested here; ``{z_i : i in [T']}`` is the superset of every ``J`` (Figure 1's
+    "any sink pattern": if it lies in an open half-space, so does every ``J``).
+
+    With ``T' > d_model`` points no set can be trivially separable (its rank is at most
+    ``d_model < n_points``), so the test can fail. A ``seq_len`` that does not exceed
+    ``d_model + 1`` is not refused (GPT-2 medium and XL of the paper's config have ``d_model``
+    >= their 1024 positions, so no ``seq_len`` could): the job logs a warning, every row says
+    ``trivially_separable`` and :func:`sink_representable_statements` falls back to the
+    extraction's sequences for that model. A ``seq_len`` beyond the model's
+    ``max_position_embeddings`` is refused with an error that names
+    :data:`LONG_CONTEXT_SEQ_LEN_KEY`. Returns the rows of :data:`LONG_CONTEXT_COLUMNS`.
+    """
+    import logging
+    import time
+
+    from sinkscope.models import model_shape
+    from sinkscope.streaming import load_streams
+
+    log = logging.getLogger(__name__)
+    began = time.perf_counter()
+    with _torch_threads(int(threads)):
+        streams = load_streams(
+            prepared_model_dir,
+            documents_parquet,
+            {"stream_length": int(seq_len), "n_streams": int(n_sequences), "seed": int(seed)},
+        )
+        shape = model_shape(streams.model.config)
+        if seq_len - 1 <= shape.d_model:
+            log.warning(
+                "%s = %d: %s has d_model = %d, so %d tokens of full rank are trivially "
+                "separable and the test cannot fail; the rows say so (trivially_separable) and "
+                "the claim falls back to the extraction's sequences for this model",
+                LONG_CONTEXT_SEQ_LEN_KEY,
+                seq_len,
+                model_name,
+                shape.d_model,
+                seq_len - 1,
+            )
+        if shape.max_positions and seq_len > shape.max_positions:
+            raise ValueError(
+                f"{LONG_CONTEXT_SEQ_LEN_KEY} = {seq_len} exceeds the {shape.max_positions} "
+                f"positions of {model_name}; set it to at most {shape.max_positions}"
+            )
+        loaded = time.perf_counter()
+        z_layers = attention_inputs(streams.model, streams.ids)
+        forward = time.perf_counter()
+        rows: list[dict[str, Any]] = []
+        for layer, z in enumerate(z_layers):
+            for row in _halfspace_layer_rows(z, None, tol):
+                rows.append({**row, "layer": layer})
+        solved = time.perf_counter()
+    log.info(
+        "%s/%s: %d sequences x %d tokens (offsets %s), d_model %d: load %.1f s, forward %.1f s, "
+        "half-space solves %.1f s",
+        model_name,
+        dataset_name,
+        streams.ids.shape[0],
+        seq_len,
+        streams.offsets,
+        shape.d_model,
+        loaded - began,
+        forward - loaded,
+        solved - forward,
+    )
+    return (
+        pl.DataFrame(rows, infer_schema_length=None)
+        .with_columns(
+            model=pl.lit(model_name),
+            dataset=pl.lit(dataset_name),
+            seq_len=pl.lit(int(seq_len), dtype=pl.Int64),
+            halfspace=pl.col("halfspace").cast(pl.Boolean),
+            margin=pl.col("margin").cast(pl.Float64),
+            margin_upper=pl.col("margin_upper").cast(pl.Float64),
+        )
+        .select(LONG_CONTEXT_COLUMNS)
+        .sort("layer", "sequence", "point_set")
+    )
+
+
+# --------------------------------------------------------------------------------------------
 # Cross-pair summaries
 
 
@@ -1300,8 +1491,10 @@ def representability_counts(halfspace: pl.DataFrame) -> pl.DataFrame:
     n_representable_nontrivial, frac_representable_nontrivial`` (null when no case is
     non-trivial), ``n_any_trivial, n_any_nontrivial, n_any_representable,
     n_any_representable_nontrivial, frac_any_representable_nontrivial, min_margin`` (smallest
-    margin of ``{z_0 - z_i}`` and ``{z_i}``). The half-space figure's panel titles and the claim
-    ``geometry.sink_representable`` print these numbers.
+    margin of ``{z_0 - z_i}`` and ``{z_i}``). The half-space figure's panel titles print these
+    numbers, and the claim ``geometry.sink_representable`` where no long-context table decides
+    it (:func:`sink_representable_statements`; on long-context rows the "every sink pattern"
+    columns are :func:`long_context_counts`').
     """
     needed = [
         "model",
@@ -1392,6 +1585,162 @@ def representability_counts(halfspace: pl.DataFrame) -> pl.DataFrame:
         "frac_any_representable_nontrivial",
         "min_margin",
     )
+
+
+def long_context_counts(halfspace_long: pl.DataFrame) -> pl.DataFrame:
+    """Proposition 4.1's test on long sequences per model (:func:`halfspace_long_context` rows).
+
+    A *pair* is a (dataset, layer, sequence); the sink is representable for every pattern
+    (``J = [T']``) when both ``{z_0 - z_i}`` and ``{z_i}`` lie in an open half-space. The counts
+    are :func:`representability_counts`' "every sink pattern" columns (trivial pairs apart;
+    with ``T' > d_model`` there are none), plus the necessary condition alone
+    (``{z_0 - z_i}`` in a half-space: without it no non-empty ``J`` is representable). Columns:
+    ``model, n_datasets, n_sequences`` (summed over datasets), ``seq_len, dim, n_pairs,
+    n_trivial, n_nontrivial, n_representable_nontrivial, frac_representable_nontrivial`` (null
+    when no pair is non-trivial), ``n_bos_halfspace_nontrivial, min_margin``.
+    """
+    needed = ["dataset", "sequence", "seq_len", "dim", "point_set", "halfspace"]
+    missing = [c for c in needed if c not in halfspace_long.columns]
+    if missing:
+        raise ValueError(f"long-context halfspace table lacks columns {missing}")
+    counts = representability_counts(halfspace_long)
+    bos = halfspace_long.filter(pl.col("point_set") == BOS_MINUS_TOKEN)
+    extra = bos.group_by("model").agg(
+        pl.col("dataset").n_unique().cast(pl.Int64).alias("n_datasets"),
+        pl.struct("dataset", "sequence").n_unique().cast(pl.Int64).alias("n_sequences"),
+        pl.col("seq_len").max().cast(pl.Int64),
+        pl.col("dim").max().cast(pl.Int64),
+        (pl.col("halfspace").fill_null(False) & ~pl.col("trivially_separable"))
+        .sum()
+        .cast(pl.Int64)
+        .alias("n_bos_halfspace_nontrivial"),
+    )
+    return (
+        counts.join(extra, on="model", how="left")
+        .select(
+            "model",
+            "n_datasets",
+            "n_sequences",
+            "seq_len",
+            "dim",
+            "n_pairs",
+            pl.col("n_any_trivial").alias("n_trivial"),
+            pl.col("n_any_nontrivial").alias("n_nontrivial"),
+            pl.col("n_any_representable_nontrivial").alias("n_representable_nontrivial"),
+            pl.col("frac_any_representable_nontrivial").alias("frac_representable_nontrivial"),
+            "n_bos_halfspace_nontrivial",
+            "min_margin",
+        )
+        .sort("model")
+    )
+
+
+def long_context_statement(counts: Mapping[str, Any]) -> str:
+    """One row of :func:`long_context_counts` in words."""
+    r = counts
+    text = (
+        f"long context (T' = {r['seq_len'] - 1} tokens > d_model = {r['dim']}; "
+        f"{r['n_sequences']} sequences over {_count(r['n_datasets'], 'dataset')}; every sink "
+        f"pattern, J = all tokens): {r['n_trivial']} of {r['n_pairs']} (layer, sequence) pairs "
+        f"trivially separable; "
+    )
+    if r["n_nontrivial"]:
+        text += (
+            f"both sets lie in an open half-space in {r['n_representable_nontrivial']} of the "
+            f"{r['n_nontrivial']} others ({100 * r['frac_representable_nontrivial']:.1f}%), "
+            f"{{z_0 - z_i}} alone in {r['n_bos_halfspace_nontrivial']}"
+        )
+    else:
+        text += "none is non-trivial"
+    if r["min_margin"] is not None:
+        text += f"; smallest margin {r['min_margin']:.3g}"
+    return text
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+#: Columns of :func:`sink_representable_statements` (the ``sink_representable`` rows of the
+#: summary's ``statements``).
+STATEMENT_SCHEMA: dict[str, Any] = {
+    "model": pl.String,
+    "claim": pl.String,
+    "value": pl.Float64,
+    "statement": pl.String,
+    "n_cases": pl.Int64,
+    "n_trivial": pl.Int64,
+    "basis": pl.String,
+}
+#: ``basis`` of a ``sink_representable`` statement: decided on the long sequences (every sink
+#: pattern) or, without them, on the extraction's sequences (the sink-attending tokens).
+BASIS_LONG_CONTEXT = "long_context"
+BASIS_ATTENDING = "attending"
+
+
+def sink_representable_statements(
+    halfspace: pl.DataFrame, halfspace_long: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """The ``sink_representable`` statement per model (read by ``geometry.sink_representable``).
+
+    With long-context rows for a model (:func:`halfspace_long_context`) of which at least one
+    pair is non-trivial, the statement is decided there (``basis = "long_context"``): ``value``
+    = share of the non-trivial (dataset, layer, sequence) pairs where every sink pattern is
+    representable (both sets in an open half-space; this implies it for every sink-attending
+    ``J``), ``n_cases`` = pairs, ``n_trivial`` = trivially separable pairs
+    (:func:`long_context_counts`); the sentence also gives the counts at the extraction's ``T``
+    (:func:`representability_statement`, trivial cases apart). Otherwise (``basis =
+    "attending"``) it is decided on the sink-attending tokens at ``T``
+    (:func:`representability_counts`: ``value`` = share of non-trivial cases, null when none),
+    and the sentence adds the long-context counts where there are any.
+    """
+    short = representability_counts(halfspace) if halfspace.height else None
+    long = (
+        long_context_counts(halfspace_long)
+        if halfspace_long is not None and halfspace_long.height
+        else None
+    )
+    models = set(short["model"].to_list()) if short is not None else set()
+    models |= set(long["model"].to_list()) if long is not None else set()
+    rows: list[dict[str, Any]] = []
+    for model in sorted(models):
+        s = short.filter(pl.col("model") == model) if short is not None else None
+        at_t = (
+            representability_statement(s.row(0, named=True)) if s is not None and s.height else None
+        )
+        lc = long.filter(pl.col("model") == model) if long is not None else None
+        lr = lc.row(0, named=True) if lc is not None and lc.height else None
+        if lr is not None and lr["n_nontrivial"]:
+            r = lr
+            text = long_context_statement(r)
+            if at_t is not None:
+                text += f"; at the extraction's T: {at_t}"
+            rows.append(
+                {
+                    "model": model,
+                    "claim": "sink_representable",
+                    "value": r["frac_representable_nontrivial"],
+                    "statement": f"{model}: {text}",
+                    "n_cases": r["n_pairs"],
+                    "n_trivial": r["n_trivial"],
+                    "basis": BASIS_LONG_CONTEXT,
+                }
+            )
+        elif s is not None and s.height:
+            r = s.row(0, named=True)
+            rows.append(
+                {
+                    "model": model,
+                    "claim": "sink_representable",
+                    "value": r["frac_representable_nontrivial"],
+                    "statement": f"{model}: {at_t}"
+                    + (f"; {long_context_statement(lr)}" if lr is not None else ""),
+                    "n_cases": r["n_cases"],
+                    "n_trivial": r["n_trivial"],
+                    "basis": BASIS_ATTENDING,
+                }
+            )
+    return pl.DataFrame(rows, schema=STATEMENT_SCHEMA)
 
 
 def sink_value_norm_effect(
@@ -1694,21 +2043,40 @@ _EFFECT_COLUMNS = (
 )
 
 
+#: ``definition`` of the two kinds of ``bos_value_norm_classes`` groups.
+VO_GROUP_DEFINITIONS: dict[str, str] = {
+    "head_class": "exclusive head_class of the class map (its sink excludes sink+previous)",
+    "is_sink": "is_sink flag: bos_mass >= the sink threshold, sink+previous included",
+}
+#: Group names of the exclusive ``head_class`` labels in ``bos_value_norm_classes``: the class
+#: map's legend names (:data:`sinkscope.plotting.CLASS_LEGEND_NAMES`, tested equal), so that its
+#: "sink (not sink+previous)" group cannot be read as the ``is_sink`` group that the claim
+#: ``geometry.sink_bos_value_small`` and the value-norm figure use.
+VO_CLASS_GROUPS: dict[str, str] = {
+    SINK: "sink (not sink+previous)",
+    DIAGONAL: "diagonal",
+    SINK_PREV: "sink+previous",
+    OTHER: "other (no pattern)",
+}
+
+
 def _vo_classes(bos_value_norm: pl.DataFrame) -> pl.DataFrame:
     """Distribution of ``rel_bos_vo_norm`` per model, dataset (and ``"all"``) and head group.
 
-    Groups: every exclusive ``head_class`` (its ``"sink"`` is the class map's label, not
-    sink+previous) and ``"is_sink"`` / ``"not_sink"`` (:func:`sinkscope.heads.is_sink`: every
-    head with ``bos_mass`` at the sink threshold, sink+previous included). The ``"is_sink"`` rows
-    also carry the effect size of :func:`sink_value_norm_effect` (ratio of the sink to the
+    Groups (column ``definition``, :data:`VO_GROUP_DEFINITIONS`): every exclusive
+    ``head_class``, named as in the class map's legend (:data:`VO_CLASS_GROUPS`: its sink group
+    is ``"sink (not sink+previous)"``), and ``"is_sink"`` / ``"not_sink"``
+    (:func:`sinkscope.heads.is_sink`: every head with ``bos_mass`` at the sink threshold,
+    sink+previous included; the claim and the value-norm figure use these). The ``"is_sink"``
+    rows also carry the effect size of :func:`sink_value_norm_effect` (ratio of the sink to the
     non-sink median with its bootstrap interval and per-dataset spread).
     """
 
-    def stats(frame: pl.DataFrame, group: pl.Expr) -> pl.DataFrame:
+    def stats(frame: pl.DataFrame, group: pl.Expr, definition: str) -> pl.DataFrame:
         r = pl.col("rel_bos_vo_norm")
         return (
-            frame.with_columns(group=group)
-            .group_by("model", "dataset", "group")
+            frame.with_columns(group=group, definition=pl.lit(VO_GROUP_DEFINITIONS[definition]))
+            .group_by("model", "dataset", "group", "definition")
             .agg(
                 pl.len().cast(pl.Int64).alias("n_heads"),
                 r.quantile(0.25, "linear").alias("q1_rel_bos_vo_norm"),
@@ -1721,9 +2089,15 @@ def _vo_classes(bos_value_norm: pl.DataFrame) -> pl.DataFrame:
 
     both = pl.concat([bos_value_norm, bos_value_norm.with_columns(dataset=pl.lit(POOLED))])
     parts = [
-        stats(both, pl.col("head_class")),
         stats(
-            both, pl.when(pl.col("is_sink")).then(pl.lit("is_sink")).otherwise(pl.lit("not_sink"))
+            both,
+            pl.col("head_class").replace_strict(VO_CLASS_GROUPS, return_dtype=pl.String),
+            "head_class",
+        ),
+        stats(
+            both,
+            pl.when(pl.col("is_sink")).then(pl.lit("is_sink")).otherwise(pl.lit("not_sink")),
+            "is_sink",
         ),
     ]
     effect = sink_value_norm_effect(bos_value_norm).select("model", "dataset", *_EFFECT_COLUMNS)
@@ -1747,11 +2121,13 @@ def _statements(
     vo_classes: pl.DataFrame,
     residual: pl.DataFrame,
     halfspace: pl.DataFrame,
+    halfspace_long: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
-    """One row per (model, claim) with a number and a sentence (pooled over datasets)."""
+    """One row per (model, claim) with a number and a sentence (pooled over datasets); the
+    ``sink_representable`` row is :func:`sink_representable_statements`'."""
     rows: list[dict[str, Any]] = []
     readings = bos_max_readings(alignment)
-    counts = representability_counts(halfspace)
+    representable = sink_representable_statements(halfspace, halfspace_long)
     for model in sorted(set(alignment["model"].to_list())):
         b = readings.filter(pl.col("model") == model).row(0, named=True)
         rows.append(
@@ -1763,19 +2139,7 @@ def _statements(
             }
         )
         middle = middle_layers(b["n_layers"])
-        c = counts.filter(pl.col("model") == model)
-        if c.height:
-            r = c.row(0, named=True)
-            rows.append(
-                {
-                    "model": model,
-                    "claim": "sink_representable",
-                    "value": r["frac_representable_nontrivial"],
-                    "n_cases": r["n_cases"],
-                    "n_trivial": r["n_trivial"],
-                    "statement": f"{model}: " + representability_statement(r),
-                }
-            )
+        rows += representable.filter(pl.col("model") == model).to_dicts()
         v = value_rank.filter((pl.col("model") == model) & (pl.col("dataset") == POOLED))
         vm = v.filter(pl.col("layer").is_in(middle))
         rows.append(
@@ -1818,23 +2182,15 @@ def _statements(
                 ),
             }
         )
-    return pl.DataFrame(
-        rows,
-        schema={
-            "model": pl.String,
-            "claim": pl.String,
-            "value": pl.Float64,
-            "statement": pl.String,
-            "n_cases": pl.Int64,
-            "n_trivial": pl.Int64,
-        },
-    )
+    return pl.DataFrame(rows, schema=STATEMENT_SCHEMA)
 
 
 def summarize(tables_by_pair: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
     """Cross-pair summary tables, pooled exactly over the datasets of each model.
 
-    ``tables_by_pair``: outputs of :func:`analyze_file`. Returns:
+    ``tables_by_pair``: outputs of :func:`analyze_file`, each optionally with the pair's
+    long-context table under :data:`LONG_CONTEXT_TABLE` (:func:`halfspace_long_context`; it
+    decides the ``sink_representable`` statement of its model). Returns:
 
     * ``bos_alignment``: per (model, space, layer) with ``dataset = "all"``: exact count, min,
       max, mean and fraction positive; quartiles from the summed histograms (resolution
@@ -1844,15 +2200,17 @@ def summarize(tables_by_pair: list[dict[str, pl.DataFrame]]) -> dict[str, pl.Dat
     * ``value_rank``: :func:`value_rank_stats` per dataset and pooled (Figure 12).
     * ``value_rank_worst``: the ``N_WORST`` sequences of lowest mean relative rank per model.
     * ``bos_value_norm_classes``: per model, dataset (and ``"all"``) and head group (each
-      ``head_class``, plus ``"is_sink"``/``"not_sink"``) the distribution of the relative BOS
+      exclusive ``head_class`` under its class-map name, e.g. ``"sink (not sink+previous)"``,
+      plus the ``is_sink`` flag's ``"is_sink"``/``"not_sink"``; column ``definition`` says which
+      rule a group follows) the distribution of the relative BOS
       value-output norm over head instances; the ``"is_sink"`` rows also carry the effect size
       of :func:`sink_value_norm_effect` (``ratio``, ``ratio_lo``, ``ratio_hi``, per-dataset
       spread).
     * ``bos_residual_norm``: per (model, layer) pooled over datasets (means weighted by
       sequences, exact min/max).
     * ``statements``: one sentence per model and claim with its key number (the
-      ``sink_representable`` rows also ``n_cases`` and ``n_trivial`` of
-      :func:`representability_counts`).
+      ``sink_representable`` rows also ``n_cases``, ``n_trivial`` and ``basis`` of
+      :func:`sink_representable_statements`).
     """
     if not tables_by_pair:
         raise ValueError("summarize needs the tables of at least one model x dataset pair")
@@ -1910,5 +2268,12 @@ def summarize(tables_by_pair: list[dict[str, pl.DataFrame]]) -> dict[str, pl.Dat
         out["bos_value_norm_classes"],
         out["bos_residual_norm"],
         halfspace,
+        long_context_table(tables_by_pair),
     )
     return out
+
+
+def long_context_table(tables_by_pair: Sequence[Mapping[str, pl.DataFrame]]) -> pl.DataFrame | None:
+    """The pairs' :data:`LONG_CONTEXT_TABLE` tables concatenated (None when no pair has one)."""
+    frames = [p[LONG_CONTEXT_TABLE] for p in tables_by_pair if LONG_CONTEXT_TABLE in p]
+    return pl.concat(frames, how="vertical_relaxed") if frames else None

@@ -29,9 +29,12 @@ from sinkscope.geometry import (
     ATTENDING,
     BOS_MINUS_TOKEN,
     FIRST_TEXT_POSITION,
+    LONG_CONTEXT_COLUMNS,
+    LONG_CONTEXT_POINT_SETS,
     POOLED,
     RANK_RTOL,
     bos_max_readings,
+    long_context_counts,
     representability_counts,
     sink_value_norm_effect,
 )
@@ -268,7 +271,61 @@ def plot_bos_alignment(
     return readings
 
 
-def halfspace_margins_figure(tables: Tables, title: str) -> tuple[Figure, pl.DataFrame]:
+def _margin_boxes(ax: Axes, sub: pl.DataFrame, sets: Sequence[str]) -> None:
+    """Per layer and point set, the box of the margins over sequences (and datasets); circles
+    mark the non-trivial cases."""
+    width = 0.8 / len(sets)
+    for k, name in enumerate(sets):
+        part = sub.filter((pl.col("point_set") == name) & pl.col("margin").is_not_null())
+        if part.height == 0:
+            continue
+        grouped = part.group_by("layer").agg(pl.col("margin")).sort("layer")
+        stats = [_box_stats(np.asarray(m)) for m in grouped["margin"].to_list()]
+        offset = (k - (len(sets) - 1) / 2) * width
+        positions = [layer + offset for layer in grouped["layer"].to_list()]
+        _draw_boxes(ax, stats, positions, width * 0.85, _SET_COLORS[name])
+        informative = part.filter(~pl.col("trivially_separable"))
+        if informative.height:
+            ax.scatter(
+                informative["layer"].to_numpy() + offset,
+                informative["margin"].to_numpy(),
+                marker="o",
+                s=9,
+                facecolors="none",
+                edgecolors="black",
+                linewidths=0.6,
+                zorder=3,
+            )
+    ax.axhline(0.0, color="crimson", linewidth=0.8, linestyle="--", zorder=0)
+    _layer_ticks(ax, sub["layer"].unique().to_list())
+    ax.set_ylim(-0.04, 1.02)
+    ax.set_ylabel("margin gamma\n(cosine to the best direction)")
+    handles: list[Any] = [
+        Patch(facecolor=_SET_COLORS[n], edgecolor="black", label=_SET_LABELS[n]) for n in sets
+    ]
+    handles += [
+        Line2D(
+            [],
+            [],
+            marker="o",
+            markerfacecolor="none",
+            markeredgecolor="black",
+            color="black",
+            linestyle="",
+            label="non-trivial case\n(> d_model points\nor rank-deficient)",
+        ),
+        Line2D([], [], color="crimson", linestyle="--", linewidth=0.8, label="gamma = 0"),
+    ]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+
+
+#: Prefix of the long-context columns in the counts of :func:`halfspace_margins_figure`.
+LONG_PREFIX = "long_"
+
+
+def halfspace_margins_figure(
+    tables: Tables, title: str, long_context: Tables | None = None
+) -> tuple[Figure, pl.DataFrame]:
     """The half-space figure and the counts its panel titles print (:func:`plot_halfspace_margins`)."""
     frame = _concat(
         tables,
@@ -285,41 +342,51 @@ def halfspace_margins_figure(tables: Tables, title: str) -> tuple[Figure, pl.Dat
         ],
     )
     counts = representability_counts(frame)
+    long_frame = None
+    if long_context is not None:
+        long_frame = _concat(long_context, [*LONG_CONTEXT_COLUMNS])
+        long_counts = long_context_counts(long_frame)
+        counts = counts.join(
+            long_counts.rename({c: LONG_PREFIX + c for c in long_counts.columns if c != "model"}),
+            on="model",
+            how="left",
+        )
     models = sorted(set(frame["model"].to_list()))
-    rows, cols = _panel_grid(len(models), max_cols=1)
+    panels: list[tuple[str, bool]] = []
+    for model in models:
+        panels.append((model, False))
+        if long_frame is not None and (long_frame["model"] == model).any():
+            panels.append((model, True))
     n_layers = int(frame["layer"].n_unique())
-    fig = new_figure(min(19.5, max(9.0, 0.5 * n_layers + 5.0)), 3.9 * rows + 0.8)
-    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False).ravel())
-    sets = [BOS_MINUS_TOKEN, ATTENDING, ALL_TOKENS]
-    width = 0.8 / len(sets)
-    for ax, model in zip(axes, models, strict=False):
-        sub = frame.filter(pl.col("model") == model)
-        for k, name in enumerate(sets):
-            part = sub.filter((pl.col("point_set") == name) & pl.col("margin").is_not_null())
-            if part.height == 0:
-                continue
-            grouped = part.group_by("layer").agg(pl.col("margin")).sort("layer")
-            stats = [_box_stats(np.asarray(m)) for m in grouped["margin"].to_list()]
-            offset = (k - 1) * width
-            positions = [layer + offset for layer in grouped["layer"].to_list()]
-            _draw_boxes(ax, stats, positions, width * 0.85, _SET_COLORS[name])
-            informative = part.filter(~pl.col("trivially_separable"))
-            if informative.height:
-                ax.scatter(
-                    informative["layer"].to_numpy() + offset,
-                    informative["margin"].to_numpy(),
-                    marker="o",
-                    s=9,
-                    facecolors="none",
-                    edgecolors="black",
-                    linewidths=0.6,
-                    zorder=3,
-                )
-        ax.axhline(0.0, color="crimson", linewidth=0.8, linestyle="--", zorder=0)
-        _layer_ticks(ax, sub["layer"].unique().to_list())
-        ax.set_ylim(-0.04, 1.02)
-        ax.set_ylabel("margin gamma\n(cosine to the best direction)")
+    row_height = min(3.9, (MAX_FIGURE_PIXELS / DPI - 0.85) / len(panels))
+    fig = new_figure(min(19.5, max(9.0, 0.5 * n_layers + 5.0)), row_height * len(panels) + 0.8)
+    axes = np.atleast_1d(fig.subplots(len(panels), 1, squeeze=False).ravel())
+    for ax, (model, is_long) in zip(axes, panels, strict=True):
         r = counts.filter(pl.col("model") == model).row(0, named=True)
+        if is_long:
+            assert long_frame is not None
+            sub = long_frame.filter(pl.col("model") == model)
+            _margin_boxes(ax, sub, LONG_CONTEXT_POINT_SETS)
+            lc = {c: r[LONG_PREFIX + c] for c in long_counts.columns if c != "model"}
+            datasets = _dataset_order(sub["dataset"].to_list())
+            if lc["n_nontrivial"]:
+                verdict = (
+                    f"both sets in an open half-space (every sink pattern representable) in "
+                    f"{lc['n_representable_nontrivial']} of {lc['n_nontrivial']} non-trivial "
+                    f"pairs ({100 * lc['frac_representable_nontrivial']:.1f}%)"
+                )
+            else:
+                verdict = "none non-trivial: the test cannot fail (not applicable)"
+            ax.set_title(
+                f"{model}: {', '.join(datasets)}, long context (N={lc['n_sequences']} seq, "
+                f"T'={lc['seq_len'] - 1} > d_model={lc['dim']}; decides the claim)\n"
+                f"(layer, seq) pairs: {lc['n_pairs']}, of which {lc['n_trivial']} trivially "
+                f"separable; {verdict}",
+                fontsize=9,
+            )
+            continue
+        sub = frame.filter(pl.col("model") == model)
+        _margin_boxes(ax, sub, [BOS_MINUS_TOKEN, ATTENDING, ALL_TOKENS])
         datasets = _dataset_order(sub["dataset"].to_list())
         n_tokens = sub.filter(pl.col("point_set") == BOS_MINUS_TOKEN)["n_points"].max()
         if r["n_nontrivial"]:
@@ -329,40 +396,25 @@ def halfspace_margins_figure(tables: Tables, title: str) -> tuple[Figure, pl.Dat
             )
         else:
             verdict = "none non-trivial: the test cannot fail (not applicable)"
+        share = 100 * r["n_any_trivial"] / r["n_pairs"] if r["n_pairs"] else float("nan")
         ax.set_title(
             f"{model}: {', '.join(datasets)} ({_scope(sub)}, T={n_tokens})\n"
             f"(layer, seq) pairs with sink-attending tokens: {r['n_cases']}, of which "
             f"{r['n_trivial']} trivially separable and {r['n_nontrivial']} non-trivial; {verdict}\n"
             f"any sink pattern (J = all tokens): {r['n_any_trivial']} of {r['n_pairs']} pairs "
-            f"trivially separable; holds in {r['n_any_representable_nontrivial']} of the "
-            f"{r['n_any_nontrivial']} others",
+            f"({share:.0f}%) trivially separable; holds in "
+            f"{r['n_any_representable_nontrivial']} of the {r['n_any_nontrivial']} others",
             fontsize=9,
         )
-        handles: list[Any] = [
-            Patch(facecolor=_SET_COLORS[n], edgecolor="black", label=_SET_LABELS[n]) for n in sets
-        ]
-        handles += [
-            Line2D(
-                [],
-                [],
-                marker="o",
-                markerfacecolor="none",
-                markeredgecolor="black",
-                color="black",
-                linestyle="",
-                label="non-trivial case\n(> d_model points\nor rank-deficient)",
-            ),
-            Line2D([], [], color="crimson", linestyle="--", linewidth=0.8, label="gamma = 0"),
-        ]
-        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-    for ax in axes[len(models) :]:
-        ax.set_visible(False)
     fig.suptitle(title)
     return fig, counts
 
 
 def plot_halfspace_margins(
-    tables: Tables, out_png: str | os.PathLike[str], title: str
+    tables: Tables,
+    out_png: str | os.PathLike[str],
+    title: str,
+    long_context: Tables | None = None,
 ) -> pl.DataFrame:
     """Proposition 4.1 margins per layer: for each point set, the distribution over sequences
     (and datasets) of the normalised margin ``gamma`` (box = quartiles, whiskers = min/max);
@@ -370,12 +422,18 @@ def plot_halfspace_margins(
 
     ``tables``: ``halfspace`` tables of :func:`~sinkscope.geometry.analyze_file`. A set lies in
     an open half-space iff ``gamma > 0``; the panel titles give the counts of
-    :func:`~sinkscope.geometry.representability_counts` (the numbers of the claim
-    ``geometry.sink_representable``), which this function returns: (layer, sequence) pairs with
-    sink-attending tokens, how many are trivially separable, and in how many of the others the
-    sink is representable.
+    :func:`~sinkscope.geometry.representability_counts`, which this function returns:
+    (layer, sequence) pairs with sink-attending tokens, how many are trivially separable (and
+    their share among all pairs for ``J`` = all tokens), and in how many of the others the
+    sink is representable. ``long_context``: the tables of
+    :func:`~sinkscope.geometry.halfspace_long_context`; each model then gets a second panel
+    under its first with the long-context margins of the two sets that need no attention, titled
+    with :func:`~sinkscope.geometry.long_context_counts` (N, T', d_model, the share of non-trivial
+    pairs where both sets lie in an open half-space), returned as the ``long_*`` columns. Those
+    are the numbers of the claim ``geometry.sink_representable`` when present, the
+    ``T``-panel's otherwise (:func:`~sinkscope.geometry.sink_representable_statements`).
     """
-    fig, counts = halfspace_margins_figure(tables, title)
+    fig, counts = halfspace_margins_figure(tables, title, long_context)
     save_figure(fig, out_png)
     return counts
 

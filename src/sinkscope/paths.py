@@ -22,6 +22,9 @@ GEOMETRY_TABLES = (
     "bos_value_norm",
     "bos_residual_norm",
 )
+#: Proposition 4.1 on long sequences (T' > d_model, rule analyze_geometry_long_context; its own
+#: model forward, no activation file), per pair; read by the geometry summary when enabled.
+GEOMETRY_LONG_CONTEXT_TABLES = ("halfspace_long_context",)
 GEOMETRY_SUMMARY_TABLES = (
     "bos_alignment",
     "halfspace_layer",
@@ -266,6 +269,26 @@ class Paths:
         targets += [self.summary_table("streaming", n) for n in STREAMING_SUMMARY_TABLES]
         targets += [self.summary_figure("streaming", n) for n in STREAMING_SUMMARY_FIGURES]
         return targets
+
+    def geometry_pair_tables(self, config: Mapping[str, Any]) -> tuple[str, ...]:
+        """The per-pair geometry tables this config makes (inputs of the geometry summary):
+        :data:`GEOMETRY_TABLES`, plus :data:`GEOMETRY_LONG_CONTEXT_TABLES` unless
+        ``geometry.long_context.enabled`` is false."""
+        long_context = analysis_runs(config, "geometry.long_context")
+        return GEOMETRY_TABLES + (GEOMETRY_LONG_CONTEXT_TABLES if long_context else ())
+
+    def long_context_targets(
+        self, pairs: list[tuple[str, str]], config: Mapping[str, Any]
+    ) -> list[str]:
+        """The long-context half-space tables (parquet and CSV) of every pair, when enabled."""
+        if not analysis_runs(config, "geometry.long_context"):
+            return []
+        return [
+            self.table("geometry", name, suffix).format(model=model, dataset=dataset)
+            for model, dataset in pairs
+            for name in GEOMETRY_LONG_CONTEXT_TABLES
+            for suffix in ("parquet", "csv")
+        ]
 
     # training dynamics of the companion paper (no model): per-run tables, summaries, figures
     def dynamics_run_table(self, part: str, name: str) -> str:

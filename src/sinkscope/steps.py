@@ -161,7 +161,7 @@ def analyze_geometry(smk: Any) -> None:
         Path(smk.input.activations),
         pl.read_parquet(smk.input.per_head),
         HeadClassThresholds(**smk.params.thresholds),
-        attend_threshold=smk.params.geometry["attend_threshold"],
+        attend_threshold=smk.params.attend_threshold,
     )
     _write_tables(tables, smk.output, GEOMETRY_TABLES)
     title, out = _pair_title(smk), smk.output
@@ -172,18 +172,43 @@ def analyze_geometry(smk: Any) -> None:
     plots.plot_bos_residual_norm(tables["bos_residual_norm"], out.figure_bos_residual_norm, title)
 
 
+def analyze_geometry_long_context(smk: Any) -> None:
+    from sinkscope.geometry import LONG_CONTEXT_TABLE, halfspace_long_context
+    from sinkscope.paths import GEOMETRY_LONG_CONTEXT_TABLES
+
+    settings = smk.params.long_context
+    table = halfspace_long_context(
+        smk.input.model_dir,
+        smk.input.documents,
+        n_sequences=settings["n_sequences"],
+        seq_len=settings["seq_len"],
+        seed=smk.params.stream_seed,
+        model_name=smk.wildcards.model,
+        dataset_name=smk.wildcards.dataset,
+        threads=smk.threads,
+    )
+    _write_tables({LONG_CONTEXT_TABLE: table}, smk.output, GEOMETRY_LONG_CONTEXT_TABLES)
+
+
 def summarize_geometry(smk: Any) -> None:
     from sinkscope import geometry_plots as plots
-    from sinkscope.geometry import summarize
-    from sinkscope.paths import GEOMETRY_SUMMARY_TABLES, GEOMETRY_TABLES
+    from sinkscope.geometry import long_context_table, summarize
+    from sinkscope.paths import (
+        GEOMETRY_LONG_CONTEXT_TABLES,
+        GEOMETRY_SUMMARY_TABLES,
+        GEOMETRY_TABLES,
+    )
 
-    pairs = _read_tables(list(smk.input), GEOMETRY_TABLES)
+    pairs = _read_tables(list(smk.input), GEOMETRY_TABLES + GEOMETRY_LONG_CONTEXT_TABLES)
     summary = summarize(pairs)
     _write_tables(summary, smk.output, GEOMETRY_SUMMARY_TABLES)
     title, out = "pooled over datasets", smk.output
     plots.plot_bos_alignment(summary["bos_alignment"], out.figure_bos_alignment, title)
     plots.plot_halfspace_margins(
-        [p["halfspace"] for p in pairs], out.figure_halfspace_margins, title
+        [p["halfspace"] for p in pairs],
+        out.figure_halfspace_margins,
+        title,
+        long_context=long_context_table(pairs),
     )
     plots.plot_value_rank([p["value_rank"] for p in pairs], out.figure_value_rank, title)
     plots.plot_bos_value_norm(
@@ -483,6 +508,7 @@ STEPS: dict[str, Callable[[Any], None]] = {
     "classify_heads": classify_heads,
     "summarize_heads": summarize_heads,
     "analyze_geometry": analyze_geometry,
+    "analyze_geometry_long_context": analyze_geometry_long_context,
     "summarize_geometry": summarize_geometry,
     "analyze_oversmoothing": analyze_oversmoothing,
     "summarize_oversmoothing": summarize_oversmoothing,

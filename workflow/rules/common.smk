@@ -5,9 +5,10 @@ from snakemake.logging import logger
 from snakemake.utils import validate
 
 # (the Snakefile puts this repository's src/ on sys.path)
-from sinkscope.config import validate_config, pairs
+from sinkscope.config import validate_config, pairs, streaming_params
 from sinkscope.paths import (
     GEOMETRY_FIGURES,
+    GEOMETRY_LONG_CONTEXT_TABLES,
     GEOMETRY_SUMMARY_TABLES,
     GEOMETRY_TABLES,
     OVERSMOOTHING_FIGURES,
@@ -81,7 +82,7 @@ PRIORITY = {
     "summarize_heads": 80,
     **dict.fromkeys(("analyze_geometry", "analyze_oversmoothing"), 70),
     **dict.fromkeys(("summarize_geometry", "summarize_oversmoothing", "claims"), 60),
-    "analyze_streaming_first_positions": 50,
+    **dict.fromkeys(("analyze_streaming_first_positions", "analyze_geometry_long_context"), 50),
     # the longest model-free runs (1-3 minutes each) before the StreamingLLM pairs, so that none
     # of them is the last job of a run
     **dict.fromkeys(("cost_backcopy_e2e", "cost_copypaste_run", "dynamics_induction_run"), 45),
@@ -114,6 +115,7 @@ PRIORITY = {
 def all_targets():
     return (
         paths.all_targets(pairs(config), config["costs"])
+        + paths.long_context_targets(pairs(config), config)
         + paths.streaming_targets(pairs(config), config["streaming"])
         + paths.dynamics_targets(config["dynamics"])
     )

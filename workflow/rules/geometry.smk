@@ -11,7 +11,7 @@ rule analyze_geometry:
         **figures_of("geometry", GEOMETRY_FIGURES, "Sink geometry"),
     params:
         thresholds=config["head_classes"],
-        geometry=config["geometry"],
+        attend_threshold=config["geometry"]["attend_threshold"],
         extraction=config["extraction"],
     priority: PRIORITY["analyze_geometry"]
     log:
@@ -26,9 +26,34 @@ rule analyze_geometry:
         "../scripts/analyze_geometry.py"
 
 
+# Prop. 4.1 where it can fail: T' > d_model tokens (the StreamingLLM streams of the same corpus;
+# T' = 256 tokens in d_model >= 576 are trivially separable). One forward of the model, no
+# activation file; its table decides the claim geometry.sink_representable in the summary.
+rule analyze_geometry_long_context:
+    input:
+        model_dir=paths.model_dir,
+        documents=paths.corpus,
+    output:
+        **tables_of("geometry", GEOMETRY_LONG_CONTEXT_TABLES),
+    params:
+        long_context=config["geometry"]["long_context"],
+        stream_seed=streaming_params(config)["seed"],  # the StreamingLLM streams' cut
+    priority: PRIORITY["analyze_geometry_long_context"]
+    log:
+        paths.log("analyze_geometry_long_context", "{model}/{dataset}"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    threads: 1
+    resources:
+        mem_mb=lambda wc, attempt: 6000 * attempt,
+        runtime=lambda wc, attempt: 20 * attempt,
+    script:
+        "../scripts/analyze_geometry_long_context.py"
+
+
 rule summarize_geometry:
     input:
-        pair_tables("geometry", GEOMETRY_TABLES),
+        pair_tables("geometry", paths.geometry_pair_tables(config)),
     output:
         **summary_tables_of("geometry", GEOMETRY_SUMMARY_TABLES),
         **summary_figures_of("geometry", GEOMETRY_FIGURES, "Sink geometry"),

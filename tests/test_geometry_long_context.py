@@ -1,0 +1,307 @@
+"""Proposition 4.1 where it can fail: the long-context half-space test (issue 22, item 4).
+
+With ``T' <= d_model`` tokens of full rank both point sets are trivially separable, so the
+extraction's ``T = 256`` cannot tell a representable sink from a non-representable one. The
+rule ``analyze_geometry_long_context`` tests ``T' > d_model`` tokens. Checked here: planted
+sets with more points than dimensions that are (not) in an open half-space, decided by
+construction, and the claim's verdict on them; ``Z`` equals what the query/key/value projections
+multiply (forward pre-hooks); the rule end to end on a tiny model through Snakemake.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+import yaml
+
+from sinkscope import claims as C
+from sinkscope import geometry as geo
+from sinkscope import geometry_plots as gplots
+from sinkscope.corpora import prepare_corpus
+from sinkscope.models import decoder_layers, prepare_model
+from sinkscope.plotting import CLASS_LEGEND_NAMES, figure_problems
+from tests.conftest import TINY, snakemake_command, tiny_config
+
+
+def _long_rows(z: np.ndarray, model: str = "m", dataset: str = "d") -> pl.DataFrame:
+    """The long-context table of one layer's ``Z`` ``(N, T1, D)``, as the rule builds it."""
+    rows = [{**r, "layer": 0} for r in geo._halfspace_layer_rows(z, None)]
+    return (
+        pl.DataFrame(rows)
+        .with_columns(
+            model=pl.lit(model),
+            dataset=pl.lit(dataset),
+            seq_len=pl.lit(z.shape[1], dtype=pl.Int64),
+            halfspace=pl.col("halfspace").cast(pl.Boolean),
+            margin=pl.col("margin").cast(pl.Float64),
+            margin_upper=pl.col("margin_upper").cast(pl.Float64),
+        )
+        .select(geo.LONG_CONTEXT_COLUMNS)
+    )
+
+
+def _trivial_short(model: str = "m") -> pl.DataFrame:
+    """A ``halfspace`` table at the extraction's T where every set is trivially separable."""
+    rows = [
+        {
+            "model": model,
+            "dataset": "d",
+            "layer": 0,
+            "sequence": 0,
+            "point_set": name,
+            "n_points": 3,
+            "dim": 8,
+            "rank": 3,
+            "trivially_separable": True,
+            "halfspace": True,
+            "margin": 0.5,
+            "margin_upper": 0.5,
+            "n_support": 3,
+            "n_sink_heads": 1,
+            "attend_threshold": 0.5,
+        }
+        for name in geo.POINT_SETS
+    ]
+    return pl.DataFrame(rows)
+
+
+def _verdict(short: pl.DataFrame, long: pl.DataFrame | None) -> dict:
+    (row,) = C.check_sink_representable(geo.sink_representable_statements(short, long), 1.0)
+    return row
+
+
+D, T = 6, 20  # more points than dimensions: no set can be trivially separable
+
+
+def test_a_bos_inside_the_hull_is_not_representable_and_the_claim_fails() -> None:
+    """z_0 = mean of z_1..z_T: the vectors z_0 - z_i sum to 0, so 0 is in their convex hull and
+    no open half-space holds them (Gordan), whatever the z_i are."""
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(2, T + 1, D))
+    z[:, 0] = z[:, 1:].mean(axis=1)
+    long = _long_rows(z)
+    bos = long.filter(pl.col("point_set") == geo.BOS_MINUS_TOKEN)
+    assert bos["n_points"].to_list() == [T, T] and bos["dim"].to_list() == [D, D]
+    assert not bos["trivially_separable"].any()  # T > d: the test can fail ...
+    assert not bos["halfspace"].any()  # ... and does
+    assert bos["margin"].to_list() == [0.0, 0.0]
+    counts = geo.long_context_counts(long).row(0, named=True)
+    assert counts["n_pairs"] == 2 and counts["n_trivial"] == 0
+    assert counts["n_representable_nontrivial"] == 0
+    assert counts["n_bos_halfspace_nontrivial"] == 0
+    # the extraction's T says nothing (all trivial, n/a); the long sequences decide: not reproduced
+    assert _verdict(_trivial_short(), None)["verdict"] == C.NOT_APPLICABLE
+    row = _verdict(_trivial_short(), long)
+    assert row["verdict"] == C.NOT_REPRODUCED and row["value"] == 0.0
+    assert "long context" in row["reason"] and "at the extraction's T" in row["reason"]
+
+
+def test_tokens_rotated_against_bos_are_representable_and_the_claim_holds() -> None:
+    """The paper's sufficient condition z_0 . z_i < 0: with z_0 = -u and every z_i . u > 0, the
+    direction u puts both sets in an open half-space; the margin is at least u's."""
+    rng = np.random.default_rng(1)
+    u = rng.normal(size=D)
+    u /= np.linalg.norm(u)
+    tokens = rng.normal(size=(T, D))
+    tokens += (1.0 - tokens @ u)[:, None] * u  # every z_i . u = 1
+    z = np.concatenate([-3.0 * u[None], tokens])[None]
+    assert (z[0, 1:] @ z[0, 0] < 0).all()
+    long = _long_rows(z)
+    assert long["halfspace"].all() and not long["trivially_separable"].any()
+    # (z_0 - z_i) . (-u) = 3 + 1 > 0 and z_i . u = 1 > 0
+    for name, vectors, direction in (
+        (geo.ALL_TOKENS, tokens, u),
+        (geo.BOS_MINUS_TOKEN, z[0, 0] - tokens, -u),
+    ):
+        r = long.filter(pl.col("point_set") == name).row(0, named=True)
+        unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        by_u = float((unit @ direction).min())
+        assert by_u > 0 and r["margin_upper"] >= by_u - 1e-12  # gamma >= u's margin
+        assert 0 < r["margin"] <= r["margin_upper"] + 1e-12  # a certified bracket
+    row = _verdict(_trivial_short(), long)
+    assert row["verdict"] == C.REPRODUCED and row["value"] == 1.0
+
+
+def test_long_rows_without_a_non_trivial_pair_leave_the_claim_to_the_extraction() -> None:
+    """seq_len <= d_model + 1 (no seq_len can exceed GPT-2 medium's d_model): the long rows are
+    trivially separable, so the claim is decided on the extraction's sequences, and says so."""
+    rng = np.random.default_rng(2)
+    long = _long_rows(rng.normal(size=(1, 5, D)))
+    assert long["trivially_separable"].all()
+    statements = geo.sink_representable_statements(_trivial_short(), long)
+    assert statements["basis"].to_list() == [geo.BASIS_ATTENDING]
+    assert "none is non-trivial" in statements["statement"][0]
+    assert _verdict(_trivial_short(), long)["verdict"] == C.NOT_APPLICABLE
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3", "gpt2"])
+def test_z_is_what_the_query_key_value_projections_multiply(family: str) -> None:
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(tiny_config(family)).eval()
+    with torch.no_grad():  # break the symmetric init so that norm gains matter
+        for param in model.parameters():
+            param.add_(0.05 * torch.randn_like(param))
+    seen: dict[tuple[int, str], torch.Tensor] = {}
+    hooks = []
+    for index, layer in enumerate(decoder_layers(model)):
+        names = ("c_attn",) if family == "gpt2" else ("q_proj", "k_proj", "v_proj")
+        attention = layer.attn if family == "gpt2" else layer.self_attn
+        for name in names:
+
+            def keep(module, args, index=index, name=name):
+                seen[(index, name)] = args[0].detach().clone()
+
+            hooks.append(getattr(attention, name).register_forward_pre_hook(keep))
+    ids = torch.randint(3, 97, (2, 24))
+    z_layers = geo.attention_inputs(model, ids)
+    for hook in hooks:
+        hook.remove()
+    assert len(z_layers) == len(decoder_layers(model))
+    for (index, _), projected in seen.items():
+        assert np.array_equal(z_layers[index], projected.numpy())
+
+
+# --- the rule end to end: a tiny Llama with a word-level tokenizer, a local text corpus
+
+WORDS = ["[UNK]", "<s>", *(f"w{i}" for i in range(40))]
+
+
+def _save_tiny_model(folder: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
+
+    words = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, unk_token="[UNK]", bos_token="<s>")
+    config = LlamaConfig(
+        vocab_size=len(WORDS), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=8, max_position_embeddings=128,
+        bos_token_id=1, eos_token_id=None,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+@pytest.fixture(scope="module")
+def tiny_setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    root = tmp_path_factory.mktemp("long-context")
+    _save_tiny_model(root / "weights")
+    rng = np.random.default_rng(0)
+    (root / "text.txt").write_text(" ".join(f"w{i}" for i in rng.integers(0, 40, size=400)))
+    entry = {"source": {"kind": "local", "path": str(root / "weights")}, "dtype": "float32"}
+    prepare_model("tiny", entry, root / "prepared", root / "downloads")
+    corpus = root / "corpus" / "documents.parquet"
+    prepare_corpus("words", {"source": {"kind": "local", "path": str(root / "text.txt")}}, corpus,
+                   root / "downloads")  # fmt: skip
+    return root, root / "prepared", corpus
+
+
+def test_seq_len_beyond_the_positions_names_the_config_key(tiny_setup) -> None:
+    _, prepared, corpus = tiny_setup
+    with pytest.raises(ValueError, match=r"geometry\.long_context\.seq_len = 200 exceeds the 128"):
+        geo.halfspace_long_context(prepared, corpus, 1, 200, 0, "tiny", "words")
+
+
+def test_the_rule_on_a_tiny_model(tiny_setup, tmp_path: Path) -> None:
+    root, prepared, corpus = tiny_setup
+    config = yaml.safe_load(TINY.read_text())
+    config["models"] = {"tiny": {"source": {"kind": "local", "path": str(root / "weights")}}}
+    config["datasets"] = {"words": {"source": {"kind": "local", "path": str(root / "text.txt")}}}
+    config["geometry"] = {"long_context": {"n_sequences": 2, "seq_len": 40}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    target = "results/geometry/tiny/words/halfspace_long_context.parquet"
+    command = snakemake_command(tmp_path, "--cores", "1", "--configfile", "config.yaml")
+    result = subprocess.run(
+        [*command, "--", target],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    table = pl.read_parquet(tmp_path / target)
+    assert table.columns == list(geo.LONG_CONTEXT_COLUMNS)
+    assert (tmp_path / target).with_suffix(".csv").exists()
+    assert table.height == 2 * 2 * len(geo.LONG_CONTEXT_POINT_SETS)  # layers x sequences x sets
+    assert set(table["point_set"]) == set(geo.LONG_CONTEXT_POINT_SETS)
+    assert (table["n_points"] == 39).all() and (table["dim"] == 16).all()
+    assert not table["trivially_separable"].any()  # 39 points in 16 dimensions
+    log = tmp_path / "results/logs/analyze_geometry_long_context/tiny/words.log"
+    assert "half-space solves" in log.read_text()
+    # the same numbers as a direct call on the same streams (StreamingLLM's default seed, 0)
+    direct = geo.halfspace_long_context(prepared, corpus, 2, 40, 0, "tiny", "words")
+    assert direct.equals(table)
+
+    # the figure shows both tests, with the claim's numbers, and stays readable
+    long_counts = geo.long_context_counts(table).row(0, named=True)
+    fig, counts = gplots.halfspace_margins_figure(_trivial_short("tiny"), "t", table)
+    assert figure_problems(fig) == []
+    assert len(fig.axes) == 2
+    assert "T'=39 > d_model=16" in fig.axes[1].get_title()
+    (c,) = counts.iter_rows(named=True)
+    assert c["long_n_pairs"] == long_counts["n_pairs"] == 4
+    assert c["long_frac_representable_nontrivial"] == long_counts["frac_representable_nontrivial"]
+    statements = geo.sink_representable_statements(_trivial_short("tiny"), table)
+    assert statements["value"][0] == long_counts["frac_representable_nontrivial"]
+
+
+def test_value_norm_groups_name_their_definition() -> None:
+    """The exclusive head classes carry the class map's legend names; only the is_sink rows are
+    the claim's and the value-norm figure's sink heads."""
+    assert geo.VO_CLASS_GROUPS == CLASS_LEGEND_NAMES
+
+
+@pytest.mark.parametrize("extracted", ["llama"], indirect=True)
+def test_the_summary_decides_the_claim_on_the_long_table(extracted, tmp_path: Path) -> None:
+    """summarize with a pair's long-context table: the statement (basis long_context), the claim
+    row and the figure's long panel give the same numbers; a BOS inside the hull fails it."""
+    from sinkscope.heads import classify_file
+
+    _, path, _, _ = extracted
+    _, per_head = classify_file(path)
+    tables = geo.analyze_file(path, per_head)
+    model, dataset = tables["halfspace"]["model"][0], tables["halfspace"]["dataset"][0]
+    rng = np.random.default_rng(3)
+    z = rng.normal(size=(2, T + 1, D))
+    z[:, 0] = z[:, 1:].mean(axis=1)  # in the hull: not representable
+    long = _long_rows(z, model, dataset)
+    pairs = [{**tables, geo.LONG_CONTEXT_TABLE: long}]
+    summary = geo.summarize(pairs)
+    statement = summary["statements"].filter(pl.col("claim") == "sink_representable")
+    assert statement["basis"].to_list() == [geo.BASIS_LONG_CONTEXT]
+    assert statement["n_cases"].to_list() == [2] and statement["n_trivial"].to_list() == [0]
+    (row,) = C.check_sink_representable(summary["statements"], 1.0)
+    assert row["verdict"] == C.NOT_REPRODUCED and row["setting"].startswith("long-context")
+    counts = gplots.plot_halfspace_margins(
+        [tables["halfspace"]], tmp_path / "h.png", "t", long_context=geo.long_context_table(pairs)
+    )
+    (c,) = counts.iter_rows(named=True)
+    assert c["long_frac_representable_nontrivial"] == row["value"] == 0.0
+    # without the long table the same summary falls back to the extraction's sequences
+    plain = geo.summarize([tables])["statements"].filter(pl.col("claim") == "sink_representable")
+    assert plain["basis"].to_list() == [geo.BASIS_ATTENDING]
+
+
+def test_switching_the_long_context_off_removes_its_tables_from_the_summary() -> None:
+    from sinkscope.paths import GEOMETRY_LONG_CONTEXT_TABLES, GEOMETRY_TABLES, Paths
+
+    paths, pairs = Paths(), [("m", "d")]
+    off = {"geometry": {"long_context": {"enabled": False}}}
+    assert paths.geometry_pair_tables(off) == GEOMETRY_TABLES
+    assert paths.long_context_targets(pairs, off) == []
+    on = {"geometry": {"long_context": {"enabled": True}}}
+    assert paths.geometry_pair_tables(on) == GEOMETRY_TABLES + GEOMETRY_LONG_CONTEXT_TABLES
+    assert paths.long_context_targets(pairs, on) == [
+        "results/geometry/m/d/halfspace_long_context.parquet",
+        "results/geometry/m/d/halfspace_long_context.csv",
+    ]
