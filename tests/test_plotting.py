@@ -266,3 +266,25 @@ def test_save_figure_refuses_a_figure_that_breaks_a_rule(tmp_path: Path) -> None
     fine.subplots().plot([0, 1], [0, 1])
     save_figure(fine, tmp_path / "fine.png")
     assert (tmp_path / "fine.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_every_categorical_palette_stays_apart_for_colour_blind_readers() -> None:
+    """The fixed categorical colours of every figure module (policies, conditions, head types,
+    point sets, sink groups, cost patterns) keep MIN_CVD_DELTA_E apart under each dichromacy."""
+    from sinkscope import geometry_plots, oversmoothing_plots, streaming_plots
+    from sinkscope.costs import plots as cost_plots
+
+    palettes = {
+        "streaming_plots.KIND_COLORS": streaming_plots.KIND_COLORS,
+        "oversmoothing_plots.CONDITION_COLORS": oversmoothing_plots.CONDITION_COLORS,
+        "oversmoothing_plots.PATTERN_COLORS": oversmoothing_plots.PATTERN_COLORS,
+        "geometry_plots._SET_COLORS": geometry_plots._SET_COLORS,
+        "geometry_plots._SINK_GROUP_COLORS": geometry_plots._SINK_GROUP_COLORS,
+        "costs.plots.COLORS": cost_plots.COLORS,
+    }
+    low = {
+        name: distances
+        for name, palette in palettes.items()
+        if min((distances := cvd_min_distance(palette.values())).values()) < MIN_CVD_DELTA_E
+    }
+    assert not low, low

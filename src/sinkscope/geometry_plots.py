@@ -65,9 +65,9 @@ _SET_LABELS: dict[str, str] = {
     ALL_TOKENS: "{zi : i in [T]} (any sink pattern)",
 }
 _SET_COLORS: dict[str, str] = {
-    BOS_MINUS_TOKEN: "#7570b3",
-    ATTENDING: "#e6ab02",
-    ALL_TOKENS: "#66a61e",
+    BOS_MINUS_TOKEN: "#332288",
+    ATTENDING: "#e69f00",
+    ALL_TOKENS: "#56b4e9",
 }
 
 

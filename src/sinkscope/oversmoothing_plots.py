@@ -71,11 +71,11 @@ COMPONENTS: dict[str, tuple[str, str]] = {
 }
 #: Fig. 10: head type by the head classification's flags (paper: 0.5 mass thresholds; here the
 #: project's ``is_sink`` / ``is_diagonal``, thresholds ``head_classes``): sink yellow,
-#: diagonal (self-attention) green, neither blue.
+#: diagonal (self-attention) green, neither dark grey.
 PATTERN_COLORS: dict[str, str] = {
     "sink": CLASS_COLORS["sink"],
     "diagonal": CLASS_COLORS["diagonal"],
-    "neither": "#4c72b0",
+    "neither": "#444444",
 }
 #: Fig. 10: linear range of the symlog y axis (|relative change| below it is drawn linearly).
 SYMLOG_LINTHRESH = 0.1

@@ -50,9 +50,9 @@ __all__ = [
 #: Colour per policy kind.
 KIND_COLORS: dict[str, str] = {
     "dense": "#000000",
-    "window": "#d62728",
-    "sink": "#1f77b4",
-    "neutral": "#2ca02c",
+    "window": "#d55e00",
+    "sink": "#0072b2",
+    "neutral": "#f0e442",
 }
 KIND_STYLES: dict[str, str] = {"dense": "-", "window": "-", "sink": "-", "neutral": "--"}
 KIND_LABELS: dict[str, str] = {
@@ -441,6 +441,8 @@ def plot_summary(
             [lookup.get(p, np.nan) for p in pairs],
             width,
             color=KIND_COLORS[kind],
+            edgecolor="black",
+            linewidth=0.5,
             label=KIND_LABELS[kind] + (f" (k={k0})" if kind != "window" else ""),
         )
         if kind == "window":  # the perplexity factor of claim streaming.eviction_hurts
