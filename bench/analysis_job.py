@@ -17,8 +17,10 @@ from pathlib import Path
 import polars as pl
 import yaml
 
-from sinkscope import geometry, heads, oversmoothing
+from sinkscope import heads
+from sinkscope.geometry.analysis import analyze_file as analyze_geometry_file
 from sinkscope.io import write_table
+from sinkscope.oversmoothing.analysis import analyze_file as analyze_oversmoothing_file
 
 STEPS = ("classify_heads", "analyze_geometry", "analyze_oversmoothing")
 
@@ -43,7 +45,7 @@ def run(step: str, h5: Path, out_dir: Path, per_head_path: Path | None) -> dict[
             raise SystemExit(f"{step} needs the per-head table of classify_heads")
         per_head = pl.read_parquet(per_head_path)
         if step == "analyze_geometry":
-            tables = geometry.analyze_file(
+            tables = analyze_geometry_file(
                 h5,
                 per_head,
                 thresholds,
@@ -51,7 +53,7 @@ def run(step: str, h5: Path, out_dir: Path, per_head_path: Path | None) -> dict[
             )
         else:
             settings = config["oversmoothing"]
-            tables = oversmoothing.analyze_file(
+            tables = analyze_oversmoothing_file(
                 h5,
                 per_head,
                 settings["context_lengths"],

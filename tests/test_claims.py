@@ -2,8 +2,8 @@
 where it fails and at the boundary of its tolerance; the registry's not-applicable handling; the
 writers; and the agreement of the tolerances' defaults with the config schema.
 
-Where an analysis module defines the summary table (heads.summarize, oversmoothing.summary_tables,
-streaming.summarize, costs.fit_slopes / toy_table), the tables are produced by calling it on
+Where an analysis module defines the summary table (heads.summarize, oversmoothing.summary.summary_tables,
+streaming.summary.summarize, costs.fit_slopes / toy_table), the tables are produced by calling it on
 planted inputs, so a change of their format breaks these tests; the expected numbers are computed
 here by hand from the planted inputs.
 """
@@ -19,12 +19,14 @@ import pytest
 from docutils.core import publish_parts
 
 from sinkscope import claims as C
-from sinkscope import oversmoothing as ov
-from sinkscope import streaming
 from sinkscope.config import ConfigError, load_config, load_schema, validate_config
 from sinkscope.costs import fit_slopes, toy_table
 from sinkscope.heads import PER_HEAD_COLUMNS, HeadClassThresholds, summarize, with_classes
+from sinkscope.oversmoothing import names as ov_names
+from sinkscope.oversmoothing import summary as ov_summary
 from sinkscope.paths import Paths, analysis_runs
+from sinkscope.streaming.recompute import RECOMPUTE_SCHEMA
+from sinkscope.streaming.summary import summarize as summarize_streaming
 
 REPO = Path(__file__).resolve().parents[1]
 TH = HeadClassThresholds()
@@ -209,12 +211,13 @@ def test_sink_representable() -> None:
 
 def test_sink_representable_counts_only_non_trivial_cases() -> None:
     """Planted halfspace rows -> geometry's counts and statement -> the claim's verdict."""
-    from sinkscope import geometry as geo
+    from sinkscope.geometry.halfspace import representability_counts, representability_statement
+    from sinkscope.geometry.names import ATTENDING, POINT_SETS
 
     def halfspace(trivial: list[bool], representable: list[bool]) -> pl.DataFrame:
         rows = []
         for seq, (triv, rep) in enumerate(zip(trivial, representable, strict=True)):
-            for name in geo.POINT_SETS:
+            for name in POINT_SETS:
                 rows.append(
                     {
                         "model": "m",
@@ -223,7 +226,7 @@ def test_sink_representable_counts_only_non_trivial_cases() -> None:
                         "sequence": seq,
                         "point_set": name,
                         "n_points": 3,
-                        "halfspace": rep or name == geo.ATTENDING,
+                        "halfspace": rep or name == ATTENDING,
                         "trivially_separable": triv,
                         "margin": 0.5 if rep else 0.0,
                     }
@@ -231,13 +234,13 @@ def test_sink_representable_counts_only_non_trivial_cases() -> None:
         return pl.DataFrame(rows)
 
     def verdict(frame: pl.DataFrame) -> dict:
-        (r,) = geo.representability_counts(frame).iter_rows(named=True)
+        (r,) = representability_counts(frame).iter_rows(named=True)
         statements = pl.DataFrame(
             {
                 "model": ["m"],
                 "claim": "sink_representable",
                 "value": [r["frac_representable_nontrivial"]],
-                "statement": geo.representability_statement(r),
+                "statement": representability_statement(r),
                 "n_cases": [r["n_cases"]],
                 "n_trivial": [r["n_trivial"]],
             },
@@ -320,7 +323,7 @@ def test_sink_bos_value_norm() -> None:
 def test_sink_bos_value_norm_from_planted_heads() -> None:
     """Planted per-head norms -> geometry's summary table -> the claim: the verdict follows the
     sink / other ratio, not the sink heads' absolute level."""
-    from sinkscope import geometry as geo
+    from sinkscope.geometry.values import vo_classes
 
     rng = np.random.default_rng(1)
 
@@ -347,7 +350,7 @@ def test_sink_bos_value_norm_from_planted_heads() -> None:
         return pl.DataFrame(rows)
 
     def claim(frame: pl.DataFrame) -> list[dict]:
-        return C.check_sink_bos_value_norm(geo._vo_classes(frame), 0.5)
+        return C.check_sink_bos_value_norm(vo_classes(frame), 0.5)
 
     small = claim(heads(0.1, 0.4))  # ratio ~0.25 in each dataset and pooled
     assert verdicts(small) == [C.REPRODUCED] * 3
@@ -370,7 +373,7 @@ def oversmoothing_tables(
     per_head = []
     for t in context_lengths:
         cols: dict[str, object] = {}
-        for name in ov.PER_HEAD_COLUMNS:
+        for name in ov_names.PER_HEAD_COLUMNS:
             cols[name] = rng.uniform(0.1, 0.9, n)
         cols.update(
             model="m",
@@ -396,9 +399,9 @@ def oversmoothing_tables(
             abs_err_x=[0.0] * n,
             uniformity=np.linspace(0.1, 0.9, n),
         )
-        per_head.append(pl.DataFrame(cols).select(ov.PER_HEAD_COLUMNS))
+        per_head.append(pl.DataFrame(cols).select(ov_names.PER_HEAD_COLUMNS))
     per_layer = pl.DataFrame(
-        {name: [0.5] * len(context_lengths) for name in ov.PER_LAYER_COLUMNS}
+        {name: [0.5] * len(context_lengths) for name in ov_names.PER_LAYER_COLUMNS}
     ).with_columns(
         model=pl.lit("m"),
         dataset=pl.lit("d"),
@@ -414,7 +417,7 @@ def test_oversmoothing_claims_read_the_module_summary() -> None:
     rho_x = [0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
     after = [0.25, 0.28, 0.5, 0.5, 0.9, 0.75]
     per_head, per_layer = oversmoothing_tables(rho_x, after, [0.01, 0.02, 0.05, 0.09, 0.099, 0.2])
-    summary = ov.summary_tables(per_head, per_layer, 0.6)["summary"]
+    summary = ov_summary.summary_tables(per_head, per_layer, 0.6)["summary"]
     (row,) = C.check_attention_raises_similarity(summary, 0.0)
     assert row["value"] == pytest.approx(np.mean(np.subtract(after, rho_x)))
     assert row["verdict"] == C.REPRODUCED and "T'=16" in row["setting"]  # the largest T'
@@ -564,7 +567,7 @@ def test_condition_claims_use_the_heads_and_map_of_figs_8_9() -> None:
     per_head = per_head.with_columns(
         **{k: pl.Series(v * n, dtype=per_head[k].dtype) for k, v in plant.items()}
     )
-    summary = ov.summary_tables(per_head, per_layer, 0.6)["summary"]
+    summary = ov_summary.summary_tables(per_head, per_layer, 0.6)["summary"]
     (half,) = C.check_condition_i_about_half(summary, 0.25)
     assert half["value"] == pytest.approx(2 / 4) and "2 of 4 non-sink heads" in half["measured"]
     assert half["verdict"] == C.REPRODUCED
@@ -580,7 +583,7 @@ def test_condition_claims_use_the_heads_and_map_of_figs_8_9() -> None:
         condition_s=pl.Series(["ii", "ii", "i", "i", "ii", "i"] * n),
         predicted_sign_s=pl.Series([-1, -1, 1, 1, -1, 1] * n),
     )
-    summary = ov.summary_tables(flipped, per_layer, 0.6)["summary"]
+    summary = ov_summary.summary_tables(flipped, per_layer, 0.6)["summary"]
     (few,) = C.check_condition_ii_few(summary, 0.1)
     assert few["value"] == pytest.approx(0.25) and few["verdict"] == C.NOT_REPRODUCED
     (half,) = C.check_condition_i_about_half(summary, 0.2)
@@ -751,7 +754,7 @@ def test_theorem_d1_bounds() -> None:
 
 
 def streaming_sink_heads(window_ratio: float, sink_ratio: float) -> pl.DataFrame:
-    """streaming.summarize's ``sink_heads`` for one pair with planted perplexity ratios."""
+    """streaming.summary.summarize's ``sink_heads`` for one pair with planted perplexity ratios."""
     rows = []
     for kind, n_sink, window, ratio in (
         ("dense", 0, None, 1.0),
@@ -781,7 +784,7 @@ def streaming_sink_heads(window_ratio: float, sink_ratio: float) -> pl.DataFrame
                 }
             )
     pair = {"perplexity": pl.DataFrame(rows, schema_overrides={"window": pl.Int64})}
-    return streaming.summarize([pair])["sink_heads"]
+    return summarize_streaming([pair])["sink_heads"]
 
 
 def test_eviction_raises_perplexity() -> None:
@@ -837,7 +840,7 @@ def streaming_recompute(
                 }
             )
     return pl.DataFrame(
-        rows, schema=streaming.RECOMPUTE_SCHEMA | {"model": pl.String, "dataset": pl.String}
+        rows, schema=RECOMPUTE_SCHEMA | {"model": pl.String, "dataset": pl.String}
     )
 
 

@@ -24,7 +24,6 @@ from matplotlib.figure import Figure
 from matplotlib.text import Annotation
 
 from sinkscope import claims as C
-from sinkscope import streaming_plots as sp
 from sinkscope.costs import plots as cplots
 from sinkscope.costs.backcopy import fit_slopes
 from sinkscope.costs.toy import toy_table
@@ -33,8 +32,9 @@ from sinkscope.dynamics.classification import summarize_classification
 from sinkscope.dynamics.value_softmax import summarize_value_softmax
 from sinkscope.heads import DIAGONAL, POOLED, SINK, SINK_PREV, HeadClassThresholds, summarize
 from sinkscope.plotting import CLASS_COLORS, figure_problems, summary_bars_figure
-from sinkscope.streaming import RECOMPUTE_SCHEMA
-from sinkscope.streaming import summarize as summarize_streaming
+from sinkscope.streaming import plots as sp
+from sinkscope.streaming.recompute import RECOMPUTE_SCHEMA
+from sinkscope.streaming.summary import summarize as summarize_streaming
 from tests.test_plotting import synthetic_per_head
 
 

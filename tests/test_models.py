@@ -114,7 +114,7 @@ def test_model_without_bos_names_the_config_key(no_bos_weights, corpus, tmp_path
 
 
 def test_configured_bos_token_id_is_used_and_recorded(no_bos_weights, corpus, tmp_path) -> None:
-    from sinkscope.streaming import load_streams
+    from sinkscope.streaming.streams import load_streams
 
     sep = WORDS.index("<sep>")
     entry = _entry(no_bos_weights, bos_token_id=sep)

@@ -271,15 +271,17 @@ def test_save_figure_refuses_a_figure_that_breaks_a_rule(tmp_path: Path) -> None
 def test_every_categorical_palette_stays_apart_for_colour_blind_readers() -> None:
     """The fixed categorical colours of every figure module (policies, conditions, head types,
     point sets, sink groups, cost patterns) keep MIN_CVD_DELTA_E apart under each dichromacy."""
-    from sinkscope import geometry_plots, oversmoothing_plots, streaming_plots
     from sinkscope.costs import plots as cost_plots
+    from sinkscope.geometry import plots as geometry_plots
+    from sinkscope.oversmoothing import plots as oversmoothing_plots
+    from sinkscope.streaming import plots as streaming_plots
 
     palettes = {
-        "streaming_plots.KIND_COLORS": streaming_plots.KIND_COLORS,
-        "oversmoothing_plots.CONDITION_COLORS": oversmoothing_plots.CONDITION_COLORS,
-        "oversmoothing_plots.PATTERN_COLORS": oversmoothing_plots.PATTERN_COLORS,
-        "geometry_plots._SET_COLORS": geometry_plots._SET_COLORS,
-        "geometry_plots._SINK_GROUP_COLORS": geometry_plots._SINK_GROUP_COLORS,
+        "streaming.plots.KIND_COLORS": streaming_plots.KIND_COLORS,
+        "oversmoothing.plots.CONDITION_COLORS": oversmoothing_plots.CONDITION_COLORS,
+        "oversmoothing.plots.PATTERN_COLORS": oversmoothing_plots.PATTERN_COLORS,
+        "geometry.plots._SET_COLORS": geometry_plots._SET_COLORS,
+        "geometry.plots._SINK_GROUP_COLORS": geometry_plots._SINK_GROUP_COLORS,
         "costs.plots.COLORS": cost_plots.COLORS,
     }
     low = {

@@ -347,9 +347,9 @@ def check_sink_prev_fraction_in_paper_range(
 def check_bos_cosine_middle_layers(bos_alignment: pl.DataFrame, bos_cosine_max: float) -> list[Row]:
     """§4 / Fig. 1: the maximum cosine between BOS and every other token at the attention input
     (``space == "Z"``, pooled over datasets) stays below ``bos_cosine_max`` (paper: 0) in every
-    middle layer (:func:`sinkscope.geometry.middle_layers`).
+    middle layer (:func:`sinkscope.geometry.alignment.middle_layers`).
 
-    Both readings of :func:`sinkscope.geometry.bos_max_readings` (the numbers of Figure 1's panel
+    Both readings of :func:`sinkscope.geometry.alignment.bos_max_readings` (the numbers of Figure 1's panel
     titles) are reported: the maximum over all positions, the paper's statement and the verdict,
     and over positions ``>= 2``, without the first text token, whose input is almost parallel to
     BOS in some models."""
@@ -368,7 +368,7 @@ def check_bos_cosine_middle_layers(bos_alignment: pl.DataFrame, bos_cosine_max: 
         ],
         "bos_alignment",
     )
-    from sinkscope.geometry import bos_max_readings, bos_max_statement
+    from sinkscope.geometry.alignment import bos_max_readings, bos_max_statement
 
     rows = []
     pooled = bos_alignment.filter(pl.col("dataset") == POOLED)
@@ -403,8 +403,8 @@ def check_sink_representable(
 ) -> list[Row]:
     """§4 / Prop. 4.1: the sink is representable: the proposition's half-space condition holds for
     the tokens that attend to BOS in sink heads (reads the ``sink_representable`` statement of
-    :func:`sinkscope.geometry.summarize`, i.e.
-    :func:`sinkscope.geometry.sink_representable_statements`).
+    :func:`sinkscope.geometry.summary.summarize`, i.e.
+    :func:`sinkscope.geometry.halfspace.sink_representable_statements`).
 
     Decided on the non-trivial cases only: a (layer, sequence) pair whose two point sets each
     hold at most ``d_model`` points of full rank satisfies the condition whatever its geometry
@@ -413,7 +413,7 @@ def check_sink_representable(
     of the long sequences (``T' > d_model`` tokens, where the test can fail) and the set tested
     is every token (``J = [T']``, Figure 1's "any sink pattern", which implies the condition for
     every sink-attending ``J``); otherwise the sink-attending tokens at the extraction's ``T``."""
-    from sinkscope.geometry import BASIS_LONG_CONTEXT
+    from sinkscope.geometry.names import BASIS_LONG_CONTEXT
 
     _require(
         statements,
@@ -475,7 +475,7 @@ def check_sink_representable(
 def check_value_rank_middle_layers(value_rank: pl.DataFrame, near_full_rank: float) -> list[Row]:
     """App. E.2 / Fig. 12 (used by Prop. 6.1): value matrices have (near) full relative rank in the
     middle layers: the median relative rank of every middle layer is ``>= near_full_rank``."""
-    from sinkscope.geometry import middle_layers
+    from sinkscope.geometry.alignment import middle_layers
 
     _require(value_rank, ["model", "dataset", "layer", "median", "min"], "value_rank")
     rows = []
@@ -519,7 +519,7 @@ def check_sink_bos_value_norm(
     """§6 (assumption ``W_VO x_0 = 0``, supported by [13]): sink heads have a small BOS
     value-output vector, measured against the other heads of the same model.
 
-    Effect size (:func:`sinkscope.geometry.sink_value_norm_effect`, on the ``"is_sink"`` rows of
+    Effect size (:func:`sinkscope.geometry.values.sink_value_norm_effect`, on the ``"is_sink"`` rows of
     the summary table): the ratio of the median ``|W_VO z_0| / median_i |W_VO z_i|`` over sink
     heads (``is_sink``) to the median over the other heads, with a bootstrap interval over heads
     and the per-dataset spread. ``W_VO x_0 = 0`` is a ratio of 0, no difference a ratio of 1.
@@ -530,7 +530,7 @@ def check_sink_bos_value_norm(
         ["model", "dataset", "group", "n_heads", "ratio", "ratio_lo", "ratio_hi"],
         "bos_value_norm_classes",
     )
-    from sinkscope.geometry import value_norm_statement
+    from sinkscope.geometry.values import value_norm_statement
 
     rows = []
     table = _model_dataset_order(bos_value_norm_classes)
@@ -661,7 +661,7 @@ def check_mean_approximation(
     agreement" for ``X`` and ``X + WZ`` (head update not rescaled) across context lengths.
 
     The figure's two curves are compared on the figure's own scale
-    (:func:`sinkscope.oversmoothing.approximation_offsets`): the largest gap over ``T'`` between
+    (:func:`sinkscope.oversmoothing.summary.approximation_offsets`): the largest gap over ``T'`` between
     the solid (empirical) and the dashed (approximation) curve, relative to the empirical curve's
     whole change across ``T'`` (``max - min``). Holds if that ratio is at most
     ``approximation_relative_offset`` for both components. An absolute bound would not do: the
@@ -680,7 +680,7 @@ def check_mean_approximation(
         ],
         "summary",
     )
-    from sinkscope.oversmoothing import approximation_offsets
+    from sinkscope.oversmoothing.summary import approximation_offsets
 
     test = f"largest |gap| / range across T' <= {approximation_relative_offset:g} for X and X+WZ"
     rows = []
@@ -833,7 +833,7 @@ def _condition_setting(r: dict[str, Any]) -> str:
 def check_condition_i_about_half(summary: pl.DataFrame, half_band: float) -> list[Row]:
     """§5 / Figs. 8-9: "roughly half of the heads satisfy condition (i)" ``beta tr(BW) > 0``:
     ``|frac_cond_i_s_non_sink - 1/2| <= half_band``, on the heads Figs. 8-9 show
-    (:data:`sinkscope.oversmoothing.CONDITION_BASIS`; condition (i) does not depend on
+    (:data:`sinkscope.oversmoothing.summary.CONDITION_BASIS`; condition (i) does not depend on
     ``s_l``)."""
     cols = ["model", "dataset", "context_length", "n_heads", "n_non_sink"]
     cols += ["n_cond_i_s_non_sink", "frac_cond_i_s_non_sink"]
@@ -845,7 +845,7 @@ def check_condition_i_about_half(summary: pl.DataFrame, half_band: float) -> lis
 def check_condition_ii_few(summary: pl.DataFrame, few_max_fraction: float) -> list[Row]:
     """§5 / Figs. 8-9, App. E.1: few heads satisfy condition (ii)
     ``beta tr(BW) + tr(BW^T W) < 0``: ``frac_cond_ii_s_non_sink <= few_max_fraction`` on the
-    heads and map of Figs. 8-9 (:data:`sinkscope.oversmoothing.CONDITION_BASIS`). Condition (ii)
+    heads and map of Figs. 8-9 (:data:`sinkscope.oversmoothing.summary.CONDITION_BASIS`). Condition (ii)
     depends on the scale of the map; the reason also gives the share for the unscaled ``W``
     (named as such; not plotted)."""
     cols = ["model", "dataset", "context_length", "n_heads", "n_non_sink"]
@@ -873,7 +873,7 @@ def _condition_rows(
     """One row per model and dataset at the largest context length for condition ``(i)`` or
     ``(ii)`` of Theorem 5.1 on the non-sink heads and map of Figs. 8-9 (``n_cond_<c>_s_non_sink``
     of ``n_non_sink``); "n/a" where every head is a sink head."""
-    from sinkscope.oversmoothing import CONDITION_BASIS
+    from sinkscope.oversmoothing.summary import CONDITION_BASIS
 
     rows = []
     for r in _largest_context(summary).iter_rows(named=True):
@@ -919,7 +919,7 @@ def check_predicted_signs(summary: pl.DataFrame, most: float) -> list[Row]:
     cols = ["model", "dataset", "context_length", "n_predicted_s"]
     cols += ["agree_attn_s", "agree_unif_s", "agree_both_s"]
     _require(summary, cols, "oversmoothing summary")
-    from sinkscope.oversmoothing import CONDITION_BASIS
+    from sinkscope.oversmoothing.summary import CONDITION_BASIS
 
     rows = []
     test = f"agree_both_s > {most:g}"
@@ -1232,14 +1232,15 @@ def check_sink_tokens_restore(
     """StreamingLLM notes: keeping a few (``<= max_sink_tokens``) first tokens next to the window
     puts the model back in its training distribution. The reference is StreamingLLM's own
     baseline, sliding window with re-computation (the same ``L`` recent tokens, encoded from
-    scratch; ``baseline`` names the variant of :data:`sinkscope.streaming.RECOMPUTE_BASELINES`,
-    by default with the BOS token in front, the regime the models were trained in): the sink cache
-    must remove at least ``min_recovered_fraction`` of the window-only log-perplexity excess over
-    it, ``recovered_fraction = (nll_window - nll_sink) / (nll_window - nll_recompute)`` on the
-    same sampled tokens (the ``recompute`` table of :func:`sinkscope.streaming.summarize`). Dense
-    is not the reference: a window of ``L`` tokens loses real context that no sink can give back.
-    Where re-computation is not better than window-only the claim is not applicable: the baseline
-    itself is then out of the model's regime (e.g. Gemma 3 without its BOS)."""
+    scratch; ``baseline`` names the variant of
+    :data:`sinkscope.streaming.recompute.RECOMPUTE_BASELINES`, by default with the BOS token in
+    front, the regime the models were trained in): the sink cache must remove at least
+    ``min_recovered_fraction`` of the window-only log-perplexity excess over it,
+    ``recovered_fraction = (nll_window - nll_sink) / (nll_window - nll_recompute)`` on the same
+    sampled tokens (the ``recompute`` table of :func:`sinkscope.streaming.summary.summarize`).
+    Dense is not the reference: a window of ``L`` tokens loses real context that no sink can give
+    back. Where re-computation is not better than window-only the claim is not applicable: the
+    baseline itself is then out of the model's regime (e.g. Gemma 3 without its BOS)."""
     cols = [
         "model", "dataset", "baseline", "window", "kind", "n_sink", "policy_vs_recompute",
         "window_vs_recompute", "recompute_nll", "window_nll", "recovered_fraction",

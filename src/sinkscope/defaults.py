@@ -5,7 +5,7 @@ The config validator (:func:`sinkscope.config.validate_config`) checks the keys 
 workflow; keeping them here (no torch, no transformers) keeps that parse fast (issue 9: importing
 torch cost ~3 s of every ``snakemake`` call). The analysis modules re-export them under their
 historical names (``DEFAULT_BACKCOPY_PARAMS``, ``DEFAULT_COPYPASTE_PARAMS``,
-``sinkscope.streaming.DEFAULT_PARAMS``).
+none in ``sinkscope.streaming``, which reads ``STREAMING_PARAMS`` itself).
 """
 
 from __future__ import annotations
@@ -63,7 +63,9 @@ COPYPASTE_PARAMS: dict[str, Any] = {
 }
 
 
-#: Defaults of :func:`sinkscope.streaming.evaluate_pair` (every key may be overridden by ``params``).
+#: Defaults of :func:`sinkscope.streaming.experiment.evaluate_pair` and
+#: :func:`sinkscope.streaming.recompute.recompute_pair` (every key may be overridden by
+#: ``params``).
 STREAMING_PARAMS: dict[str, Any] = {
     # streams: n_streams blocks of stream_length - 1 corpus tokens, BOS prepended (tokens.cut_sequences)
     "stream_length": 1024,

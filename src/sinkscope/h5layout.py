@@ -660,7 +660,7 @@ def default_block_size(handle: h5py.File | h5py.Group) -> int:
 
     The float32/float64 work arrays of a block take up to about 10 times its bytes (measured:
     oversmoothing ~11x before heap fragmentation, ~20x with it), so the working set stays near
-    one layer's data. Used by :mod:`sinkscope.oversmoothing` and :mod:`sinkscope.geometry`.
+    one layer's data. Used by :mod:`sinkscope.oversmoothing.analysis` and :mod:`sinkscope.geometry.analysis`.
     """
     n_seq = int(handle["residual/X"].shape[1])
     per_sequence = sum(sequence_layer_bytes(handle).values())

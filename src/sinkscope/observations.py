@@ -32,7 +32,7 @@ from typing import Any
 
 import polars as pl
 
-from sinkscope.geometry import middle_layers
+from sinkscope.geometry.alignment import middle_layers
 from sinkscope.heads import POOLED
 
 __all__ = [
@@ -371,7 +371,7 @@ def bos_norm_jump(
 def bos_cosine_sign(bos_alignment: pl.DataFrame, space: str = "Z") -> list[Row]:
     """Per model (pooled rows, attention input ``space``): the share of the cosines between BOS
     and the other tokens that are positive over the middle layers
-    (:func:`sinkscope.geometry.middle_layers`) (``bos_cosine.middle_positive_share``)."""
+    (:func:`sinkscope.geometry.alignment.middle_layers`) (``bos_cosine.middle_positive_share``)."""
     _require(
         bos_alignment,
         ["model", "dataset", "space", "layer", "n_positive", "n_values", "min"],

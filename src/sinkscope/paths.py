@@ -9,69 +9,35 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sinkscope.geometry import names as geometry_names
+from sinkscope.oversmoothing import names as oversmoothing_names
+from sinkscope.streaming import names as streaming_names
+
 HEAD_FIGURES = ("mass_heatmaps", "class_map")
 
 #: Tables and figures of each per-pair analysis (paper section in the rule files).
-GEOMETRY_TABLES = (
-    "bos_alignment",
-    "bos_cosine_hist",
-    "halfspace",
-    "halfspace_layer",
-    "value_rank",
-    "value_rank_worst",
-    "bos_value_norm",
-    "bos_residual_norm",
-)
-#: Proposition 4.1 on long sequences (T' > d_model, rule analyze_geometry_long_context; its own
-#: model forward, no activation file), per pair; read by the geometry summary when enabled.
-GEOMETRY_LONG_CONTEXT_TABLES = ("halfspace_long_context",)
-GEOMETRY_SUMMARY_TABLES = (
-    "bos_alignment",
-    "halfspace_layer",
-    "value_rank",
-    "value_rank_worst",
-    "bos_value_norm_classes",
-    "bos_residual_norm",
-    "statements",
-)
-GEOMETRY_FIGURES = (
-    "bos_alignment",
-    "halfspace_margins",
-    "value_rank",
-    "bos_value_norm",
-    "bos_residual_norm",
-)
-OVERSMOOTHING_TABLES = ("per_head", "per_layer", "summary", "conditions", "claims")
-#: StreamingLLM (sinkscope.streaming), per pair, by rule: the cache policies
-#: (``analyze_streaming``), sliding window with re-computation as the reference for the caches
-#: (``analyze_streaming_recompute``) and the attention mass on the first positions, read from the
-#: extraction's HDF5 file (``analyze_streaming_first_positions``). Only the last one depends on
-#: the activation file, so a re-extraction does not re-run the hours of cache evaluation.
-STREAMING_POLICY_TABLES = ("nll_by_position", "perplexity", "timings", "layer_ablation", "settings")
-STREAMING_POLICY_FIGURES = ("nll_by_position", "perplexity_vs_window", "sink_count")
-STREAMING_RECOMPUTE_TABLES = ("recompute", "recompute_timings")
-STREAMING_RECOMPUTE_FIGURES = ("recompute",)
-STREAMING_FIRST_POSITION_TABLES = ("first_position_mass",)
-STREAMING_FIRST_POSITION_FIGURES = ("first_position_mass",)
-STREAMING_TABLES = (
-    *STREAMING_POLICY_TABLES,
-    *STREAMING_RECOMPUTE_TABLES,
-    *STREAMING_FIRST_POSITION_TABLES,
-)
-STREAMING_FIGURES = (
-    *STREAMING_POLICY_FIGURES,
-    *STREAMING_RECOMPUTE_FIGURES,
-    *STREAMING_FIRST_POSITION_FIGURES,
-)
-STREAMING_SUMMARY_TABLES = (
-    "perplexity",
-    "overview",
-    "sink_heads",
-    "layers",
-    "correlations",
-    "recompute",
-)
-STREAMING_SUMMARY_FIGURES = ("eviction_damage",)
+#: Geometry (sinkscope.geometry): per pair, the long-context tables of Proposition 4.1 and the
+#: summary; the names live in :mod:`sinkscope.geometry.names`.
+GEOMETRY_TABLES = geometry_names.TABLES
+GEOMETRY_LONG_CONTEXT_TABLES = geometry_names.LONG_CONTEXT_TABLES
+GEOMETRY_SUMMARY_TABLES = geometry_names.SUMMARY_TABLES
+GEOMETRY_FIGURES = geometry_names.FIGURES
+#: Oversmoothing (sinkscope.oversmoothing): the same tables per pair and in the summary, and the
+#: figures; the names live in :mod:`sinkscope.oversmoothing.names`.
+OVERSMOOTHING_TABLES = oversmoothing_names.TABLES
+OVERSMOOTHING_FIGURES = oversmoothing_names.FIGURES
+#: StreamingLLM (sinkscope.streaming), per pair, by rule, and its summary: the names live in
+#: :mod:`sinkscope.streaming.names`.
+STREAMING_POLICY_TABLES = streaming_names.POLICY_TABLES
+STREAMING_POLICY_FIGURES = streaming_names.POLICY_FIGURES
+STREAMING_RECOMPUTE_TABLES = streaming_names.RECOMPUTE_TABLES
+STREAMING_RECOMPUTE_FIGURES = streaming_names.RECOMPUTE_FIGURES
+STREAMING_FIRST_POSITION_TABLES = streaming_names.FIRST_POSITION_TABLES
+STREAMING_FIRST_POSITION_FIGURES = streaming_names.FIRST_POSITION_FIGURES
+STREAMING_TABLES = streaming_names.TABLES
+STREAMING_FIGURES = streaming_names.FIGURES
+STREAMING_SUMMARY_TABLES = streaming_names.SUMMARY_TABLES
+STREAMING_SUMMARY_FIGURES = streaming_names.SUMMARY_FIGURES
 #: Summary tables read by rule ``claims`` (sinkscope.claims), per analysis.
 CLAIMS_SUMMARY_TABLES = {
     "geometry": (
@@ -104,16 +70,6 @@ DYNAMICS_FIGURES = {
     "induction": ("sinks", "accuracy", "patterns", "curves"),
     "classification": ("flips", "flips_by_size", "attention"),
 }
-OVERSMOOTHING_FIGURES = (
-    "fig2_left_approximation",
-    "fig2_right_components",
-    "fig4_layer_similarity",
-    "fig7_head_errors",
-    "fig8_attention_deltas",
-    "fig9_uniform_deltas",
-    "fig10_uniformity",
-    "fig11_deviating_heads",
-)
 
 
 def analysis_runs(config: Mapping[str, Any], analysis: str) -> bool:

@@ -152,8 +152,8 @@ def _read_tables(paths: list[str], names: tuple[str, ...]) -> list[dict[str, pl.
 
 
 def analyze_geometry(smk: Any) -> None:
-    from sinkscope import geometry_plots as plots
-    from sinkscope.geometry import analyze_file
+    from sinkscope.geometry import plots
+    from sinkscope.geometry.analysis import analyze_file
     from sinkscope.heads import HeadClassThresholds
     from sinkscope.paths import GEOMETRY_TABLES
 
@@ -173,7 +173,8 @@ def analyze_geometry(smk: Any) -> None:
 
 
 def analyze_geometry_long_context(smk: Any) -> None:
-    from sinkscope.geometry import LONG_CONTEXT_TABLE, halfspace_long_context
+    from sinkscope.geometry.long_context import halfspace_long_context
+    from sinkscope.geometry.names import LONG_CONTEXT_TABLE
     from sinkscope.paths import GEOMETRY_LONG_CONTEXT_TABLES
 
     settings = smk.params.long_context
@@ -191,8 +192,8 @@ def analyze_geometry_long_context(smk: Any) -> None:
 
 
 def summarize_geometry(smk: Any) -> None:
-    from sinkscope import geometry_plots as plots
-    from sinkscope.geometry import long_context_table, summarize
+    from sinkscope.geometry import plots
+    from sinkscope.geometry.summary import long_context_table, summarize
     from sinkscope.paths import (
         GEOMETRY_LONG_CONTEXT_TABLES,
         GEOMETRY_SUMMARY_TABLES,
@@ -218,7 +219,7 @@ def summarize_geometry(smk: Any) -> None:
 
 
 def analyze_oversmoothing(smk: Any) -> None:
-    from sinkscope.oversmoothing import analyze_file
+    from sinkscope.oversmoothing.analysis import analyze_file
     from sinkscope.paths import OVERSMOOTHING_TABLES
 
     settings = smk.params.oversmoothing
@@ -234,7 +235,7 @@ def analyze_oversmoothing(smk: Any) -> None:
 
 
 def summarize_oversmoothing(smk: Any) -> None:
-    from sinkscope.oversmoothing import summarize
+    from sinkscope.oversmoothing.summary import summarize
     from sinkscope.paths import OVERSMOOTHING_TABLES
 
     summary = summarize(_read_tables(list(smk.input), OVERSMOOTHING_TABLES))
@@ -247,7 +248,8 @@ def _plot_oversmoothing(
 ) -> None:
     """``plot_all`` writes the paper-numbered figures into a folder; move them to the outputs."""
     from sinkscope.heads import HeadClassThresholds
-    from sinkscope.oversmoothing_plots import FIGURES, plot_all
+    from sinkscope.oversmoothing.names import FIGURE_FILES
+    from sinkscope.oversmoothing.plots import plot_all
     from sinkscope.paths import OVERSMOOTHING_FIGURES
 
     outputs = smk.output
@@ -256,7 +258,7 @@ def _plot_oversmoothing(
     staging = folder / f".figures-{os.getpid()}"
     try:
         plot_all(tables, staging, uniformity_threshold, thresholds)
-        written = {Path(filename).stem: filename for filename in FIGURES.values()}
+        written = {Path(filename).stem: filename for filename in FIGURE_FILES.values()}
         for name in OVERSMOOTHING_FIGURES:
             os.replace(staging / written[name], getattr(outputs, f"figure_{name}"))
     finally:
@@ -264,9 +266,9 @@ def _plot_oversmoothing(
 
 
 def analyze_streaming(smk: Any) -> None:
-    from sinkscope import streaming_plots as plots
     from sinkscope.paths import STREAMING_POLICY_TABLES
-    from sinkscope.streaming import evaluate_pair
+    from sinkscope.streaming import plots
+    from sinkscope.streaming.experiment import evaluate_pair
 
     model, dataset = smk.wildcards.model, smk.wildcards.dataset
     tables = evaluate_pair(
@@ -282,9 +284,9 @@ def analyze_streaming(smk: Any) -> None:
 
 
 def analyze_streaming_recompute(smk: Any) -> None:
-    from sinkscope import streaming_plots as plots
     from sinkscope.paths import STREAMING_RECOMPUTE_TABLES
-    from sinkscope.streaming import recompute_pair
+    from sinkscope.streaming import plots
+    from sinkscope.streaming.recompute import recompute_pair
 
     model, dataset = smk.wildcards.model, smk.wildcards.dataset
     tables = recompute_pair(
@@ -299,9 +301,9 @@ def analyze_streaming_recompute(smk: Any) -> None:
 
 
 def analyze_streaming_first_positions(smk: Any) -> None:
-    from sinkscope import streaming_plots as plots
     from sinkscope.paths import STREAMING_FIRST_POSITION_TABLES
-    from sinkscope.streaming import first_position_mass
+    from sinkscope.streaming import plots
+    from sinkscope.streaming.first_positions import first_position_mass
 
     tables = {
         "first_position_mass": first_position_mass(
@@ -315,8 +317,8 @@ def analyze_streaming_first_positions(smk: Any) -> None:
 
 def summarize_streaming(smk: Any) -> None:
     from sinkscope.paths import STREAMING_SUMMARY_TABLES, STREAMING_TABLES
-    from sinkscope.streaming import summarize
-    from sinkscope.streaming_plots import plot_summary
+    from sinkscope.streaming.plots import plot_summary
+    from sinkscope.streaming.summary import summarize
 
     heads = [pl.read_parquet(path) for path in smk.input.per_head]
     summary = summarize(_read_tables(list(smk.input.tables), STREAMING_TABLES), heads)

@@ -17,9 +17,11 @@ import pytest
 from matplotlib.image import imread
 
 from sinkscope import claims as C
-from sinkscope import oversmoothing as ov
-from sinkscope import oversmoothing_plots as plots
 from sinkscope.heads import HeadClassThresholds, classify_file
+from sinkscope.oversmoothing import plots
+from sinkscope.oversmoothing.analysis import analyze_file
+from sinkscope.oversmoothing.names import FIGURE_FILES
+from sinkscope.oversmoothing.summary import summarize
 from sinkscope.plotting import MAX_FIGURE_PIXELS
 
 
@@ -33,9 +35,9 @@ def combined(extracted) -> dict[str, pl.DataFrame]:
     per_head = per_head.with_columns(
         bos_mass=pl.when(pl.col("head") == 0).then(0.9).otherwise(pl.col("bos_mass").clip(0, 0.3))
     ).with_columns(is_sink=pl.col("bos_mass") >= HeadClassThresholds().sink)
-    tables = ov.analyze_file(path, per_head, [4, 8])
+    tables = analyze_file(path, per_head, [4, 8])
     other = {k: v.with_columns(dataset=pl.lit("other")) for k, v in tables.items()}
-    return ov.summarize([tables, other])
+    return summarize([tables, other])
 
 
 def _claim(claims: pl.DataFrame, claim_id: str, model: str, dataset: str) -> float | None:
@@ -195,17 +197,17 @@ def test_summary_figures_of_the_paper_grid_stay_readable(combined, tmp_path, mon
 
     monkeypatch.setattr(plots, "save_figure", keep)
     written = plots.plot_all(tables, tmp_path, thresholds=HeadClassThresholds())
-    assert len(written) == len(plots.FIGURES)
+    assert len(written) == len(FIGURE_FILES)
     for path in written:
         height, width = imread(path).shape[:2]
         assert max(width, height) <= MAX_FIGURE_PIXELS, (path.name, width, height)
     # one panel (Fig. 2 right: two) per pair, titled with the pair
     for name, per_pair in (
-        (plots.FIGURES["components"], 2),
-        (plots.FIGURES["head_errors"], 1),
-        (plots.FIGURES["attention_deltas"], 1),
-        (plots.FIGURES["uniformity"], 1),
-        (plots.FIGURES["layers"], 1),
+        (FIGURE_FILES["components"], 2),
+        (FIGURE_FILES["head_errors"], 1),
+        (FIGURE_FILES["attention_deltas"], 1),
+        (FIGURE_FILES["uniformity"], 1),
+        (FIGURE_FILES["layers"], 1),
     ):
         shown = titles[name]
         assert len(shown) == per_pair * len(models) * len(datasets), name

@@ -1,6 +1,6 @@
 """Block-wise geometry analysis (issue 9): the tables do not depend on the block size.
 
-:func:`sinkscope.geometry.analyze_file` reads ``Z``, ``X``, values and the sink heads' BOS
+:func:`sinkscope.geometry.analysis.analyze_file` reads ``Z``, ``X``, values and the sink heads' BOS
 attention a block of sequences at a time and computes every per-sequence quantity per block;
 the layer statistics are taken from the complete per-sequence arrays, so one sequence per
 block, uneven blocks and a single block give the same tables (float64 reductions over a
@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from sinkscope import geometry as geo
+from sinkscope.geometry.analysis import analyze_file
+from sinkscope.geometry.names import ATTENDING
 from sinkscope.heads import HeadClassThresholds, classify_file
 
 
@@ -23,12 +24,12 @@ def test_tables_do_not_depend_on_the_block_size(extracted) -> None:
     # low thresholds: every layer has sink heads, so the BOS attention is read per block too
     thresholds = HeadClassThresholds(sink=0.05)
     tables = {
-        size: geo.analyze_file(path, per_head, thresholds, attend_threshold=0.05, block_size=size)
+        size: analyze_file(path, per_head, thresholds, attend_threshold=0.05, block_size=size)
         for size in (1, 2, n_seq)
     }
     one = tables[n_seq]
     assert (one["halfspace"]["n_sink_heads"] > 0).all()
-    assert one["halfspace"].filter(pl.col("point_set") == geo.ATTENDING)["n_points"].sum() > 0
+    assert one["halfspace"].filter(pl.col("point_set") == ATTENDING)["n_points"].sum() > 0
     assert sorted(set(one["halfspace"]["sequence"].to_list())) == list(range(n_seq))
     for size in (1, 2):
         for name, table in one.items():

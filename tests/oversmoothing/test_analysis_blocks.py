@@ -1,11 +1,12 @@
 """Block-wise oversmoothing analysis (issue 9): the tables do not depend on the block size.
 
-:func:`sinkscope.oversmoothing.analyze_file` reads a layer in blocks of sequences and pools
-per-sequence statistics; one sequence per block, blocks that straddle the output-projection
-check (``SEQUENCE_CHUNK``, set to 2 here) and a single block must give the same tables. Quantities
-kept per sequence and reduced at the end are bit-identical; the pooled float64 Gram matrices
-of Theorem 5.1's moments and the float64 map back of the head updates (``rho`` of
-``X + W Z M^T``) are summed in another order (float64 rounding only).
+:func:`sinkscope.oversmoothing.analysis.analyze_file` reads a layer in blocks of sequences and
+pools per-sequence statistics; one sequence per block, blocks that straddle the output-projection
+check (``SEQUENCE_CHUNK`` of :mod:`sinkscope.oversmoothing.layer`, set to 2 here) and a single
+block must give the same tables. Quantities kept per sequence and reduced at the end are
+bit-identical; the pooled float64 Gram matrices of Theorem 5.1's moments and the float64 map back
+of the head updates (``rho`` of ``X + W Z M^T``) are summed in another order (float64 rounding
+only).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import polars as pl
 import pytest
 import torch
 
-from sinkscope import oversmoothing as ov
 from sinkscope.h5layout import (
     BLOCK_LAYER_FRACTION,
     default_block_size,
@@ -25,6 +25,15 @@ from sinkscope.h5layout import (
     sequence_layer_bytes,
 )
 from sinkscope.heads import classify_file
+from sinkscope.oversmoothing import layer
+from sinkscope.oversmoothing.analysis import analyze_file
+from sinkscope.oversmoothing.moments import MomentAccumulator, estimate_moments
+from sinkscope.oversmoothing.post_norm import (
+    POST_NORM_EPS,
+    fit_post_norm_gain,
+    post_norm_residual_sq,
+    post_norm_sums,
+)
 
 #: Columns computed per sequence and averaged at the end: equal bit for bit across block sizes.
 EXACT = {
@@ -76,14 +85,14 @@ def test_tables_do_not_depend_on_the_block_size(extracted, monkeypatch) -> None:
     n_seq = ids.shape[0]
     assert n_seq == 3
     # the output-projection check covers the first 2 sequences: block 1..2 straddles it
-    monkeypatch.setattr(ov, "SEQUENCE_CHUNK", 2)
+    monkeypatch.setattr(layer, "SEQUENCE_CHUNK", 2)
     _, per_head = classify_file(path)
     lengths = [5, 12, 20]
-    one = ov.analyze_file(path, per_head, lengths, block_size=n_seq)
+    one = analyze_file(path, per_head, lengths, block_size=n_seq)
     for size in (1, 2):
-        _assert_same_tables(ov.analyze_file(path, per_head, lengths, block_size=size), one)
+        _assert_same_tables(analyze_file(path, per_head, lengths, block_size=size), one)
     # the numbers are real: BOS in the token set changes them
-    with_bos = ov.analyze_file(path, per_head, lengths, include_bos=True, block_size=1)
+    with_bos = analyze_file(path, per_head, lengths, include_bos=True, block_size=1)
     assert not np.allclose(with_bos["per_head"]["rho_xwza"], one["per_head"]["rho_xwza"])
 
 
@@ -92,8 +101,8 @@ def test_moment_accumulator_blocks_equal_one_pass() -> None:
     z = rng.normal(size=(7, 9, 4)) + rng.normal(size=4)
     x = 1.7 * z + 0.1 * rng.normal(size=z.shape)
     lengths = [2, 5, 9]
-    whole = ov.estimate_moments(z, x, lengths)
-    acc = ov.MomentAccumulator(lengths, 4, 7)
+    whole = estimate_moments(z, x, lengths)
+    acc = MomentAccumulator(lengths, 4, 7)
     for first in range(0, 7, 3):
         acc.add(z[first : first + 3], x[first : first + 3])
     for index, n in enumerate(lengths):
@@ -122,17 +131,17 @@ def test_post_norm_sums_pool_to_the_gain_fit() -> None:
     rng = np.random.default_rng(2)
     pre = torch.as_tensor(rng.normal(size=(4, 6, 5)))
     gamma = torch.as_tensor(rng.uniform(0.5, 3.0, size=5))
-    r = torch.sqrt((pre**2).mean(-1) + ov.POST_NORM_EPS)
+    r = torch.sqrt((pre**2).mean(-1) + POST_NORM_EPS)
     update = gamma * pre / r[..., None] + 1e-3 * torch.as_tensor(rng.normal(size=(4, 6, 5)))
-    uq, qq, r_blocks = ov.post_norm_sums(update, pre)
-    fitted, r_fit, err = ov.fit_post_norm_gain(update, pre)
+    uq, qq, r_blocks = post_norm_sums(update, pre)
+    fitted, r_fit, err = fit_post_norm_gain(update, pre)
     np.testing.assert_allclose(uq.sum(0) / qq.sum(0), fitted, rtol=1e-13)
     np.testing.assert_allclose(r_blocks, r_fit, rtol=1e-15)
     np.testing.assert_allclose(fitted, gamma, rtol=1e-2)
     assert 0 < err < 1e-2
     # the residual from the sums equals the residual of the fitted map, token by token
     uu = (update * update).sum(1)
-    residual2 = ov.post_norm_residual_sq(fitted, uq, qq, uu)
+    residual2 = post_norm_residual_sq(fitted, uq, qq, uu)
     direct = ((update - fitted * pre / r_blocks[..., None]) ** 2).sum((1, 2))
     np.testing.assert_allclose(residual2, direct, rtol=1e-9)
     assert float(residual2.sum().sqrt() / (update**2).sum().sqrt()) == pytest.approx(err)

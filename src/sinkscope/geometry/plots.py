@@ -1,8 +1,8 @@
 """Figures of the geometry analyses (:mod:`sinkscope.geometry`).
 
 Every function takes one table or a list of tables (as returned by
-:func:`sinkscope.geometry.analyze_file`, or the pooled ones of
-:func:`sinkscope.geometry.summarize`), an output path and a title, builds its figure with
+:func:`sinkscope.geometry.analysis.analyze_file`, or the pooled ones of
+:func:`sinkscope.geometry.summary.summarize`), an output path and a title, builds its figure with
 :func:`sinkscope.plotting.new_figure` and writes it with :func:`sinkscope.plotting.save_figure`
 (atomic, deterministic PNG). Box plots follow the paper's Figures 1 and 12: the box spans the
 quartiles, the line is the median and the whiskers reach the absolute minimum and maximum (no
@@ -24,20 +24,17 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from sinkscope.geometry import (
+from sinkscope.geometry.alignment import FIRST_TEXT_POSITION, bos_max_readings
+from sinkscope.geometry.halfspace import long_context_counts, representability_counts
+from sinkscope.geometry.long_context import LONG_CONTEXT_COLUMNS
+from sinkscope.geometry.names import (
     ALL_TOKENS,
     ATTENDING,
     BOS_MINUS_TOKEN,
-    FIRST_TEXT_POSITION,
-    LONG_CONTEXT_COLUMNS,
     LONG_CONTEXT_POINT_SETS,
     POOLED,
-    RANK_RTOL,
-    bos_max_readings,
-    long_context_counts,
-    representability_counts,
-    sink_value_norm_effect,
 )
+from sinkscope.geometry.values import RANK_RTOL, sink_value_norm_effect
 from sinkscope.heads import SINK
 from sinkscope.plotting import CLASS_COLORS, DPI, MAX_FIGURE_PIXELS, new_figure, save_figure
 
@@ -260,11 +257,12 @@ def plot_bos_alignment(
     whiskers = absolute min and max over all positions), one panel per model, one colour per
     dataset; a cross marks the maximum over positions >= 2 (without the first text token).
 
-    ``tables``: ``bos_alignment`` tables of :func:`~sinkscope.geometry.analyze_file` (one per
-    pair) or the pooled one of :func:`~sinkscope.geometry.summarize` (dataset ``"all"``).
-    ``space``: ``"Z"`` (attention input, the paper's Figure 1) or ``"X"`` (residual stream).
-    Each panel title gives both readings of :func:`~sinkscope.geometry.bos_max_readings` (the
-    numbers of the claim ``geometry.bos_cosine_below_zero``), which this function returns.
+    ``tables``: ``bos_alignment`` tables of :func:`~sinkscope.geometry.analysis.analyze_file` (one
+    per pair) or the pooled one of :func:`~sinkscope.geometry.summary.summarize` (dataset
+    ``"all"``). ``space``: ``"Z"`` (attention input, the paper's Figure 1) or ``"X"`` (residual
+    stream). Each panel title gives both readings of
+    :func:`~sinkscope.geometry.alignment.bos_max_readings` (the numbers of the claim
+    ``geometry.bos_cosine_below_zero``), which this function returns.
     """
     fig, readings = bos_alignment_figure(tables, title, space)
     save_figure(fig, out_png)
@@ -420,18 +418,18 @@ def plot_halfspace_margins(
     (and datasets) of the normalised margin ``gamma`` (box = quartiles, whiskers = min/max);
     circles mark the non-trivial cases (the others are trivially separable).
 
-    ``tables``: ``halfspace`` tables of :func:`~sinkscope.geometry.analyze_file`. A set lies in
-    an open half-space iff ``gamma > 0``; the panel titles give the counts of
-    :func:`~sinkscope.geometry.representability_counts`, which this function returns:
-    (layer, sequence) pairs with sink-attending tokens, how many are trivially separable (and
-    their share among all pairs for ``J`` = all tokens), and in how many of the others the
-    sink is representable. ``long_context``: the tables of
-    :func:`~sinkscope.geometry.halfspace_long_context`; each model then gets a second panel
-    under its first with the long-context margins of the two sets that need no attention, titled
-    with :func:`~sinkscope.geometry.long_context_counts` (N, T', d_model, the share of non-trivial
-    pairs where both sets lie in an open half-space), returned as the ``long_*`` columns. Those
-    are the numbers of the claim ``geometry.sink_representable`` when present, the
-    ``T``-panel's otherwise (:func:`~sinkscope.geometry.sink_representable_statements`).
+    ``tables``: ``halfspace`` tables of :func:`~sinkscope.geometry.analysis.analyze_file`. A set
+    lies in an open half-space iff ``gamma > 0``; the panel titles give the counts of
+    :func:`~sinkscope.geometry.halfspace.representability_counts`, which this function returns:
+    (layer, sequence) pairs with sink-attending tokens, how many are trivially separable (and their
+    share among all pairs for ``J`` = all tokens), and in how many of the others the sink is
+    representable. ``long_context``: the tables of
+    :func:`~sinkscope.geometry.long_context.halfspace_long_context`; each model then gets a second
+    panel under its first with the long-context margins of the two sets that need no attention,
+    titled with :func:`~sinkscope.geometry.halfspace.long_context_counts` (N, T', d_model, the share
+    of non-trivial pairs where both sets lie in an open half-space), returned as the ``long_*``
+    columns. Those are the numbers of the claim ``geometry.sink_representable`` when present, the
+    ``T``-panel's otherwise (:func:`~sinkscope.geometry.halfspace.sink_representable_statements`).
     """
     fig, counts = halfspace_margins_figure(tables, title, long_context)
     save_figure(fig, out_png)
@@ -443,7 +441,7 @@ def plot_value_rank(tables: Tables, out_png: str | os.PathLike[str], title: str)
     min/max), pooled over kv heads and sequences; top row pooled over datasets, then one row
     per dataset; one column per model.
 
-    ``tables``: raw ``value_rank`` tables of :func:`~sinkscope.geometry.analyze_file`.
+    ``tables``: raw ``value_rank`` tables of :func:`~sinkscope.geometry.analysis.analyze_file`.
     """
     frame = _concat(tables, ["model", "dataset", "layer", "sequence", "rel_rank", "m"])
     models = sorted(set(frame["model"].to_list()))
@@ -598,11 +596,11 @@ def plot_bos_value_norm(
     other heads; one row per model, one marker per dataset; on the right the pooled
     distributions of the two groups (box = quartiles, whiskers = min/max) with their medians and
     the ratio of medians with its bootstrap interval
-    (:func:`~sinkscope.geometry.sink_value_norm_effect`, the numbers of the claim
+    (:func:`~sinkscope.geometry.values.sink_value_norm_effect`, the numbers of the claim
     ``geometry.sink_bos_value_small``), which this function returns. Legend counts are the
     head instances the medians are taken over.
 
-    ``tables``: ``bos_value_norm`` tables of :func:`~sinkscope.geometry.analyze_file`.
+    ``tables``: ``bos_value_norm`` tables of :func:`~sinkscope.geometry.analysis.analyze_file`.
     """
     fig, shown = bos_value_norm_figure(tables, title)
     save_figure(fig, out_png)
@@ -614,8 +612,8 @@ def plot_bos_residual_norm(tables: Tables, out_png: str | os.PathLike[str], titl
     token norm (mean over sequences; band = min..max over sequences), one line per model and
     dataset, log scale.
 
-    ``tables``: ``bos_residual_norm`` tables of :func:`~sinkscope.geometry.analyze_file` or the
-    pooled one of :func:`~sinkscope.geometry.summarize`.
+    ``tables``: ``bos_residual_norm`` tables of :func:`~sinkscope.geometry.analysis.analyze_file` or
+    the pooled one of :func:`~sinkscope.geometry.summary.summarize`.
     """
     fig = bos_residual_norm_figure(tables, title)
     save_figure(fig, out_png)

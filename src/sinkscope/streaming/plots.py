@@ -1,17 +1,18 @@
 """Figures of the streaming evaluation (:mod:`sinkscope.streaming`).
 
-Per model x dataset pair (``tables`` = the dict of :func:`sinkscope.streaming.evaluate_pair`):
+Per model x dataset pair (``tables`` = the dict of
+:func:`sinkscope.streaming.experiment.evaluate_pair`):
 
 * :func:`plot_nll_by_position` -- log-perplexity (NLL, nats, running mean) vs token position,
   one panel per window size, for dense, window-only, sink and neutral-sink policies;
 * :func:`plot_perplexity_vs_window` -- perplexity vs window size ``L``;
 * :func:`plot_sink_count` -- the effect of the number ``k`` of kept first tokens;
 * :func:`plot_first_position_mass` -- attention mass on the first positions per layer (from
-  :func:`sinkscope.streaming.first_position_mass`);
+  :func:`sinkscope.streaming.first_positions.first_position_mass`);
 * :func:`plot_recompute` -- each cache against sliding window with re-computation, StreamingLLM's
   baseline (the ``recompute`` table).
 
-Across pairs (``tables`` = the dict of :func:`sinkscope.streaming.summarize`):
+Across pairs (``tables`` = the dict of :func:`sinkscope.streaming.summary.summarize`):
 :func:`plot_summary` (damage of each policy per pair, and single-layer eviction damage vs the
 layer's share of sink heads).
 
@@ -32,6 +33,7 @@ import seaborn as sns
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
 from sinkscope.plotting import legend_below, new_figure, save_figure
+from sinkscope.streaming.names import PLOT_FILES as FIGURES
 
 __all__ = [
     "FIGURES",
@@ -60,13 +62,6 @@ KIND_LABELS: dict[str, str] = {
     "window": "window only",
     "sink": "sink + window",
     "neutral": "neutral sink + window",
-}
-#: File names written by :func:`plot_all` (per pair).
-FIGURES: dict[str, str] = {
-    "nll_by_position": "streaming_nll_by_position.png",
-    "perplexity_vs_window": "streaming_perplexity_vs_window.png",
-    "sink_count": "streaming_sink_count.png",
-    "recompute": "streaming_recompute.png",
 }
 
 
@@ -494,7 +489,8 @@ def plot_summary(
     save_figure(fig, out_png)
 
 
-#: Column titles of :func:`plot_recompute`, per baseline of ``streaming.RECOMPUTE_BASELINES``.
+#: Column titles of :func:`plot_recompute`, per baseline of
+#: :data:`sinkscope.streaming.recompute.RECOMPUTE_BASELINES`.
 RECOMPUTE_TITLES = {
     "recompute_bos": "re-computation of [BOS] + window",
     "recompute": "re-computation of the window alone (StreamingLLM)",

@@ -21,9 +21,30 @@ import torch
 import yaml
 
 from sinkscope import claims as C
-from sinkscope import geometry as geo
-from sinkscope import geometry_plots as gplots
 from sinkscope.corpora import prepare_corpus
+from sinkscope.geometry import plots as gplots
+from sinkscope.geometry.analysis import analyze_file
+from sinkscope.geometry.halfspace import (
+    halfspace_layer_rows,
+    long_context_counts,
+    sink_representable_statements,
+)
+from sinkscope.geometry.long_context import (
+    LONG_CONTEXT_COLUMNS,
+    attention_inputs,
+    halfspace_long_context,
+)
+from sinkscope.geometry.names import (
+    ALL_TOKENS,
+    BASIS_ATTENDING,
+    BASIS_LONG_CONTEXT,
+    BOS_MINUS_TOKEN,
+    LONG_CONTEXT_POINT_SETS,
+    LONG_CONTEXT_TABLE,
+    POINT_SETS,
+)
+from sinkscope.geometry.summary import long_context_table, summarize
+from sinkscope.geometry.values import VO_CLASS_GROUPS
 from sinkscope.models import decoder_layers, prepare_model
 from sinkscope.plotting import CLASS_LEGEND_NAMES, figure_problems
 from tests.conftest import TINY, snakemake_command, tiny_config
@@ -31,7 +52,7 @@ from tests.conftest import TINY, snakemake_command, tiny_config
 
 def _long_rows(z: np.ndarray, model: str = "m", dataset: str = "d") -> pl.DataFrame:
     """The long-context table of one layer's ``Z`` ``(N, T1, D)``, as the rule builds it."""
-    rows = [{**r, "layer": 0} for r in geo._halfspace_layer_rows(z, None)]
+    rows = [{**r, "layer": 0} for r in halfspace_layer_rows(z, None)]
     return (
         pl.DataFrame(rows)
         .with_columns(
@@ -42,7 +63,7 @@ def _long_rows(z: np.ndarray, model: str = "m", dataset: str = "d") -> pl.DataFr
             margin=pl.col("margin").cast(pl.Float64),
             margin_upper=pl.col("margin_upper").cast(pl.Float64),
         )
-        .select(geo.LONG_CONTEXT_COLUMNS)
+        .select(LONG_CONTEXT_COLUMNS)
     )
 
 
@@ -66,13 +87,13 @@ def _trivial_short(model: str = "m") -> pl.DataFrame:
             "n_sink_heads": 1,
             "attend_threshold": 0.5,
         }
-        for name in geo.POINT_SETS
+        for name in POINT_SETS
     ]
     return pl.DataFrame(rows)
 
 
 def _verdict(short: pl.DataFrame, long: pl.DataFrame | None) -> dict:
-    (row,) = C.check_sink_representable(geo.sink_representable_statements(short, long), 1.0)
+    (row,) = C.check_sink_representable(sink_representable_statements(short, long), 1.0)
     return row
 
 
@@ -86,12 +107,12 @@ def test_a_bos_inside_the_hull_is_not_representable_and_the_claim_fails() -> Non
     z = rng.normal(size=(2, T + 1, D))
     z[:, 0] = z[:, 1:].mean(axis=1)
     long = _long_rows(z)
-    bos = long.filter(pl.col("point_set") == geo.BOS_MINUS_TOKEN)
+    bos = long.filter(pl.col("point_set") == BOS_MINUS_TOKEN)
     assert bos["n_points"].to_list() == [T, T] and bos["dim"].to_list() == [D, D]
     assert not bos["trivially_separable"].any()  # T > d: the test can fail ...
     assert not bos["halfspace"].any()  # ... and does
     assert bos["margin"].to_list() == [0.0, 0.0]
-    counts = geo.long_context_counts(long).row(0, named=True)
+    counts = long_context_counts(long).row(0, named=True)
     assert counts["n_pairs"] == 2 and counts["n_trivial"] == 0
     assert counts["n_representable_nontrivial"] == 0
     assert counts["n_bos_halfspace_nontrivial"] == 0
@@ -116,8 +137,8 @@ def test_tokens_rotated_against_bos_are_representable_and_the_claim_holds() -> N
     assert long["halfspace"].all() and not long["trivially_separable"].any()
     # (z_0 - z_i) . (-u) = 3 + 1 > 0 and z_i . u = 1 > 0
     for name, vectors, direction in (
-        (geo.ALL_TOKENS, tokens, u),
-        (geo.BOS_MINUS_TOKEN, z[0, 0] - tokens, -u),
+        (ALL_TOKENS, tokens, u),
+        (BOS_MINUS_TOKEN, z[0, 0] - tokens, -u),
     ):
         r = long.filter(pl.col("point_set") == name).row(0, named=True)
         unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -134,8 +155,8 @@ def test_long_rows_without_a_non_trivial_pair_leave_the_claim_to_the_extraction(
     rng = np.random.default_rng(2)
     long = _long_rows(rng.normal(size=(1, 5, D)))
     assert long["trivially_separable"].all()
-    statements = geo.sink_representable_statements(_trivial_short(), long)
-    assert statements["basis"].to_list() == [geo.BASIS_ATTENDING]
+    statements = sink_representable_statements(_trivial_short(), long)
+    assert statements["basis"].to_list() == [BASIS_ATTENDING]
     assert "none is non-trivial" in statements["statement"][0]
     assert _verdict(_trivial_short(), long)["verdict"] == C.NOT_APPLICABLE
 
@@ -161,7 +182,7 @@ def test_z_is_what_the_query_key_value_projections_multiply(family: str) -> None
 
             hooks.append(getattr(attention, name).register_forward_pre_hook(keep))
     ids = torch.randint(3, 97, (2, 24))
-    z_layers = geo.attention_inputs(model, ids)
+    z_layers = attention_inputs(model, ids)
     for hook in hooks:
         hook.remove()
     assert len(z_layers) == len(decoder_layers(model))
@@ -208,7 +229,7 @@ def tiny_setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Pa
 def test_seq_len_beyond_the_positions_names_the_config_key(tiny_setup) -> None:
     _, prepared, corpus = tiny_setup
     with pytest.raises(ValueError, match=r"geometry\.long_context\.seq_len = 200 exceeds the 128"):
-        geo.halfspace_long_context(prepared, corpus, 1, 200, 0, "tiny", "words")
+        halfspace_long_context(prepared, corpus, 1, 200, 0, "tiny", "words")
 
 
 def test_the_rule_on_a_tiny_model(tiny_setup, tmp_path: Path) -> None:
@@ -230,20 +251,20 @@ def test_the_rule_on_a_tiny_model(tiny_setup, tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     table = pl.read_parquet(tmp_path / target)
-    assert table.columns == list(geo.LONG_CONTEXT_COLUMNS)
+    assert table.columns == list(LONG_CONTEXT_COLUMNS)
     assert (tmp_path / target).with_suffix(".csv").exists()
-    assert table.height == 2 * 2 * len(geo.LONG_CONTEXT_POINT_SETS)  # layers x sequences x sets
-    assert set(table["point_set"]) == set(geo.LONG_CONTEXT_POINT_SETS)
+    assert table.height == 2 * 2 * len(LONG_CONTEXT_POINT_SETS)  # layers x sequences x sets
+    assert set(table["point_set"]) == set(LONG_CONTEXT_POINT_SETS)
     assert (table["n_points"] == 39).all() and (table["dim"] == 16).all()
     assert not table["trivially_separable"].any()  # 39 points in 16 dimensions
     log = tmp_path / "results/logs/analyze_geometry_long_context/tiny/words.log"
     assert "half-space solves" in log.read_text()
     # the same numbers as a direct call on the same streams (StreamingLLM's default seed, 0)
-    direct = geo.halfspace_long_context(prepared, corpus, 2, 40, 0, "tiny", "words")
+    direct = halfspace_long_context(prepared, corpus, 2, 40, 0, "tiny", "words")
     assert direct.equals(table)
 
     # the figure shows both tests, with the claim's numbers, and stays readable
-    long_counts = geo.long_context_counts(table).row(0, named=True)
+    long_counts = long_context_counts(table).row(0, named=True)
     fig, counts = gplots.halfspace_margins_figure(_trivial_short("tiny"), "t", table)
     assert figure_problems(fig) == []
     assert len(fig.axes) == 2
@@ -251,14 +272,14 @@ def test_the_rule_on_a_tiny_model(tiny_setup, tmp_path: Path) -> None:
     (c,) = counts.iter_rows(named=True)
     assert c["long_n_pairs"] == long_counts["n_pairs"] == 4
     assert c["long_frac_representable_nontrivial"] == long_counts["frac_representable_nontrivial"]
-    statements = geo.sink_representable_statements(_trivial_short("tiny"), table)
+    statements = sink_representable_statements(_trivial_short("tiny"), table)
     assert statements["value"][0] == long_counts["frac_representable_nontrivial"]
 
 
 def test_value_norm_groups_name_their_definition() -> None:
     """The exclusive head classes carry the class map's legend names; only the is_sink rows are
     the claim's and the value-norm figure's sink heads."""
-    assert geo.VO_CLASS_GROUPS == CLASS_LEGEND_NAMES
+    assert VO_CLASS_GROUPS == CLASS_LEGEND_NAMES
 
 
 @pytest.mark.parametrize("extracted", ["llama"], indirect=True)
@@ -269,27 +290,27 @@ def test_the_summary_decides_the_claim_on_the_long_table(extracted, tmp_path: Pa
 
     _, path, _, _ = extracted
     _, per_head = classify_file(path)
-    tables = geo.analyze_file(path, per_head)
+    tables = analyze_file(path, per_head)
     model, dataset = tables["halfspace"]["model"][0], tables["halfspace"]["dataset"][0]
     rng = np.random.default_rng(3)
     z = rng.normal(size=(2, T + 1, D))
     z[:, 0] = z[:, 1:].mean(axis=1)  # in the hull: not representable
     long = _long_rows(z, model, dataset)
-    pairs = [{**tables, geo.LONG_CONTEXT_TABLE: long}]
-    summary = geo.summarize(pairs)
+    pairs = [{**tables, LONG_CONTEXT_TABLE: long}]
+    summary = summarize(pairs)
     statement = summary["statements"].filter(pl.col("claim") == "sink_representable")
-    assert statement["basis"].to_list() == [geo.BASIS_LONG_CONTEXT]
+    assert statement["basis"].to_list() == [BASIS_LONG_CONTEXT]
     assert statement["n_cases"].to_list() == [2] and statement["n_trivial"].to_list() == [0]
     (row,) = C.check_sink_representable(summary["statements"], 1.0)
     assert row["verdict"] == C.NOT_REPRODUCED and row["setting"].startswith("long-context")
     counts = gplots.plot_halfspace_margins(
-        [tables["halfspace"]], tmp_path / "h.png", "t", long_context=geo.long_context_table(pairs)
+        [tables["halfspace"]], tmp_path / "h.png", "t", long_context=long_context_table(pairs)
     )
     (c,) = counts.iter_rows(named=True)
     assert c["long_frac_representable_nontrivial"] == row["value"] == 0.0
     # without the long table the same summary falls back to the extraction's sequences
-    plain = geo.summarize([tables])["statements"].filter(pl.col("claim") == "sink_representable")
-    assert plain["basis"].to_list() == [geo.BASIS_ATTENDING]
+    plain = summarize([tables])["statements"].filter(pl.col("claim") == "sink_representable")
+    assert plain["basis"].to_list() == [BASIS_ATTENDING]
 
 
 def test_switching_the_long_context_off_removes_its_tables_from_the_summary() -> None:

@@ -1,11 +1,12 @@
 """The numbers that geometry figures, summaries and claims share (issue 22).
 
-Each figure-claim pair reads one function of :mod:`sinkscope.geometry`: Figure 1's two readings
-of the maximum BOS cosine (:func:`~sinkscope.geometry.bos_max_readings`), Proposition 4.1's
-trivial / non-trivial counts (:func:`~sinkscope.geometry.representability_counts`) and the sink
-/ non-sink ratio of BOS value-output norms (:func:`~sinkscope.geometry.sink_value_norm_effect`).
-Each is checked on planted tables whose answer is known, and on a real extracted file the
-number a figure prints is compared with the claim row's value.
+Each figure-claim pair reads one function of the geometry stage: Figure 1's two readings of the
+maximum BOS cosine (:func:`~sinkscope.geometry.alignment.bos_max_readings`), Proposition 4.1's
+trivial / non-trivial counts (:func:`~sinkscope.geometry.halfspace.representability_counts`) and the
+sink / non-sink ratio of BOS value-output norms
+(:func:`~sinkscope.geometry.values.sink_value_norm_effect`). Each is checked on planted tables whose
+answer is known, and on a real extracted file the number a figure prints is compared with the claim
+row's value.
 """
 
 from __future__ import annotations
@@ -17,8 +18,13 @@ import polars as pl
 import pytest
 
 from sinkscope import claims as C
-from sinkscope import geometry as geo
-from sinkscope import geometry_plots as gplots
+from sinkscope.geometry import plots as gplots
+from sinkscope.geometry.alignment import bos_max_readings, bos_max_statement
+from sinkscope.geometry.analysis import analyze_file
+from sinkscope.geometry.halfspace import representability_counts, representability_statement
+from sinkscope.geometry.names import ATTENDING, BOS_MINUS_TOKEN, POINT_SETS
+from sinkscope.geometry.summary import summarize
+from sinkscope.geometry.values import sink_value_norm_effect, value_norm_statement
 from sinkscope.heads import HeadClassThresholds, classify_file
 from sinkscope.plotting import figure_problems
 
@@ -47,7 +53,7 @@ def test_bos_max_readings_on_a_planted_table() -> None:
                 }
             )
     frame = pl.DataFrame(rows)
-    (r,) = geo.bos_max_readings(frame).iter_rows(named=True)
+    (r,) = bos_max_readings(frame).iter_rows(named=True)
     # per-layer maxima: [0.5, 0.9, 0.95, 0.3]; over positions >= 2: [0.5, -0.1, -0.2, 0.3]
     assert (r["n_layers"], r["middle_first"], r["middle_last"], r["n_middle"]) == (4, 1, 2, 2)
     assert r["n_below_all"] == 0 and r["n_below_from2"] == 2
@@ -58,9 +64,9 @@ def test_bos_max_readings_on_a_planted_table() -> None:
     assert r["n_max_at_first"] == 2 and r["n_mid_max_at_first"] == 2
     assert r["mid_frac_positive"] == pytest.approx(0.3)
     # a bound above every maximum: every layer is "below" in both readings
-    (r,) = geo.bos_max_readings(frame, bound=1.0).iter_rows(named=True)
+    (r,) = bos_max_readings(frame, bound=1.0).iter_rows(named=True)
     assert r["n_below_all"] == r["n_below_from2"] == 4
-    assert "positions >= 2" in geo.bos_max_statement(r)
+    assert "positions >= 2" in bos_max_statement(r)
 
 
 # ----------------------------------------------------------------------------- Prop. 4.1
@@ -71,11 +77,11 @@ def _halfspace_rows(cases: list[tuple[int, bool, bool, bool]]) -> pl.DataFrame:
     sequence; all three point sets share the trivial flag."""
     rows = []
     for seq, (n_att, trivial, rep, any_rep) in enumerate(cases):
-        for name in geo.POINT_SETS:
-            n_points = n_att if name == geo.ATTENDING else 4
-            if name == geo.BOS_MINUS_TOKEN:
+        for name in POINT_SETS:
+            n_points = n_att if name == ATTENDING else 4
+            if name == BOS_MINUS_TOKEN:
                 holds = rep and any_rep
-            elif name == geo.ATTENDING:
+            elif name == ATTENDING:
                 holds = True if n_att else None
             else:
                 holds = any_rep
@@ -106,21 +112,21 @@ def test_representability_counts_separate_trivial_cases() -> None:
             (0, False, True, True),  # not a case; any pattern non-trivial and holds
         ]
     )
-    (r,) = geo.representability_counts(frame).iter_rows(named=True)
+    (r,) = representability_counts(frame).iter_rows(named=True)
     assert (r["n_pairs"], r["n_cases"], r["n_trivial"], r["n_nontrivial"]) == (6, 4, 2, 2)
     assert r["n_representable"] == 3 and r["n_representable_nontrivial"] == 1
     assert r["frac_representable_nontrivial"] == 0.5
     assert (r["n_any_trivial"], r["n_any_nontrivial"]) == (3, 3)
     assert r["n_any_representable_nontrivial"] == 2
     assert r["min_margin"] == 0.0
-    text = geo.representability_statement(r)
+    text = representability_statement(r)
     assert "2 of them are trivially separable" in text and "1 of the 2 non-trivial" in text
     # all cases trivial: no fraction, and the statement says the test cannot fail
-    (r,) = geo.representability_counts(_halfspace_rows([(3, True, True, True)] * 2)).iter_rows(
+    (r,) = representability_counts(_halfspace_rows([(3, True, True, True)] * 2)).iter_rows(
         named=True
     )
     assert r["n_nontrivial"] == 0 and r["frac_representable_nontrivial"] is None
-    assert "cannot fail" in geo.representability_statement(r)
+    assert "cannot fail" in representability_statement(r)
 
 
 # ----------------------------------------------------------------------------- W_VO z_0
@@ -151,7 +157,7 @@ def test_sink_value_norm_effect_closed_form() -> None:
         {"a": [0.1, 0.2, 0.3], "b": [0.2, 0.4, 0.6]},
         {"a": [1.0, 2.0, 3.0, 4.0], "b": [1.0, 1.0, 1.0, 1.0]},
     )
-    effect = geo.sink_value_norm_effect(frame, n_boot=400)
+    effect = sink_value_norm_effect(frame, n_boot=400)
     a, b, pooled = effect.sort(pl.col("dataset") == "all", "dataset").iter_rows(named=True)
     assert (a["sink_median"], a["other_median"], a["ratio"]) == pytest.approx((0.2, 2.5, 0.08))
     assert (b["sink_median"], b["other_median"], b["ratio"]) == pytest.approx((0.4, 1.0, 0.4))
@@ -164,10 +170,10 @@ def test_sink_value_norm_effect_closed_form() -> None:
         assert row["ratio_lo"] <= row["ratio"] <= row["ratio_hi"]
     # deterministic, and independent of what else is in the table
     other_model = _value_norms({"x": [5.0]}, {"x": [1.0, 2.0]}, model="z")
-    again = geo.sink_value_norm_effect(pl.concat([other_model, frame]), n_boot=400)
+    again = sink_value_norm_effect(pl.concat([other_model, frame]), n_boot=400)
     assert again.filter(pl.col("model") == "m").equals(effect)
     # no sink heads: no ratio
-    none = geo.sink_value_norm_effect(frame.with_columns(is_sink=pl.lit(False)), n_boot=10)
+    none = sink_value_norm_effect(frame.with_columns(is_sink=pl.lit(False)), n_boot=10)
     assert none["ratio"].is_null().all() and (none["n_sink"] == 0).all()
 
 
@@ -175,8 +181,8 @@ def test_sink_value_norm_interval_reflects_the_spread() -> None:
     rng = np.random.default_rng(0)
     tight = _value_norms({"a": list(0.3 + 0.01 * rng.random(40))}, {"a": [1.0] * 40})
     loose = _value_norms({"a": list(0.3 * np.exp(rng.normal(0, 1, 40)))}, {"a": [1.0] * 40})
-    t = geo.sink_value_norm_effect(tight, with_pooled=False).row(0, named=True)
-    lo = geo.sink_value_norm_effect(loose, with_pooled=False).row(0, named=True)
+    t = sink_value_norm_effect(tight, with_pooled=False).row(0, named=True)
+    lo = sink_value_norm_effect(loose, with_pooled=False).row(0, named=True)
     assert t["ratio_hi"] - t["ratio_lo"] < 0.02 < lo["ratio_hi"] - lo["ratio_lo"]
 
 
@@ -190,9 +196,9 @@ def test_figures_print_the_claim_numbers(extracted, tmp_path: Path) -> None:
     threshold = float(np.median(per_head["bos_mass"].to_numpy()))
     thresholds = HeadClassThresholds(sink=threshold)
     _, per_head = classify_file(path, thresholds)
-    tables = geo.analyze_file(path, per_head, thresholds, attend_threshold=0.15)
+    tables = analyze_file(path, per_head, thresholds, attend_threshold=0.15)
     other = {name: frame.with_columns(dataset=pl.lit("copy")) for name, frame in tables.items()}
-    summary = geo.summarize([tables, other])
+    summary = summarize([tables, other])
     tolerances = C.resolve_tolerances(None)["geometry"]
     out = tmp_path / "figs"
 
@@ -206,7 +212,7 @@ def test_figures_print_the_claim_numbers(extracted, tmp_path: Path) -> None:
     )
     (b,) = readings.iter_rows(named=True)
     assert row["value"] == b["mid_max_all"]
-    assert row["reason"] == geo.bos_max_statement(b)
+    assert row["reason"] == bos_max_statement(b)
     assert f"{b['n_mid_below_from2']}/{b['n_middle']} below" in row["measured"]
 
     # half-space figure <-> geometry.sink_representable
@@ -220,7 +226,7 @@ def test_figures_print_the_claim_numbers(extracted, tmp_path: Path) -> None:
         summary["statements"], tolerances["representable_min_fraction"]
     )
     assert row["value"] == c["frac_representable_nontrivial"]
-    assert row["reason"].endswith(geo.representability_statement(c))
+    assert row["reason"].endswith(representability_statement(c))
     if c["n_nontrivial"] == 0:
         assert row["verdict"] == C.NOT_APPLICABLE
 
@@ -236,7 +242,7 @@ def test_figures_print_the_claim_numbers(extracted, tmp_path: Path) -> None:
     )
     pooled = [r for r in rows if r["dataset"] == "all"]
     assert len(pooled) == 1 and pooled[0]["value"] == e["ratio"]
-    assert pooled[0]["reason"].startswith(geo.value_norm_statement(e))
+    assert pooled[0]["reason"].startswith(value_norm_statement(e))
     # the legend's counts are the sets the medians are taken over
     frame = pl.concat(norms)
     assert e["n_sink"] == frame["is_sink"].sum() and e["n_other"] == (~frame["is_sink"]).sum()

@@ -1,23 +1,25 @@
 """Figures of the oversmoothing analysis (:mod:`sinkscope.oversmoothing`; paper Figs. 2, 4-11).
 
-Every function takes tables of :func:`sinkscope.oversmoothing.analyze_file` (one pair) or
-:func:`sinkscope.oversmoothing.summarize` (several pairs; its pooled ``"all"`` rows are never
-plotted) and lays the pairs out as panels. Which head update each figure shows follows App. E.1:
+Every function takes tables of :func:`sinkscope.oversmoothing.analysis.analyze_file` (one pair)
+or :func:`sinkscope.oversmoothing.summary.summarize` (several pairs; its pooled ``"all"`` rows are
+never plotted) and lays the pairs out as panels. Which head update each figure shows follows
+App. E.1:
 
 * Fig. 2 left / 5 (:func:`plot_approximation`) and Fig. 7 (:func:`plot_head_errors`): the head
   update as it is, ``X + W Z`` (the quantity of the theory);
 * Fig. 2 right / 6, 8, 9, 10, 11: the update rescaled by ``s_l`` of eq. (11) ("effect after the
   skip connection"), labelled ``X + s_l WZ ...``; Figs. 8-9 colour heads by the conditions
   evaluated for that rescaled map (``condition_s``) and leave out the sink heads (``is_sink``),
-  as the paper does (basis :data:`sinkscope.oversmoothing.CONDITION_BASIS`).
+  as the paper does (basis :data:`sinkscope.oversmoothing.summary.CONDITION_BASIS`).
 
 The numbers a figure prints (Fig. 2 left: the approximation's offset; Fig. 2 right: the
 differences of the head means; Figs. 8-9: condition counts and sign agreement) come from the
-functions of :mod:`sinkscope.oversmoothing` that the claims call, and the plotting functions
+functions of :mod:`sinkscope.oversmoothing.summary` that the claims call, and the plotting functions
 return them (keyed by ``(model, dataset)``) so that tests can compare them with the claim rows.
 
 Figures are built with :func:`sinkscope.plotting.new_figure` and written with
-:func:`sinkscope.plotting.save_figure` (atomic, deterministic PNG).
+:func:`sinkscope.plotting.save_figure` (atomic, deterministic PNG); the panel layout is in
+:mod:`sinkscope.oversmoothing.panel_layout`.
 """
 
 from __future__ import annotations
@@ -25,25 +27,27 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from sinkscope import oversmoothing as ov
 from sinkscope.heads import TOLERANCE, HeadClassThresholds
-from sinkscope.oversmoothing import POOLED
-from sinkscope.plotting import CLASS_COLORS, DPI, MAX_FIGURE_PIXELS, new_figure, save_figure
+from sinkscope.oversmoothing import panel_layout
+from sinkscope.oversmoothing.names import FIGURE_FILES, POOLED
+from sinkscope.oversmoothing.panel_layout import MAX_INCHES, PANEL_FONTSIZE
+from sinkscope.oversmoothing.summary import (
+    approximation_offsets,
+    component_means,
+    condition_summary,
+)
+from sinkscope.plotting import CLASS_COLORS, new_figure, save_figure
 
 __all__ = [
     "CONDITION_COLORS",
-    "FIGURES",
     "plot_all",
     "plot_approximation",
     "plot_components",
@@ -79,171 +83,6 @@ PATTERN_COLORS: dict[str, str] = {
 }
 #: Fig. 10: linear range of the symlog y axis (|relative change| below it is drawn linearly).
 SYMLOG_LINTHRESH = 0.1
-#: File names written by :func:`plot_all`.
-FIGURES: dict[str, str] = {
-    "approximation": "fig2_left_approximation.png",
-    "components": "fig2_right_components.png",
-    "layers": "fig4_layer_similarity.png",
-    "head_errors": "fig7_head_errors.png",
-    "attention_deltas": "fig8_attention_deltas.png",
-    "uniform_deltas": "fig9_uniform_deltas.png",
-    "uniformity": "fig10_uniformity.png",
-    "deviating_heads": "fig11_deviating_heads.png",
-}
-#: Longest side of a figure in inches (:data:`sinkscope.plotting.MAX_FIGURE_PIXELS` at its dpi).
-MAX_INCHES = MAX_FIGURE_PIXELS / DPI
-#: Font size of panel titles and tick labels in the grids of several pairs.
-PANEL_FONTSIZE = 8
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _pairs(table: pl.DataFrame) -> list[tuple[str, str]]:
-    """(model, dataset) pairs of a table, pooled rows excluded, in a stable order."""
-    frame = table.filter(pl.col("dataset") != POOLED).select("model", "dataset").unique()
-    return sorted(frame.iter_rows())
-
-
-def _pair(table: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame:
-    return table.filter((pl.col("model") == model) & (pl.col("dataset") == dataset))
-
-
-def _largest(table: pl.DataFrame) -> pl.DataFrame:
-    """Rows of the largest context length (the paper's 512; here the file's T at most)."""
-    return table.filter(pl.col("context_length") == pl.col("context_length").max())
-
-
-def _label(frame: pl.DataFrame, model: str, dataset: str, with_t: bool = True) -> str:
-    n = int(frame["n_sequences"].max()) if "n_sequences" in frame.columns else None
-    parts = [f"{model} · {dataset}"]
-    details = []
-    if n is not None:
-        details.append(f"N={n}")
-    if with_t:
-        details.append(f"T'={int(frame['context_length'].max())}")
-    if details:
-        parts.append(f"({', '.join(details)})")
-    return " ".join(parts)
-
-
-def _check(table: pl.DataFrame, columns: list[str], what: str) -> None:
-    missing = [c for c in columns if c not in table.columns]
-    if missing:
-        raise ValueError(f"{what} lacks columns {missing}")
-    if table.filter(pl.col("dataset") != POOLED).is_empty():
-        raise ValueError(f"{what} has no rows to plot")
-
-
-@dataclass
-class _PairGrid:
-    """Panels of several (model, dataset) pairs laid out within :data:`MAX_FIGURE_PIXELS`."""
-
-    fig: Figure
-    panels: dict[tuple[str, str], list[Axes]]
-    panel_width: float
-    #: panels with no visible panel below them (they carry the x label)
-    bottom: set[Axes]
-    #: the first panel of each grid row (they carry the y label)
-    left: set[Axes]
-    #: whether the panels keep the minimum size asked for
-    fits: bool
-
-
-def _pair_grid(
-    pairs: list[tuple[str, str]],
-    per_pair: int,
-    size: tuple[float, float],
-    minimum: tuple[float, float],
-    reserve: tuple[float, float] = (0.4, 1.8),
-) -> _PairGrid:
-    """A figure with ``per_pair`` adjacent panels per pair, laid out so that no side exceeds
-    :data:`MAX_FIGURE_PIXELS`: one row per model and one column (block) per dataset when the
-    panels keep at least 80% of the best possible size, else pairs wrapped into the grid of
-    blocks whose panels come closest to ``size`` (inches, width x height; shrunk to fit, never
-    below ``minimum`` when some layout allows it). ``reserve``: inches kept for the suptitle,
-    the figure legend and margins."""
-    models = list(dict.fromkeys(m for m, _ in pairs))
-    datasets = sorted({d for _, d in pairs})
-    avail_w = MAX_INCHES - reserve[0] - 0.05
-    avail_h = MAX_INCHES - reserve[1] - 0.05
-
-    def option(blocks_per_row: int, n_rows: int) -> tuple[float, float, float, bool]:
-        width = min(size[0], avail_w / (blocks_per_row * per_pair))
-        height = min(size[1], avail_h / n_rows)
-        fits = width >= minimum[0] - 1e-9 and height >= minimum[1] - 1e-9
-        return width, height, min(width / size[0], height / size[1]), fits
-
-    by_model = option(len(datasets), len(models))
-    wrapped = {bpr: option(bpr, math.ceil(len(pairs) / bpr)) for bpr in range(1, len(pairs) + 1)}
-    best_bpr = max(wrapped, key=lambda b: (wrapped[b][3], wrapped[b][2], -b))
-    best = wrapped[best_bpr]
-    if by_model[3] and by_model[2] >= 0.8 * best[2]:
-        width, height, _, fits = by_model
-        n_rows, blocks_per_row = len(models), len(datasets)
-        where = {(m, d): (models.index(m), datasets.index(d)) for m, d in pairs}
-    else:
-        width, height, _, fits = best
-        blocks_per_row, n_rows = best_bpr, math.ceil(len(pairs) / best_bpr)
-        where = {pair: divmod(i, best_bpr) for i, pair in enumerate(pairs)}
-    n_cols = blocks_per_row * per_pair
-    fig = new_figure(n_cols * width + reserve[0], n_rows * height + reserve[1])
-    grid = fig.subplots(n_rows, n_cols, squeeze=False)
-    used = np.zeros(grid.shape, dtype=bool)
-    panels = {}
-    for pair, (row, block) in where.items():
-        panels[pair] = [grid[row, block * per_pair + k] for k in range(per_pair)]
-        used[row, block * per_pair : (block + 1) * per_pair] = True
-    for ax in grid[~used]:
-        ax.set_visible(False)
-    bottom = {
-        grid[r, c]
-        for r in range(n_rows)
-        for c in range(n_cols)
-        if used[r, c] and not used[r + 1 :, c].any()
-    }
-    left = {grid[r, int(np.argmax(used[r]))] for r in range(n_rows) if used[r].any()}
-    return _PairGrid(fig, panels, width, bottom, left, fits)
-
-
-def _axis_labels(layout: _PairGrid, ax: Axes, xlabel: str, ylabel: str) -> None:
-    """x label on the lowest panel of each grid column, y label on the first of each row."""
-    ax.set_xlabel(xlabel if ax in layout.bottom else "")
-    ax.set_ylabel(ylabel if ax in layout.left else "")
-    ax.tick_params(labelsize=PANEL_FONTSIZE)
-
-
-def _length_axis(ax, lengths) -> None:
-    """Log-2 context-length axis with the analysed lengths as plain tick labels."""
-    ticks = sorted({int(t) for t in lengths})
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(ticks)
-    ax.set_xticklabels([str(t) for t in ticks])
-    ax.minorticks_off()
-    ax.set_xlabel("context length $T'$ (text tokens)")
-
-
-def _head_index(frame: pl.DataFrame) -> np.ndarray:
-    """Heads numbered in order from the first to the last layer (the paper's x-axis)."""
-    n_heads = int(frame["head"].max()) + 1
-    return frame["layer"].to_numpy() * n_heads + frame["head"].to_numpy()
-
-
-_LAYER_AXIS_LABEL = "head (grouped by layer; tick = layer index)"
-
-
-def _layer_ticks(ax, frame: pl.DataFrame, panel_width: float = 12.0) -> None:
-    """Heads on the x axis grouped by layer: a tick per layer (at most 15, and about three per
-    inch of ``panel_width``), thin lines between layers."""
-    n_heads = int(frame["head"].max()) + 1
-    layers = np.unique(frame["layer"].to_numpy())
-    step = max(1, math.ceil(len(layers) / min(15, max(4, int(3 * panel_width)))))
-    ax.set_xticks(layers[::step] * n_heads + (n_heads - 1) / 2)
-    ax.set_xticklabels([str(v) for v in layers[::step]])
-    for layer in layers[1:]:
-        ax.axvline(layer * n_heads - 0.5, color="#e0e0e0", lw=0.5, zorder=0)
-    ax.set_xlim(layers[0] * n_heads - 1, (layers[-1] + 1) * n_heads)
-    ax.set_xlabel(_LAYER_AXIS_LABEL)
 
 
 def sink_rule(frame: pl.DataFrame, thresholds: HeadClassThresholds | None = None) -> str:
@@ -275,14 +114,15 @@ def plot_approximation(
     approximation (dashed) against the context length, for ``X`` and ``X + WZ`` (head update
     not rescaled); one row per dataset, one colour per model. Each panel's second title line
     gives, per model, the largest gap between the two curves relative to the empirical curve's
-    range across ``T'`` (:func:`sinkscope.oversmoothing.approximation_offsets`, the value of the
-    claim ``oversmoothing.approximation_mean``). Returns the offsets row per ``(model, dataset)``.
+    range across ``T'`` (:func:`sinkscope.oversmoothing.summary.approximation_offsets`, the value
+    of the claim ``oversmoothing.approximation_mean``). Returns the offsets row per
+    ``(model, dataset)``.
     """
-    _check(per_head, ["rho_x", "rhohat_x", "rho_xwz", "rhohat_xwz"], "per-head table")
+    panel_layout.check(per_head, ["rho_x", "rhohat_x", "rho_xwz", "rhohat_xwz"], "per-head table")
     frame = per_head.filter(pl.col("dataset") != POOLED)
-    means = ov.component_means(frame)
+    means = component_means(frame)
     offsets = {
-        (r["model"], r["dataset"]): r for r in ov.approximation_offsets(means).iter_rows(named=True)
+        (r["model"], r["dataset"]): r for r in approximation_offsets(means).iter_rows(named=True)
     }
     datasets = sorted(set(means["dataset"].to_list()))
     models = sorted(set(means["model"].to_list()))
@@ -296,7 +136,7 @@ def plot_approximation(
             ax = axes[row, col]
             notes = []
             for model in models:
-                part = _pair(means, model, dataset)
+                part = panel_layout.pair(means, model, dataset)
                 if part.is_empty():
                     continue
                 t = part["context_length"].to_numpy()
@@ -309,7 +149,7 @@ def plot_approximation(
                     f"{model}: gap {off[f'signed_offset_{c}']:+.2g} = {ratio} x range "
                     f"{off[f'range_{c}']:.2g}"
                 )
-            _length_axis(ax, means["context_length"].to_list())
+            panel_layout.length_axis(ax, means["context_length"].to_list())
             ax.set_ylabel("avg. cosine similarity\n(mean over heads)")
             n = int(_pair_rows(frame, dataset)["n_sequences"].max())
             ax.set_title(f"{name} · {dataset} (N={n})\n" + "\n".join(notes), fontsize=9)
@@ -350,17 +190,17 @@ def plot_components(
     over heads with uniformity above ``uniformity_threshold`` (right); one row per pair. The
     left panel's title gives ``rho(X) - rho(X + s_l WZ)`` at the largest ``T'`` (claim
     ``oversmoothing.w_decreases``). Returns the head means at the largest ``T'`` per pair
-    (:func:`sinkscope.oversmoothing.component_means`)."""
-    _check(per_head, [*COMPONENTS, "uniformity"], "per-head table")
-    pairs = _pairs(per_head)
-    layout = _pair_grid(pairs, 2, (5.5, 3.4), (2.3, 2.4))
+    (:func:`sinkscope.oversmoothing.summary.component_means`)."""
+    panel_layout.check(per_head, [*COMPONENTS, "uniformity"], "per-head table")
+    pairs = panel_layout.pairs(per_head)
+    layout = panel_layout.pair_grid(pairs, 2, (5.5, 3.4), (2.3, 2.4))
     fig = layout.fig
     shown: dict[tuple[str, str], dict] = {}
     for model, dataset in pairs:
-        frame = _pair(per_head, model, dataset)
+        frame = panel_layout.pair(per_head, model, dataset)
         for ax, dense in zip(layout.panels[(model, dataset)], (False, True), strict=True):
             part = frame.filter(pl.col("uniformity") > uniformity_threshold) if dense else frame
-            means = ov.component_means(part, ["context_length"]) if part.height else None
+            means = component_means(part, ["context_length"]) if part.height else None
             if means is not None:
                 for column, (label, color) in COMPONENTS.items():
                     ax.plot(
@@ -371,10 +211,10 @@ def plot_components(
                         color=color,
                         label=label,
                     )
-            _length_axis(ax, frame["context_length"].to_list())
-            _axis_labels(layout, ax, "context length $T'$", "avg. cosine similarity")
+            panel_layout.length_axis(ax, frame["context_length"].to_list())
+            panel_layout.axis_labels(layout, ax, "context length $T'$", "avg. cosine similarity")
             n_heads = int(means["n_heads"][-1]) if means is not None else 0
-            title = f"{_label(frame, model, dataset, with_t=False)}\n"
+            title = f"{panel_layout.label(frame, model, dataset, with_t=False)}\n"
             if means is not None and not dense:
                 last = means.row(-1, named=True)
                 shown[(model, dataset)] = last
@@ -422,15 +262,17 @@ def plot_components(
 def plot_layers(per_layer: pl.DataFrame, out_png: str | os.PathLike[str]) -> None:
     """Fig. 4: per layer, ``rho`` before the layer (at ``l``) and after adding the full attention
     update (at ``l + 0.5``), one line per context length; one panel per pair."""
-    _check(per_layer, ["rho_before", "rho_after", "layer", "context_length"], "per-layer table")
-    pairs = _pairs(per_layer)
-    layout = _pair_grid(pairs, 1, (7.0, 3.6), (3.0, 2.4))
+    panel_layout.check(
+        per_layer, ["rho_before", "rho_after", "layer", "context_length"], "per-layer table"
+    )
+    pairs = panel_layout.pairs(per_layer)
+    layout = panel_layout.pair_grid(pairs, 1, (7.0, 3.6), (3.0, 2.4))
     fig = layout.fig
     lengths = sorted(set(per_layer["context_length"].to_list()))
     colors = dict(zip(lengths, _palette(len(lengths)), strict=True))
     for model, dataset in pairs:
         (ax,) = layout.panels[(model, dataset)]
-        frame = _pair(per_layer, model, dataset).sort("layer")
+        frame = panel_layout.pair(per_layer, model, dataset).sort("layer")
         for t in lengths:
             part = frame.filter(pl.col("context_length") == t)
             if part.is_empty():
@@ -443,8 +285,10 @@ def plot_layers(per_layer: pl.DataFrame, out_png: str | os.PathLike[str]) -> Non
             ax.plot(layers + 0.5, part["rho_after"], "^", color=colors[t], ms=4)
         ax.axhline(0.0, color="k", lw=0.6)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        _axis_labels(layout, ax, "layer", "avg. cosine similarity")
-        ax.set_title(_label(frame, model, dataset, with_t=False), fontsize=PANEL_FONTSIZE + 1)
+        panel_layout.axis_labels(layout, ax, "layer", "avg. cosine similarity")
+        ax.set_title(
+            panel_layout.label(frame, model, dataset, with_t=False), fontsize=PANEL_FONTSIZE + 1
+        )
     handles = [Line2D([], [], color=colors[t], lw=1.2, label=f"T'={t}") for t in lengths]
     handles += [
         Line2D([], [], color="k", ls="", marker="o", ms=5, label=r"entering the layer: $\rho(X)$"),
@@ -477,15 +321,17 @@ _FIG7_MARKERS: dict[str, dict[str, object]] = {
 def plot_head_errors(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) -> None:
     """Fig. 7: ``|rho - rho_hat|`` per head at the largest context length, for ``X`` (blue) and
     ``X + WZ`` (orange); heads ordered from the first to the last layer; one row per pair."""
-    _check(per_head, ["abs_err_x", "abs_err_xwz"], "per-head table")
-    pairs = _pairs(per_head)
-    layout = _pair_grid(pairs, 1, (12.0, 3.0), (3.5, 2.4))
+    panel_layout.check(per_head, ["abs_err_x", "abs_err_xwz"], "per-head table")
+    pairs = panel_layout.pairs(per_head)
+    layout = panel_layout.pair_grid(pairs, 1, (12.0, 3.0), (3.5, 2.4))
     fig = layout.fig
     bound_drawn = False
     for model, dataset in pairs:
         (ax,) = layout.panels[(model, dataset)]
-        frame = _largest(_pair(per_head, model, dataset)).sort("layer", "head")
-        index = _head_index(frame)
+        frame = panel_layout.largest(panel_layout.pair(per_head, model, dataset)).sort(
+            "layer", "head"
+        )
+        index = panel_layout.head_index(frame)
         # X: small filled dots; X+WZ: larger hollow rings around them, so a head whose two
         # errors coincide shows a dot inside a ring and no marker hides the other
         ax.plot(index, frame["abs_err_x"], **_FIG7_MARKERS["x"], label="$X$")
@@ -494,11 +340,12 @@ def plot_head_errors(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) ->
         if top > 0.05:
             ax.axhline(0.1, color="k", ls=":", lw=0.8)
             bound_drawn = True
-        _layer_ticks(ax, frame, layout.panel_width)
-        _axis_labels(layout, ax, _LAYER_AXIS_LABEL, r"$|\rho - \hat\rho|$")
+        panel_layout.layer_ticks(ax, frame, layout.panel_width)
+        panel_layout.axis_labels(layout, ax, panel_layout.LAYER_AXIS_LABEL, r"$|\rho - \hat\rho|$")
         ax.set_ylim(bottom=0)
         ax.set_title(
-            f"{_label(frame, model, dataset)}\nmax {frame['abs_err_x'].max():.2g} ($X$), "
+            f"{panel_layout.label(frame, model, dataset)}\n"
+            f"max {frame['abs_err_x'].max():.2g} ($X$), "
             f"{frame['abs_err_xwz'].max():.2g} ($X+WZ$)",
             fontsize=PANEL_FONTSIZE + 1,
         )
@@ -530,32 +377,35 @@ def plot_condition_deltas(
     ``rho(X+WZA_u^T) - rho(X+WZA^T)``) per non-sink head at the largest context length, head
     update rescaled by ``s_l``, coloured by Theorem 5.1's condition for the rescaled map.
 
-    Basis :data:`sinkscope.oversmoothing.CONDITION_BASIS`; sink heads are ``is_sink``
+    Basis :data:`sinkscope.oversmoothing.summary.CONDITION_BASIS`; sink heads are ``is_sink``
     (``thresholds``, default the paper's 0.40, checked against the table's ``bos_mass``). Each
-    panel's title gives the numbers of :func:`sinkscope.oversmoothing.condition_summary`: heads
-    per condition (claims ``condition_i_half``, ``condition_ii_few``) and the share of heads
-    with a prediction whose sign agrees in this figure and in both figures (claim
-    ``predicted_signs``). Returns that summary row per ``(model, dataset)``. The legend lists
-    only the conditions that occur in some panel."""
+    panel's title gives the numbers of
+    :func:`sinkscope.oversmoothing.summary.condition_summary`: heads per condition (claims
+    ``condition_i_half``, ``condition_ii_few``) and the share of heads with a prediction whose
+    sign agrees in this figure and in both figures (claim ``predicted_signs``). Returns that
+    summary row per ``(model, dataset)``. The legend lists only the conditions that occur in
+    some panel."""
     if which not in ("attention", "uniform"):
         raise ValueError(f"which must be 'attention' or 'uniform', got {which!r}")
     column = "delta_attn_s" if which == "attention" else "delta_unif_s"
     own = "agree_attn_s" if which == "attention" else "agree_unif_s"
     figure_name = "Fig. 8" if which == "attention" else "Fig. 9"
-    _check(per_head, [column, "condition_s", "is_sink"], "per-head table")
+    panel_layout.check(per_head, [column, "condition_s", "is_sink"], "per-head table")
     rule = sink_rule(per_head, thresholds)
-    pairs = _pairs(per_head)
-    layout = _pair_grid(pairs, 1, (12.0, 3.4), (3.5, 2.6), reserve=(0.4, 2.0))
+    pairs = panel_layout.pairs(per_head)
+    layout = panel_layout.pair_grid(pairs, 1, (12.0, 3.4), (3.5, 2.6), reserve=(0.4, 2.0))
     fig = layout.fig
     shown: dict[tuple[str, str], dict] = {}
     present: set[str] = set()
     for model, dataset in pairs:
         (ax,) = layout.panels[(model, dataset)]
-        full = _largest(_pair(per_head, model, dataset)).sort("layer", "head")
-        stats = ov.condition_summary(full).row(0, named=True)
+        full = panel_layout.largest(panel_layout.pair(per_head, model, dataset)).sort(
+            "layer", "head"
+        )
+        stats = condition_summary(full).row(0, named=True)
         shown[(model, dataset)] = stats
         frame = full.filter(~pl.col("is_sink"))
-        index = _head_index(full)[~full["is_sink"].to_numpy()]
+        index = panel_layout.head_index(full)[~full["is_sink"].to_numpy()]
         conditions = frame["condition_s"].to_numpy()
         values = frame[column].to_numpy()
         for cond, color in CONDITION_COLORS.items():
@@ -564,8 +414,10 @@ def plot_condition_deltas(
                 present.add(cond)
                 ax.bar(index[mask], values[mask], width=0.9, color=color)
         ax.axhline(0.0, color="k", lw=0.6)
-        _layer_ticks(ax, full, layout.panel_width)
-        _axis_labels(layout, ax, _LAYER_AXIS_LABEL, r"$\Delta$ avg. cos. sim.")
+        panel_layout.layer_ticks(ax, full, layout.panel_width)
+        panel_layout.axis_labels(
+            layout, ax, panel_layout.LAYER_AXIS_LABEL, r"$\Delta$ avg. cos. sim."
+        )
         n_non_sink = stats["n_non_sink"]
         counts = ", ".join(
             f"({c}) {stats[f'n_cond_{c}_s_non_sink']} ({_pct(stats[f'frac_cond_{c}_s_non_sink'])})"
@@ -576,7 +428,7 @@ def plot_condition_deltas(
             f"{figure_name} {_pct(stats[own])}, Figs. 8 and 9 both {_pct(stats['agree_both_s'])}"
         )
         ax.set_title(
-            f"{_label(full, model, dataset)}\n{n_non_sink} non-sink heads shown, "
+            f"{panel_layout.label(full, model, dataset)}\n{n_non_sink} non-sink heads shown, "
             f"{full.height - n_non_sink} sink heads left out\n"
             f"{counts}, neither {stats['n_cond_neither_s_non_sink']}\n{agreement}",
             fontsize=PANEL_FONTSIZE,
@@ -636,7 +488,7 @@ def plot_uniformity(
     ``head_classes`` thresholds, default 0.40, named in the legend); black: mean within
     uniformity bins of width 0.1. Symlog y axis, linear within +-:data:`SYMLOG_LINTHRESH`; the
     y limits leave a margin around every point."""
-    _check(
+    panel_layout.check(
         per_head,
         ["rel_change_s", "uniformity", "bos_mass", "diagonal_mass", "is_sink", "is_diagonal"],
         "per-head table",
@@ -648,13 +500,13 @@ def plot_uniformity(
         "diagonal": f"diagonal (is_diagonal: diagonal mass >= {th.diagonal:g}; not sink)",
         "neither": "neither",
     }
-    pairs = _pairs(per_head)
-    layout = _pair_grid(pairs, 1, (6.2, 4.0), (3.5, 2.8), reserve=(0.6, 2.0))
+    pairs = panel_layout.pairs(per_head)
+    layout = panel_layout.pair_grid(pairs, 1, (6.2, 4.0), (3.5, 2.8), reserve=(0.6, 2.0))
     fig = layout.fig
     edges = np.linspace(0.0, 1.0, 11)
     for model, dataset in pairs:
         (ax,) = layout.panels[(model, dataset)]
-        frame = _largest(_pair(per_head, model, dataset))
+        frame = panel_layout.largest(panel_layout.pair(per_head, model, dataset))
         u = frame["uniformity"].to_numpy()
         change = frame["rel_change_s"].to_numpy()
         kinds = _pattern(frame)
@@ -680,7 +532,7 @@ def plot_uniformity(
             pad = 0.08 * max(hi - lo, 1.0)
             ax.set_ylim(*transform.inverted().transform(np.array([lo - pad, hi + pad])))
         ax.set_xlim(-0.03, 1.03)  # u in [0, 1]: no point on the frame
-        _axis_labels(
+        panel_layout.axis_labels(
             layout,
             ax,
             "uniformity coefficient u (eq. 12)",
@@ -688,7 +540,7 @@ def plot_uniformity(
             f"\n(symlog, linear within ±{SYMLOG_LINTHRESH:g})",
         )
         ax.set_title(
-            f"{_label(frame, model, dataset)}\n{', '.join(counts)} heads",
+            f"{panel_layout.label(frame, model, dataset)}\n{', '.join(counts)} heads",
             fontsize=PANEL_FONTSIZE + 1,
         )
     handles = [
@@ -758,9 +610,9 @@ def plot_deviating_heads(
     :func:`sink_rule` and named in the legend). One block of panels per pair (up to ``n`` heads,
     most deviating first; fewer per pair when the pairs' panels would not fit within
     :data:`sinkscope.plotting.MAX_FIGURE_PIXELS`)."""
-    _check(per_head, [*COMPONENTS, "is_sink", "uniformity"], "per-head table")
+    panel_layout.check(per_head, [*COMPONENTS, "is_sink", "uniformity"], "per-head table")
     rule = sink_rule(per_head, thresholds)
-    pairs = _pairs(per_head)
+    pairs = panel_layout.pairs(per_head)
     chosen = select_deviating_heads(per_head, n)
     most = max(
         (chosen.filter((pl.col("model") == m) & (pl.col("dataset") == d)).height for m, d in pairs),
@@ -769,16 +621,16 @@ def plot_deviating_heads(
     size, minimum, reserve = (3.6, 3.1), (2.4, 2.4), (0.4, 2.0)
     per_pair = max(1, min(n, most))
     while per_pair > 1:
-        layout = _pair_grid(pairs, per_pair, size, minimum, reserve)
+        layout = panel_layout.pair_grid(pairs, per_pair, size, minimum, reserve)
         if layout.fits:
             break
         layout.fig.clear()
         per_pair -= 1
     else:
-        layout = _pair_grid(pairs, per_pair, size, minimum, reserve)
+        layout = panel_layout.pair_grid(pairs, per_pair, size, minimum, reserve)
     fig = layout.fig
     for model, dataset in pairs:
-        frame = _pair(per_head, model, dataset)
+        frame = panel_layout.pair(per_head, model, dataset)
         heads = chosen.filter((pl.col("model") == model) & (pl.col("dataset") == dataset))
         panels = layout.panels[(model, dataset)]
         if heads.is_empty():
@@ -803,8 +655,8 @@ def plot_deviating_heads(
             ).sort("context_length")
             for column, (label, color) in COMPONENTS.items():
                 ax.plot(part["context_length"], part[column], "-o", ms=3, color=color, label=label)
-            _length_axis(ax, part["context_length"].to_list())
-            _axis_labels(layout, ax, "context length $T'$", "avg. cosine similarity")
+            panel_layout.length_axis(ax, part["context_length"].to_list())
+            panel_layout.axis_labels(layout, ax, "context length $T'$", "avg. cosine similarity")
             ax.set_title(
                 f"{model} · {dataset}\nlayer {info['layer']}, head {info['head']}, "
                 f"unif. {info['uniformity_mean']:.2f}",
@@ -841,10 +693,11 @@ def plot_all(
     uniformity_threshold: float = 0.6,
     thresholds: HeadClassThresholds | None = None,
 ) -> list[Path]:
-    """Write every figure of :data:`FIGURES` into ``out_dir``; returns the paths written.
+    """Write every figure of :data:`~sinkscope.oversmoothing.names.FIGURE_FILES` into
+    ``out_dir``; returns the paths written.
 
-    ``tables``: the dict of :func:`~sinkscope.oversmoothing.analyze_file` or
-    :func:`~sinkscope.oversmoothing.summarize` (needs ``per_head`` and ``per_layer``);
+    ``tables``: the dict of :func:`~sinkscope.oversmoothing.analysis.analyze_file` or
+    :func:`~sinkscope.oversmoothing.summary.summarize` (needs ``per_head`` and ``per_layer``);
     ``thresholds``: the head classification's thresholds (config ``head_classes``) that the
     per-head table's ``is_sink`` / ``is_diagonal`` were made with (named in Figs. 8-11).
     """
@@ -862,7 +715,7 @@ def plot_all(
     }
     written = []
     for key, job in jobs.items():
-        path = out / FIGURES[key]
+        path = out / FIGURE_FILES[key]
         job(path)
         written.append(path)
     return written

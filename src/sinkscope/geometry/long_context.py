@@ -1,0 +1,189 @@
+"""Proposition 4.1 on long sequences, where the half-space test can fail (issue 22).
+
+:func:`halfspace_long_context` runs the model on a few sequences of ``T' > d_model`` tokens
+(default 2 x 1023, the StreamingLLM streams; config ``geometry.long_context``) and tests the two
+sets that need no attention probabilities, ``{z_0 - z_i}`` and ``{z_i : i in [T']}`` (every sink
+pattern, ``J = [T']``; a subset of a set in an open half-space is in it, so this implies the
+condition for every sink-attending ``J``; the attending set itself needs the sink heads'
+attention and is not tested there). With more points than dimensions no set is trivially
+separable, so the proposition is tested exactly as stated, any ``W`` in ``R^{d x d}``, and can
+fail (e.g. when ``z_0`` lies in the convex hull of the other tokens).
+:func:`~sinkscope.geometry.halfspace.sink_representable_statements` decides the claim there when
+the table exists (:func:`~sinkscope.geometry.halfspace.long_context_counts`), reporting the
+trivial and non-trivial counts at ``T`` beside it. Measured on the shared 2-core machine, one
+thread: ~40 s per pair for SmolLM2-135M (load 3 s, forward 11 s, 60 solves of 1023 points 19 s)
+and ~35 s for Gemma-3-270M; both hold in every (layer, sequence) pair on alice, with margins
+0.31-0.89 (the set is far from failing, not barely in a half-space).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+from sinkscope.geometry.halfspace import HALFSPACE_TOL, halfspace_layer_rows, torch_threads
+
+__all__ = [
+    "LONG_CONTEXT_COLUMNS",
+    "LONG_CONTEXT_SEQ_LEN_KEY",
+    "attention_inputs",
+    "halfspace_long_context",
+]
+
+#: The config key of the long-context sequence length (named in errors).
+LONG_CONTEXT_SEQ_LEN_KEY = "geometry.long_context.seq_len"
+
+
+#: Columns of :func:`halfspace_long_context`: those of ``halfspace`` without the two that describe
+#: the sink heads' attention (``n_sink_heads``, ``attend_threshold``: no attention is computed),
+#: plus ``seq_len`` (BOS included; ``n_points = seq_len - 1``).
+LONG_CONTEXT_COLUMNS: tuple[str, ...] = (
+    "model",
+    "dataset",
+    "layer",
+    "sequence",
+    "seq_len",
+    "point_set",
+    "n_points",
+    "dim",
+    "rank",
+    "trivially_separable",
+    "halfspace",
+    "margin",
+    "margin_upper",
+    "n_support",
+)
+
+
+@torch.no_grad()
+def attention_inputs(model: torch.nn.Module, ids: torch.Tensor) -> list[np.ndarray]:
+    """``Z^(l)`` of every decoder layer ``l``: what its query/key/value projections multiply.
+
+    One forward pass of the transformer body (:func:`sinkscope.models.base_model`: no LM head,
+    no cache, no gradients) over ``ids`` ``(B, T1)`` with ``output_hidden_states``;
+    ``hidden_states[l]`` is the residual stream entering layer ``l`` and ``Z^(l) =
+    norm_l(hidden_states[l])`` is computed by that layer's own input-norm module
+    (``Architecture.input_norm``: ``input_layernorm``, GPT-2's ``ln_1``), i.e. the paper's §3
+    attention input with the learnable gain (``Z`` of :meth:`sinkscope.h5layout.InputProjection.Z`).
+    Returns one ``(B, T1, D)`` float32 array per layer.
+    """
+    from sinkscope.models import architecture_of, base_model, decoder_layers
+
+    model.eval()
+    norm_name = architecture_of(model).input_norm
+    out = base_model(model)(input_ids=ids, output_hidden_states=True, use_cache=False)
+    layers = decoder_layers(model)
+    if len(out.hidden_states) != len(layers) + 1:
+        raise ValueError(
+            f"{type(model).__name__}: {len(out.hidden_states)} hidden states for "
+            f"{len(layers)} layers; expected one per layer plus the final one"
+        )
+    return [
+        getattr(layer, norm_name)(out.hidden_states[index]).float().cpu().numpy()
+        for index, layer in enumerate(layers)
+    ]
+
+
+def halfspace_long_context(
+    prepared_model_dir: str | os.PathLike[str],
+    documents_parquet: str | os.PathLike[str],
+    n_sequences: int,
+    seq_len: int,
+    seed: int,
+    model_name: str,
+    dataset_name: str,
+    threads: int = 1,
+    tol: float = HALFSPACE_TOL,
+) -> pl.DataFrame:
+    """Proposition 4.1's half-space test on ``n_sequences`` sequences of ``seq_len`` tokens.
+
+    The sequences are the StreamingLLM analysis' streams
+    (:func:`sinkscope.streaming.streams.load_streams` with ``stream_length = seq_len``,
+    ``n_streams = n_sequences`` and ``seed``: blocks of ``seq_len - 1`` corpus tokens, BOS
+    prepended; the same streams when the three match); the model is loaded as that analysis loads it
+    (float32, eager) and run once (:func:`attention_inputs`, ``threads`` torch threads). Per layer
+    and sequence the sets ``{z_0 - z_i : i in [T']}`` and ``{z_i : i in [T']}``
+    (:data:`~sinkscope.geometry.names.LONG_CONTEXT_POINT_SETS`, ``T' = seq_len - 1``) are tested
+    exactly as at ``T = 256`` (:func:`~sinkscope.geometry.halfspace.halfspace_margin` on the Gram
+    matrices). The sink-attending set ``J`` needs the sink heads' attention probabilities and is not
+    tested here; ``{z_i : i in [T']}`` is the superset of every ``J`` (Figure 1's "any sink
+    pattern": if it lies in an open half-space, so does every ``J``).
+
+    With ``T' > d_model`` points no set can be trivially separable (its rank is at most
+    ``d_model < n_points``), so the test can fail. A ``seq_len`` that does not exceed
+    ``d_model + 1`` is not refused (GPT-2 medium and XL of the paper's config have ``d_model``
+    >= their 1024 positions, so no ``seq_len`` could): the job logs a warning, every row says
+    ``trivially_separable`` and :func:`~sinkscope.geometry.halfspace.sink_representable_statements`
+    falls back to the extraction's sequences for that model. A ``seq_len`` beyond the model's
+    ``max_position_embeddings`` is refused with an error that names
+    :data:`LONG_CONTEXT_SEQ_LEN_KEY`. Returns the rows of :data:`LONG_CONTEXT_COLUMNS`.
+    """
+    import logging
+    import time
+
+    from sinkscope.models import model_shape
+    from sinkscope.streaming.streams import load_streams
+
+    log = logging.getLogger(__name__)
+    began = time.perf_counter()
+    with torch_threads(int(threads)):
+        streams = load_streams(
+            prepared_model_dir,
+            documents_parquet,
+            {"stream_length": int(seq_len), "n_streams": int(n_sequences), "seed": int(seed)},
+        )
+        shape = model_shape(streams.model.config)
+        if seq_len - 1 <= shape.d_model:
+            log.warning(
+                "%s = %d: %s has d_model = %d, so %d tokens of full rank are trivially "
+                "separable and the test cannot fail; the rows say so (trivially_separable) and "
+                "the claim falls back to the extraction's sequences for this model",
+                LONG_CONTEXT_SEQ_LEN_KEY,
+                seq_len,
+                model_name,
+                shape.d_model,
+                seq_len - 1,
+            )
+        if shape.max_positions and seq_len > shape.max_positions:
+            raise ValueError(
+                f"{LONG_CONTEXT_SEQ_LEN_KEY} = {seq_len} exceeds the {shape.max_positions} "
+                f"positions of {model_name}; set it to at most {shape.max_positions}"
+            )
+        loaded = time.perf_counter()
+        z_layers = attention_inputs(streams.model, streams.ids)
+        forward = time.perf_counter()
+        rows: list[dict[str, Any]] = []
+        for layer, z in enumerate(z_layers):
+            for row in halfspace_layer_rows(z, None, tol):
+                rows.append({**row, "layer": layer})
+        solved = time.perf_counter()
+    log.info(
+        "%s/%s: %d sequences x %d tokens (offsets %s), d_model %d: load %.1f s, forward %.1f s, "
+        "half-space solves %.1f s",
+        model_name,
+        dataset_name,
+        streams.ids.shape[0],
+        seq_len,
+        streams.offsets,
+        shape.d_model,
+        loaded - began,
+        forward - loaded,
+        solved - forward,
+    )
+    return (
+        pl.DataFrame(rows, infer_schema_length=None)
+        .with_columns(
+            model=pl.lit(model_name),
+            dataset=pl.lit(dataset_name),
+            seq_len=pl.lit(int(seq_len), dtype=pl.Int64),
+            halfspace=pl.col("halfspace").cast(pl.Boolean),
+            margin=pl.col("margin").cast(pl.Float64),
+            margin_upper=pl.col("margin_upper").cast(pl.Float64),
+        )
+        .select(LONG_CONTEXT_COLUMNS)
+        .sort("layer", "sequence", "point_set")
+    )

@@ -1,0 +1,74 @@
+"""Names of the geometry stage: its tables and figures, point sets, statement bases, pooled rows.
+
+No computation and no imports: :mod:`sinkscope.paths` (and through it the workflow) reads the
+table and figure names here without loading numpy or torch.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ALL_TOKENS",
+    "ATTENDING",
+    "BASIS_ATTENDING",
+    "BASIS_LONG_CONTEXT",
+    "BOS_MINUS_TOKEN",
+    "FIGURES",
+    "LONG_CONTEXT_POINT_SETS",
+    "LONG_CONTEXT_TABLE",
+    "LONG_CONTEXT_TABLES",
+    "POINT_SETS",
+    "POOLED",
+    "SUMMARY_TABLES",
+    "TABLES",
+]
+
+#: Tables and figures of the per-pair analysis (rule analyze_geometry; paper sections in
+#: workflow/rules/geometry.smk); ``sinkscope.paths`` exports them as ``GEOMETRY_TABLES`` etc.
+TABLES = (
+    "bos_alignment",
+    "bos_cosine_hist",
+    "halfspace",
+    "halfspace_layer",
+    "value_rank",
+    "value_rank_worst",
+    "bos_value_norm",
+    "bos_residual_norm",
+)
+#: Proposition 4.1 on long sequences (T' > d_model, rule analyze_geometry_long_context; its own
+#: model forward, no activation file), per pair; read by the geometry summary when enabled.
+LONG_CONTEXT_TABLES = ("halfspace_long_context",)
+SUMMARY_TABLES = (
+    "bos_alignment",
+    "halfspace_layer",
+    "value_rank",
+    "value_rank_worst",
+    "bos_value_norm_classes",
+    "bos_residual_norm",
+    "statements",
+)
+FIGURES = (
+    "bos_alignment",
+    "halfspace_margins",
+    "value_rank",
+    "bos_value_norm",
+    "bos_residual_norm",
+)
+
+#: Name of the pooled pseudo-dataset (as in :mod:`sinkscope.heads`).
+POOLED = "all"
+#: The three point sets of the half-space test (:mod:`sinkscope.geometry.halfspace`).
+BOS_MINUS_TOKEN = "bos_minus_token"
+ATTENDING = "attending"
+ALL_TOKENS = "all_tokens"
+POINT_SETS: tuple[str, ...] = (BOS_MINUS_TOKEN, ATTENDING, ALL_TOKENS)
+#: The point sets of the long-context test
+#: (:func:`~sinkscope.geometry.long_context.halfspace_long_context`): those that need no
+#: attention probabilities.
+LONG_CONTEXT_POINT_SETS: tuple[str, ...] = (BOS_MINUS_TOKEN, ALL_TOKENS)
+#: Name of the long-context table of a pair
+#: (:func:`~sinkscope.geometry.long_context.halfspace_long_context`).
+LONG_CONTEXT_TABLE = LONG_CONTEXT_TABLES[0]
+#: ``basis`` of a ``sink_representable`` statement: decided on the long sequences (every sink
+#: pattern) or, without them, on the extraction's sequences (the sink-attending tokens).
+BASIS_LONG_CONTEXT = "long_context"
+BASIS_ATTENDING = "attending"

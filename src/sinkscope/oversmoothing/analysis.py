@@ -1,0 +1,439 @@
+"""Oversmoothing analysis of one activation file (paper §5, Theorem 5.1, App. B.2, App. E.1).
+
+For every layer ``l``, head ``h`` and context length ``T'`` (a prefix of the stored sequences) this
+module measures the average cosine similarity of the token matrix before and after one head's
+attention update, under the head's learned attention ``A``, no mixing (``I``) and uniform causal
+attention (``A_u``), and compares it with Theorem 5.1's closed-form approximation.
+
+Modelling decisions (each one is a choice the paper leaves open or a detail of the real models)
+--------------------------------------------------------------------------------------------
+Token set (``include_bos``, default ``False``).
+    §3 defines ``rho`` for ``X in R^{d x T}``; §4/Figure 1 count BOS separately from "the other
+    256 tokens"; §5 indexes tokens ``i in [T]`` and uses the ``T x T`` uniform matrix
+    ``(A_u)_ij = 1/i``. So by default the token set is the ``T'`` text tokens (positions
+    ``1..T'``) and BOS (position 0, massive activations) is not one of the tokens whose similarity
+    is measured. The head still *reads* BOS: the update of token ``i`` under the learned ``A`` is
+    the head's real output, including ``A[i, 0] W z_0``. ``A_u`` and ``I`` act on the token set
+    (uniform over text tokens ``1..i``). ``include_bos=True`` makes positions ``0..T'`` the token
+    set (``T' + 1`` tokens, ``A_u`` uniform over ``0..i``).
+Average cosine similarity ``rho`` (§3).
+    Mean of ``cos(Y_i, Y_j)`` over pairs ``i < j`` of the token set, computed per sequence as
+    ``(||sum_i Y_i/||Y_i|| ||^2 - n) / (n (n - 1))`` and then averaged over the ``N`` sequences.
+Uniformity ``u`` (eq. 12).
+    Average over the rows of the token set of the normalised row entropy
+    ``-sum_j A_ij log A_ij / log(n_i)``, ``n_i`` = number of positions row ``i`` can attend to
+    (BOS included: text token at position ``i`` sees ``i + 1`` positions). A single-entry row
+    (only BOS's own row) counts as 1, which is eq. 12's leading ``1 +``. Hence eq. 12 literally:
+    ``u(A_u) = 1`` and ``u(I_n) = 1/n``; without the single-entry row (the default token set)
+    ``u(I) = 0``. :func:`~sinkscope.oversmoothing.theory.uniformity` exposes both
+    (``include_first_row``). Averaged over sequences.
+Head map ``W`` (§5 "composition of learnable normalization scaling, value matrix and output
+projection").
+    The theory's ``Z`` is the *gain-free* normalised input ``Z~ = Z / norm_gain`` (``Z`` from
+    :func:`~sinkscope.h5layout.read_Z`)
+    (``= RMS(X)`` for RMSNorm models), and ``W = W_O[h] W_V[h] diag(norm_gain)`` acts on it, so
+    ``W Z~ = W_O[h] W_V[h] Z`` exactly. The value bias is part of the value map: the update is the
+    affine ``W Z~ A^T + c 1^T`` with ``c = W_O[h] b_V[h]`` (rows of any attention matrix sum to 1,
+    so ``c`` is added to every token whatever ``A`` is). Its effect on eq. (2) is exact: every
+    entry of ``E[Y_i^T Y_j]`` gains the ``lambda``-free constant
+    ``2 beta c^T zbar + 2 c^T W zbar + ||c||^2`` (column ``bias_term``), so conditions (i)/(ii)
+    are unchanged. An output-projection bias (GPT-2) belongs to no head: it stays in the full update.
+Post-attention norm (Gemma 2/3, file attribute ``post_attention_norm``).
+    The block adds ``U_i = gamma * O_i / r_i`` with ``O_i = sum_h W_O[h] (A_h V_h)_i`` (the output
+    projection), ``r_i = sqrt(mean(O_i^2) + eps)`` and the norm's per-dimension gain ``gamma``.
+    ``gamma`` is not stored; it is recovered per layer by least squares per dimension from ``U``
+    and ``O / r`` (the fit's relative residual, ``post_norm_fit_rel_err`` in ``per_layer``, is at
+    float16 storage precision, ~3e-4, on Gemma 3). ``gamma`` is far from uniform (0 to ~500 in
+    Gemma 3 270M), so it changes directions and is folded into the head map:
+    ``W_h = diag(gamma) W_O[h] W_V[h] diag(norm_gain) / rbar``. The per-token factor ``1/r_i``
+    is shared by all heads (the contributions ``gamma * W_O[h] (A_h V_h)_i / r_i`` sum exactly to
+    ``U_i``) but depends on every head and on ``A``; it is replaced by the layer-global
+    ``1/rbar`` (``rbar`` = mean of ``r_i`` over the token set and sequences, per ``T'``; column
+    ``kappa = 1/rbar``), so that a head's update is a fixed linear map, applicable to ``I`` and
+    ``A_u`` too, as Theorem 5.1 requires. The head contributions then sum to ``U_i r_i / rbar``:
+    ``U`` up to a per-token scale shared by the heads. Rescaled quantities (``*_s``) are invariant
+    to any global factor on ``W`` (``s_l`` absorbs it); only unscaled ones use ``kappa``.
+Rescaling ``s_l`` (eq. 11).
+    ``s_l = mean_i ||U_i|| / (mean_h mean_i ||ATTN_h(Z)_i||)`` with ``U`` = ``attention/
+    residual_update`` (the real full update), ``ATTN_h`` the head's update under its learned
+    ``A`` (as defined above), means over the token set and the ``N`` sequences, per ``T'``.
+    Columns without suffix use ``X + W Z M^T`` (the quantity of the theory, App. E.1, used for
+    Fig. 2 left / 5 / 7); columns with ``_s`` use ``X + s_l W Z M^T`` ("effect after the skip
+    connection": Fig. 2 right / 6 / 8-11).
+Moments of Theorem 5.1 (estimated from the batch for every ``T'``, App. E.1).
+    ``zbar`` = mean of ``Z~_i`` over all sequences and tokens of the token set (``E[Z_i]``);
+    ``Sigma_V = E[eps_i eps_i^T]`` = covariance of one token over the batch (all sequences and
+    positions pooled, ``eps = Z~ - zbar``), ``Sigma_C = E[eps_j eps_i^T], i != j`` = average over
+    sequences and ordered pairs ``i != j`` of the same sequence (cross-token covariance);
+    ``B = Sigma_V - Sigma_C`` (= half the covariance of token differences, Remark B.4, PSD by
+    construction), ``C = zbar zbar^T + Sigma_C``. ``beta`` is the least-squares fit of
+    ``X ~ beta Z~`` over all tokens (``sum <X_i, Z~_i> / sum ||Z~_i||^2``; for RMSNorm the mean
+    token RMS). Eq. (2) then gives ``E[Y_i^T Y_j]`` and ``E||Y_k||^2`` and eq. (1) ``rho_hat``.
+    ``rho_hat(X)`` is the ``W = 0`` case ``tr C / tr(B + C)``; ``rho_hat(X + W Z)`` is
+    ``lambda = 0`` and ``rho_hat(X + W Z A_u^T)`` is ``lambda = 1`` of the path
+    ``Y(lambda) = beta Z + W Z ((1 - lambda) I + lambda A_u)^T``.
+Conditions (Theorem 5.1): (i) ``beta tr(BW) > 0``, (ii) ``beta tr(BW) + tr(B W^T W) < 0`` (they
+    are exclusive since ``tr(B W^T W) >= 0``), else ``"neither"``. ``condition`` is evaluated for
+    ``W``, ``condition_s`` for ``s_l W`` (the map whose effect the ``_s`` deltas measure).
+    ``predicted_sign`` is +1 / -1 / 0 for (i) / (ii) / neither; observed signs are those of
+    ``delta_attn = rho(X+WZA^T) - rho(X+WZ)`` and ``delta_unif = rho(X+WZA_u^T) - rho(X+WZA^T)``
+    (App. E.1's heuristic reading ``lambda_A in [0, 1]``). As in the paper, agreement rates
+    exclude sink heads (``is_sink`` of the head classification). Figs. 8-9 and the claims read
+    off them (condition counts, sign agreement) use one basis,
+    :data:`~sinkscope.oversmoothing.summary.CONDITION_BASIS`: non-sink heads, conditions for
+    ``s_l W``, computed once by :func:`~sinkscope.oversmoothing.summary.condition_exprs`.
+Prefixes.
+    With causal attention the first ``t`` positions of a run equal a ``t``-token run, so context
+    length ``T'`` uses positions ``0..T'`` of the stored sequences (``T'`` capped at the file's
+    ``T``). The prefix's attention matrix is the top-left block of ``A``: its rows are already
+    normalised because ``A`` is zero above the diagonal (checked per layer: ``probs_upper_max``,
+    ``probs_row_sum_max_err`` in ``per_layer``). All head outputs of a prefix are therefore slices
+    of the full-length outputs, computed once per layer.
+
+Tables of :func:`analyze_file`
+------------------------------
+``per_head`` (one row per layer, head, context length;
+:data:`~sinkscope.oversmoothing.names.PER_HEAD_COLUMNS`): identifiers
+(``model, dataset, n_sequences, layer, head, context_length, n_tokens`` = size of the token set),
+the head classification (``head_class, is_sink, is_diagonal, bos_mass, diagonal_mass``),
+``uniformity`` (eq. 12), ``beta``, ``s_l`` (eq. 11), ``kappa`` (``1/rbar`` with a post-norm, else
+1), empirical ``rho_x, rho_xwz, rho_xwza, rho_xwzau`` (``X``, ``X+WZ``, ``X+WZA^T``,
+``X+WZA_u^T``) and their ``_s`` versions (update times ``s_l``), approximations ``rhohat_x``,
+``rhohat_xwz`` (``lambda = 0``), ``rhohat_xwzau`` (``lambda = 1``) and ``abs_err_*``, the traces
+``tr_c, tr_b, tr_cw, tr_bw, tr_cwtw, tr_bwtw`` (for ``W``, unscaled), ``bias_term``,
+``cond_i_value`` (``beta tr(BW)``), ``cond_ii_value`` (``beta tr(BW) + tr(BW^TW)``) and
+``cond_ii_value_s`` (same for ``s_l W``), ``condition``/``condition_s``,
+``predicted_sign``/``predicted_sign_s``, ``delta_attn``, ``delta_unif`` (and ``_s``),
+``rel_change_s`` (Fig. 10), ``rhohat_trend``/``rhohat_trend_s`` (monotonicity of
+``rho_hat(Y(lambda))`` on :data:`LAMBDA_GRID`), ``expectation_positive`` (the theorem's
+assumption ``E[Y_i^T Y_j] > 0``) and ``head_update_norm``.
+``per_layer`` (one row per layer and context length;
+:data:`~sinkscope.oversmoothing.names.PER_LAYER_COLUMNS`): ``rho_before``
+(``rho(X)``) and ``rho_after`` (``rho(X + U)``, the real full update; Fig. 4), ``rhohat_x``,
+``beta``, ``s_l``, ``kappa``, ``tr_c``, ``tr_b``, the mean norms of the full and the single-head
+updates, and integrity checks: ``post_norm_fit_rel_err`` (NaN without post-norm),
+``head_sum_rel_err`` (``||U - sum_h head updates - b_O|| / ||U||``; computed on the first
+:data:`~sinkscope.oversmoothing.layer.SEQUENCE_CHUNK` sequences without post-norm; with a
+post-norm, through the fitted
+norm, so it equals ``post_norm_fit_rel_err``), ``output_bias_norm`` (``||b_O||``, an
+output-projection bias such as GPT-2's), ``probs_upper_max`` and ``probs_row_sum_max_err``.
+``summary``, ``conditions`` and ``claims``: see
+:func:`~sinkscope.oversmoothing.summary.summary_tables`.
+
+Performance (issue 9): one layer at a time. A layer's stored tensors are decompressed once
+and held (:class:`_LayerData`, about one layer's stored data, with the values recomputed once),
+then processed in blocks of sequences (``block_size``, default :func:`default_block_size`:
+1/16 of one layer's data) in up to three passes
+(:class:`~sinkscope.oversmoothing.layer.LayerAnalysis`: post-norm gain;
+everything needing ``W_h``; the ``s_l``-rescaled ``rho``'s, since ``s_l`` pools all
+sequences). Re-reading the layer in each pass instead (with a prefetch thread) took 1.8x the
+time: three decompressions per layer, and h5py holds the GIL while it decompresses. Statistics
+are kept per sequence (or as float64 sums: Gram matrices of the moments) and reduced at the
+end, so the tables do not depend on the block size. Peak memory is the held layer, the weights,
+``len(lengths)`` float64 ``D x D`` Gram matrices, ``O(N H T)`` cached norms and one block's
+float32 work arrays. Heavy products run in torch (float32 for ``A V`` and ``X W_O``, float64 for
+moments, closed forms and the cosine sums); per-head updates are never materialised in ``D``
+dimensions: ``||Y_i||^2`` and ``sum_i Y_i/||Y_i||`` are expanded through the head dimension.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import mmap
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+from sinkscope.h5layout import (
+    InputProjection,
+    default_block_size,
+    open_activations,
+    read_layer,
+)
+from sinkscope.oversmoothing.layer import LayerAnalysis, LayerResult
+from sinkscope.oversmoothing.names import HEAD_INFO_COLUMNS, PER_HEAD_COLUMNS, PER_LAYER_COLUMNS
+from sinkscope.oversmoothing.summary import summary_tables
+
+__all__ = [
+    "DEFAULT_CONTEXT_LENGTHS",
+    "LAMBDA_GRID",
+    "analyze_file",
+    "default_block_size",
+    "resolve_context_lengths",
+]
+
+#: Paper: several context lengths up to 512; capped at the file's T.
+DEFAULT_CONTEXT_LENGTHS: tuple[int, ...] = (32, 64, 128, 256)
+#: lambda grid on which the monotonicity of rho_hat(Y(lambda)) is checked.
+LAMBDA_GRID: np.ndarray = np.linspace(0.0, 1.0, 21)
+
+
+def _release_freed_memory() -> None:
+    """Hand freed heap pages back to the OS (glibc ``malloc_trim``; a no-op elsewhere)."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+# --------------------------------------------------------------------------- files and tables
+
+
+def _attr(handle: Any, name: str) -> Any:
+    value = handle.attrs[name]
+    if isinstance(value, np.ndarray) and value.shape == ():
+        value = value[()]
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def resolve_context_lengths(context_lengths: Iterable[int], text_tokens: int) -> list[int]:
+    """Sorted unique context lengths capped at the file's ``T`` (each must be >= 2)."""
+    lengths = sorted({min(int(t), int(text_tokens)) for t in context_lengths})
+    if not lengths:
+        raise ValueError("no context lengths given")
+    if lengths[0] < 2:
+        raise ValueError(f"context lengths must be >= 2 tokens, got {lengths}")
+    return lengths
+
+
+def _head_info(per_head: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame:
+    missing = [c for c in ("layer", "head", *HEAD_INFO_COLUMNS) if c not in per_head.columns]
+    if missing:
+        raise ValueError(f"head classification table lacks columns {missing}")
+    table = per_head
+    if "model" in table.columns and "dataset" in table.columns:
+        table = table.filter((pl.col("model") == model) & (pl.col("dataset") == dataset))
+        if table.is_empty():
+            raise ValueError(f"head classification table has no rows for {model}/{dataset}")
+    table = table.select(
+        pl.col("layer").cast(pl.Int64), pl.col("head").cast(pl.Int64), *HEAD_INFO_COLUMNS
+    )
+    if table.select("layer", "head").is_duplicated().any():
+        raise ValueError("head classification table has duplicate (layer, head) rows")
+    return table
+
+
+@dataclass
+class _LayerData:
+    """One layer's tensors, positions ``0..stop - 1``, held in memory for all passes over it.
+
+    ``x`` ``(N, stop, D)`` float32 and ``update`` ``(N, stop, D)`` and ``probs``
+    ``(N, H, stop, stop)`` as stored, ``values`` ``(N, K, stop, k)`` float32 (recomputed once,
+    :func:`~sinkscope.h5layout.read_values`). About one layer's stored data: each dataset is
+    decompressed once per layer instead of once per pass.
+    """
+
+    projection: InputProjection
+    x: np.ndarray
+    update: np.ndarray
+    probs: np.ndarray
+    values: np.ndarray
+
+
+def _mapped_empty(shape: Sequence[int], dtype: Any) -> np.ndarray:
+    """An uninitialised array in its own anonymous memory map, unmapped when the array is freed.
+
+    For the held layer: from ``malloc``, arrays below 32 MiB come from the heap once glibc has
+    raised its mmap threshold (it does after the first large free), and the small long-lived
+    allocations made meanwhile pin the freed layer there (measured: the next layer's read and
+    the result's work arrays then stacked on top, +50-70 MiB peak on a 72 MiB layer).
+    """
+    dtype = np.dtype(dtype)
+    count = math.prod(int(n) for n in shape)
+    buffer = mmap.mmap(-1, max(count * dtype.itemsize, 1))
+    return np.frombuffer(buffer, dtype=dtype, count=count).reshape(tuple(shape))
+
+
+def _read_layer(handle: Any, layer: int, stop: int, blocks: Sequence[slice]) -> _LayerData:
+    def read(name: str, trailing: tuple[slice, ...]) -> np.ndarray:
+        return read_layer(handle[name], layer, trailing=trailing, empty=_mapped_empty)
+
+    x = read("residual/X", (slice(stop),))
+    projection = InputProjection.read(handle, layer)
+    values: np.ndarray | None = None
+    for sl in blocks:  # block by block: Z is a transient float32 copy of X
+        part = projection.values(projection.Z(x[sl]))
+        if values is None:
+            values = _mapped_empty((x.shape[0], *part.shape[1:]), part.dtype)
+        values[sl] = part
+    assert values is not None  # blocks cover every sequence
+    return _LayerData(
+        projection=projection,
+        x=x,
+        update=read("attention/residual_update", (slice(stop),)),
+        probs=read("attention/probs", (slice(None), slice(stop), slice(stop))),
+        values=values,
+    )
+
+
+def _block(
+    data: _LayerData, sequences: slice, expand: torch.Tensor, with_z: bool
+) -> dict[str, Any]:
+    """The tensors of one block of sequences for
+    :class:`~sinkscope.oversmoothing.layer.LayerAnalysis` (views of ``data``).
+
+    Keys: ``x``, ``update`` ``(B, stop, D)``, ``probs`` ``(B, H, stop, stop)``, ``values``
+    ``(B, H, stop, k)`` (expanded to query heads), ``sequences`` (the slice) and, with
+    ``with_z``, ``z`` ``(B, stop, D)`` (:meth:`~sinkscope.h5layout.InputProjection.Z`).
+    """
+    x = data.x[sequences]
+    block: dict[str, Any] = {
+        "sequences": sequences,
+        "x": torch.from_numpy(x),
+        "update": torch.from_numpy(data.update[sequences]),
+        "probs": torch.from_numpy(data.probs[sequences]),
+        "values": torch.from_numpy(data.values[sequences])[:, expand],
+    }
+    if with_z:
+        block["z"] = torch.from_numpy(data.projection.Z(x))
+    return block
+
+
+def _read_weights(handle: Any, layer: int) -> dict[str, torch.Tensor]:
+    return {
+        "w_v": torch.from_numpy(handle["weights/W_V"][layer]),
+        "b_v": torch.from_numpy(handle["weights/b_V"][layer]),
+        "w_o": torch.from_numpy(handle["weights/W_O"][layer]),
+        "gain": torch.from_numpy(handle["weights/norm_gain"][layer]),
+    }
+
+
+def _layer_frames(
+    layer: int, lengths: Sequence[int], n_heads: int, result: LayerResult
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    n_len = len(lengths)
+    heads = {
+        "layer": np.full(n_len * n_heads, layer, dtype=np.int64),
+        "head": np.tile(np.arange(n_heads, dtype=np.int64), n_len),
+        "context_length": np.repeat(np.asarray(lengths, dtype=np.int64), n_heads),
+    }
+    for key, value in result.heads.items():
+        heads[key] = value.reshape(-1)
+    shared = {"rho_x": "rho_before"} | {
+        key: key for key in ("n_tokens", "beta", "s_l", "kappa", "tr_c", "tr_b", "rhohat_x")
+    }
+    for key, source in shared.items():
+        heads[key] = np.repeat(result.layer[source], n_heads)
+    per_layer = {
+        "layer": np.full(n_len, layer, dtype=np.int64),
+        "context_length": np.asarray(lengths, dtype=np.int64),
+        **result.layer,
+    }
+    return pl.DataFrame(heads), pl.DataFrame(per_layer)
+
+
+def analyze_file(
+    h5_path: str | os.PathLike[str],
+    per_head: pl.DataFrame,
+    context_lengths: Sequence[int] = DEFAULT_CONTEXT_LENGTHS,
+    uniformity_threshold: float = 0.6,
+    *,
+    include_bos: bool = False,
+    lambdas: Sequence[float] | np.ndarray = LAMBDA_GRID,
+    layers: Iterable[int] | None = None,
+    block_size: int | None = None,
+) -> dict[str, pl.DataFrame]:
+    """Oversmoothing analysis of one activation file (one model x dataset pair).
+
+    ``per_head``: the head classification table (``sinkscope.heads.classify_file(path)[1]``);
+    ``context_lengths``: prefix lengths ``T'`` in text tokens (capped at the file's ``T``);
+    ``uniformity_threshold``: the paper's 0.6 for "dense" heads (summary); ``include_bos``: put
+    BOS into the token set (module docstring); ``layers``: restrict to some layers;
+    ``block_size``: sequences read and processed at a time (default
+    :func:`default_block_size`); the tables do not depend on it (to float64 rounding).
+
+    Returns ``{"per_head", "per_layer", "summary", "conditions", "claims"}`` (columns in
+    :data:`~sinkscope.oversmoothing.names.PER_HEAD_COLUMNS`,
+    :data:`~sinkscope.oversmoothing.names.PER_LAYER_COLUMNS` and
+    :func:`~sinkscope.oversmoothing.summary.summary_tables`).
+    """
+    lam = np.asarray(lambdas, dtype=np.float64)
+    if lam.ndim != 1 or lam.size < 2 or not np.all(np.diff(lam) > 0):
+        raise ValueError("lambdas must be an increasing grid of at least 2 values")
+    head_rows: list[pl.DataFrame] = []
+    layer_rows: list[pl.DataFrame] = []
+    with open_activations(h5_path) as handle:
+        model = str(_attr(handle, "model_name"))
+        dataset = str(_attr(handle, "dataset_name"))
+        post_norm = bool(_attr(handle, "post_attention_norm"))
+        x_ds = handle["residual/X"]
+        n_layers, n_seq, t1, _ = x_ds.shape
+        n_heads = handle["attention/probs"].shape[2]
+        n_kv = int(_attr(handle, "n_kv_heads"))
+        lengths = resolve_context_lengths(context_lengths, t1 - 1)
+        start = 0 if include_bos else 1
+        tokens = [t + 1 - start for t in lengths]
+        stop = start + tokens[-1]
+        info = _head_info(per_head, model, dataset)
+        selected = list(range(n_layers)) if layers is None else [int(layer) for layer in layers]
+        if not selected:
+            raise ValueError("no layers selected")
+        for layer in selected:
+            if not 0 <= layer < n_layers:
+                raise ValueError(f"{h5_path}: layer {layer} out of range [0, {n_layers})")
+        expand = torch.arange(n_heads) // (n_heads // n_kv)
+        size = default_block_size(handle) if block_size is None else int(block_size)
+        if size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        blocks = [slice(first, min(first + size, n_seq)) for first in range(0, n_seq, size)]
+        # one layer at a time, read once, then in passes over blocks of sequences
+        for layer in selected:
+            analysis = LayerAnalysis(
+                _read_weights(handle, layer), n_seq, post_norm, start, tokens, lam
+            )
+            data = _read_layer(handle, layer, stop, blocks)
+            for name in analysis.passes:
+                for sl in blocks:
+                    analysis.add(name, _block(data, sl, expand, name == "main"))
+                analysis.finish(name)
+                # each pass allocates differently sized work arrays: without a trim the heap
+                # keeps the previous pass's freed pages (measured: +25-40 % peak RSS)
+                _release_freed_memory()
+            del data
+            _release_freed_memory()  # before the result's D x D float64 work arrays
+            result = analysis.result()
+            del analysis
+            _release_freed_memory()
+            heads_frame, layer_frame = _layer_frames(layer, lengths, n_heads, result)
+            head_rows.append(heads_frame)
+            layer_rows.append(layer_frame)
+    ids = [
+        pl.lit(model).alias("model"),
+        pl.lit(dataset).alias("dataset"),
+        pl.lit(n_seq, dtype=pl.Int64).alias("n_sequences"),
+    ]
+    heads_table = pl.concat(head_rows).with_columns(pl.col("n_tokens").cast(pl.Int64))
+    heads_table = heads_table.join(info, on=["layer", "head"], how="left")
+    if heads_table["head_class"].null_count():
+        raise ValueError("head classification table lacks some (layer, head) of the file")
+    heads_table = _derived_columns(heads_table).with_columns(*ids).select(PER_HEAD_COLUMNS)
+    layers_table = (
+        pl.concat(layer_rows)
+        .with_columns(*ids, pl.col("n_tokens").cast(pl.Int64))
+        .select(PER_LAYER_COLUMNS)
+    )
+    tables = {"per_head": heads_table, "per_layer": layers_table}
+    tables.update(summary_tables(heads_table, layers_table, uniformity_threshold))
+    return tables
+
+
+def _derived_columns(frame: pl.DataFrame) -> pl.DataFrame:
+    sign = {"i": 1, "ii": -1, "neither": 0}
+    return frame.with_columns(
+        abs_err_x=(pl.col("rho_x") - pl.col("rhohat_x")).abs(),
+        abs_err_xwz=(pl.col("rho_xwz") - pl.col("rhohat_xwz")).abs(),
+        abs_err_xwzau=(pl.col("rho_xwzau") - pl.col("rhohat_xwzau")).abs(),
+        predicted_sign=pl.col("condition").replace_strict(sign, return_dtype=pl.Int64),
+        predicted_sign_s=pl.col("condition_s").replace_strict(sign, return_dtype=pl.Int64),
+        delta_attn=pl.col("rho_xwza") - pl.col("rho_xwz"),
+        delta_unif=pl.col("rho_xwzau") - pl.col("rho_xwza"),
+        delta_attn_s=pl.col("rho_xwza_s") - pl.col("rho_xwz_s"),
+        delta_unif_s=pl.col("rho_xwzau_s") - pl.col("rho_xwza_s"),
+        rel_change_s=(pl.col("rho_xwza_s") - pl.col("rho_x")) / pl.col("rho_x").abs(),
+    )

@@ -1,0 +1,133 @@
+"""Names of the oversmoothing stage: its tables, figures, pooled rows and table columns.
+
+No computation and no imports: :mod:`sinkscope.paths` (and through it the workflow's rules) reads
+:data:`TABLES` and :data:`FIGURES` here without loading numpy or torch;
+:func:`sinkscope.oversmoothing.plots.plot_all` writes the files of :data:`FIGURE_FILES`.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "FIGURES",
+    "FIGURE_FILES",
+    "HEAD_INFO_COLUMNS",
+    "PER_HEAD_COLUMNS",
+    "PER_LAYER_COLUMNS",
+    "POOLED",
+    "TABLES",
+]
+
+#: Tables of one pair (rule ``analyze_oversmoothing``) and of the summary (rule
+#: ``summarize_oversmoothing``): the keys of
+#: :func:`~sinkscope.oversmoothing.analysis.analyze_file` and
+#: :func:`~sinkscope.oversmoothing.summary.summarize`.
+TABLES = ("per_head", "per_layer", "summary", "conditions", "claims")
+#: Figures of one pair and of the summary (``paths.OVERSMOOTHING_FIGURES``). The same names as
+#: the file names of :data:`FIGURE_FILES` (issue 19: stated twice, kept side by side here).
+FIGURES = (
+    "fig2_left_approximation",
+    "fig2_right_components",
+    "fig4_layer_similarity",
+    "fig7_head_errors",
+    "fig8_attention_deltas",
+    "fig9_uniform_deltas",
+    "fig10_uniformity",
+    "fig11_deviating_heads",
+)
+#: File names written by :func:`~sinkscope.oversmoothing.plots.plot_all`.
+FIGURE_FILES: dict[str, str] = {
+    "approximation": "fig2_left_approximation.png",
+    "components": "fig2_right_components.png",
+    "layers": "fig4_layer_similarity.png",
+    "head_errors": "fig7_head_errors.png",
+    "attention_deltas": "fig8_attention_deltas.png",
+    "uniform_deltas": "fig9_uniform_deltas.png",
+    "uniformity": "fig10_uniformity.png",
+    "deviating_heads": "fig11_deviating_heads.png",
+}
+#: Name of the pooled pseudo-dataset in :func:`~sinkscope.oversmoothing.summary.summarize`.
+POOLED = "all"
+#: Columns of the head classification copied into ``per_head``, and the columns of the tables
+#: ``per_head`` and ``per_layer`` of :func:`~sinkscope.oversmoothing.analysis.analyze_file`.
+HEAD_INFO_COLUMNS: tuple[str, ...] = (
+    "head_class",
+    "is_sink",
+    "is_diagonal",
+    "bos_mass",
+    "diagonal_mass",
+)
+
+PER_HEAD_COLUMNS: tuple[str, ...] = (
+    "model",
+    "dataset",
+    "n_sequences",
+    "layer",
+    "head",
+    "context_length",
+    "n_tokens",
+    *HEAD_INFO_COLUMNS,
+    "uniformity",
+    "beta",
+    "s_l",
+    "kappa",
+    "rho_x",
+    "rho_xwz",
+    "rho_xwza",
+    "rho_xwzau",
+    "rho_xwz_s",
+    "rho_xwza_s",
+    "rho_xwzau_s",
+    "rhohat_x",
+    "rhohat_xwz",
+    "rhohat_xwzau",
+    "abs_err_x",
+    "abs_err_xwz",
+    "abs_err_xwzau",
+    "tr_c",
+    "tr_b",
+    "tr_cw",
+    "tr_bw",
+    "tr_cwtw",
+    "tr_bwtw",
+    "bias_term",
+    "cond_i_value",
+    "cond_ii_value",
+    "cond_ii_value_s",
+    "condition",
+    "condition_s",
+    "predicted_sign",
+    "predicted_sign_s",
+    "delta_attn",
+    "delta_unif",
+    "delta_attn_s",
+    "delta_unif_s",
+    "rel_change_s",
+    "rhohat_trend",
+    "rhohat_trend_s",
+    "expectation_positive",
+    "head_update_norm",
+)
+
+PER_LAYER_COLUMNS: tuple[str, ...] = (
+    "model",
+    "dataset",
+    "n_sequences",
+    "layer",
+    "context_length",
+    "n_tokens",
+    "rho_before",
+    "rho_after",
+    "rhohat_x",
+    "beta",
+    "s_l",
+    "kappa",
+    "tr_c",
+    "tr_b",
+    "full_update_norm",
+    "head_update_norm",
+    "post_norm_fit_rel_err",
+    "head_sum_rel_err",
+    "output_bias_norm",
+    "probs_upper_max",
+    "probs_row_sum_max_err",
+)

@@ -1,0 +1,73 @@
+"""The token streams of one model x corpus pair, shared by every StreamingLLM computation.
+
+:func:`load_streams` loads the prepared model and cuts the same streams for the cache evaluation
+(:func:`sinkscope.streaming.experiment.evaluate_pair`), the re-computation baseline
+(:func:`sinkscope.streaming.recompute.recompute_pair`) and the geometry analysis' long-context
+test; :func:`pair_names` and :func:`with_names` name a pair's tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import torch
+
+__all__ = ["Streams", "load_streams", "pair_names", "with_names"]
+
+
+@dataclass
+class Streams:
+    """The token streams of one model x corpus pair (:func:`load_streams`)."""
+
+    model: Any
+    tokenizer: Any
+    ids: torch.Tensor  # (B, T), BOS in column 0
+    offsets: list[int]  # where each stream's text starts in the corpus token stream
+    bos_token_id: int
+
+
+def load_streams(
+    prepared_model_dir: str | Path, documents_parquet: str | Path, p: Mapping[str, Any]
+) -> Streams:
+    """Load the model (float32, eager) and cut ``n_streams`` streams of ``stream_length`` tokens
+    (BOS first) from the corpus with ``seed``: the same streams for every caller
+    (:func:`sinkscope.streaming.experiment.evaluate_pair`,
+    :func:`sinkscope.streaming.recompute.recompute_pair`)."""
+    from sinkscope.corpora import load_documents
+    from sinkscope.models import load_model, load_tokenizer, resolve_bos_token_id
+    from sinkscope.tokens import cut_sequences, tokenize_documents
+
+    model = load_model(Path(prepared_model_dir), "float32", "eager")
+    tokenizer = load_tokenizer(Path(prepared_model_dir))
+    bos, _ = resolve_bos_token_id(Path(prepared_model_dir), tokenizer, model.config)
+    documents = load_documents(Path(documents_parquet))
+    stream = tokenize_documents(tokenizer, documents["text"])
+    length = int(p["stream_length"])
+    n_blocks = stream.size // (length - 1)
+    if n_blocks < 1:
+        raise ValueError(
+            f"{documents_parquet}: {stream.size} tokens, fewer than one stream of {length}"
+        )
+    n_streams = min(int(p["n_streams"]), n_blocks)
+    ids_np, starts = cut_sequences(stream, n_streams, length - 1, int(p["seed"]), bos)
+    ids = torch.from_numpy(ids_np.astype(np.int64))
+    return Streams(model, tokenizer, ids, [int(s) for s in starts], int(bos))
+
+
+def pair_names(p: Mapping[str, Any], prepared_model_dir: str | Path, documents_parquet: str | Path):
+    """``(model, dataset)`` names of a pair's tables: ``model_name``/``dataset_name`` of ``p``,
+    else the folder names (``results/models/{model}``,
+    ``results/corpora/{dataset}/documents.parquet``)."""
+    model_name = str(p.get("model_name") or Path(prepared_model_dir).name)
+    dataset_name = str(p.get("dataset_name") or Path(documents_parquet).parent.name)
+    return model_name, dataset_name
+
+
+def with_names(frame: pl.DataFrame, model: str, dataset: str) -> pl.DataFrame:
+    """``frame`` with ``model`` and ``dataset`` columns in front."""
+    return frame.select(pl.lit(model).alias("model"), pl.lit(dataset).alias("dataset"), pl.all())

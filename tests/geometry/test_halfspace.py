@@ -1,0 +1,130 @@
+"""The half-space test of Proposition 4.1 (:mod:`sinkscope.geometry.halfspace`) on point sets that
+do or do not lie in an open half-space, with planted margins, and the sink-attending tokens.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from sinkscope.geometry.halfspace import HALFSPACE_TOL, attending_tokens, halfspace_margin
+
+# ----------------------------------------------------------------------------- half-spaces
+
+
+def _cone(theta: float, dim: int, n_inner: int, rng: np.random.Generator) -> np.ndarray:
+    """Unit vectors at angle exactly ``theta`` from e_0 in four opposing directions, plus
+    ``n_inner`` random points strictly inside the cone: the optimal margin is cos(theta)."""
+    e = np.eye(dim)
+    rim = [math.cos(theta) * e[0] + s * math.sin(theta) * e[k] for k in (1, 2) for s in (1, -1)]
+    inner = []
+    for _ in range(n_inner):
+        u = rng.normal(size=dim)
+        u[0] = 0.0
+        u /= np.linalg.norm(u)
+        angle = rng.uniform(0.0, 0.9 * theta)
+        inner.append(rng.uniform(0.5, 3.0) * (math.cos(angle) * e[0] + math.sin(angle) * u))
+    return np.array(rim + inner)
+
+
+def test_halfspace_infeasible_with_opposite_vectors() -> None:
+    v = np.array([1.0, 2.0, -0.5, 0.0])
+    result = halfspace_margin(np.stack([v, np.ones(4), -3.0 * v]))
+    assert result.halfspace is False and result.margin == 0.0
+    assert result.margin_upper is not None and result.margin_upper < 1e-12
+    assert not result.trivially_separable and result.rank == 2
+    # origin in the hull of three vectors in a plane (n <= d but rank-deficient)
+    e = np.eye(5)
+    assert halfspace_margin(np.stack([e[0], e[1], -(e[0] + e[1])])).halfspace is False
+
+
+@pytest.mark.parametrize(("theta", "dim", "n_inner"), [(0.3, 3, 60), (1.2, 3, 200), (1.0, 8, 5)])
+def test_halfspace_cone_has_the_planted_margin(theta: float, dim: int, n_inner: int) -> None:
+    points = _cone(theta, dim, n_inner, np.random.default_rng(2))
+    result = halfspace_margin(points)
+    assert result.halfspace is True
+    assert result.margin == pytest.approx(math.cos(theta), abs=1e-10)
+    assert result.margin_upper == pytest.approx(math.cos(theta), abs=1e-10)
+    assert result.n_points == points.shape[0] and result.dim == dim
+    # more points than dimensions: never trivially separable
+    assert result.trivially_separable is (points.shape[0] <= dim)
+
+
+def test_halfspace_more_points_than_dimensions_around_the_origin() -> None:
+    rng = np.random.default_rng(3)
+    result = halfspace_margin(rng.normal(size=(60, 4)))
+    assert result.halfspace is False and result.margin == 0.0
+    assert result.margin_upper < HALFSPACE_TOL
+    # the same points shifted far along e_0 all lie in a half-space
+    shifted = rng.normal(size=(60, 4)) + np.array([20.0, 0, 0, 0])
+    assert halfspace_margin(shifted).halfspace is True
+
+
+def test_halfspace_trivial_when_few_independent_points() -> None:
+    rng = np.random.default_rng(4)
+    points = rng.normal(size=(10, 30))
+    result = halfspace_margin(points)
+    assert result.rank == 10 and result.trivially_separable and result.halfspace
+    assert 0 < result.margin <= result.margin_upper + 1e-12
+    # a duplicated point leaves the answer unchanged but removes triviality
+    dup = halfspace_margin(np.vstack([points, points[:1]]))
+    assert dup.rank == 10 and not dup.trivially_separable and dup.halfspace
+    assert dup.margin == pytest.approx(result.margin, abs=1e-10)
+
+
+def test_halfspace_zero_vector_and_empty_set() -> None:
+    zero = halfspace_margin(np.array([[1.0, 0.0], [0.0, 0.0]]))
+    assert zero.halfspace is False and zero.margin == 0.0 and not zero.trivially_separable
+    empty = halfspace_margin(np.zeros((0, 3)))
+    assert empty.halfspace is None and empty.margin is None and empty.n_points == 0
+
+
+def test_halfspace_margin_matches_a_dense_angle_scan_in_2d() -> None:
+    rng = np.random.default_rng(5)
+    angles = np.linspace(-np.pi, np.pi, 400_001)
+    directions = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    for trial in range(12):
+        centre = rng.uniform(-np.pi, np.pi)
+        spread = rng.uniform(0.2, 2.0) if trial % 3 else rng.uniform(3.2, 6.0)
+        phis = centre + rng.uniform(-spread / 2, spread / 2, size=rng.integers(2, 25))
+        points = np.stack([np.cos(phis), np.sin(phis)], axis=1) * rng.uniform(
+            0.1, 5, (phis.size, 1)
+        )
+        units = points / np.linalg.norm(points, axis=1, keepdims=True)
+        scan = float((directions @ units.T).min(axis=1).max())
+        result = halfspace_margin(points)
+        # the scan's spacing is 1.6e-5 rad: its maximum is within 1e-5 of the true margin
+        if abs(scan) > 2e-5:
+            assert result.halfspace is (scan > 0)
+        assert result.margin == pytest.approx(max(scan, 0.0), abs=2e-5)
+
+
+def test_proposition_41_witness_from_both_conditions() -> None:
+    """If both sets lie in half-spaces (witnesses u and v), W = u v^T realises the sink."""
+    rng = np.random.default_rng(6)
+    d = 6
+    z0 = -4.0 * np.eye(d)[0]
+    tokens = _cone(0.8, d, 30, rng)  # all tokens in a cone around e_0, BOS opposite
+    diff = halfspace_margin(z0[None] - tokens)
+    attend = halfspace_margin(tokens)
+    assert diff.halfspace and attend.halfspace
+    u = tokens.mean(axis=0)  # a witness for the cone
+    v = (z0[None] - tokens).mean(axis=0)
+    assert np.all(tokens @ u > 0) and np.all((z0[None] - tokens) @ v > 0)
+    w = np.outer(u, v)
+    scores_bos = tokens @ w @ z0
+    scores = tokens @ w @ tokens.T
+    assert np.all(scores_bos[:, None] > scores)
+    # an attending token opposite to the others breaks the second condition
+    broken = np.vstack([tokens, -tokens[:1]])
+    assert halfspace_margin(broken).halfspace is False
+
+
+def test_attending_tokens() -> None:
+    att = np.array([[[0.5, 0.49, 0.1], [0.0, 0.2, 0.9]]])  # (N=1, S=2, T=3)
+    np.testing.assert_array_equal(attending_tokens(att, 0.5), [[True, False, True]])
+    np.testing.assert_array_equal(attending_tokens(att, 0.95), [[False, False, False]])
+    assert attending_tokens(np.zeros((2, 0, 4))).shape == (2, 4)
+    assert not attending_tokens(np.zeros((2, 0, 4))).any()

@@ -1,0 +1,85 @@
+"""Value ranks and value-output norms (:mod:`sinkscope.geometry.values`): matrices of planted rank
+and a planted value-output map with ``W_VO z_0 = 0``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sinkscope.geometry.halfspace import rank_from_singular_values
+from sinkscope.geometry.values import (
+    RANK_RTOL,
+    relative_bos_norm,
+    relative_rank,
+    value_output_norms,
+)
+
+# ----------------------------------------------------------------------------- ranks
+
+
+def _planted(m: int, n: int, sigma: np.ndarray, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    u, _ = np.linalg.qr(rng.normal(size=(m, m)))
+    v, _ = np.linalg.qr(rng.normal(size=(n, n)))
+    s = np.zeros((m, n))
+    s[np.arange(sigma.size), np.arange(sigma.size)] = sigma
+    return u @ s @ v.T
+
+
+@pytest.mark.parametrize(("m", "n", "rank"), [(16, 16, 16), (16, 16, 5), (10, 24, 7), (30, 8, 8)])
+def test_relative_rank_of_planted_matrices(m: int, n: int, rank: int) -> None:
+    sigma = np.concatenate([np.geomspace(10.0, 0.1, rank), np.zeros(min(m, n) - rank)])
+    mats = np.stack([_planted(m, n, sigma, seed) for seed in range(3)])
+    got_rank, rel, ratio = relative_rank(mats)
+    np.testing.assert_array_equal(got_rank, rank)
+    np.testing.assert_allclose(rel, rank / min(m, n))
+    expected_ratio = 0.01 if rank == min(m, n) else 0.0
+    np.testing.assert_allclose(ratio, expected_ratio, atol=1e-12)
+
+
+def test_rank_tolerance_edge() -> None:
+    # exactly at the tolerance: not counted (strictly greater is required)
+    assert rank_from_singular_values(np.array([1.0, RANK_RTOL, 0.5]), RANK_RTOL) == 2
+    assert rank_from_singular_values(np.array([2.0, 2.0 * RANK_RTOL]), RANK_RTOL) == 1
+    assert rank_from_singular_values(np.zeros(4), RANK_RTOL) == 0
+    # just above / just below, through an SVD of a rotated matrix
+    for factor, expected in ((1.0 + 1e-6, 3), (1.0 - 1e-6, 2)):
+        sigma = np.array([1.0, 0.3, RANK_RTOL * factor, 0.0])
+        rank, rel, _ = relative_rank(_planted(6, 4, sigma, 7))
+        assert rank == expected and rel == expected / 4
+    # a diagonal matrix has exact singular values: exactly at the tolerance is excluded
+    rank, _, _ = relative_rank(np.diag([1.0, RANK_RTOL, 0.25]))
+    assert rank == 2
+    assert relative_rank(np.zeros((3, 3)))[0] == 0
+
+
+# ----------------------------------------------------------------------------- norms
+
+
+def test_value_output_norms_with_planted_switch() -> None:
+    rng = np.random.default_rng(8)
+    n_seq, n_kv, n_heads, t1, hd, d = 3, 2, 4, 7, 5, 9
+    values = rng.normal(size=(n_seq, n_kv, t1, hd))
+    values[:, 0, 0] = 0.0  # kv head 0 (query heads 0, 1): W_V z_0 + b_V = 0 -> W_VO z_0 = 0
+    w_o = rng.normal(size=(n_heads, d, hd))
+    value_norms, vo_norms = value_output_norms(values, w_o)
+    for h in range(n_heads):
+        direct = np.linalg.norm(values[:, h // 2] @ w_o[h].T, axis=-1)
+        np.testing.assert_allclose(vo_norms[:, h], direct, rtol=1e-12)
+        np.testing.assert_allclose(value_norms[:, h], np.linalg.norm(values[:, h // 2], axis=-1))
+    rel = relative_bos_norm(vo_norms)
+    assert rel.shape == (n_seq, n_heads)
+    np.testing.assert_array_equal(rel[:, :2], 0.0)
+    assert np.all(rel[:, 2:] > 0)
+    # an output map with orthonormal columns scaled by 2 doubles every norm
+    q, _ = np.linalg.qr(rng.normal(size=(d, hd)))
+    _, doubled = value_output_norms(values[:, :1], 2.0 * q[None])
+    np.testing.assert_allclose(doubled[:, 0], 2.0 * np.linalg.norm(values[:, 0], axis=-1))
+
+
+def test_relative_bos_norm_closed_form() -> None:
+    norms = np.array([[10.0, 1.0, 2.0, 3.0], [0.0, 1.0, 1.0, 5.0], [1.0, 0.0, 0.0, 0.0]])
+    rel = relative_bos_norm(norms)
+    np.testing.assert_allclose(rel[:2], [5.0, 0.0])
+    assert np.isnan(rel[2])
