@@ -17,8 +17,8 @@ from pathlib import Path
 import polars as pl
 import yaml
 
-from sinkscope import heads
 from sinkscope.geometry.analysis import analyze_file as analyze_geometry_file
+from sinkscope.heads.classify import HeadClassThresholds, classify_file
 from sinkscope.io import write_table
 from sinkscope.oversmoothing.analysis import analyze_file as analyze_oversmoothing_file
 
@@ -34,11 +34,11 @@ def _status_bytes(key: str) -> int:
 
 def run(step: str, h5: Path, out_dir: Path, per_head_path: Path | None) -> dict[str, float]:
     config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
-    thresholds = heads.HeadClassThresholds(**config["head_classes"])
+    thresholds = HeadClassThresholds(**config["head_classes"])
     rss_before = _status_bytes("VmRSS")
     started = time.perf_counter()
     if step == "classify_heads":
-        per_sequence, per_head = heads.classify_file(h5, thresholds)
+        per_sequence, per_head = classify_file(h5, thresholds)
         tables = {"per_sequence": per_sequence, "per_head": per_head}
     else:
         if per_head_path is None:

@@ -24,7 +24,7 @@ import h5py
 import numpy as np
 
 from sinkscope import h5codec, h5layout
-from sinkscope.heads import ATTENTION_DATASET, attention_masses
+from sinkscope.heads.classify import ATTENTION_DATASET, attention_masses
 
 
 def _storage(dataset: h5py.Dataset) -> str:
@@ -105,7 +105,8 @@ def describe_attention(handle: h5py.File, layer: int, sequence: int, head: int) 
 def _compare_claims(tables: Sequence[str], labels: Sequence[str] | None) -> int:
     import polars as pl
 
-    from sinkscope.claims import COLUMNS, compare_runs, compare_runs_markdown
+    from sinkscope.claims.render import compare_runs, compare_runs_markdown
+    from sinkscope.claims.verdicts import COLUMNS
 
     labels = list(labels or tables)
     if len(labels) != len(tables):

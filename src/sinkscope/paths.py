@@ -10,10 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sinkscope.geometry import names as geometry_names
+from sinkscope.heads import names as heads_names
 from sinkscope.oversmoothing import names as oversmoothing_names
 from sinkscope.streaming import names as streaming_names
 
-HEAD_FIGURES = ("mass_heatmaps", "class_map")
+#: Figures of the head classification (sinkscope.heads), per pair: the names live in
+#: :mod:`sinkscope.heads.names`.
+HEAD_FIGURES = heads_names.FIGURES
 
 #: Tables and figures of each per-pair analysis (paper section in the rule files).
 #: Geometry (sinkscope.geometry): per pair, the long-context tables of Proposition 4.1 and the
@@ -45,7 +48,7 @@ CLAIMS_SUMMARY_TABLES = {
         "value_rank",
         "bos_value_norm_classes",
         "statements",
-        # read by sinkscope.observations only
+        # read by sinkscope.claims.observations only
         "bos_residual_norm",
         "value_rank_worst",
     ),
@@ -169,7 +172,7 @@ class Paths:
         return f"{self.root}/claims.{suffix}"
 
     def observations(self, suffix: str = "parquet") -> str:
-        """The observations table (rule claims; sinkscope.observations)."""
+        """The observations table (rule claims; sinkscope.claims.observations)."""
         return f"{self.root}/summary/observations.{suffix}"
 
     def claims_targets(self) -> list[str]:
@@ -178,10 +181,11 @@ class Paths:
         ]
 
     def claims_inputs(self, config: Mapping[str, Any]) -> dict[str, str]:
-        """The summary tables rule ``claims`` reads, keyed as ``sinkscope.claims.TABLE_ANALYSIS``,
-        for the analyses this config runs: heads, geometry and oversmoothing always, any other
-        analysis when its config section says ``enabled: true``. Claims whose tables are not
-        listed come out "not applicable -- analysis not run in this config"."""
+        """The summary tables rule ``claims`` reads, keyed as
+        ``sinkscope.claims.registry.TABLE_ANALYSIS``, for the analyses this config runs: heads,
+        geometry and oversmoothing always, any other analysis when its config section says
+        ``enabled: true``. Claims whose tables are not listed come out "not applicable -- analysis
+        not run in this config"."""
         tables: dict[str, tuple[str, str]] = {
             "head_classes": ("heads", self.heads_summary()),
             **{

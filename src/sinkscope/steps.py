@@ -102,8 +102,8 @@ def extract_activations(smk: Any) -> None:
 
 
 def classify_heads(smk: Any) -> None:
-    from sinkscope.heads import HeadClassThresholds, classify_file
-    from sinkscope.plotting import plot_class_map, plot_mass_heatmaps
+    from sinkscope.heads.classify import HeadClassThresholds, classify_file
+    from sinkscope.heads.plots import plot_class_map, plot_mass_heatmaps
 
     thresholds = HeadClassThresholds(**smk.params.thresholds)
     per_sequence, per_head = classify_file(Path(smk.input.activations), thresholds)
@@ -115,8 +115,9 @@ def classify_heads(smk: Any) -> None:
 
 
 def summarize_heads(smk: Any) -> None:
-    from sinkscope.heads import HeadClassThresholds, summarize
-    from sinkscope.plotting import plot_summary_bars
+    from sinkscope.heads.classify import HeadClassThresholds
+    from sinkscope.heads.plots import plot_summary_bars
+    from sinkscope.heads.summary import summarize
 
     thresholds = HeadClassThresholds(**smk.params.thresholds)
     tables = [pl.read_parquet(path) for path in smk.input.per_head]
@@ -154,7 +155,7 @@ def _read_tables(paths: list[str], names: tuple[str, ...]) -> list[dict[str, pl.
 def analyze_geometry(smk: Any) -> None:
     from sinkscope.geometry import plots
     from sinkscope.geometry.analysis import analyze_file
-    from sinkscope.heads import HeadClassThresholds
+    from sinkscope.heads.classify import HeadClassThresholds
     from sinkscope.paths import GEOMETRY_TABLES
 
     tables = analyze_file(
@@ -247,7 +248,7 @@ def _plot_oversmoothing(
     tables: dict[str, pl.DataFrame], smk: Any, uniformity_threshold: float
 ) -> None:
     """``plot_all`` writes the paper-numbered figures into a folder; move them to the outputs."""
-    from sinkscope.heads import HeadClassThresholds
+    from sinkscope.heads.classify import HeadClassThresholds
     from sinkscope.oversmoothing.names import FIGURE_FILES
     from sinkscope.oversmoothing.plots import plot_all
     from sinkscope.paths import OVERSMOOTHING_FIGURES
@@ -403,8 +404,10 @@ def summarize_copypaste(smk: Any) -> None:
 
 
 def claims(smk: Any) -> None:
-    from sinkscope.claims import evaluate_claims, resolve_tolerances, write_claims
-    from sinkscope.observations import evaluate_observations
+    from sinkscope.claims.observations import evaluate_observations
+    from sinkscope.claims.registry import evaluate_claims
+    from sinkscope.claims.render import write_claims
+    from sinkscope.claims.tolerances import resolve_tolerances
 
     tables = {key: pl.read_parquet(path) for key, path in smk.input.items()}
     table = evaluate_claims(tables, smk.params.tolerances, smk.params.models)

@@ -16,7 +16,7 @@ from sinkscope.geometry.halfspace import halfspace_margin
 from sinkscope.geometry.summary import summarize
 from sinkscope.geometry.values import RANK_RTOL
 from sinkscope.h5layout import open_activations, read_values, read_Z
-from sinkscope.heads import HeadClassThresholds, classify_file
+from sinkscope.heads.classify import HeadClassThresholds, classify_file
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

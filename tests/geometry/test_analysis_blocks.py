@@ -14,7 +14,7 @@ import polars as pl
 
 from sinkscope.geometry.analysis import analyze_file
 from sinkscope.geometry.names import ATTENDING
-from sinkscope.heads import HeadClassThresholds, classify_file
+from sinkscope.heads.classify import HeadClassThresholds, classify_file
 
 
 def test_tables_do_not_depend_on_the_block_size(extracted) -> None:

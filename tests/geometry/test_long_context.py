@@ -20,7 +20,8 @@ import pytest
 import torch
 import yaml
 
-from sinkscope import claims as C
+from sinkscope.claims import verdicts as V
+from sinkscope.claims.checks import geometry as GC
 from sinkscope.corpora import prepare_corpus
 from sinkscope.geometry import plots as gplots
 from sinkscope.geometry.analysis import analyze_file
@@ -93,7 +94,7 @@ def _trivial_short(model: str = "m") -> pl.DataFrame:
 
 
 def _verdict(short: pl.DataFrame, long: pl.DataFrame | None) -> dict:
-    (row,) = C.check_sink_representable(sink_representable_statements(short, long), 1.0)
+    (row,) = GC.check_sink_representable(sink_representable_statements(short, long), 1.0)
     return row
 
 
@@ -117,9 +118,9 @@ def test_a_bos_inside_the_hull_is_not_representable_and_the_claim_fails() -> Non
     assert counts["n_representable_nontrivial"] == 0
     assert counts["n_bos_halfspace_nontrivial"] == 0
     # the extraction's T says nothing (all trivial, n/a); the long sequences decide: not reproduced
-    assert _verdict(_trivial_short(), None)["verdict"] == C.NOT_APPLICABLE
+    assert _verdict(_trivial_short(), None)["verdict"] == V.NOT_APPLICABLE
     row = _verdict(_trivial_short(), long)
-    assert row["verdict"] == C.NOT_REPRODUCED and row["value"] == 0.0
+    assert row["verdict"] == V.NOT_REPRODUCED and row["value"] == 0.0
     assert "long context" in row["reason"] and "at the extraction's T" in row["reason"]
 
 
@@ -146,7 +147,7 @@ def test_tokens_rotated_against_bos_are_representable_and_the_claim_holds() -> N
         assert by_u > 0 and r["margin_upper"] >= by_u - 1e-12  # gamma >= u's margin
         assert 0 < r["margin"] <= r["margin_upper"] + 1e-12  # a certified bracket
     row = _verdict(_trivial_short(), long)
-    assert row["verdict"] == C.REPRODUCED and row["value"] == 1.0
+    assert row["verdict"] == V.REPRODUCED and row["value"] == 1.0
 
 
 def test_long_rows_without_a_non_trivial_pair_leave_the_claim_to_the_extraction() -> None:
@@ -158,7 +159,7 @@ def test_long_rows_without_a_non_trivial_pair_leave_the_claim_to_the_extraction(
     statements = sink_representable_statements(_trivial_short(), long)
     assert statements["basis"].to_list() == [BASIS_ATTENDING]
     assert "none is non-trivial" in statements["statement"][0]
-    assert _verdict(_trivial_short(), long)["verdict"] == C.NOT_APPLICABLE
+    assert _verdict(_trivial_short(), long)["verdict"] == V.NOT_APPLICABLE
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma3", "gpt2"])
@@ -286,7 +287,7 @@ def test_value_norm_groups_name_their_definition() -> None:
 def test_the_summary_decides_the_claim_on_the_long_table(extracted, tmp_path: Path) -> None:
     """summarize with a pair's long-context table: the statement (basis long_context), the claim
     row and the figure's long panel give the same numbers; a BOS inside the hull fails it."""
-    from sinkscope.heads import classify_file
+    from sinkscope.heads.classify import classify_file
 
     _, path, _, _ = extracted
     _, per_head = classify_file(path)
@@ -301,8 +302,8 @@ def test_the_summary_decides_the_claim_on_the_long_table(extracted, tmp_path: Pa
     statement = summary["statements"].filter(pl.col("claim") == "sink_representable")
     assert statement["basis"].to_list() == [BASIS_LONG_CONTEXT]
     assert statement["n_cases"].to_list() == [2] and statement["n_trivial"].to_list() == [0]
-    (row,) = C.check_sink_representable(summary["statements"], 1.0)
-    assert row["verdict"] == C.NOT_REPRODUCED and row["setting"].startswith("long-context")
+    (row,) = GC.check_sink_representable(summary["statements"], 1.0)
+    assert row["verdict"] == V.NOT_REPRODUCED and row["setting"].startswith("long-context")
     counts = gplots.plot_halfspace_margins(
         [tables["halfspace"]], tmp_path / "h.png", "t", long_context=long_context_table(pairs)
     )

@@ -17,7 +17,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sinkscope import claims as C
+from sinkscope.claims import tolerances as TL
+from sinkscope.claims import verdicts as V
+from sinkscope.claims.checks import geometry as GC
 from sinkscope.geometry import plots as gplots
 from sinkscope.geometry.alignment import bos_max_readings, bos_max_statement
 from sinkscope.geometry.analysis import analyze_file
@@ -25,7 +27,7 @@ from sinkscope.geometry.halfspace import representability_counts, representabili
 from sinkscope.geometry.names import ATTENDING, BOS_MINUS_TOKEN, POINT_SETS
 from sinkscope.geometry.summary import summarize
 from sinkscope.geometry.values import sink_value_norm_effect, value_norm_statement
-from sinkscope.heads import HeadClassThresholds, classify_file
+from sinkscope.heads.classify import HeadClassThresholds, classify_file
 from sinkscope.plotting import figure_problems
 
 # ----------------------------------------------------------------------------- Figure 1
@@ -199,7 +201,7 @@ def test_figures_print_the_claim_numbers(extracted, tmp_path: Path) -> None:
     tables = analyze_file(path, per_head, thresholds, attend_threshold=0.15)
     other = {name: frame.with_columns(dataset=pl.lit("copy")) for name, frame in tables.items()}
     summary = summarize([tables, other])
-    tolerances = C.resolve_tolerances(None)["geometry"]
+    tolerances = TL.resolve_tolerances(None)["geometry"]
     out = tmp_path / "figs"
 
     # Figure 1 <-> geometry.bos_cosine_below_zero
@@ -207,7 +209,7 @@ def test_figures_print_the_claim_numbers(extracted, tmp_path: Path) -> None:
     assert figure_problems(fig) == []
     shown = gplots.plot_bos_alignment(summary["bos_alignment"], out / "a.png", "t")
     assert shown.equals(readings)
-    (row,) = C.check_bos_cosine_middle_layers(
+    (row,) = GC.check_bos_cosine_middle_layers(
         summary["bos_alignment"], tolerances["bos_cosine_max"]
     )
     (b,) = readings.iter_rows(named=True)
@@ -222,13 +224,13 @@ def test_figures_print_the_claim_numbers(extracted, tmp_path: Path) -> None:
     assert gplots.plot_halfspace_margins(halfspace, out / "h.png", "t").equals(counts)
     (c,) = counts.iter_rows(named=True)
     assert c["n_cases"] > 0  # the attending sets were exercised
-    (row,) = C.check_sink_representable(
+    (row,) = GC.check_sink_representable(
         summary["statements"], tolerances["representable_min_fraction"]
     )
     assert row["value"] == c["frac_representable_nontrivial"]
     assert row["reason"].endswith(representability_statement(c))
     if c["n_nontrivial"] == 0:
-        assert row["verdict"] == C.NOT_APPLICABLE
+        assert row["verdict"] == V.NOT_APPLICABLE
 
     # value-norm figure <-> geometry.sink_bos_value_small (pooled row)
     norms = [tables["bos_value_norm"], other["bos_value_norm"]]
@@ -237,7 +239,7 @@ def test_figures_print_the_claim_numbers(extracted, tmp_path: Path) -> None:
     assert gplots.plot_bos_value_norm(norms, out / "v.png", "t").equals(effect)
     (e,) = effect.iter_rows(named=True)
     assert e["dataset"] == "all" and e["n_sink"] > 0 and e["n_other"] > 0
-    rows = C.check_sink_bos_value_norm(
+    rows = GC.check_sink_bos_value_norm(
         summary["bos_value_norm_classes"], tolerances["bos_value_ratio_max"]
     )
     pooled = [r for r in rows if r["dataset"] == "all"]

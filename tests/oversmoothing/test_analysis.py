@@ -15,7 +15,7 @@ import polars as pl
 import pytest
 import torch
 
-from sinkscope.heads import classify_file
+from sinkscope.heads.classify import classify_file
 from sinkscope.models import decoder_layers
 from sinkscope.oversmoothing.analysis import analyze_file
 from sinkscope.oversmoothing.post_norm import POST_NORM_EPS, fit_post_norm_gain

@@ -24,7 +24,7 @@ from sinkscope.h5layout import (
     read_Z,
     sequence_layer_bytes,
 )
-from sinkscope.heads import classify_file
+from sinkscope.heads.classify import classify_file
 from sinkscope.oversmoothing import layer
 from sinkscope.oversmoothing.analysis import analyze_file
 from sinkscope.oversmoothing.moments import MomentAccumulator, estimate_moments

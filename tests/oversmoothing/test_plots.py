@@ -4,7 +4,7 @@ On a tiny extracted model (fixture ``extracted``, llama family) with planted sin
 figure-claim pair is compared: Fig. 2 left vs ``approximation_mean``, Fig. 2 right vs
 ``w_decreases``, Figs. 8-9 vs ``condition_i_half``, ``condition_ii_few`` and ``predicted_signs``
 (both :mod:`sinkscope.claims` and the per-pair ``claims`` table of the module). The planted
-tables that flip each of these claims' verdicts are in ``tests/test_claims.py``.
+tables that flip each of these claims' verdicts are in ``tests/claims/test_claims.py``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import polars as pl
 import pytest
 from matplotlib.image import imread
 
-from sinkscope import claims as C
-from sinkscope.heads import HeadClassThresholds, classify_file
+from sinkscope.claims import registry as R
+from sinkscope.heads.classify import HeadClassThresholds, classify_file
 from sinkscope.oversmoothing import plots
 from sinkscope.oversmoothing.analysis import analyze_file
 from sinkscope.oversmoothing.names import FIGURE_FILES
@@ -61,7 +61,7 @@ def _module_claim(combined: dict[str, pl.DataFrame], prefix: str, model: str, da
 
 
 def test_figure_numbers_equal_the_claim_rows(combined, tmp_path: Path) -> None:
-    claims = C.evaluate_claims(
+    claims = R.evaluate_claims(
         {
             "oversmoothing_summary": combined["summary"],
             "oversmoothing_per_head": combined["per_head"],

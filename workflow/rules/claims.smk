@@ -1,7 +1,8 @@
 # The claims table: every claim of the three studies checked against the summary tables of the
 # analyses this config runs (sinkscope.claims); claims of analyses not run are "not applicable".
-# The same rule writes the observations (sinkscope.observations): what the figures show about the
-# models but no claim states, a section of claims.md and the table summary/observations.
+# The same rule writes the observations (sinkscope.claims.observations): what the figures show
+# about the models but no claim states, a section of claims.md and the table
+# summary/observations.
 
 
 rule claims:

@@ -22,7 +22,7 @@ from matplotlib.patches import Patch
 from sinkscope.costs.backcopy import FRAME_EXTRA, fit_slopes, sink_cheaper_reading
 from sinkscope.costs.copypaste import copypaste_slopes
 from sinkscope.costs.toy import toy_ratio_deviation
-from sinkscope.heads import DIAGONAL, SINK
+from sinkscope.heads.names import DIAGONAL, SINK
 from sinkscope.plotting import BINARY_CMAP, CLASS_COLORS, new_figure, save_figure
 
 __all__ = [

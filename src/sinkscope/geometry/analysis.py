@@ -33,7 +33,7 @@ from sinkscope.h5layout import (
     open_activations,
     read_layer,
 )
-from sinkscope.heads import HeadClassThresholds, with_classes
+from sinkscope.heads.classify import HeadClassThresholds, with_classes
 
 __all__ = ["N_WORST", "TABLE_COLUMNS", "analyze_file", "halfspace_layer"]
 
@@ -297,8 +297,8 @@ def analyze_file(
     BOS column of the sink heads' maps are read a block at a time, and only per-sequence
     results (``O(N T)`` numbers) are kept for the layer. ``per_head``: the head
     classification of this file
-    (:func:`sinkscope.heads.classify_file`); rows of other model/dataset pairs are ignored and
-    ``is_sink``/``head_class`` are recomputed from its masses with ``thresholds``.
+    (:func:`sinkscope.heads.classify.classify_file`); rows of other model/dataset pairs are ignored
+    and ``is_sink``/``head_class`` are recomputed from its masses with ``thresholds``.
     ``attend_threshold``: BOS attention that puts a token in ``J``
     (:mod:`sinkscope.geometry.halfspace`).
 

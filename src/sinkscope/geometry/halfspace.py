@@ -34,9 +34,9 @@ Sink-attending tokens ``J`` (configurable through ``attend_threshold``)
 In layer ``l`` and sequence ``n``, ``J`` is the set of tokens ``i >= 1`` whose attention
 probability on BOS, ``A[n, h, i, 0]``, is ``>= attend_threshold`` (default 0.5) in at least one
 head ``h`` of layer ``l`` that the head classification flags as a sink (``is_sink`` recomputed
-from the masses with the given :class:`~sinkscope.heads.HeadClassThresholds`). A layer without
-sink heads has ``J`` empty in every sequence; such rows get a null ``halfspace``/``margin`` for
-the ``"attending"`` set and are left out of ``frac_sink_representable``. The point set
+from the masses with the given :class:`~sinkscope.heads.classify.HeadClassThresholds`). A layer
+without sink heads has ``J`` empty in every sequence; such rows get a null ``halfspace``/``margin``
+for the ``"attending"`` set and are left out of ``frac_sink_representable``. The point set
 ``"all_tokens"`` (``J = [T]``) asks whether *every* sink pattern is representable, the reading of
 Figure 1 ("allowing each attention head to produce any sink pattern").
 

@@ -54,7 +54,7 @@ FIGURES = (
     "bos_residual_norm",
 )
 
-#: Name of the pooled pseudo-dataset (as in :mod:`sinkscope.heads`).
+#: Name of the pooled pseudo-dataset (as in :mod:`sinkscope.heads.names`).
 POOLED = "all"
 #: The three point sets of the half-space test (:mod:`sinkscope.geometry.halfspace`).
 BOS_MINUS_TOKEN = "bos_minus_token"

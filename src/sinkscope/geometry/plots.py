@@ -35,7 +35,7 @@ from sinkscope.geometry.names import (
     POOLED,
 )
 from sinkscope.geometry.values import RANK_RTOL, sink_value_norm_effect
-from sinkscope.heads import SINK
+from sinkscope.heads.names import SINK
 from sinkscope.plotting import CLASS_COLORS, DPI, MAX_FIGURE_PIXELS, new_figure, save_figure
 
 __all__ = [

@@ -32,7 +32,7 @@ import torch
 from sinkscope.geometry.alignment import blocks
 from sinkscope.geometry.halfspace import rank_from_singular_values, torch_threads
 from sinkscope.geometry.names import POOLED
-from sinkscope.heads import DIAGONAL, OTHER, SINK, SINK_PREV
+from sinkscope.heads.names import DIAGONAL, OTHER, SINK, SINK_PREV
 
 __all__ = [
     "BOOTSTRAP_LEVEL",
@@ -178,10 +178,10 @@ def sink_value_norm_effect(
 
     ``bos_value_norm``: per-head rows of :func:`~sinkscope.geometry.analysis.analyze_file`
     (``rel_bos_vo_norm`` = ``|W_VO z_0| / median_i |W_VO z_i|`` averaged over sequences, ``is_sink``
-    from :func:`sinkscope.heads.with_classes`). Per (model, dataset) and, with ``with_pooled``, per
-    model over all its datasets (``dataset = "all"``): the medians over sink and non-sink head
-    instances, their ratio ``sink / other`` (the effect size; ``W_VO x_0 = 0`` is ratio 0, no
-    difference is 1) and a percentile bootstrap interval at ``level`` from ``n_boot``
+    from :func:`sinkscope.heads.classify.with_classes`). Per (model, dataset) and, with
+    ``with_pooled``, per model over all its datasets (``dataset = "all"``): the medians over sink
+    and non-sink head instances, their ratio ``sink / other`` (the effect size; ``W_VO x_0 = 0``
+    is ratio 0, no difference is 1) and a percentile bootstrap interval at ``level`` from ``n_boot``
     resamples of the heads: the unit of resampling is the head ``(layer, head)`` with all its
     dataset instances (the same head measured on four datasets is one unit, not four
     independent ones), and a head keeps its per-dataset ``is_sink`` label. ``ratio_dataset_min``

@@ -341,7 +341,8 @@ def analyze_file(
 ) -> dict[str, pl.DataFrame]:
     """Oversmoothing analysis of one activation file (one model x dataset pair).
 
-    ``per_head``: the head classification table (``sinkscope.heads.classify_file(path)[1]``);
+    ``per_head``: the head classification table
+    (``sinkscope.heads.classify.classify_file(path)[1]``);
     ``context_lengths``: prefix lengths ``T'`` in text tokens (capped at the file's ``T``);
     ``uniformity_threshold``: the paper's 0.6 for "dense" heads (summary); ``include_bos``: put
     BOS into the token set (module docstring); ``layers``: restrict to some layers;

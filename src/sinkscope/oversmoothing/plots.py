@@ -35,7 +35,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from sinkscope.heads import TOLERANCE, HeadClassThresholds
+from sinkscope.heads.classify import TOLERANCE, HeadClassThresholds
 from sinkscope.oversmoothing import panel_layout
 from sinkscope.oversmoothing.names import FIGURE_FILES, POOLED
 from sinkscope.oversmoothing.panel_layout import MAX_INCHES, PANEL_FONTSIZE

@@ -327,9 +327,9 @@ def _claims(summary: pl.DataFrame) -> pl.DataFrame:
     """The paper's oversmoothing statements, evaluated at each pair's largest context length.
 
     A quick per-pair view of the claims of :mod:`sinkscope.claims` (same columns, same bases, the
-    default tolerances :data:`sinkscope.claims.DEFAULT_TOLERANCES`); ``sinkscope.claims`` applies
-    the config's tolerances and gives the verdicts of record."""
-    from sinkscope.claims import DEFAULT_TOLERANCES  # claims imports this module
+    default tolerances :data:`sinkscope.claims.tolerances.DEFAULT_TOLERANCES`);
+    ``sinkscope.claims`` applies the config's tolerances and gives the verdicts of record."""
+    from sinkscope.claims.tolerances import DEFAULT_TOLERANCES  # claims imports this module
 
     tol = DEFAULT_TOLERANCES["oversmoothing"]
     err, rel_max = tol["approximation_error"], tol["approximation_relative_offset"]

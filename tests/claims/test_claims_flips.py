@@ -1,14 +1,15 @@
-"""Every claim can fail: for each claim of ``sinkscope.claims.CLAIMS`` a planted input where the
-claim holds and one where it does not, built by one function of the quantity the claim is about
-(so the two inputs differ only in that quantity), run through the registry
-(:func:`sinkscope.claims.evaluate_claims` with the default tolerances). Where the claim has a
-tolerance, the planted values sit on either side of the one in ``claims.DEFAULT_TOLERANCES`` (read
-here, not copied), so the test follows the stated tolerance. Inputs the claim says nothing about
-(no dense heads, only trivially separable cases, ...) must give ``not applicable``, never
-``reproduced``.
+"""Every claim can fail: for each claim of ``sinkscope.claims.registry.CLAIMS`` a planted input
+where the claim holds and one where it does not, built by one function of the quantity the claim is
+about (so the two inputs differ only in that quantity), run through the registry
+(:func:`sinkscope.claims.registry.evaluate_claims` with the default tolerances). Where the claim
+has a tolerance, the planted values sit on either side of the one in
+``claims.tolerances.DEFAULT_TOLERANCES`` (read here, not copied), so the test follows the stated
+tolerance. Inputs the claim says nothing about (no dense heads, only trivially separable cases,
+...) must give ``not applicable``, never ``reproduced``.
 
-Also: every tolerance is documented in the config schema with a reason, and importing
-``sinkscope.claims`` does not load torch.
+Also: every tolerance is documented in the config schema with a reason, and importing the modules
+of rule ``claims`` (``sinkscope.claims.registry``, ``.render``, ``.tolerances``, ``.observations``)
+does not load torch.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from typing import Any
 import polars as pl
 import pytest
 
-from sinkscope import claims as C
+from sinkscope.claims import registry as R
+from sinkscope.claims import tolerances as TL
+from sinkscope.claims import verdicts as V
 from sinkscope.config import load_schema
 from sinkscope.costs import toy_table
-from sinkscope.heads import summarize
-from tests.test_claims import (
+from sinkscope.heads.summary import summarize
+from tests.claims.test_claims import (
     DIAG,
     OTHER,
     PREV,
@@ -44,7 +47,7 @@ from tests.test_claims import (
     summary_row,
 )
 
-TOL = C.DEFAULT_TOLERANCES
+TOL = TL.DEFAULT_TOLERANCES
 Tables = dict[str, pl.DataFrame]
 
 
@@ -471,15 +474,15 @@ FLIPS: dict[str, Flip] = {
     ),
 }
 
-REGISTRY = {claim.id: claim for claim in C.CLAIMS}
+REGISTRY = {claim.id: claim for claim in R.CLAIMS}
 
 
 def claim_verdicts(claim_id: str, tables: Tables) -> list[str]:
     """The claim's verdicts on ``tables`` through the public path (registry entry, default
     tolerances); at least one row, none of them 'analysis not run'."""
-    table = C.evaluate_claims(tables, None, claims=[REGISTRY[claim_id]])
+    table = R.evaluate_claims(tables, None, claims=[REGISTRY[claim_id]])
     assert table.height > 0, f"{claim_id}: no row on the planted input"
-    assert not table["reason"].str.starts_with(C.NOT_RUN).any(), table["reason"].to_list()
+    assert not table["reason"].str.starts_with(V.NOT_RUN).any(), table["reason"].to_list()
     assert set(table["claim_id"]) == {claim_id}
     return table["verdict"].to_list()
 
@@ -494,10 +497,10 @@ def test_verdict_flips_with_the_planted_quantity(claim_id: str) -> None:
     assert flip.holds and flip.fails
     for x in flip.holds:
         got = claim_verdicts(claim_id, flip.build(x))
-        assert set(got) == {C.REPRODUCED}, (x, got)
+        assert set(got) == {V.REPRODUCED}, (x, got)
     for x in flip.fails:
         got = claim_verdicts(claim_id, flip.build(x))
-        assert C.NOT_REPRODUCED in got and C.NOT_APPLICABLE not in got, (x, got)
+        assert V.NOT_REPRODUCED in got and V.NOT_APPLICABLE not in got, (x, got)
 
 
 @pytest.mark.parametrize(
@@ -505,21 +508,21 @@ def test_verdict_flips_with_the_planted_quantity(claim_id: str) -> None:
 )
 def test_inputs_the_claim_says_nothing_about_are_not_applicable(claim_id: str) -> None:
     for build in FLIPS[claim_id].not_applicable:
-        assert set(claim_verdicts(claim_id, build())) == {C.NOT_APPLICABLE}
+        assert set(claim_verdicts(claim_id, build())) == {V.NOT_APPLICABLE}
 
 
 def test_trivially_separable_cases_are_reported_apart() -> None:
     """Prop. 4.1: trivially separable pairs are counted apart in the row, and a model with only
     such pairs is not applicable even though the condition 'holds' in all of them."""
-    table = C.evaluate_claims(
+    table = R.evaluate_claims(
         statements(10, 4, 6), None, claims=[REGISTRY["geometry.sink_representable"]]
     )
     (row,) = table.iter_rows(named=True)
     assert "of 6 non-trivial pairs (4 of 10 trivially separable, not counted)" in row["measured"]
-    (row,) = C.evaluate_claims(
+    (row,) = R.evaluate_claims(
         statements(10, 10, 0), None, claims=[REGISTRY["geometry.sink_representable"]]
     ).iter_rows(named=True)
-    assert row["verdict"] == C.NOT_APPLICABLE and "trivially separable" in row["reason"]
+    assert row["verdict"] == V.NOT_APPLICABLE and "trivially separable" in row["reason"]
 
 
 def test_theorem_d1_verdict_follows_the_numbers_and_the_flag() -> None:
@@ -531,11 +534,11 @@ def test_theorem_d1_verdict_follows_the_numbers_and_the_flag() -> None:
         in_bounds=pl.col("pattern") != "sink"
     )
     for runs in (outside, flagged):
-        table = C.evaluate_claims({"costs_copypaste_runs": runs}, None, claims=claim)
+        table = R.evaluate_claims({"costs_copypaste_runs": runs}, None, claims=claim)
         verdict = dict(zip(table["setting"], table["verdict"], strict=True))
         assert verdict == {
-            "pattern=sink, 4 runs": C.NOT_REPRODUCED,
-            "pattern=diagonal, 4 runs": C.REPRODUCED,
+            "pattern=sink, 4 runs": V.NOT_REPRODUCED,
+            "pattern=diagonal, 4 runs": V.REPRODUCED,
         }
 
 
@@ -563,7 +566,7 @@ def test_has_reason_rejects_a_bare_definition() -> None:
 def test_every_tolerance_is_documented_with_its_reason() -> None:
     groups = load_schema()["properties"]["claims"]["properties"]
     missing = []
-    for group, keys in C.DEFAULT_TOLERANCES.items():
+    for group, keys in TL.DEFAULT_TOLERANCES.items():
         for key in keys:
             spec = groups[group]["properties"][key]
             if not has_reason(spec.get("description", "")):
@@ -571,7 +574,7 @@ def test_every_tolerance_is_documented_with_its_reason() -> None:
     assert not missing, f"descriptions without a reason for the value: {missing}"
     # and no schema key the module does not know
     assert {g: set(v["properties"]) for g, v in groups.items()} == {
-        g: set(v) for g, v in C.DEFAULT_TOLERANCES.items()
+        g: set(v) for g, v in TL.DEFAULT_TOLERANCES.items()
     }
 
 
@@ -579,7 +582,11 @@ def test_every_tolerance_is_documented_with_its_reason() -> None:
 
 
 def test_importing_claims_does_not_load_torch() -> None:
-    code = "import sys, sinkscope.claims; print('torch' in sys.modules)"
+    code = (  # the modules rule claims imports (sinkscope.steps.claims)
+        "import sys, sinkscope.claims.registry, sinkscope.claims.render, "
+        "sinkscope.claims.tolerances, sinkscope.claims.observations; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
@@ -597,10 +604,10 @@ def test_flip_values_straddle_the_tolerances() -> None:
 def test_a_check_that_finds_no_rows_leaves_a_not_applicable_row() -> None:
     """Tables that exist but hold nothing a claim can be read on (here: only sink counts above
     ``max_sink_tokens``) keep the claim in the table as not applicable, not absent."""
-    claim = next(c for c in C.CLAIMS if c.id == "streaming.sinks_restore")
-    max_sink = C.DEFAULT_TOLERANCES["streaming"]["max_sink_tokens"]
+    claim = next(c for c in R.CLAIMS if c.id == "streaming.sinks_restore")
+    max_sink = TL.DEFAULT_TOLERANCES["streaming"]["max_sink_tokens"]
     recompute = streaming_recompute(1.0, 0.0).filter(pl.col("n_sink") > max_sink)
     assert recompute.height > 0
-    table = C.evaluate_claims({claim.inputs[0]: recompute}, claims=[claim])
-    assert table["verdict"].to_list() == [C.NOT_APPLICABLE]
+    table = R.evaluate_claims({claim.inputs[0]: recompute}, claims=[claim])
+    assert table["verdict"].to_list() == [V.NOT_APPLICABLE]
     assert "hold no rows" in table["reason"].item()

@@ -43,63 +43,36 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable
 
 import h5py
 import numpy as np
 import polars as pl
 
 from sinkscope.h5layout import open_activations
+from sinkscope.heads.names import (
+    DIAGONAL,
+    FLAG_COLUMNS,
+    OTHER,
+    PER_HEAD_COLUMNS,
+    SINK,
+    SINK_PREV,
+)
 
 __all__ = [
-    "DIAGONAL",
-    "HEAD_CLASSES",
-    "OTHER",
-    "PER_HEAD_COLUMNS",
-    "POOLED",
-    "SINK",
-    "SINK_PREV",
-    "SUMMARY_COLUMNS",
+    "ATTENTION_DATASET",
+    "TOLERANCE",
     "HeadClassThresholds",
     "attention_masses",
     "classify",
     "classify_file",
     "head_table_for_layer",
-    "pool_datasets",
-    "summarize",
     "with_classes",
 ]
 
-SINK = "sink"
-DIAGONAL = "diagonal"
-SINK_PREV = "sink+previous"
-OTHER = "other"
-#: Every label :func:`classify` can return, in a fixed order (used for legends and colours).
-HEAD_CLASSES: tuple[str, ...] = (SINK, DIAGONAL, SINK_PREV, OTHER)
-
-#: Name of the pooled pseudo-dataset in :func:`pool_datasets` and :func:`summarize`.
-POOLED = "all"
 #: Absolute tolerance of every threshold comparison.
 TOLERANCE = 1e-9
-
-MASS_COLUMNS: tuple[str, ...] = ("bos_mass", "diagonal_mass", "subdiagonal_mass", "sink_prev_mass")
-FLAG_COLUMNS: tuple[str, ...] = ("is_sink", "is_diagonal", "is_sink_prev")
 ATTENTION_DATASET = "attention/probs"
-PER_HEAD_COLUMNS: tuple[str, ...] = (
-    "model",
-    "dataset",
-    "layer",
-    "head",
-    "n_sequences",
-    "bos_mass",
-    "bos_mass_std",
-    "diagonal_mass",
-    "subdiagonal_mass",
-    "sink_prev_mass",
-    *FLAG_COLUMNS,
-    "head_class",
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,8 +144,8 @@ def classify(
     """Flags and single labels for masses of any (broadcastable) shape.
 
     Returns ``({"is_sink", "is_diagonal", "is_sink_prev"} -> bool arrays, labels)`` where labels
-    is a string array with values in :data:`HEAD_CLASSES` (precedence in the module docstring).
-    ``sink_prev_mass`` is recomputed here as ``bos + subdiag``.
+    is a string array with values in :data:`~sinkscope.heads.names.HEAD_CLASSES` (precedence in
+    the module docstring). ``sink_prev_mass`` is recomputed here as ``bos + subdiag``.
     """
     th = thresholds or HeadClassThresholds()
     bos, diag, subdiag = np.broadcast_arrays(
@@ -309,131 +282,3 @@ def classify_file(
     sequences = pl.concat(per_sequence).select(*ids, pl.all())
     heads = with_classes(pl.concat(per_head), th).select(*ids, *PER_HEAD_COLUMNS[2:])
     return sequences, heads
-
-
-def _check_per_head(frame: pl.DataFrame) -> None:
-    missing = [c for c in PER_HEAD_COLUMNS if c not in frame.columns]
-    if missing:
-        raise ValueError(f"per-head table lacks columns {missing}")
-    keys = ["model", "dataset", "layer", "head"]
-    if frame.select(keys).is_duplicated().any():
-        raise ValueError("per-head table has duplicate (model, dataset, layer, head) rows")
-
-
-def pool_datasets(
-    per_head: pl.DataFrame, thresholds: HeadClassThresholds | None = None
-) -> pl.DataFrame:
-    """Pool a per-head table (as from :func:`classify_file`) over its datasets, per model.
-
-    Each head's masses are averaged over datasets weighted by ``n_sequences`` (so the result is
-    the mean over all pooled sequences); ``bos_mass_std`` is the pooled population standard
-    deviation over all sequences; flags and label are recomputed from the pooled masses. The
-    result has the per-head columns with ``dataset`` set to ``"all"``.
-    """
-    _check_per_head(per_head)
-    weight = pl.col("n_sequences").cast(pl.Float64)
-
-    def wmean(expr: pl.Expr) -> pl.Expr:
-        return (expr * weight).sum() / weight.sum()
-
-    pooled = (
-        per_head.group_by("model", "layer", "head")
-        .agg(
-            pl.col("n_sequences").sum(),
-            wmean(pl.col("bos_mass")).alias("bos_mass"),
-            wmean(pl.col("bos_mass_std") ** 2 + pl.col("bos_mass") ** 2).alias("_bos_sq"),
-            wmean(pl.col("diagonal_mass")).alias("diagonal_mass"),
-            wmean(pl.col("subdiagonal_mass")).alias("subdiagonal_mass"),
-        )
-        .with_columns(
-            dataset=pl.lit(POOLED),
-            bos_mass_std=(pl.col("_bos_sq") - pl.col("bos_mass") ** 2).clip(lower_bound=0.0).sqrt(),
-        )
-        .drop("_bos_sq")
-        .sort("model", "layer", "head")
-    )
-    return with_classes(pooled, thresholds or HeadClassThresholds()).select(PER_HEAD_COLUMNS)
-
-
-SUMMARY_COLUMNS: tuple[str, ...] = (
-    "model",
-    "dataset",
-    "n_datasets",
-    "n_sequences",
-    "n_heads",
-    "frac_sink",
-    "frac_diagonal",
-    "frac_sink_prev",
-    "frac_other",
-    "statement",
-)
-
-
-def _statement(row: dict[str, Any], th: HeadClassThresholds) -> str:
-    def pct(fraction: float) -> str:
-        return f"{100.0 * fraction:.1f}%"
-
-    def at_least(fraction: float) -> str:
-        return f">= {100.0 * fraction:g}%"
-
-    if row["dataset"] == POOLED:
-        scope = f"pooled over {row['n_datasets']} datasets"
-    else:
-        scope = f"on {row['dataset']}"
-    scope += f", {row['n_sequences']} sequences, {row['n_heads']} heads"
-    return (
-        f"{pct(row['frac_sink'])} of heads of {row['model']} put {at_least(th.sink)} of their "
-        f"attention mass on BOS, {pct(row['frac_diagonal'])} put {at_least(th.diagonal)} on "
-        f"the main diagonal, and {pct(row['frac_sink_prev'])} put "
-        f"{at_least(th.sink_prev_joint)} on BOS plus the previous token with "
-        f"{at_least(th.sink_prev_min_part)} of that on each; {pct(row['frac_other'])} show "
-        f"none of these patterns ({scope})"
-    )
-
-
-def summarize(
-    per_head_tables: Sequence[pl.DataFrame], thresholds: HeadClassThresholds | None = None
-) -> pl.DataFrame:
-    """The paper's head percentages, per model and dataset and pooled over datasets (``"all"``).
-
-    ``per_head_tables``: per-head tables from :func:`classify_file` (one per model x dataset).
-    Flags are recomputed from the masses with ``thresholds``. Columns: ``model, dataset,
-    n_datasets, n_sequences, n_heads, frac_sink, frac_diagonal, frac_sink_prev, frac_other``
-    (fractions in [0, 1]; the pattern fractions overlap, ``frac_other`` is the share of heads
-    with no pattern) and ``statement`` (a sentence with the percentages). Rows are sorted by
-    model, then dataset with ``"all"`` last. The pooled row classifies each head on its masses
-    averaged over datasets weighted by ``n_sequences`` (:func:`pool_datasets`).
-    """
-    th = thresholds or HeadClassThresholds()
-    if not per_head_tables:
-        raise ValueError("summarize needs at least one per-head table")
-    per_head = pl.concat([t.select(PER_HEAD_COLUMNS) for t in per_head_tables], how="vertical")
-    _check_per_head(per_head)
-    if (per_head["dataset"] == POOLED).any():
-        raise ValueError(f"dataset name {POOLED!r} is reserved for the pooled summary")
-    per_head = with_classes(per_head, th).select(PER_HEAD_COLUMNS)
-    n_datasets = per_head.group_by("model").agg(pl.col("dataset").n_unique().alias("n_datasets"))
-    by_dataset = per_head.with_columns(n_datasets=pl.lit(1, dtype=pl.UInt32))
-    pooled = pool_datasets(per_head, th).join(n_datasets, on="model")
-
-    def fractions(frame: pl.DataFrame) -> pl.DataFrame:
-        return frame.group_by("model", "dataset").agg(
-            pl.col("n_datasets").first(),
-            # per dataset: sequences of one head; pooled: already summed over datasets
-            pl.col("n_sequences").max(),
-            pl.len().cast(pl.Int64).alias("n_heads"),
-            pl.col("is_sink").mean().alias("frac_sink"),
-            pl.col("is_diagonal").mean().alias("frac_diagonal"),
-            pl.col("is_sink_prev").mean().alias("frac_sink_prev"),
-            (pl.col("head_class") == OTHER).mean().alias("frac_other"),
-        )
-
-    summary = (
-        pl.concat([fractions(by_dataset), fractions(pooled)])
-        .with_columns(pl.col("n_datasets").cast(pl.Int64), pl.col("n_sequences").cast(pl.Int64))
-        .sort("model", pl.col("dataset") == POOLED, "dataset")
-    )
-    statements = [_statement(row, th) for row in summary.iter_rows(named=True)]
-    return summary.with_columns(statement=pl.Series(statements, dtype=pl.String)).select(
-        SUMMARY_COLUMNS
-    )

@@ -1,5 +1,5 @@
-"""Observations (sinkscope.observations): planted tables with a known layer profile, BOS-norm
-jump, cosine signs and value ranks; the section of claims.md."""
+"""Observations (sinkscope.claims.observations): planted tables with a known layer profile,
+BOS-norm jump, cosine signs and value ranks; the section of claims.md."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from sinkscope import claims as C
-from sinkscope import observations as O
+from sinkscope.claims import observations as O
+from sinkscope.claims import registry as R
+from sinkscope.claims import render as RD
+from sinkscope.claims import verdicts as V
 from sinkscope.paths import Paths
 
 # per layer (sink heads among 4 heads in d1, in d2, bos_mass): levels collapsed, sub-threshold,
@@ -241,10 +243,10 @@ def test_claims_markdown_has_the_section(
         "geometry_bos_residual_norm": bos_residual_norm,
         "geometry_value_rank": value_rank,
     }
-    claims = C.evaluate_claims({}, None, models=["m"])
+    claims = R.evaluate_claims({}, None, models=["m"])
     observations = O.evaluate_observations(tables)
     md, parquet, obs = tmp_path / "claims.md", tmp_path / "claims.parquet", tmp_path / "obs.parquet"
-    C.write_claims(claims, md, parquet, observations=observations, observations_path=obs)
+    RD.write_claims(claims, md, parquet, observations=observations, observations_path=obs)
     text = md.read_text()
     header = f"## {O.OBSERVATIONS_TITLE}"
     assert header == "## Observations (shown by the figures; not claims of the paper)"
@@ -253,8 +255,8 @@ def test_claims_markdown_has_the_section(
     assert "| m | all | x100.0 from layer 3 to 4 (5 -> 500) | 100 |" in text
     assert pl.read_parquet(obs).equals(observations)
     assert (tmp_path / "obs.csv").exists()
-    assert pl.read_parquet(parquet).columns == list(C.COLUMNS)  # the claims schema is unchanged
-    assert header not in C.claims_markdown(claims)
+    assert pl.read_parquet(parquet).columns == list(V.COLUMNS)  # the claims schema is unchanged
+    assert header not in RD.claims_markdown(claims)
 
 
 def test_rule_inputs_and_outputs() -> None:
@@ -265,7 +267,7 @@ def test_rule_inputs_and_outputs() -> None:
         "geometry_value_rank_worst",
         "oversmoothing_per_head",
     ):
-        assert key in inputs and key in C.TABLE_ANALYSIS
+        assert key in inputs and key in R.TABLE_ANALYSIS
     assert (
         inputs["geometry_bos_residual_norm"] == "results/summary/geometry/bos_residual_norm.parquet"
     )

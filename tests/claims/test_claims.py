@@ -18,17 +18,28 @@ import polars as pl
 import pytest
 from docutils.core import publish_parts
 
-from sinkscope import claims as C
+from sinkscope.claims import registry as R
+from sinkscope.claims import render as RD
+from sinkscope.claims import tolerances as TL
+from sinkscope.claims import verdicts as V
+from sinkscope.claims.checks import costs as CC
+from sinkscope.claims.checks import dynamics as DC
+from sinkscope.claims.checks import geometry as GC
+from sinkscope.claims.checks import heads as HC
+from sinkscope.claims.checks import oversmoothing as OC
+from sinkscope.claims.checks import streaming as SC
 from sinkscope.config import ConfigError, load_config, load_schema, validate_config
 from sinkscope.costs import fit_slopes, toy_table
-from sinkscope.heads import PER_HEAD_COLUMNS, HeadClassThresholds, summarize, with_classes
+from sinkscope.heads.classify import HeadClassThresholds, with_classes
+from sinkscope.heads.names import PER_HEAD_COLUMNS
+from sinkscope.heads.summary import summarize
 from sinkscope.oversmoothing import names as ov_names
 from sinkscope.oversmoothing import summary as ov_summary
 from sinkscope.paths import Paths, analysis_runs
 from sinkscope.streaming.recompute import RECOMPUTE_SCHEMA
 from sinkscope.streaming.summary import summarize as summarize_streaming
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TH = HeadClassThresholds()
 
 
@@ -84,44 +95,44 @@ def test_head_fractions_come_from_the_planted_heads(head_classes: pl.DataFrame) 
 
 
 def test_sinks_common(head_classes: pl.DataFrame) -> None:
-    rows = C.check_sink_heads_common(head_classes, sink_min_fraction=0.1)
-    assert by(rows, model="a", dataset="all")["verdict"] == C.REPRODUCED
+    rows = HC.check_sink_heads_common(head_classes, sink_min_fraction=0.1)
+    assert by(rows, model="a", dataset="all")["verdict"] == V.REPRODUCED
     # b: 5% sinks < 10% floor and fewer sinks than diagonals
-    assert by(rows, model="b", dataset="all")["verdict"] == C.NOT_REPRODUCED
+    assert by(rows, model="b", dataset="all")["verdict"] == V.NOT_REPRODUCED
     # boundary: c has exactly 20% sinks; a floor of 0.2 still passes (>=), 0.21 fails
     c = head_classes.filter(pl.col("model") == "c")
-    assert verdicts(C.check_sink_heads_common(c, 0.2)) == [C.REPRODUCED] * 2
-    assert verdicts(C.check_sink_heads_common(c, 0.21)) == [C.NOT_REPRODUCED] * 2
+    assert verdicts(HC.check_sink_heads_common(c, 0.2)) == [V.REPRODUCED] * 2
+    assert verdicts(HC.check_sink_heads_common(c, 0.21)) == [V.NOT_REPRODUCED] * 2
 
 
 def test_diagonals_exist_but_rarer(head_classes: pl.DataFrame) -> None:
-    rows = C.check_diagonal_heads_rarer(head_classes)
-    assert by(rows, model="a", dataset="all")["verdict"] == C.REPRODUCED
-    assert by(rows, model="b", dataset="all")["verdict"] == C.NOT_REPRODUCED  # 10% > 5% sinks
+    rows = HC.check_diagonal_heads_rarer(head_classes)
+    assert by(rows, model="a", dataset="all")["verdict"] == V.REPRODUCED
+    assert by(rows, model="b", dataset="all")["verdict"] == V.NOT_REPRODUCED  # 10% > 5% sinks
     c = by(rows, model="c", dataset="all")
-    assert c["verdict"] == C.NOT_REPRODUCED and "no head" in c["reason"]
+    assert c["verdict"] == V.NOT_REPRODUCED and "no head" in c["reason"]
     # boundary: as many diagonal as sink heads is not "rarer"
     equal = summarize([head_table("e", "d1", [SINK, DIAG, OTHER, OTHER])])
-    assert verdicts(C.check_diagonal_heads_rarer(equal)) == [C.NOT_REPRODUCED] * 2
+    assert verdicts(HC.check_diagonal_heads_rarer(equal)) == [V.NOT_REPRODUCED] * 2
 
 
 def test_paper_ranges_are_inclusive(head_classes: pl.DataFrame) -> None:
     a = head_classes.filter(pl.col("model") == "a")  # 5% diagonal, 15% sink+prev
     assert (
-        verdicts(C.check_diagonal_fraction_in_paper_range(a, [0.006, 0.095])) == [C.REPRODUCED] * 2
+        verdicts(HC.check_diagonal_fraction_in_paper_range(a, [0.006, 0.095])) == [V.REPRODUCED] * 2
     )
-    assert verdicts(C.check_diagonal_fraction_in_paper_range(a, [0.05, 0.05])) == [C.REPRODUCED] * 2
+    assert verdicts(HC.check_diagonal_fraction_in_paper_range(a, [0.05, 0.05])) == [V.REPRODUCED] * 2
     assert (
-        verdicts(C.check_diagonal_fraction_in_paper_range(a, [0.051, 0.2]))
-        == [C.NOT_REPRODUCED] * 2
+        verdicts(HC.check_diagonal_fraction_in_paper_range(a, [0.051, 0.2]))
+        == [V.NOT_REPRODUCED] * 2
     )
-    rows = C.check_sink_prev_fraction_in_paper_range(head_classes, [0.13, 0.21])
-    assert by(rows, model="a", dataset="all")["verdict"] == C.REPRODUCED
+    rows = HC.check_sink_prev_fraction_in_paper_range(head_classes, [0.13, 0.21])
+    assert by(rows, model="a", dataset="all")["verdict"] == V.REPRODUCED
     b = by(rows, model="b", dataset="all")
-    assert b["verdict"] == C.NOT_REPRODUCED and "below" in b["reason"]
-    assert verdicts(C.check_sink_prev_fraction_in_paper_range(a, [0.1, 0.15])) == [C.REPRODUCED] * 2
+    assert b["verdict"] == V.NOT_REPRODUCED and "below" in b["reason"]
+    assert verdicts(HC.check_sink_prev_fraction_in_paper_range(a, [0.1, 0.15])) == [V.REPRODUCED] * 2
     with pytest.raises(ValueError, match="empty"):
-        C.check_sink_prev_fraction_in_paper_range(a, [0.2, 0.1])
+        HC.check_sink_prev_fraction_in_paper_range(a, [0.2, 0.1])
 
 
 # =============================================================================== geometry
@@ -157,15 +168,15 @@ def bos_alignment(maxima: list[float], from2: list[float] | None = None) -> pl.D
 def test_bos_cosine_uses_the_middle_layers_of_z() -> None:
     # 8 layers: middle = 2..5 (L/4 <= l < 3L/4); outer layers may be positive
     holds = bos_alignment([0.5, 0.5, -0.1, -0.2, -0.3, -0.01, 0.7, 0.8])
-    (row,) = C.check_bos_cosine_middle_layers(holds, 0.0)
-    assert row["verdict"] == C.REPRODUCED and row["value"] == pytest.approx(-0.01)
+    (row,) = GC.check_bos_cosine_middle_layers(holds, 0.0)
+    assert row["verdict"] == V.REPRODUCED and row["value"] == pytest.approx(-0.01)
     assert "2..5" in row["setting"]
     fails = bos_alignment([0.5, 0.5, -0.1, 0.3, -0.3, -0.01, 0.7, 0.8])
-    (row,) = C.check_bos_cosine_middle_layers(fails, 0.0)
-    assert row["verdict"] == C.NOT_REPRODUCED and "3/4 middle layers" in row["measured"]
+    (row,) = GC.check_bos_cosine_middle_layers(fails, 0.0)
+    assert row["verdict"] == V.NOT_REPRODUCED and "3/4 middle layers" in row["measured"]
     boundary = bos_alignment([0.5, 0.5, -0.1, 0.0, -0.3, -0.01, 0.7, 0.8])  # max == 0 is not < 0
-    assert verdicts(C.check_bos_cosine_middle_layers(boundary, 0.0)) == [C.NOT_REPRODUCED]
-    assert verdicts(C.check_bos_cosine_middle_layers(boundary, 0.01)) == [C.REPRODUCED]
+    assert verdicts(GC.check_bos_cosine_middle_layers(boundary, 0.0)) == [V.NOT_REPRODUCED]
+    assert verdicts(GC.check_bos_cosine_middle_layers(boundary, 0.01)) == [V.REPRODUCED]
 
 
 def test_bos_cosine_reports_both_readings_and_position_one() -> None:
@@ -173,15 +184,15 @@ def test_bos_cosine_reports_both_readings_and_position_one() -> None:
     # maximum is negative: the claim (all positions) fails, and the row says why
     full = [0.5, 0.5, 0.99, 0.98, 0.97, 0.99, 0.7, 0.8]
     from2 = [0.5, 0.5, -0.1, -0.2, -0.3, -0.05, 0.7, 0.8]
-    (row,) = C.check_bos_cosine_middle_layers(bos_alignment(full, from2), 0.0)
-    assert row["verdict"] == C.NOT_REPRODUCED and row["value"] == pytest.approx(0.99)
+    (row,) = GC.check_bos_cosine_middle_layers(bos_alignment(full, from2), 0.0)
+    assert row["verdict"] == V.NOT_REPRODUCED and row["value"] == pytest.approx(0.99)
     assert "all positions: max 0.99 (layer 2), 0/4" in row["measured"]
     assert "positions >= 2: max -0.05 (layer 5), 4/4 below" in row["measured"]
     assert "position 1 holds the maximum in 4/4" in row["measured"]
     assert "first text token" in row["reason"]
     # flip: the first token no longer aligned -> the all-positions reading holds too
-    (row,) = C.check_bos_cosine_middle_layers(bos_alignment(from2, from2), 0.0)
-    assert row["verdict"] == C.REPRODUCED and "holds the maximum in 0/4" in row["measured"]
+    (row,) = GC.check_bos_cosine_middle_layers(bos_alignment(from2, from2), 0.0)
+    assert row["verdict"] == V.REPRODUCED and "holds the maximum in 0/4" in row["measured"]
 
 
 def test_sink_representable() -> None:
@@ -196,17 +207,17 @@ def test_sink_representable() -> None:
         },
         schema_overrides={"value": pl.Float64},
     )
-    rows = C.check_sink_representable(statements, 1.0)
+    rows = GC.check_sink_representable(statements, 1.0)
     assert verdicts(rows) == [
-        C.REPRODUCED,
-        C.NOT_REPRODUCED,
-        C.NOT_APPLICABLE,
-        C.NOT_APPLICABLE,
+        V.REPRODUCED,
+        V.NOT_REPRODUCED,
+        V.NOT_APPLICABLE,
+        V.NOT_APPLICABLE,
     ]
     assert "6 non-trivial pairs (4 of 10 trivially separable" in rows[0]["measured"]
     assert "no BOS-attending" in rows[2]["reason"]
     assert rows[3]["reason"].startswith("not applicable - all cases trivially separable")
-    assert verdicts(C.check_sink_representable(statements, 0.99))[:2] == [C.REPRODUCED] * 2
+    assert verdicts(GC.check_sink_representable(statements, 0.99))[:2] == [V.REPRODUCED] * 2
 
 
 def test_sink_representable_counts_only_non_trivial_cases() -> None:
@@ -246,18 +257,18 @@ def test_sink_representable_counts_only_non_trivial_cases() -> None:
             },
             schema_overrides={"value": pl.Float64},
         )
-        (row,) = C.check_sink_representable(statements, 1.0)
+        (row,) = GC.check_sink_representable(statements, 1.0)
         return row
 
     # the one failure is a trivial case -> cannot happen for real, but it must not count
     row = verdict(halfspace([True, True, False, False], [True, False, True, True]))
-    assert row["verdict"] == C.REPRODUCED and row["value"] == 1.0
+    assert row["verdict"] == V.REPRODUCED and row["value"] == 1.0
     # the failure in a non-trivial case flips the verdict
     row = verdict(halfspace([True, True, False, False], [True, True, True, False]))
-    assert row["verdict"] == C.NOT_REPRODUCED and row["value"] == 0.5
+    assert row["verdict"] == V.NOT_REPRODUCED and row["value"] == 0.5
     # all trivial: not applicable, whatever the half-space answers
     row = verdict(halfspace([True] * 4, [True] * 4))
-    assert row["verdict"] == C.NOT_APPLICABLE and "trivially separable" in row["reason"]
+    assert row["verdict"] == V.NOT_APPLICABLE and "trivially separable" in row["reason"]
 
 
 def test_value_rank_middle_layers() -> None:
@@ -265,9 +276,9 @@ def test_value_rank_middle_layers() -> None:
     table = pl.DataFrame(
         {"model": "m", "dataset": "d", "layer": range(8), "median": medians, "min": [0.1] * 8}
     )
-    assert verdicts(C.check_value_rank_middle_layers(table, 0.9)) == [C.REPRODUCED]  # 0.9 >= 0.9
-    (row,) = C.check_value_rank_middle_layers(table, 0.91)
-    assert row["verdict"] == C.NOT_REPRODUCED and row["value"] == 0.9 and "3 of 4" in row["reason"]
+    assert verdicts(GC.check_value_rank_middle_layers(table, 0.9)) == [V.REPRODUCED]  # 0.9 >= 0.9
+    (row,) = GC.check_value_rank_middle_layers(table, 0.91)
+    assert row["verdict"] == V.NOT_REPRODUCED and row["value"] == 0.9 and "3 of 4" in row["reason"]
 
 
 def test_sink_bos_value_norm() -> None:
@@ -306,18 +317,18 @@ def test_sink_bos_value_norm() -> None:
             },
         )
 
-    assert verdicts(C.check_sink_bos_value_norm(table(0.33, 0.45), 0.5)) == [C.REPRODUCED]
-    assert verdicts(C.check_sink_bos_value_norm(table(0.33, 0.5), 0.5)) == [C.REPRODUCED]  # edge
+    assert verdicts(GC.check_sink_bos_value_norm(table(0.33, 0.45), 0.5)) == [V.REPRODUCED]
+    assert verdicts(GC.check_sink_bos_value_norm(table(0.33, 0.5), 0.5)) == [V.REPRODUCED]  # edge
     # the point estimate is small but the interval reaches above the tolerance
-    (row,) = C.check_sink_bos_value_norm(table(0.4, 0.55), 0.5)
-    assert row["verdict"] == C.NOT_REPRODUCED and row["value"] == 0.4
+    (row,) = GC.check_sink_bos_value_norm(table(0.4, 0.55), 0.5)
+    assert row["verdict"] == V.NOT_REPRODUCED and row["value"] == 0.4
     assert "reaches above 0.5" in row["reason"] and "includes 1" not in row["reason"]
-    (row,) = C.check_sink_bos_value_norm(table(0.8, 1.05), 0.5)
-    assert row["verdict"] == C.NOT_REPRODUCED and "includes 1 (no difference)" in row["reason"]
-    (row,) = C.check_sink_bos_value_norm(table(None, None, n_sink=0), 0.5)
-    assert row["verdict"] == C.NOT_APPLICABLE and "no BOS-attending" in row["reason"]
-    (row,) = C.check_sink_bos_value_norm(table(None, None, n_other=0), 0.5)
-    assert row["verdict"] == C.NOT_APPLICABLE and "every head is a sink head" in row["reason"]
+    (row,) = GC.check_sink_bos_value_norm(table(0.8, 1.05), 0.5)
+    assert row["verdict"] == V.NOT_REPRODUCED and "includes 1 (no difference)" in row["reason"]
+    (row,) = GC.check_sink_bos_value_norm(table(None, None, n_sink=0), 0.5)
+    assert row["verdict"] == V.NOT_APPLICABLE and "no BOS-attending" in row["reason"]
+    (row,) = GC.check_sink_bos_value_norm(table(None, None, n_other=0), 0.5)
+    assert row["verdict"] == V.NOT_APPLICABLE and "every head is a sink head" in row["reason"]
 
 
 def test_sink_bos_value_norm_from_planted_heads() -> None:
@@ -350,14 +361,14 @@ def test_sink_bos_value_norm_from_planted_heads() -> None:
         return pl.DataFrame(rows)
 
     def claim(frame: pl.DataFrame) -> list[dict]:
-        return C.check_sink_bos_value_norm(vo_classes(frame), 0.5)
+        return GC.check_sink_bos_value_norm(vo_classes(frame), 0.5)
 
     small = claim(heads(0.1, 0.4))  # ratio ~0.25 in each dataset and pooled
-    assert verdicts(small) == [C.REPRODUCED] * 3
+    assert verdicts(small) == [V.REPRODUCED] * 3
     assert small[-1]["dataset"] == "all" and small[-1]["value"] == pytest.approx(0.25, rel=0.1)
     # the same small absolute level, but other heads just as small: not "small" for a sink
     alike = claim(heads(0.1, 0.12))
-    assert verdicts(alike) == [C.NOT_REPRODUCED] * 3
+    assert verdicts(alike) == [V.NOT_REPRODUCED] * 3
 
 
 # =============================================================================== oversmoothing
@@ -418,38 +429,38 @@ def test_oversmoothing_claims_read_the_module_summary() -> None:
     after = [0.25, 0.28, 0.5, 0.5, 0.9, 0.75]
     per_head, per_layer = oversmoothing_tables(rho_x, after, [0.01, 0.02, 0.05, 0.09, 0.099, 0.2])
     summary = ov_summary.summary_tables(per_head, per_layer, 0.6)["summary"]
-    (row,) = C.check_attention_raises_similarity(summary, 0.0)
+    (row,) = OC.check_attention_raises_similarity(summary, 0.0)
     assert row["value"] == pytest.approx(np.mean(np.subtract(after, rho_x)))
-    assert row["verdict"] == C.REPRODUCED and "T'=16" in row["setting"]  # the largest T'
-    (row,) = C.check_attention_raises_similarity(summary, row["value"])  # boundary: not > itself
-    assert row["verdict"] == C.NOT_REPRODUCED
-    (row,) = C.check_condition_i_about_half(summary, 0.25)  # 2 of 6 heads satisfy (i)
-    assert row["value"] == pytest.approx(1 / 3) and row["verdict"] == C.REPRODUCED
-    assert verdicts(C.check_condition_i_about_half(summary, 0.16)) == [C.NOT_REPRODUCED]
-    (row,) = C.check_condition_ii_few(summary, 0.1)  # 2 of 6 satisfy (ii)
-    assert row["verdict"] == C.NOT_REPRODUCED
-    assert verdicts(C.check_condition_ii_few(summary, 1 / 3)) == [C.REPRODUCED]
+    assert row["verdict"] == V.REPRODUCED and "T'=16" in row["setting"]  # the largest T'
+    (row,) = OC.check_attention_raises_similarity(summary, row["value"])  # boundary: not > itself
+    assert row["verdict"] == V.NOT_REPRODUCED
+    (row,) = OC.check_condition_i_about_half(summary, 0.25)  # 2 of 6 heads satisfy (i)
+    assert row["value"] == pytest.approx(1 / 3) and row["verdict"] == V.REPRODUCED
+    assert verdicts(OC.check_condition_i_about_half(summary, 0.16)) == [V.NOT_REPRODUCED]
+    (row,) = OC.check_condition_ii_few(summary, 0.1)  # 2 of 6 satisfy (ii)
+    assert row["verdict"] == V.NOT_REPRODUCED
+    assert verdicts(OC.check_condition_ii_few(summary, 1 / 3)) == [V.REPRODUCED]
     # every-head vs most-heads reading of Fig. 7 on the per-head table: one head at 0.2
-    every, pooled = C.check_approximation_every_head(per_head, 0.1)
+    every, pooled = OC.check_approximation_every_head(per_head, 0.1)
     assert (every["dataset"], pooled["dataset"]) == ("d", "all")
-    assert every["verdict"] == C.NOT_REPRODUCED and every["value"] == pytest.approx(0.2)
-    assert verdicts(C.check_approximation_every_head(per_head, 0.2)) == [C.NOT_REPRODUCED] * 2
-    assert verdicts(C.check_approximation_every_head(per_head, 0.21)) == [C.REPRODUCED] * 2
-    most, _ = C.check_approximation_most_heads(per_head, 0.1, 0.5)
-    assert most["value"] == pytest.approx(5 / 6) and most["verdict"] == C.REPRODUCED
+    assert every["verdict"] == V.NOT_REPRODUCED and every["value"] == pytest.approx(0.2)
+    assert verdicts(OC.check_approximation_every_head(per_head, 0.2)) == [V.NOT_REPRODUCED] * 2
+    assert verdicts(OC.check_approximation_every_head(per_head, 0.21)) == [V.REPRODUCED] * 2
+    most, _ = OC.check_approximation_most_heads(per_head, 0.1, 0.5)
+    assert most["value"] == pytest.approx(5 / 6) and most["verdict"] == V.REPRODUCED
     assert (
-        verdicts(C.check_approximation_most_heads(per_head, 0.1, 5 / 6)) == [C.NOT_REPRODUCED] * 2
+        verdicts(OC.check_approximation_most_heads(per_head, 0.1, 5 / 6)) == [V.NOT_REPRODUCED] * 2
     )
 
 
 def test_every_head_check_pools_datasets() -> None:
     a, _ = oversmoothing_tables([0.5] * 3, [0.5] * 3, [0.01, 0.02, 0.03])
     b = a.with_columns(dataset=pl.lit("e"), abs_err_xwz=pl.lit(0.5))
-    rows = C.check_approximation_every_head(pl.concat([a, b]), 0.1)
+    rows = OC.check_approximation_every_head(pl.concat([a, b]), 0.1)
     assert [(r["dataset"], r["verdict"]) for r in rows] == [
-        ("d", C.REPRODUCED),
-        ("e", C.NOT_REPRODUCED),
-        ("all", C.NOT_REPRODUCED),
+        ("d", V.REPRODUCED),
+        ("e", V.NOT_REPRODUCED),
+        ("all", V.NOT_REPRODUCED),
     ]
 
 
@@ -493,22 +504,22 @@ def summary_row(**values: float | None) -> pl.DataFrame:
 @pytest.mark.parametrize(
     ("check", "column", "holds", "fails", "boundary"),
     [
-        (C.check_w_decreases_similarity, "mean_rho_xwz_s", 0.4, 0.6, 0.5),
-        (C.check_dense_heads_raise_more, "mean_increase_attn_s_dense", 0.05, 0.01, 0.02),
-        (C.check_uniform_raises_more, "mean_increase_unif_s", 0.1, 0.0, 0.02),
+        (OC.check_w_decreases_similarity, "mean_rho_xwz_s", 0.4, 0.6, 0.5),
+        (OC.check_dense_heads_raise_more, "mean_increase_attn_s_dense", 0.05, 0.01, 0.02),
+        (OC.check_uniform_raises_more, "mean_increase_unif_s", 0.1, 0.0, 0.02),
     ],
 )
 def test_difference_claims(check, column: str, holds: float, fails: float, boundary: float) -> None:
-    assert verdicts(check(summary_row(**{column: holds}), 0.0)) == [C.REPRODUCED]
-    assert verdicts(check(summary_row(**{column: fails}), 0.0)) == [C.NOT_REPRODUCED]
-    assert verdicts(check(summary_row(**{column: boundary}), 0.0)) == [C.NOT_REPRODUCED]
+    assert verdicts(check(summary_row(**{column: holds}), 0.0)) == [V.REPRODUCED]
+    assert verdicts(check(summary_row(**{column: fails}), 0.0)) == [V.NOT_REPRODUCED]
+    assert verdicts(check(summary_row(**{column: boundary}), 0.0)) == [V.NOT_REPRODUCED]
 
 
 def test_dense_claim_without_dense_heads_is_not_applicable() -> None:
-    (row,) = C.check_dense_heads_raise_more(
+    (row,) = OC.check_dense_heads_raise_more(
         summary_row(n_dense=0, mean_increase_attn_s_dense=None), 0.0
     )
-    assert row["verdict"] == C.NOT_APPLICABLE and "n_dense = 0" in row["reason"]
+    assert row["verdict"] == V.NOT_APPLICABLE and "n_dense = 0" in row["reason"]
 
 
 def approximation_curves(gap: float, slope: float, lengths=(8, 16, 32)) -> pl.DataFrame:
@@ -533,21 +544,21 @@ def approximation_curves(gap: float, slope: float, lengths=(8, 16, 32)) -> pl.Da
 
 def test_mean_approximation_compares_the_offset_with_the_curve_range() -> None:
     # the X+WZ curve changes by 0.02 across T'; the largest gap (at T'=16) is 0.004 = 0.2 x range
-    (row,) = C.check_mean_approximation(approximation_curves(0.004, 0.01), 0.25)
-    assert row["value"] == pytest.approx(0.2) and row["verdict"] == C.REPRODUCED
+    (row,) = OC.check_mean_approximation(approximation_curves(0.004, 0.01), 0.25)
+    assert row["value"] == pytest.approx(0.2) and row["verdict"] == V.REPRODUCED
     assert "+0.004" in row["measured"] and "0.2 x the curve's range 0.02" in row["measured"]
     # a constant offset as large as the whole curve (Gemma 3 here: 0.011 vs 0.013) fails, although
     # it is far below the per-head bound 0.1
-    (row,) = C.check_mean_approximation(approximation_curves(0.02, 0.01), 0.25)
-    assert row["value"] == pytest.approx(1.0) and row["verdict"] == C.NOT_REPRODUCED
-    assert verdicts(C.check_mean_approximation(approximation_curves(0.004, 0.01), 0.19)) == [
-        C.NOT_REPRODUCED
+    (row,) = OC.check_mean_approximation(approximation_curves(0.02, 0.01), 0.25)
+    assert row["value"] == pytest.approx(1.0) and row["verdict"] == V.NOT_REPRODUCED
+    assert verdicts(OC.check_mean_approximation(approximation_curves(0.004, 0.01), 0.19)) == [
+        V.NOT_REPRODUCED
     ]
     # a flat curve with a gap cannot be tracked; one context length is no curve
-    (flat,) = C.check_mean_approximation(approximation_curves(0.001, 0.0), 0.25)
-    assert flat["verdict"] == C.NOT_REPRODUCED and flat["value"] == math.inf
-    (one,) = C.check_mean_approximation(approximation_curves(0.001, 0.01, lengths=(8,)), 0.25)
-    assert one["verdict"] == C.NOT_APPLICABLE
+    (flat,) = OC.check_mean_approximation(approximation_curves(0.001, 0.0), 0.25)
+    assert flat["verdict"] == V.NOT_REPRODUCED and flat["value"] == math.inf
+    (one,) = OC.check_mean_approximation(approximation_curves(0.001, 0.01, lengths=(8,)), 0.25)
+    assert one["verdict"] == V.NOT_APPLICABLE
 
 
 def test_condition_claims_use_the_heads_and_map_of_figs_8_9() -> None:
@@ -568,45 +579,45 @@ def test_condition_claims_use_the_heads_and_map_of_figs_8_9() -> None:
         **{k: pl.Series(v * n, dtype=per_head[k].dtype) for k, v in plant.items()}
     )
     summary = ov_summary.summary_tables(per_head, per_layer, 0.6)["summary"]
-    (half,) = C.check_condition_i_about_half(summary, 0.25)
+    (half,) = OC.check_condition_i_about_half(summary, 0.25)
     assert half["value"] == pytest.approx(2 / 4) and "2 of 4 non-sink heads" in half["measured"]
-    assert half["verdict"] == C.REPRODUCED
-    (few,) = C.check_condition_ii_few(summary, 0.1)
-    assert few["value"] == 0.0 and few["verdict"] == C.REPRODUCED
+    assert half["verdict"] == V.REPRODUCED
+    (few,) = OC.check_condition_ii_few(summary, 0.1)
+    assert few["value"] == 0.0 and few["verdict"] == V.REPRODUCED
     assert "unscaled head map W (not plotted): 25.0%" in few["reason"]
-    (signs,) = C.check_predicted_signs(summary, 0.5)
-    assert signs["value"] == pytest.approx(0.5) and signs["verdict"] == C.NOT_REPRODUCED
+    (signs,) = OC.check_predicted_signs(summary, 0.5)
+    assert signs["value"] == pytest.approx(0.5) and signs["verdict"] == V.NOT_REPRODUCED
     assert "Fig. 8 alone: 100.0%, Fig. 9 alone: 50.0%" in signs["measured"]
-    assert verdicts(C.check_predicted_signs(summary, 0.49)) == [C.REPRODUCED]
+    assert verdicts(OC.check_predicted_signs(summary, 0.49)) == [V.REPRODUCED]
     # flip: (ii) for s_l W on the non-sink head 4 and (i) on head 5 -> 1 of 4 satisfy (ii)
     flipped = per_head.with_columns(
         condition_s=pl.Series(["ii", "ii", "i", "i", "ii", "i"] * n),
         predicted_sign_s=pl.Series([-1, -1, 1, 1, -1, 1] * n),
     )
     summary = ov_summary.summary_tables(flipped, per_layer, 0.6)["summary"]
-    (few,) = C.check_condition_ii_few(summary, 0.1)
-    assert few["value"] == pytest.approx(0.25) and few["verdict"] == C.NOT_REPRODUCED
-    (half,) = C.check_condition_i_about_half(summary, 0.2)
-    assert half["value"] == pytest.approx(0.75) and half["verdict"] == C.NOT_REPRODUCED
+    (few,) = OC.check_condition_ii_few(summary, 0.1)
+    assert few["value"] == pytest.approx(0.25) and few["verdict"] == V.NOT_REPRODUCED
+    (half,) = OC.check_condition_i_about_half(summary, 0.2)
+    assert half["value"] == pytest.approx(0.75) and half["verdict"] == V.NOT_REPRODUCED
 
 
 def test_condition_claims_without_non_sink_heads_are_not_applicable() -> None:
     none = summary_row(n_non_sink=0, frac_cond_i_s_non_sink=None, frac_cond_ii_s_non_sink=None)
-    assert verdicts(C.check_condition_i_about_half(none, 0.25)) == [C.NOT_APPLICABLE]
-    assert verdicts(C.check_condition_ii_few(none, 0.1)) == [C.NOT_APPLICABLE]
+    assert verdicts(OC.check_condition_i_about_half(none, 0.25)) == [V.NOT_APPLICABLE]
+    assert verdicts(OC.check_condition_ii_few(none, 0.1)) == [V.NOT_APPLICABLE]
 
 
 def test_predicted_signs_and_positive_similarity() -> None:
-    assert verdicts(C.check_predicted_signs(summary_row(), 0.5)) == [C.REPRODUCED]
-    assert verdicts(C.check_predicted_signs(summary_row(agree_both_s=0.5), 0.5)) == [
-        C.NOT_REPRODUCED
+    assert verdicts(OC.check_predicted_signs(summary_row(), 0.5)) == [V.REPRODUCED]
+    assert verdicts(OC.check_predicted_signs(summary_row(agree_both_s=0.5), 0.5)) == [
+        V.NOT_REPRODUCED
     ]
-    assert verdicts(C.check_predicted_signs(summary_row(agree_both_s=None), 0.5)) == [
-        C.NOT_APPLICABLE
+    assert verdicts(OC.check_predicted_signs(summary_row(agree_both_s=None), 0.5)) == [
+        V.NOT_APPLICABLE
     ]
-    assert verdicts(C.check_similarity_stays_positive(summary_row())) == [C.REPRODUCED]
-    assert verdicts(C.check_similarity_stays_positive(summary_row(min_rho_layers=0.0))) == [
-        C.NOT_REPRODUCED
+    assert verdicts(OC.check_similarity_stays_positive(summary_row())) == [V.REPRODUCED]
+    assert verdicts(OC.check_similarity_stays_positive(summary_row(min_rho_layers=0.0))) == [
+        V.NOT_REPRODUCED
     ]
 
 
@@ -615,10 +626,10 @@ def test_predicted_signs_and_positive_similarity() -> None:
 
 def test_toy_nuclear_norms() -> None:
     toy = pl.DataFrame(toy_table([4, 8]))
-    assert verdicts(C.check_toy_nuclear_norms(toy, 1e-6)) == [C.REPRODUCED]
+    assert verdicts(CC.check_toy_nuclear_norms(toy, 1e-6)) == [V.REPRODUCED]
     off = toy.with_columns(ratio_diag_over_sink=pl.col("ratio_diag_over_sink") * 1.01)
-    assert verdicts(C.check_toy_nuclear_norms(off, 1e-6)) == [C.NOT_REPRODUCED]
-    assert verdicts(C.check_toy_nuclear_norms(off, 0.011)) == [C.REPRODUCED]
+    assert verdicts(CC.check_toy_nuclear_norms(off, 1e-6)) == [V.NOT_REPRODUCED]
+    assert verdicts(CC.check_toy_nuclear_norms(off, 0.011)) == [V.REPRODUCED]
 
 
 def slopes_table(sink_power: float, diagonal_power: float) -> pl.DataFrame:
@@ -635,19 +646,19 @@ def slopes_table(sink_power: float, diagonal_power: float) -> pl.DataFrame:
 
 
 def test_backcopy_slopes() -> None:
-    rows = C.check_backcopy_slopes(slopes_table(1.0, 1.5), 0.25)
+    rows = CC.check_backcopy_slopes(slopes_table(1.0, 1.5), 0.25)
     assert [r["setting"].split(",")[0] for r in rows] == ["pattern=sink", "pattern=diagonal"]
-    assert verdicts(rows) == [C.REPRODUCED] * 2
-    assert verdicts(C.check_backcopy_slopes(slopes_table(1.3, 1.2), 0.25)) == [C.NOT_REPRODUCED] * 2
+    assert verdicts(rows) == [V.REPRODUCED] * 2
+    assert verdicts(CC.check_backcopy_slopes(slopes_table(1.3, 1.2), 0.25)) == [V.NOT_REPRODUCED] * 2
     exact = pl.DataFrame(
         {"cost": "cost_total", "pattern": ["sink", "diagonal"], "slope": [1.25, 1.75], "n": 4.0}
     )
-    assert verdicts(C.check_backcopy_slopes(exact, 0.25)) == [C.REPRODUCED] * 2  # boundary
-    assert verdicts(C.check_backcopy_slopes(exact, 0.24)) == [C.NOT_REPRODUCED] * 2
+    assert verdicts(CC.check_backcopy_slopes(exact, 0.25)) == [V.REPRODUCED] * 2  # boundary
+    assert verdicts(CC.check_backcopy_slopes(exact, 0.24)) == [V.NOT_REPRODUCED] * 2
     one = pl.DataFrame(
         {"cost": "cost_total", "pattern": ["sink"], "slope": [float("nan")], "n": 1.0}
     )
-    assert verdicts(C.check_backcopy_slopes(one, 0.25)) == [C.NOT_APPLICABLE]
+    assert verdicts(CC.check_backcopy_slopes(one, 0.25)) == [V.NOT_APPLICABLE]
 
 
 def test_backcopy_sink_cheaper() -> None:
@@ -658,13 +669,13 @@ def test_backcopy_sink_cheaper() -> None:
             "cost_total": [5.0, 4.0, 9.0, 12.0],
         }
     )
-    (row,) = C.check_backcopy_sink_cheaper(runs)
-    assert row["verdict"] == C.REPRODUCED and row["value"] == pytest.approx(12 / 9)
+    (row,) = CC.check_backcopy_sink_cheaper(runs)
+    assert row["verdict"] == V.REPRODUCED and row["value"] == pytest.approx(12 / 9)
     assert "[8]" in row["reason"]
     equal = runs.with_columns(cost_total=pl.lit(3.0))
-    assert verdicts(C.check_backcopy_sink_cheaper(equal)) == [C.NOT_REPRODUCED]
-    assert verdicts(C.check_backcopy_sink_cheaper(runs.filter(pl.col("pattern") == "sink"))) == [
-        C.NOT_APPLICABLE
+    assert verdicts(CC.check_backcopy_sink_cheaper(equal)) == [V.NOT_REPRODUCED]
+    assert verdicts(CC.check_backcopy_sink_cheaper(runs.filter(pl.col("pattern") == "sink"))) == [
+        V.NOT_APPLICABLE
     ]
 
 
@@ -693,25 +704,25 @@ def copypaste_runs(
 
 
 def test_copypaste_trends() -> None:
-    rows = C.check_copypaste_trends(copypaste_runs(0.0, 0.5), 0.1, 0.1)
-    assert verdicts(rows) == [C.REPRODUCED] * 2
+    rows = CC.check_copypaste_trends(copypaste_runs(0.0, 0.5), 0.1, 0.1)
+    assert verdicts(rows) == [V.REPRODUCED] * 2
     assert rows[0]["value"] == pytest.approx(0.0, abs=1e-9)
     assert rows[1]["value"] == pytest.approx(0.5)
     assert (
-        verdicts(C.check_copypaste_trends(copypaste_runs(0.3, 0.05), 0.1, 0.1))
-        == [C.NOT_REPRODUCED] * 2
+        verdicts(CC.check_copypaste_trends(copypaste_runs(0.3, 0.05), 0.1, 0.1))
+        == [V.NOT_REPRODUCED] * 2
     )
     # boundary (the fitted slope equals the tolerance up to rounding)
     boundary = copypaste_runs(0.1, 0.1)
     assert (
-        verdicts(C.check_copypaste_trends(boundary, 0.1 + 1e-9, 0.1 - 1e-9)) == [C.REPRODUCED] * 2
+        verdicts(CC.check_copypaste_trends(boundary, 0.1 + 1e-9, 0.1 - 1e-9)) == [V.REPRODUCED] * 2
     )
     assert (
-        verdicts(C.check_copypaste_trends(boundary, 0.1 - 1e-9, 0.1 + 1e-9))
-        == [C.NOT_REPRODUCED] * 2
+        verdicts(CC.check_copypaste_trends(boundary, 0.1 - 1e-9, 0.1 + 1e-9))
+        == [V.NOT_REPRODUCED] * 2
     )
     single = copypaste_runs(0.0, 0.5).filter((pl.col("n") == 2) & (pl.col("delta") == 0.2))
-    assert verdicts(C.check_copypaste_trends(single, 0.1, 0.1)) == [C.NOT_APPLICABLE] * 2
+    assert verdicts(CC.check_copypaste_trends(single, 0.1, 0.1)) == [V.NOT_APPLICABLE] * 2
 
 
 def test_copypaste_trends_are_decided_at_fixed_dormant_tokens() -> None:
@@ -723,8 +734,8 @@ def test_copypaste_trends_are_decided_at_fixed_dormant_tokens() -> None:
         .otherwise(pl.col("cost_total"))
         .alias("cost_total")
     )
-    sink, diagonal = C.check_copypaste_trends(runs, 0.1, 0.1)
-    assert sink["verdict"] == C.REPRODUCED and diagonal["verdict"] == C.REPRODUCED
+    sink, diagonal = CC.check_copypaste_trends(runs, 0.1, 0.1)
+    assert sink["verdict"] == V.REPRODUCED and diagonal["verdict"] == V.REPRODUCED
     assert sink["value"] == pytest.approx(0.0, abs=1e-9)
     pooled = float(sink["reason"].rsplit("pooled over the sweep: ", 1)[1])
     assert pooled > 0.1  # what a pooled test would have failed on
@@ -735,19 +746,19 @@ def test_copypaste_trends_are_decided_at_fixed_dormant_tokens() -> None:
         .otherwise(pl.col("cost_total"))
         .alias("cost_total")
     )
-    assert C.check_copypaste_trends(grows, 0.1, 0.1)[0]["verdict"] == C.NOT_REPRODUCED
+    assert CC.check_copypaste_trends(grows, 0.1, 0.1)[0]["verdict"] == V.NOT_REPRODUCED
 
 
 def test_theorem_d1_bounds() -> None:
-    assert verdicts(C.check_theorem_d1_bounds(copypaste_runs(0.0, 0.5))) == [C.REPRODUCED] * 2
+    assert verdicts(CC.check_theorem_d1_bounds(copypaste_runs(0.0, 0.5))) == [V.REPRODUCED] * 2
     broken = copypaste_runs(0.0, 0.5).with_columns(
         in_bounds=pl.when((pl.col("pattern") == "sink") & (pl.col("n") == 2))
         .then(False)
         .otherwise(True)
     )
-    rows = C.check_theorem_d1_bounds(broken)
-    assert by(rows, setting="pattern=sink, 4 runs")["verdict"] == C.NOT_REPRODUCED
-    assert by(rows, setting="pattern=diagonal, 4 runs")["verdict"] == C.REPRODUCED
+    rows = CC.check_theorem_d1_bounds(broken)
+    assert by(rows, setting="pattern=sink, 4 runs")["verdict"] == V.NOT_REPRODUCED
+    assert by(rows, setting="pattern=diagonal, 4 runs")["verdict"] == V.REPRODUCED
 
 
 # =============================================================================== streaming
@@ -788,13 +799,13 @@ def streaming_sink_heads(window_ratio: float, sink_ratio: float) -> pl.DataFrame
 
 
 def test_eviction_raises_perplexity() -> None:
-    (row,) = C.check_eviction_raises_perplexity(streaming_sink_heads(3.0, 1.05), 2.0)
-    assert row["verdict"] == C.REPRODUCED and row["value"] == pytest.approx(3.0)
-    assert verdicts(C.check_eviction_raises_perplexity(streaming_sink_heads(2.0, 1.0), 2.0)) == [
-        C.REPRODUCED
+    (row,) = SC.check_eviction_raises_perplexity(streaming_sink_heads(3.0, 1.05), 2.0)
+    assert row["verdict"] == V.REPRODUCED and row["value"] == pytest.approx(3.0)
+    assert verdicts(SC.check_eviction_raises_perplexity(streaming_sink_heads(2.0, 1.0), 2.0)) == [
+        V.REPRODUCED
     ]
-    assert verdicts(C.check_eviction_raises_perplexity(streaming_sink_heads(1.5, 1.0), 2.0)) == [
-        C.NOT_REPRODUCED
+    assert verdicts(SC.check_eviction_raises_perplexity(streaming_sink_heads(1.5, 1.0), 2.0)) == [
+        V.NOT_REPRODUCED
     ]
 
 
@@ -845,32 +856,32 @@ def streaming_recompute(
 
 
 def test_sink_tokens_restore() -> None:
-    rows = C.check_sink_tokens_restore(streaming_recompute(1.0, 0.05), 4, 0.9)
+    rows = SC.check_sink_tokens_restore(streaming_recompute(1.0, 0.05), 4, 0.9)
     # k=8 > 4 is left out; the reference is re-computation with the BOS token
     assert [r["setting"] for r in rows] == ["window L=64, k=4 sink tokens, vs recompute_bos"]
     assert rows[0]["value"] == pytest.approx(0.95)
-    assert verdicts(rows) == [C.REPRODUCED]
+    assert verdicts(rows) == [V.REPRODUCED]
     # better than re-computation counts as restored
-    assert verdicts(C.check_sink_tokens_restore(streaming_recompute(1.0, -0.2), 4, 0.9)) == [
-        C.REPRODUCED
+    assert verdicts(SC.check_sink_tokens_restore(streaming_recompute(1.0, -0.2), 4, 0.9)) == [
+        V.REPRODUCED
     ]
     # boundary: recovering exactly 90% of the excess passes
     exact = streaming_recompute(1.0, 0.1)
-    assert C.check_sink_tokens_restore(exact, 4, 0.9)[0]["value"] == pytest.approx(0.9)
-    assert verdicts(C.check_sink_tokens_restore(exact, 4, 0.9 - 1e-9)) == [C.REPRODUCED]
-    assert verdicts(C.check_sink_tokens_restore(exact, 4, 0.9 + 1e-9)) == [C.NOT_REPRODUCED]
-    assert verdicts(C.check_sink_tokens_restore(streaming_recompute(1.0, 0.5), 4, 0.9)) == [
-        C.NOT_REPRODUCED
+    assert SC.check_sink_tokens_restore(exact, 4, 0.9)[0]["value"] == pytest.approx(0.9)
+    assert verdicts(SC.check_sink_tokens_restore(exact, 4, 0.9 - 1e-9)) == [V.REPRODUCED]
+    assert verdicts(SC.check_sink_tokens_restore(exact, 4, 0.9 + 1e-9)) == [V.NOT_REPRODUCED]
+    assert verdicts(SC.check_sink_tokens_restore(streaming_recompute(1.0, 0.5), 4, 0.9)) == [
+        V.NOT_REPRODUCED
     ]
     # the other baseline is read only when asked for: re-computation without BOS is worse than
     # window-only here (as for Gemma 3), which makes the claim not applicable, with the numbers
-    (row,) = C.check_sink_tokens_restore(streaming_recompute(1.0, 0.05), 4, 0.9, "recompute")
-    assert row["verdict"] == C.NOT_APPLICABLE
+    (row,) = SC.check_sink_tokens_restore(streaming_recompute(1.0, 0.05), 4, 0.9, "recompute")
+    assert row["verdict"] == V.NOT_APPLICABLE
     assert "out of the model's regime" in row["reason"] and "NLL 3.500 vs 3.000" in row["reason"]
-    (row,) = C.check_sink_tokens_restore(streaming_recompute(-0.1, 0.0), 4, 0.9)
-    assert row["verdict"] == C.NOT_APPLICABLE and "no excess to restore" in row["reason"]
+    (row,) = SC.check_sink_tokens_restore(streaming_recompute(-0.1, 0.0), 4, 0.9)
+    assert row["verdict"] == V.NOT_APPLICABLE and "no excess to restore" in row["reason"]
     with pytest.raises(Exception, match="recovered_fraction"):
-        C.check_sink_tokens_restore(
+        SC.check_sink_tokens_restore(
             streaming_recompute(1.0, 0.1).drop("recovered_fraction"), 4, 0.9
         )
 
@@ -905,13 +916,13 @@ def test_value_softmax_claims() -> None:
             ("logistic", "sigmoid"): 0.0,
         }
     )
-    assert verdicts(C.check_logistic_polarizes(table, 0.5)) == [C.REPRODUCED]
-    assert verdicts(C.check_square_does_not_polarize(table, 0.5)) == [C.REPRODUCED]
-    assert verdicts(C.check_unnormalized_do_not_polarize(table, 0.5)) == [C.REPRODUCED] * 2
+    assert verdicts(DC.check_logistic_polarizes(table, 0.5)) == [V.REPRODUCED]
+    assert verdicts(DC.check_square_does_not_polarize(table, 0.5)) == [V.REPRODUCED]
+    assert verdicts(DC.check_unnormalized_do_not_polarize(table, 0.5)) == [V.REPRODUCED] * 2
     flipped = by_variant({("logistic", "softmax"): 0.5, ("square", "softmax"): 0.5})
-    assert verdicts(C.check_logistic_polarizes(flipped, 0.5)) == [C.NOT_REPRODUCED]  # boundary
-    assert verdicts(C.check_square_does_not_polarize(flipped, 0.5)) == [C.NOT_REPRODUCED]
-    assert verdicts(C.check_unnormalized_do_not_polarize(flipped, 0.5)) == [C.NOT_APPLICABLE]
+    assert verdicts(DC.check_logistic_polarizes(flipped, 0.5)) == [V.NOT_REPRODUCED]  # boundary
+    assert verdicts(DC.check_square_does_not_polarize(flipped, 0.5)) == [V.NOT_REPRODUCED]
+    assert verdicts(DC.check_unnormalized_do_not_polarize(flipped, 0.5)) == [V.NOT_APPLICABLE]
 
 
 def test_softmax_sinks_emerge() -> None:
@@ -928,27 +939,27 @@ def test_softmax_sinks_emerge() -> None:
             }
         )
 
-    assert verdicts(C.check_softmax_sinks_emerge(setup(0.5, 0.0), 0.1, 0.05)) == [C.REPRODUCED]
-    assert verdicts(C.check_softmax_sinks_emerge(setup(0.1, 0.05), 0.1, 0.05)) == [C.REPRODUCED]
-    assert verdicts(C.check_softmax_sinks_emerge(setup(0.05, 0.0), 0.1, 0.05)) == [C.NOT_REPRODUCED]
-    assert verdicts(C.check_softmax_sinks_emerge(setup(0.5, 0.125), 0.1, 0.05)) == [
-        C.NOT_REPRODUCED
+    assert verdicts(DC.check_softmax_sinks_emerge(setup(0.5, 0.0), 0.1, 0.05)) == [V.REPRODUCED]
+    assert verdicts(DC.check_softmax_sinks_emerge(setup(0.1, 0.05), 0.1, 0.05)) == [V.REPRODUCED]
+    assert verdicts(DC.check_softmax_sinks_emerge(setup(0.05, 0.0), 0.1, 0.05)) == [V.NOT_REPRODUCED]
+    assert verdicts(DC.check_softmax_sinks_emerge(setup(0.5, 0.125), 0.1, 0.05)) == [
+        V.NOT_REPRODUCED
     ]
     only_softmax = setup(0.5, 0.0).filter(pl.col("variant") == "softmax")
-    assert verdicts(C.check_softmax_sinks_emerge(only_softmax, 0.1, 0.05)) == [C.NOT_APPLICABLE]
+    assert verdicts(DC.check_softmax_sinks_emerge(only_softmax, 0.1, 0.05)) == [V.NOT_APPLICABLE]
 
 
 def test_flip_rate_decreases() -> None:
     final = pl.DataFrame(
         {"n_heads": [1, 1, 4, 4], "n_layers": [1, 2, 1, 2], "flip_rate": [0.8, 0.6, 0.3, 0.1]}
     )
-    rows = C.check_flip_rate_decreases(final, 0.0)
+    rows = DC.check_flip_rate_decreases(final, 0.0)
     assert [r["value"] for r in rows] == pytest.approx([0.5, 0.2])
-    assert verdicts(rows) == [C.REPRODUCED] * 2
-    assert verdicts(C.check_flip_rate_decreases(final, 0.2 - 1e-9)) == [C.REPRODUCED] * 2
-    assert verdicts(C.check_flip_rate_decreases(final, 0.2 + 1e-9)) == [
-        C.REPRODUCED,
-        C.NOT_REPRODUCED,
+    assert verdicts(rows) == [V.REPRODUCED] * 2
+    assert verdicts(DC.check_flip_rate_decreases(final, 0.2 - 1e-9)) == [V.REPRODUCED] * 2
+    assert verdicts(DC.check_flip_rate_decreases(final, 0.2 + 1e-9)) == [
+        V.REPRODUCED,
+        V.NOT_REPRODUCED,
     ]
     # Fig. 21's setup is preferred when it has both levels
     spec = {"vocab_size": [41, 41, 41, 41, 81, 81], "use_mlp": [False] * 4 + [True] * 2}
@@ -959,24 +970,24 @@ def test_flip_rate_decreases() -> None:
         use_mlp=pl.Series(spec["use_mlp"]),
         use_layernorm=pl.lit(False),
     )
-    rows = C.check_flip_rate_decreases(mixed, 0.0)
+    rows = DC.check_flip_rate_decreases(mixed, 0.0)
     assert [r["value"] for r in rows] == pytest.approx([0.5, 0.2])
     assert "|V|=41" in rows[0]["setting"]
     same = final.with_columns(n_layers=pl.lit(1))
-    assert verdicts(C.check_flip_rate_decreases(same, 0.0))[1] == C.NOT_APPLICABLE
+    assert verdicts(DC.check_flip_rate_decreases(same, 0.0))[1] == V.NOT_APPLICABLE
 
 
 # =============================================================================== registry
 
 
 def test_missing_analyses_are_not_applicable(head_classes: pl.DataFrame) -> None:
-    table = C.evaluate_claims({"head_classes": head_classes}, None, models=["a", "b", "c"])
-    assert list(table.columns) == list(C.COLUMNS)
+    table = R.evaluate_claims({"head_classes": head_classes}, None, models=["a", "b", "c"])
+    assert list(table.columns) == list(V.COLUMNS)
     heads = table.filter(pl.col("claim_id").str.starts_with("heads."))
-    assert heads.filter(pl.col("verdict") == C.NOT_APPLICABLE).height == 0
+    assert heads.filter(pl.col("verdict") == V.NOT_APPLICABLE).height == 0
     rest = table.filter(~pl.col("claim_id").str.starts_with("heads."))
-    assert set(rest["verdict"]) == {C.NOT_APPLICABLE}
-    assert rest["reason"].str.starts_with(C.NOT_RUN).all()
+    assert set(rest["verdict"]) == {V.NOT_APPLICABLE}
+    assert rest["reason"].str.starts_with(V.NOT_RUN).all()
     # per-model analyses: one row per model; synthetic experiments: one row
     geometry = rest.filter(pl.col("claim_id") == "geometry.bos_cosine_below_zero")
     assert geometry["model"].to_list() == ["a", "b", "c"]
@@ -984,16 +995,16 @@ def test_missing_analyses_are_not_applicable(head_classes: pl.DataFrame) -> None
     assert streaming_rows["model"].to_list() == ["a", "b", "c"]
     assert "streaming" in streaming_rows["reason"][0]
     costs = rest.filter(pl.col("claim_id") == "costs.backcopy_slopes")
-    assert costs["model"].to_list() == [C.SYNTHETIC]
+    assert costs["model"].to_list() == [V.SYNTHETIC]
     # every claim appears, in registry order
-    assert list(dict.fromkeys(table["claim_id"])) == [c.id for c in C.CLAIMS]
+    assert list(dict.fromkeys(table["claim_id"])) == [c.id for c in R.CLAIMS]
 
 
 def test_tolerances_come_from_the_config(head_classes: pl.DataFrame) -> None:
-    strict = C.evaluate_claims(
+    strict = R.evaluate_claims(
         {"head_classes": head_classes}, {"heads": {"sink_min_fraction": 0.6}}
     )
-    loose = C.evaluate_claims({"head_classes": head_classes}, {"heads": {"sink_min_fraction": 0.5}})
+    loose = R.evaluate_claims({"head_classes": head_classes}, {"heads": {"sink_min_fraction": 0.5}})
 
     def a_all(frame: pl.DataFrame) -> str:
         return frame.filter(
@@ -1002,23 +1013,23 @@ def test_tolerances_come_from_the_config(head_classes: pl.DataFrame) -> None:
             & (pl.col("dataset") == "all")
         )["verdict"][0]
 
-    assert (a_all(strict), a_all(loose)) == (C.NOT_REPRODUCED, C.REPRODUCED)
+    assert (a_all(strict), a_all(loose)) == (V.NOT_REPRODUCED, V.REPRODUCED)
     with pytest.raises(KeyError, match="claims.heads.sink_min"):
-        C.resolve_tolerances({"heads": {"sink_min": 0.1}})
+        TL.resolve_tolerances({"heads": {"sink_min": 0.1}})
     with pytest.raises(KeyError, match="unknown input"):
-        C.evaluate_claims({"head_class": head_classes})
+        R.evaluate_claims({"head_class": head_classes})
 
 
 def test_schema_defaults_equal_the_module_defaults() -> None:
     schema = load_schema()
     assert "claims" in schema["properties"]
-    assert load_config(REPO / "config.yaml")["claims"] == C.DEFAULT_TOLERANCES
+    assert load_config(REPO / "config.yaml")["claims"] == TL.DEFAULT_TOLERANCES
     overridden = load_config(REPO / "config.yaml")
     overridden["claims"] = {"geometry": {"bos_cosine_max": 0.5}}
     resolved = validate_config(overridden)["claims"]
     assert resolved["geometry"]["bos_cosine_max"] == 0.5
     assert (
-        resolved["geometry"]["near_full_rank"] == C.DEFAULT_TOLERANCES["geometry"]["near_full_rank"]
+        resolved["geometry"]["near_full_rank"] == TL.DEFAULT_TOLERANCES["geometry"]["near_full_rank"]
     )
     bad = load_config(REPO / "config.yaml")
     bad["claims"] = {"geometry": {"bos_cosine": 0.5}}
@@ -1043,9 +1054,9 @@ def test_analysis_runs() -> None:
 def test_claims_inputs_follow_the_config() -> None:
     paths = Paths("results")
     full = paths.claims_inputs({"costs": {"enabled": True}})
-    assert set(full) <= set(C.TABLE_ANALYSIS)
-    for claim in C.CLAIMS:
-        if C.TABLE_ANALYSIS[claim.inputs[0]] in ("heads", "geometry", "oversmoothing", "costs"):
+    assert set(full) <= set(R.TABLE_ANALYSIS)
+    for claim in R.CLAIMS:
+        if R.TABLE_ANALYSIS[claim.inputs[0]] in ("heads", "geometry", "oversmoothing", "costs"):
             assert set(claim.inputs) <= set(full), claim.id
     assert full["head_classes"] == "results/summary/head_classes.parquet"
     no_costs = paths.claims_inputs({"costs": {"enabled": False}, "streaming": {"enabled": True}})
@@ -1066,12 +1077,12 @@ def test_claims_inputs_follow_the_config() -> None:
 
 @pytest.fixture()
 def mixed_table(head_classes: pl.DataFrame) -> pl.DataFrame:
-    return C.evaluate_claims({"head_classes": head_classes}, None, models=["a", "b", "c"])
+    return R.evaluate_claims({"head_classes": head_classes}, None, models=["a", "b", "c"])
 
 
 def test_markdown_shows_not_reproduced_first(mixed_table: pl.DataFrame) -> None:
-    md = C.claims_markdown(mixed_table)
-    n_bad = int((mixed_table["verdict"] == C.NOT_REPRODUCED).sum())
+    md = RD.claims_markdown(mixed_table)
+    n_bad = int((mixed_table["verdict"] == V.NOT_REPRODUCED).sum())
     assert n_bad > 0
     assert f"**{n_bad} not reproduced**" in md
     bad_section = md.split(f"## Not reproduced ({n_bad})")[1].split("## Overview")[0]
@@ -1090,24 +1101,24 @@ def test_markdown_shows_not_reproduced_first(mixed_table: pl.DataFrame) -> None:
     )
     assert md.index("## Not reproduced") < md.index("## Overview") < md.index("## All checks")
     # every not-applicable row keeps its reason
-    assert md.count(C.NOT_RUN) >= int(mixed_table["reason"].str.starts_with(C.NOT_RUN).sum())
+    assert md.count(V.NOT_RUN) >= int(mixed_table["reason"].str.starts_with(V.NOT_RUN).sum())
 
 
 def test_markdown_without_failures_says_none() -> None:
-    table = C.evaluate_claims({}, None, models=["m"])
-    md = C.claims_markdown(table)
+    table = R.evaluate_claims({}, None, models=["m"])
+    md = RD.claims_markdown(table)
     assert "## Not reproduced (0)\n\nNone." in md
-    assert set(table["verdict"]) == {C.NOT_APPLICABLE}
+    assert set(table["verdict"]) == {V.NOT_APPLICABLE}
 
 
 def test_write_claims_files_and_rst(mixed_table: pl.DataFrame, tmp_path: Path) -> None:
-    C.write_claims(
+    RD.write_claims(
         mixed_table, tmp_path / "claims.md", tmp_path / "claims.parquet", tmp_path / "claims.rst"
     )
     assert pl.read_parquet(tmp_path / "claims.parquet").equals(mixed_table)
     csv = pl.read_csv(tmp_path / "claims.csv")
     assert csv["verdict"].to_list() == mixed_table["verdict"].to_list()
-    assert (tmp_path / "claims.md").read_text() == C.claims_markdown(mixed_table)
+    assert (tmp_path / "claims.md").read_text() == RD.claims_markdown(mixed_table)
     rst = (tmp_path / "claims.rst").read_text()
     html = publish_parts(
         "Intro.\n\n" + rst,
@@ -1117,11 +1128,12 @@ def test_write_claims_files_and_rst(mixed_table: pl.DataFrame, tmp_path: Path) -
     assert "heads.sink_prev_fraction" in html and "<table" in html
     assert not list(tmp_path.glob(".*partial*"))
     with pytest.raises(ValueError, match="lacks the column"):
-        C.write_claims(mixed_table.drop("verdict"), tmp_path / "x.md", tmp_path / "x.parquet")
+        RD.write_claims(mixed_table.drop("verdict"), tmp_path / "x.md", tmp_path / "x.parquet")
 
 
 def test_compare_runs_puts_verdicts_side_by_side_and_flags_differences(tmp_path, capsys) -> None:
-    from sinkscope.claims import COLUMNS, compare_runs, compare_runs_markdown
+    from sinkscope.claims.render import compare_runs, compare_runs_markdown
+    from sinkscope.claims.verdicts import COLUMNS
     from sinkscope.cli import main as cli_main
 
     def table(verdicts: dict[tuple[str, str, str], str]) -> pl.DataFrame:

@@ -14,7 +14,7 @@ the tables. :func:`evaluate_observations` runs them all on the tables of
 :meth:`sinkscope.paths.Paths.claims_inputs`, skipping those whose tables are absent;
 :func:`observations_markdown` renders the section of ``claims.md``.
 
-Inputs (keys of :data:`sinkscope.claims.TABLE_ANALYSIS`):
+Inputs (keys of :data:`sinkscope.claims.registry.TABLE_ANALYSIS`):
 
 * ``oversmoothing_per_head``: one row per head (and context length) carrying the head
   classification of the heads analysis verbatim (``is_sink``, ``bos_mass``): the per-layer
@@ -33,7 +33,7 @@ from typing import Any
 import polars as pl
 
 from sinkscope.geometry.alignment import middle_layers
-from sinkscope.heads import POOLED
+from sinkscope.heads.names import POOLED
 
 __all__ = [
     "COLLAPSED_BOS_MASS",
@@ -532,7 +532,7 @@ def evaluate_observations(
     tables: Mapping[str, pl.DataFrame | None], near_full_rank: float = 0.9
 ) -> pl.DataFrame:
     """Every observation whose tables are present (keys as in
-    :data:`sinkscope.claims.TABLE_ANALYSIS`); returns the table with :data:`COLUMNS`."""
+    :data:`sinkscope.claims.registry.TABLE_ANALYSIS`); returns the table with :data:`COLUMNS`."""
     per_head = tables.get("oversmoothing_per_head")
     rows: list[Row] = []
     if per_head is not None:

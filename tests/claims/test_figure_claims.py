@@ -23,19 +23,22 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.text import Annotation
 
-from sinkscope import claims as C
+from sinkscope.claims import registry as R
 from sinkscope.costs import plots as cplots
 from sinkscope.costs.backcopy import fit_slopes
 from sinkscope.costs.toy import toy_table
 from sinkscope.dynamics import plots as dplots
 from sinkscope.dynamics.classification import summarize_classification
 from sinkscope.dynamics.value_softmax import summarize_value_softmax
-from sinkscope.heads import DIAGONAL, POOLED, SINK, SINK_PREV, HeadClassThresholds, summarize
-from sinkscope.plotting import CLASS_COLORS, figure_problems, summary_bars_figure
+from sinkscope.heads.classify import HeadClassThresholds
+from sinkscope.heads.names import DIAGONAL, POOLED, SINK, SINK_PREV
+from sinkscope.heads.plots import summary_bars_figure
+from sinkscope.heads.summary import summarize
+from sinkscope.plotting import CLASS_COLORS, figure_problems
 from sinkscope.streaming import plots as sp
 from sinkscope.streaming.recompute import RECOMPUTE_SCHEMA
 from sinkscope.streaming.summary import summarize as summarize_streaming
-from tests.test_plotting import synthetic_per_head
+from tests.heads.test_plots import synthetic_per_head
 
 
 def _claim_rows(table: pl.DataFrame, claim_id: str) -> list[dict[str, Any]]:
@@ -119,7 +122,7 @@ def test_head_summary_bars_show_the_claim_numbers() -> None:
         synthetic_per_head("m2", "d1", 2, layers=4, heads=4),
     ]
     summary = summarize(per_head)
-    claims = C.evaluate_claims({"head_classes": summary})
+    claims = R.evaluate_claims({"head_classes": summary})
     models = sorted(set(summary["model"].to_list()))
     fig = summary_bars_figure(summary, thresholds=HeadClassThresholds())
     assert figure_problems(fig) == []
@@ -194,7 +197,7 @@ def _backcopy_mismatches(fig: Figure, claims: pl.DataFrame) -> list[str]:
 
 def test_backcopy_figure_shows_the_claim_slopes_and_ratio() -> None:
     rows = _backcopy_rows()
-    claims = C.evaluate_claims(
+    claims = R.evaluate_claims(
         {"costs_backcopy_slopes": _slopes_table(rows), "costs_backcopy_runs": pl.DataFrame(rows)}
     )
     fig = cplots.backcopy_costs_figure(rows, "backcopy")
@@ -220,7 +223,7 @@ def test_backcopy_figure_shows_the_claim_slopes_and_ratio() -> None:
 def test_toy_figure_shows_the_claim_deviation() -> None:
     rows = toy_table([4, 8, 16], kappa=2.0)
     (row,) = (
-        C.evaluate_claims({"costs_toy": pl.DataFrame(rows)})
+        R.evaluate_claims({"costs_toy": pl.DataFrame(rows)})
         .filter(pl.col("claim_id") == "costs.toy_nuclear_norm")
         .to_dicts()
     )
@@ -295,7 +298,7 @@ def _copypaste_mismatches(fig: Figure, claims: pl.DataFrame) -> list[str]:
 
 def test_copypaste_figure_shows_the_claim_slopes_and_the_runs_setting() -> None:
     rows = _copypaste_rows()
-    claims = C.evaluate_claims({"costs_copypaste_runs": pl.DataFrame(rows)})
+    claims = R.evaluate_claims({"costs_copypaste_runs": pl.DataFrame(rows)})
     fig = cplots.copypaste_costs_figure(rows)
     assert figure_problems(fig) == []
     assert _copypaste_mismatches(fig, claims) == []
@@ -378,7 +381,7 @@ def test_streaming_summary_labels_the_eviction_claim(drawn) -> None:
         {"perplexity": _perplexity("m2", "d1", {4: 1.25, 8: 1.1})},
     ]
     summary = summarize_streaming(tables)
-    claims = C.evaluate_claims({"streaming_sink_heads": summary["sink_heads"]})
+    claims = R.evaluate_claims({"streaming_sink_heads": summary["sink_heads"]})
     sp.plot_summary(summary, "unused.png", "tiny")
     (fig,) = figures
     assert _eviction_mismatches(fig, claims, pairs) == []
@@ -452,7 +455,7 @@ def _recovered_mismatches(fig: Figure, claims: pl.DataFrame) -> list[str]:
 def test_recompute_figure_labels_the_restore_claim(drawn) -> None:
     figures = drawn(sp)
     table = _recompute({4: 0.625, 8: 0.9375, 16: None})
-    claims = C.evaluate_claims({"streaming_recompute": table})
+    claims = R.evaluate_claims({"streaming_recompute": table})
     values = [r["value"] for r in _claim_rows(claims, "streaming.sinks_restore")]
     assert values[0] == pytest.approx(0.625) and values[1] == pytest.approx(0.9375)
     assert values[2] is None  # re-computation not better than window-only: not applicable
@@ -562,7 +565,7 @@ def test_value_softmax_figures_show_the_polarization_claims(drawn) -> None:
         ("square", "sigmoid"): [0.3, 0.3, 0.3],
     }
     summary = summarize_value_softmax(_value_softmax_results(planted))
-    claims = C.evaluate_claims({"dynamics_value_softmax_by_variant": summary["by_variant"]})
+    claims = R.evaluate_claims({"dynamics_value_softmax_by_variant": summary["by_variant"]})
     # by hand: the share of seeds with top weight >= 0.9
     assert [r["value"] for r in _claim_rows(claims, "dynamics.logistic_polarizes")] == [
         pytest.approx(2 / 3)
@@ -645,7 +648,7 @@ def test_induction_sinks_figure_shows_the_claim_shares(drawn) -> None:
         ("sigmoid_norm", "rope", 0.1): 0.5,
     }
     by_setup = _by_setup(shares)
-    claims = C.evaluate_claims({"dynamics_induction_by_setup": by_setup})
+    claims = R.evaluate_claims({"dynamics_induction_by_setup": by_setup})
     values = [r["value"] for r in _claim_rows(claims, "dynamics.softmax_sinks_emerge")]
     assert values == [pytest.approx(0.75 - 0.125), pytest.approx(0.25 - 0.0625)]  # by hand
     dplots.plot_induction_sinks({"by_setup": by_setup}, "unused.png")
@@ -713,7 +716,7 @@ def test_flip_rate_figure_shows_the_claim_numbers(drawn) -> None:
         return 0.8 / heads - 0.1 * layers + 0.01 * seed + (0.05 if vocab == 81 else 0.0)
 
     summary = _classification(planted)
-    claims = C.evaluate_claims({"dynamics_classification_final": summary["final"]})
+    claims = R.evaluate_claims({"dynamics_classification_final": summary["final"]})
     rows = _claim_rows(claims, "dynamics.flip_rate_decreases")
     # by hand, on Fig. 21's setup: mean over layers {1, 2} and seeds {0, 1}
     assert rows[0]["value"] == pytest.approx((0.8 - 0.15 + 0.005) - (0.2 - 0.15 + 0.005))
@@ -724,7 +727,7 @@ def test_flip_rate_figure_shows_the_claim_numbers(drawn) -> None:
     pooled = {k: v for k, v in summary.items()}
     pooled["final"] = summary["final"].filter(pl.col("vocab_size") == 81)
     pooled["by_setup"] = summary["by_setup"].filter(pl.col("vocab_size") == 81)
-    pooled_claims = C.evaluate_claims({"dynamics_classification_final": pooled["final"]})
+    pooled_claims = R.evaluate_claims({"dynamics_classification_final": pooled["final"]})
     dplots.plot_classification_flips_by_size(pooled, "unused.png")
     assert "all runs pooled" in figures[1].get_suptitle()
     assert _flip_mismatches(figures[1], pooled_claims) == []

@@ -1,0 +1,208 @@
+"""Checks of the value-softmax paper's claims: read the ``dynamics_*`` summary tables.
+
+Polarization by variant (logistic, square, unnormalized), softmax sinks emerging, the flip rate
+decreasing over training.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from sinkscope.claims.verdicts import SYNTHETIC, Row, pct, require, row
+
+# sinkscope.geometry, .oversmoothing and .costs import torch: the checks that use their helpers
+# import them when they run, so importing this module (and rendering the claims that need none of
+# them) does not load torch.
+
+__all__ = [
+    "check_flip_rate_decreases",
+    "check_logistic_polarizes",
+    "check_softmax_sinks_emerge",
+    "check_square_does_not_polarize",
+    "check_unnormalized_do_not_polarize",
+]
+
+
+def _share_rows(
+    by_variant: pl.DataFrame,
+    loss: str,
+    activations: Sequence[str],
+    majority: float,
+    polarizes: bool,
+) -> list[Row]:
+    require(
+        by_variant,
+        ["experiment", "loss", "activation", "n", "d", "runs", "polarized_share"],
+        "value_softmax by_variant",
+    )
+    rows = []
+    part = by_variant.filter(
+        (pl.col("experiment") == "untied")
+        & (pl.col("loss") == loss)
+        & pl.col("activation").is_in(list(activations))
+    ).sort("activation", "n", "d")
+    test = f"polarized share > {majority:g}" if polarizes else f"polarized share < {majority:g}"
+    if part.height == 0:
+        return [
+            row(
+                SYNTHETIC,
+                "-",
+                f"loss={loss}, phi in {list(activations)}",
+                "n/a",
+                None,
+                test,
+                None,
+                "no run of this loss and activation in this config",
+            )
+        ]
+    for r in part.iter_rows(named=True):
+        share = r["polarized_share"]
+        passed = share > majority if polarizes else share < majority
+        rows.append(
+            row(
+                SYNTHETIC,
+                "-",
+                f"loss={loss}, phi={r['activation']}, n={r['n']}, d={r['d']}",
+                f"{pct(share)} of {r['runs']} runs polarized (top weight {r['top_weight_mean']:.3f})"
+                if "top_weight_mean" in r
+                else f"{pct(share)} of {r['runs']} runs polarized",
+                share,
+                test,
+                passed,
+                f"{pct(share)} of seeds end with a top attention weight >= 0.9",
+            )
+        )
+    return rows
+
+
+def check_logistic_polarizes(by_variant: pl.DataFrame, majority: float) -> list[Row]:
+    """Value-softmax paper, Theorem 3.3 / Fig. 2: with the logistic loss gradient flow drives
+    ``softmax(a)`` to a one-hot vector: most seeds polarize (top weight >= 0.9)."""
+    return _share_rows(by_variant, "logistic", ["softmax"], majority, polarizes=True)
+
+
+def check_square_does_not_polarize(by_variant: pl.DataFrame, majority: float) -> list[Row]:
+    """Value-softmax paper, Fig. 13 caption: the square loss does not give rise to sparse
+    solutions (the abstract's "universality ... including square loss" says otherwise): most
+    seeds do not polarize."""
+    return _share_rows(by_variant, "square", ["softmax"], majority, polarizes=False)
+
+
+def check_unnormalized_do_not_polarize(by_variant: pl.DataFrame, majority: float) -> list[Row]:
+    """Value-softmax paper, Fig. 13 caption: ``sum`` and ``sigmoid`` (no normalisation) do not
+    converge to sparse solutions under the logistic loss: most seeds do not polarize."""
+    return _share_rows(by_variant, "logistic", ["sum", "sigmoid"], majority, polarizes=False)
+
+
+def check_softmax_sinks_emerge(
+    by_setup: pl.DataFrame,
+    softmax_min_sink_proportion: float,
+    unnormalized_max_sink_proportion: float,
+) -> list[Row]:
+    """Value-softmax paper, Fig. 1 / Fig. 4 (and the "sinks are necessary" abstract): in the
+    induction task sinks emerge in layer 2 with softmax attention but not with the attention
+    functions trained without normalisation: per (positional encoding, weight decay), the softmax
+    sink proportion is ``>= softmax_min_sink_proportion`` and every un-normalised variant's is
+    ``<= unnormalized_max_sink_proportion``."""
+    cols = [
+        "variant",
+        "attention",
+        "normalize",
+        "positional",
+        "weight_decay",
+        "runs",
+        "sink_proportion_mean",
+    ]
+    require(by_setup, cols, "induction by_setup")
+    rows = []
+    test = (
+        f"softmax >= {softmax_min_sink_proportion:g} and every un-normalised variant <= "
+        f"{unnormalized_max_sink_proportion:g}"
+    )
+    for (pe, wd), part in by_setup.sort("positional", "weight_decay").group_by(
+        "positional", "weight_decay", maintain_order=True
+    ):
+        setting = f"positional={pe}, weight_decay={wd}"
+        soft = part.filter(pl.col("attention") == "softmax")
+        raw = part.filter((pl.col("attention") != "softmax") & ~pl.col("normalize"))
+        if soft.height == 0 or raw.height == 0:
+            rows.append(
+                row(
+                    SYNTHETIC,
+                    "-",
+                    setting,
+                    "n/a",
+                    None,
+                    test,
+                    None,
+                    "this setup lacks softmax or un-normalised runs",
+                )
+            )
+            continue
+        s = float(soft["sink_proportion_mean"][0])
+        worst = raw.sort("sink_proportion_mean", descending=True).row(0, named=True)
+        others = ", ".join(
+            f"{v}: {p:.2f}"
+            for v, p in zip(raw["variant"], raw["sink_proportion_mean"], strict=True)
+        )
+        rows.append(
+            row(
+                SYNTHETIC,
+                "-",
+                setting,
+                f"softmax {s:.2f} vs un-normalised max {worst['sink_proportion_mean']:.2f} ({worst['variant']})",
+                s - float(worst["sink_proportion_mean"]),
+                test,
+                s >= softmax_min_sink_proportion
+                and float(worst["sink_proportion_mean"]) <= unnormalized_max_sink_proportion,
+                f"layer-2 sink-head proportion: softmax {s:.2f}; {others}",
+            )
+        )
+    return rows
+
+
+def check_flip_rate_decreases(final: pl.DataFrame, min_difference: float) -> list[Row]:
+    """Value-softmax paper, Fig. 21: more heads or more layers make the classifier harder to flip
+    with one adversarial token: the mean final flip rate at the largest number of heads (layers)
+    is lower than at the smallest by more than ``min_difference``. Fig. 21's setup (|V| = 41, no
+    MLP, no LayerNorm) is used when the runs include it with both levels, otherwise all runs
+    pooled over the other factors."""
+    from sinkscope.dynamics.classification import flip_rate_trend
+
+    require(final, ["n_heads", "n_layers", "flip_rate"], "classification final")
+    rows = []
+    for factor in ("n_heads", "n_layers"):
+        trend = flip_rate_trend(final, factor)
+        levels, scope = trend["levels"], trend["scope"]
+        test = f"flip rate(min {factor}) - flip rate(max {factor}) > {min_difference:g}"
+        if trend["low"] is None:
+            rows.append(
+                row(
+                    SYNTHETIC,
+                    "-",
+                    f"{factor} in {levels}",
+                    "n/a",
+                    None,
+                    test,
+                    None,
+                    f"only one value of {factor} was run",
+                )
+            )
+            continue
+        lo, hi = trend["low"], trend["high"]
+        rows.append(
+            row(
+                SYNTHETIC,
+                "-",
+                f"{factor} {levels[0]} vs {levels[-1]} ({scope})",
+                f"flip rate {lo:.3f} -> {hi:.3f}",
+                lo - hi,
+                test,
+                lo - hi > min_difference,
+                f"mean final flip rate {lo:.3f} with {factor}={levels[0]}, {hi:.3f} with "
+                f"{factor}={levels[-1]} ({trend['n_runs']} runs)",
+            )
+        )
+    return rows

@@ -1,0 +1,122 @@
+"""Checks of the head-class claims (§1, §3, §7): read the ``head_classes`` summary table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+from sinkscope.claims.verdicts import Row, heads, model_dataset_order, pct, require, row
+
+__all__ = [
+    "check_diagonal_fraction_in_paper_range",
+    "check_diagonal_heads_rarer",
+    "check_sink_heads_common",
+    "check_sink_prev_fraction_in_paper_range",
+]
+
+
+def check_sink_heads_common(head_classes: pl.DataFrame, sink_min_fraction: float) -> list[Row]:
+    """§1/§7: sink heads are common and more prevalent than diagonal heads.
+
+    Per model and dataset: ``frac_sink >= sink_min_fraction`` and ``frac_sink > frac_diagonal``.
+    """
+    require(
+        head_classes, ["model", "dataset", "n_heads", "frac_sink", "frac_diagonal"], "head_classes"
+    )
+    rows = []
+    for r in model_dataset_order(head_classes).iter_rows(named=True):
+        sink, diag = r["frac_sink"], r["frac_diagonal"]
+        common, more = sink >= sink_min_fraction, sink > diag
+        reason = (
+            f"{pct(sink)} sink heads vs {pct(diag)} diagonal heads"
+            + ("" if common else f"; below the {pct(sink_min_fraction)} floor")
+            + ("" if more else "; sinks are not more common than diagonals")
+        )
+        rows.append(
+            row(
+                r["model"],
+                r["dataset"],
+                f"{r['n_heads']} heads",
+                f"sink {pct(sink)}, diagonal {pct(diag)}",
+                sink,
+                f"frac_sink >= {sink_min_fraction:g} and frac_sink > frac_diagonal",
+                common and more,
+                reason,
+            )
+        )
+    return rows
+
+
+def check_diagonal_heads_rarer(head_classes: pl.DataFrame) -> list[Row]:
+    """§7: diagonal heads exist (at least one head) but are rarer than sink heads."""
+    require(
+        head_classes, ["model", "dataset", "n_heads", "frac_sink", "frac_diagonal"], "head_classes"
+    )
+    rows = []
+    for r in model_dataset_order(head_classes).iter_rows(named=True):
+        sink, diag = r["frac_sink"], r["frac_diagonal"]
+        n_diag = round(diag * r["n_heads"])
+        exists, rarer = n_diag >= 1, diag < sink
+        if not exists:
+            reason = "no head has >= the diagonal threshold of its mass on the diagonal"
+        elif not rarer:
+            reason = f"diagonal heads ({pct(diag)}) are not rarer than sink heads ({pct(sink)})"
+        else:
+            reason = f"{heads(n_diag)} diagonal ({pct(diag)}) < sink heads ({pct(sink)})"
+        rows.append(
+            row(
+                r["model"],
+                r["dataset"],
+                f"{r['n_heads']} heads",
+                f"diagonal {pct(diag)} ({heads(n_diag)}), sink {pct(sink)}",
+                diag,
+                "0 < frac_diagonal < frac_sink",
+                exists and rarer,
+                reason,
+            )
+        )
+    return rows
+
+
+def _range_rows(
+    head_classes: pl.DataFrame, column: str, bounds: Sequence[float], label: str
+) -> list[Row]:
+    require(head_classes, ["model", "dataset", "n_heads", column], "head_classes")
+    lo, hi = float(bounds[0]), float(bounds[1])
+    if lo > hi:
+        raise ValueError(f"claims: the range of {column} is empty ({lo} > {hi})")
+    rows = []
+    for r in model_dataset_order(head_classes).iter_rows(named=True):
+        x = r[column]
+        inside = lo <= x <= hi
+        where = "inside" if inside else ("below" if x < lo else "above")
+        rows.append(
+            row(
+                r["model"],
+                r["dataset"],
+                f"{r['n_heads']} heads",
+                f"{label} {pct(x)}",
+                x,
+                f"{lo:g} <= {column} <= {hi:g}",
+                inside,
+                f"{pct(x)} is {where} the paper's range {pct(lo)}-{pct(hi)}",
+            )
+        )
+    return rows
+
+
+def check_diagonal_fraction_in_paper_range(
+    head_classes: pl.DataFrame, diagonal_fraction_range: Sequence[float]
+) -> list[Row]:
+    """§7: 6 % / 0.6 % / 9.5 % of heads (gpt2-medium / Llama 3.1-8B / Gemma 7B) are diagonal."""
+    return _range_rows(head_classes, "frac_diagonal", diagonal_fraction_range, "diagonal heads")
+
+
+def check_sink_prev_fraction_in_paper_range(
+    head_classes: pl.DataFrame, sink_prev_fraction_range: Sequence[float]
+) -> list[Row]:
+    """Remark C.4: 16 % / 13 % / 21 % of heads (gpt2 / Llama 3.1-8B / Gemma 7B) are sink+prev."""
+    return _range_rows(
+        head_classes, "frac_sink_prev", sink_prev_fraction_range, "sink+previous-token heads"
+    )

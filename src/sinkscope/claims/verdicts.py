@@ -1,0 +1,116 @@
+"""The verdict vocabulary of the claims table and the helpers every check builds its rows with.
+
+Verdicts (:data:`VERDICTS`): ``reproduced`` / ``not reproduced`` when the measured number passes /
+fails the test; ``not applicable`` when the claim cannot be tested here -- the analysis did not
+run in this config (:data:`NOT_RUN`), or the model has nothing the claim speaks about. A row
+(:data:`Row`, built by :func:`row`) holds the columns of :data:`COLUMNS` after the claim's own
+(``claim_id``, ``claim``, ``source``, ``paper_value``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import polars as pl
+
+from sinkscope.heads.names import POOLED
+
+__all__ = [
+    "COLUMNS",
+    "NOT_APPLICABLE",
+    "NOT_REPRODUCED",
+    "NOT_RUN",
+    "REPRODUCED",
+    "SYNTHETIC",
+    "VERDICTS",
+    "Row",
+    "Tables",
+    "heads",
+    "model_dataset_order",
+    "num",
+    "pct",
+    "require",
+    "row",
+]
+
+REPRODUCED = "reproduced"
+NOT_REPRODUCED = "not reproduced"
+NOT_APPLICABLE = "not applicable"
+VERDICTS = (NOT_REPRODUCED, REPRODUCED, NOT_APPLICABLE)
+#: Reason of a claim whose analysis is not part of this config.
+NOT_RUN = "analysis not run in this config"
+#: ``model`` of the claims about synthetic experiments (no pretrained model involved).
+SYNTHETIC = "synthetic"
+#: Columns of the claims table, in order.
+COLUMNS: dict[str, Any] = {
+    "claim_id": pl.String,
+    "claim": pl.String,
+    "source": pl.String,
+    "paper_value": pl.String,
+    "model": pl.String,
+    "dataset": pl.String,
+    "setting": pl.String,
+    "measured": pl.String,
+    "value": pl.Float64,
+    "test": pl.String,
+    "verdict": pl.String,
+    "reason": pl.String,
+}
+Row = dict[str, Any]
+Tables = Mapping[str, pl.DataFrame]
+
+
+def _verdict(passed: bool | None) -> str:
+    if passed is None:
+        return NOT_APPLICABLE
+    return REPRODUCED if passed else NOT_REPRODUCED
+
+
+def row(
+    model: str,
+    dataset: str,
+    setting: str,
+    measured: str,
+    value: float | None,
+    test: str,
+    passed: bool | None,
+    reason: str,
+) -> Row:
+    number = None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+    return {
+        "model": model,
+        "dataset": dataset,
+        "setting": setting,
+        "measured": measured,
+        "value": None if number is None else float(number),
+        "test": test,
+        "verdict": _verdict(passed),
+        "reason": reason,
+    }
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
+
+
+def num(x: float | None, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return f"{x:.{digits}g}"
+
+
+def heads(n: int) -> str:
+    return f"{n} head" if n == 1 else f"{n} heads"
+
+
+def require(table: pl.DataFrame, columns: Sequence[str], name: str) -> None:
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ValueError(f"claims: table {name!r} lacks the column(s) {missing}")
+
+
+def model_dataset_order(table: pl.DataFrame) -> pl.DataFrame:
+    """Rows sorted by model, then datasets with the pooled ``"all"`` last."""
+    return table.sort("model", pl.col("dataset") == POOLED, "dataset")

@@ -1,0 +1,68 @@
+"""Names of the head classification stage: class labels, table columns, figures, pooled rows.
+
+No computation and no imports: :mod:`sinkscope.paths` (and through it the workflow) reads the
+figure names here, and the other stages read the class labels and :data:`POOLED`, without loading
+numpy, polars or torch.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DIAGONAL",
+    "FIGURES",
+    "FLAG_COLUMNS",
+    "HEAD_CLASSES",
+    "MASS_COLUMNS",
+    "OTHER",
+    "PER_HEAD_COLUMNS",
+    "POOLED",
+    "SINK",
+    "SINK_PREV",
+    "SUMMARY_COLUMNS",
+]
+
+SINK = "sink"
+DIAGONAL = "diagonal"
+SINK_PREV = "sink+previous"
+OTHER = "other"
+#: Every label :func:`~sinkscope.heads.classify.classify` can return, in a fixed order (used for
+#: legends and colours).
+HEAD_CLASSES: tuple[str, ...] = (SINK, DIAGONAL, SINK_PREV, OTHER)
+
+#: Name of the pooled pseudo-dataset in :func:`~sinkscope.heads.summary.pool_datasets` and
+#: :func:`~sinkscope.heads.summary.summarize`.
+POOLED = "all"
+
+#: Figures of one pair (rule classify_heads); ``sinkscope.paths`` exports them as
+#: ``HEAD_FIGURES``.
+FIGURES = ("mass_heatmaps", "class_map")
+
+MASS_COLUMNS: tuple[str, ...] = ("bos_mass", "diagonal_mass", "subdiagonal_mass", "sink_prev_mass")
+FLAG_COLUMNS: tuple[str, ...] = ("is_sink", "is_diagonal", "is_sink_prev")
+PER_HEAD_COLUMNS: tuple[str, ...] = (
+    "model",
+    "dataset",
+    "layer",
+    "head",
+    "n_sequences",
+    "bos_mass",
+    "bos_mass_std",
+    "diagonal_mass",
+    "subdiagonal_mass",
+    "sink_prev_mass",
+    *FLAG_COLUMNS,
+    "head_class",
+)
+
+SUMMARY_COLUMNS: tuple[str, ...] = (
+    "model",
+    "dataset",
+    "n_datasets",
+    "n_sequences",
+    "n_heads",
+    "frac_sink",
+    "frac_diagonal",
+    "frac_sink_prev",
+    "frac_other",
+    "statement",
+)
