@@ -12,7 +12,7 @@ needs ``models.<name>.bos_token_id`` in the config.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -137,7 +137,3 @@ def read_tokens(path: Path) -> tuple[np.ndarray, dict[str, Any]]:
     if token_ids_sha256(token_ids) != record["token_ids_sha256"]:
         raise ValueError(f"{path}: token ids do not match their recorded sha256")
     return token_ids, record
-
-
-def decode_sequences(tokenizer: Any, token_ids: Sequence[Sequence[int]]) -> list[str]:
-    return [tokenizer.decode(list(row)) for row in token_ids]

@@ -569,7 +569,7 @@ def observations_markdown(observations: pl.DataFrame) -> str:
         "",
         (
             "Facts the figures show about the models of this run, computed from the summary "
-            "tables (`sinkscope.observations`; also in `summary/observations.csv`). They carry no "
+            "tables (`sinkscope.claims.observations`; also in `summary/observations.csv`). They carry no "
             "verdict; where the paper says something about the same quantity it is quoted. "
             f"Layer levels: dominant = sink-head share >= {DOMINANT_SHARE:g}, partial = "
             f">= {WEAK_SHARE:g}, weak = > 0; with no sink head: sub-threshold = mean BOS mass "

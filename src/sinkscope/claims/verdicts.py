@@ -27,7 +27,7 @@ __all__ = [
     "VERDICTS",
     "Row",
     "Tables",
-    "heads",
+    "head_count",
     "model_dataset_order",
     "num",
     "pct",
@@ -101,7 +101,7 @@ def num(x: float | None, digits: int = 3) -> str:
     return f"{x:.{digits}g}"
 
 
-def heads(n: int) -> str:
+def head_count(n: int) -> str:
     return f"{n} head" if n == 1 else f"{n} heads"
 
 

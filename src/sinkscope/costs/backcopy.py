@@ -68,7 +68,6 @@ __all__ = [
     "condition3_vs_measured",
     "fit_slopes",
     "make_task",
-    "qk_structure",
     "run_backcopy",
     "run_backcopy_end_to_end",
     "sink_cheaper_reading",
@@ -938,38 +937,3 @@ def condition3_vs_measured(table: Sequence[Mapping[str, Any]]) -> list[dict[str,
                 }
             )
     return out
-
-
-def qk_structure(T: int, pattern: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Where the query-key nuclear norm sits (normalised program, margin 1; see the notes).
-
-    Returns the singular values of the minimum-norm ``W`` (embedding coordinates, rows =
-    query), the share of the top singular value, and the nuclear norms of the token-token
-    (``hh``), query-token x key-position (``hp``), query-position x key-token (``ph``) and
-    position-position (``pp``) blocks (the blocks' norms do not add up to the total).
-    """
-    p = _params(params)
-    seed_run(0, p)
-    task = make_task(T, int(p["n_dormant"]), int(p["n_copy"]), int(p["d_extra"]), 0)
-    sol = solve_margin_program(
-        margin_program(task, pattern, reduced=True),
-        method=str(p["qk_method"]),
-        tol=float(p["qk_gap_tol"]),
-        max_outer=int(p["qk_max_outer"]),
-    )
-    W = sol.W
-    h = slice(0, task.V + 1)
-    q = slice(task.V + 1, task.d)
-    sv = torch.linalg.svdvals(W)
-    nuc = lambda M: float(torch.linalg.svdvals(M).sum())
-    return {
-        "T": T,
-        "pattern": pattern,
-        "nuclear": sol.primal,
-        "singular_values": [float(x) for x in sv],
-        "top_share": float(sv[0] / sv.sum()),
-        "hh": nuc(W[h, h]),
-        "hp": nuc(W[h, q]),
-        "ph": nuc(W[q, h]),
-        "pp": nuc(W[q, q]),
-    }

@@ -61,17 +61,13 @@ import polars as pl
 import torch
 
 from sinkscope.dynamics.grids import (
-    VALUE_SOFTMAX_ACTIVATIONS,
     VALUE_SOFTMAX_DEFAULTS,
-    VALUE_SOFTMAX_LOSSES,
     value_softmax_grid,
     value_softmax_spec,
 )
 
 __all__ = [
-    "ACTIVATIONS",
     "DEFAULTS",
-    "LOSSES",
     "loss_and_gradient",
     "objective",
     "run_value_softmax",
@@ -81,8 +77,6 @@ __all__ = [
 
 #: A run counts as polarized when its final top attention weight reaches this value.
 POLARIZED = 0.9
-LOSSES = VALUE_SOFTMAX_LOSSES
-ACTIVATIONS = VALUE_SOFTMAX_ACTIVATIONS
 DEFAULTS = VALUE_SOFTMAX_DEFAULTS
 _spec = value_softmax_spec
 

@@ -9,7 +9,6 @@ sequences. :data:`TABLE_COLUMNS` names the columns of every per-pair table.
 
 from __future__ import annotations
 
-import ctypes
 import os
 from typing import Any
 
@@ -32,6 +31,7 @@ from sinkscope.h5layout import (
     default_block_size,
     open_activations,
     read_layer,
+    release_freed_memory,
 )
 from sinkscope.heads.classify import HeadClassThresholds, with_classes
 
@@ -165,19 +165,6 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "rel_bos_norm_max",
     ),
 }
-
-
-def _release_freed_memory() -> None:
-    """Hand freed heap pages back to the OS (glibc ``malloc_trim``; a no-op elsewhere).
-
-    Layer after layer the float64 work arrays of a few MB each fragment glibc's heap (its mmap
-    threshold adapts upwards), and the resident size creeps up by ~8 MB per layer although
-    nothing is kept; trimming after each layer keeps the peak at about one layer's working set.
-    """
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _attr(attrs: h5py.AttributeManager, name: str) -> Any:
@@ -460,7 +447,7 @@ def analyze_file(
                 )
             )
             del cos, x_norms, value_norms, vo_norms
-            _release_freed_memory()
+            release_freed_memory()
 
     tables: dict[str, pl.DataFrame] = {}
     tables["bos_alignment"] = _frame(

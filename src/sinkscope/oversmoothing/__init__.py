@@ -13,7 +13,7 @@ the bases of the §5 claims and the figures (Figs. 2, 4-11).
 * :mod:`.analysis` - one activation file: reading, passes and the per-pair tables
   (``analyze_file``; its docstring states the modelling decisions).
 * :mod:`.summary` - the figure/claim bases and the cross-pair summary (``summarize``).
-* :mod:`.panels` - panel layout and axis helpers of the figures.
+* :mod:`.panel_layout` - panel layout and axis helpers of the figures.
 * :mod:`.plots` - the figures (``plot_*``, ``plot_all``).
 
 Nothing is imported here: importing :mod:`.names` does not import torch.

@@ -138,7 +138,6 @@ dimensions: ``||Y_i||^2`` and ``sum_i Y_i/||Y_i||`` are expanded through the hea
 
 from __future__ import annotations
 
-import ctypes
 import math
 import mmap
 import os
@@ -155,6 +154,7 @@ from sinkscope.h5layout import (
     default_block_size,
     open_activations,
     read_layer,
+    release_freed_memory,
 )
 from sinkscope.oversmoothing.layer import LayerAnalysis, LayerResult
 from sinkscope.oversmoothing.names import HEAD_INFO_COLUMNS, PER_HEAD_COLUMNS, PER_LAYER_COLUMNS
@@ -172,14 +172,6 @@ __all__ = [
 DEFAULT_CONTEXT_LENGTHS: tuple[int, ...] = (32, 64, 128, 256)
 #: lambda grid on which the monotonicity of rho_hat(Y(lambda)) is checked.
 LAMBDA_GRID: np.ndarray = np.linspace(0.0, 1.0, 21)
-
-
-def _release_freed_memory() -> None:
-    """Hand freed heap pages back to the OS (glibc ``malloc_trim``; a no-op elsewhere)."""
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 # --------------------------------------------------------------------------- files and tables
@@ -395,12 +387,12 @@ def analyze_file(
                 analysis.finish(name)
                 # each pass allocates differently sized work arrays: without a trim the heap
                 # keeps the previous pass's freed pages (measured: +25-40 % peak RSS)
-                _release_freed_memory()
+                release_freed_memory()
             del data
-            _release_freed_memory()  # before the result's D x D float64 work arrays
+            release_freed_memory()  # before the result's D x D float64 work arrays
             result = analysis.result()
             del analysis
-            _release_freed_memory()
+            release_freed_memory()
             heads_frame, layer_frame = _layer_frames(layer, lengths, n_heads, result)
             head_rows.append(heads_frame)
             layer_rows.append(layer_frame)

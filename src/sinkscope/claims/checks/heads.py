@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from sinkscope.claims.verdicts import Row, heads, model_dataset_order, pct, require, row
+from sinkscope.claims.verdicts import Row, head_count, model_dataset_order, pct, require, row
 
 __all__ = [
     "check_diagonal_fraction_in_paper_range",
@@ -63,13 +63,13 @@ def check_diagonal_heads_rarer(head_classes: pl.DataFrame) -> list[Row]:
         elif not rarer:
             reason = f"diagonal heads ({pct(diag)}) are not rarer than sink heads ({pct(sink)})"
         else:
-            reason = f"{heads(n_diag)} diagonal ({pct(diag)}) < sink heads ({pct(sink)})"
+            reason = f"{head_count(n_diag)} diagonal ({pct(diag)}) < sink heads ({pct(sink)})"
         rows.append(
             row(
                 r["model"],
                 r["dataset"],
                 f"{r['n_heads']} heads",
-                f"diagonal {pct(diag)} ({heads(n_diag)}), sink {pct(sink)}",
+                f"diagonal {pct(diag)} ({head_count(n_diag)}), sink {pct(sink)}",
                 diag,
                 "0 < frac_diagonal < frac_sink",
                 exists and rarer,
