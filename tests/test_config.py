@@ -325,3 +325,13 @@ def test_alternatives_and_too_short_lists_are_described_in_words(default_config:
     message = str(raised.value)
     assert "extraction.batch_size: 0 is not an integer >= 1 or 'auto' (sequences per" in message
     assert "costs.backcopy.T: [3] has 1 item; at least 2 are needed" in message
+
+
+def test_backcopy_params_fill_the_defaults_under_the_config() -> None:
+    """The back-copy summary's |D| is the config's, else the runs' default (stated once, in
+    sinkscope.defaults.BACKCOPY_PARAMS)."""
+    from sinkscope.config import backcopy_params
+    from sinkscope.defaults import BACKCOPY_PARAMS
+
+    assert backcopy_params({}) == BACKCOPY_PARAMS
+    assert backcopy_params({"costs": {"backcopy": {"params": {"n_dormant": 3}}}})["n_dormant"] == 3

@@ -211,6 +211,15 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def backcopy_params(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``costs.backcopy.params`` of a validated config over
+    :data:`sinkscope.defaults.BACKCOPY_PARAMS` (what every back-copy run uses)."""
+    from sinkscope.defaults import BACKCOPY_PARAMS
+
+    section = config.get("costs", {}).get("backcopy", {})
+    return {**BACKCOPY_PARAMS, **(section.get("params") or {})}
+
+
 def streaming_params(config: Mapping[str, Any]) -> dict[str, Any]:
     """``streaming.params`` of a validated config over :data:`sinkscope.defaults.STREAMING_PARAMS`
     (the StreamingLLM streams' settings; the long-context geometry test reuses their seed)."""

@@ -5,7 +5,7 @@ from snakemake.logging import logger
 from snakemake.utils import validate
 
 # (the Snakefile puts this repository's src/ on sys.path)
-from sinkscope.config import validate_config, pairs, streaming_params
+from sinkscope.config import backcopy_params, pairs, streaming_params, validate_config
 from sinkscope.paths import (
     GEOMETRY_FIGURES,
     GEOMETRY_LONG_CONTEXT_TABLES,

@@ -105,7 +105,7 @@ rule summarize_backcopy:
         ),
     params:
         condition3=config["costs"]["condition3"],
-        n_dormant=config["costs"]["backcopy"]["params"].get("n_dormant", 5),
+        n_dormant=backcopy_params(config)["n_dormant"],
     priority: PRIORITY["summarize_backcopy"]
     log:
         paths.log("summarize_backcopy", "all"),
