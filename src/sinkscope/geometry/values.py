@@ -332,8 +332,9 @@ def vo_classes(bos_value_norm: pl.DataFrame) -> pl.DataFrame:
     Groups (column ``definition``, :data:`VO_GROUP_DEFINITIONS`): every exclusive
     ``head_class``, named as in the class map's legend (:data:`VO_CLASS_GROUPS`: its sink group
     is ``"sink (not sink+previous)"``), and ``"is_sink"`` / ``"not_sink"``
-    (:func:`sinkscope.heads.is_sink`: every head with ``bos_mass`` at the sink threshold,
-    sink+previous included; the claim and the value-norm figure use these). The ``"is_sink"``
+    (the ``is_sink`` flag of :func:`sinkscope.heads.classify.with_classes`: every head with
+    ``bos_mass`` at the sink threshold, sink+previous included; the claim and the value-norm
+    figure use these). The ``"is_sink"``
     rows also carry the effect size of :func:`sink_value_norm_effect` (ratio of the sink to the
     non-sink median with its bootstrap interval and per-dataset spread).
     """
