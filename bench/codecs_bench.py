@@ -28,7 +28,7 @@ import numpy as np
 
 from sinkscope import h5codec, h5layout
 
-KINDS = ("attention/probs", "residual/X", "attention/residual_update")
+KINDS = (h5layout.ATTENTION_PROBS, h5layout.RESIDUAL_X, h5layout.ATTENTION_RESIDUAL_UPDATE)
 #: the extraction's own encoders (sinkscope.h5codec) at the levels measured
 THREADED = (("zstd", 1), ("gzip", 1), ("none", 0))
 

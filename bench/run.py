@@ -406,7 +406,7 @@ def attention_encodings(h5: Path, layers: list[int]) -> list[dict[str, Any]]:
     bytes over raw float32 bytes of the full (T1 x T1) maps.
     """
     with h5layout.open_activations(h5) as handle:
-        probs = np.stack([handle["attention/probs"][layer] for layer in layers])  # (l, N, H, T, T)
+        probs = np.stack([handle[h5layout.ATTENTION_PROBS][layer] for layer in layers])  # (l, N, H, T, T)
     exact = probs.astype(np.float32)  # the stored float16 maps are the reference here
     _n_layers, _n_seq, n_heads, t1, _ = probs.shape
     rows_i, cols_i = np.tril_indices(t1)
@@ -996,9 +996,9 @@ def projection(results: dict[str, Any]) -> list[dict[str, Any]]:
     for name, shape in PAPER_SHAPES.items():
         L, H, D = shape["n_layers"], shape["n_heads"], shape["d_model"]
         raw = {  # stored dtypes: attention float16, X float32, updates float16
-            "attention/probs": L * PAPER_N * H * PAPER_T1**2 * 2,
-            "residual/X": L * PAPER_N * PAPER_T1 * D * 4,
-            "attention/residual_update": L * PAPER_N * PAPER_T1 * D * 2,
+            h5layout.ATTENTION_PROBS: L * PAPER_N * H * PAPER_T1**2 * 2,
+            h5layout.RESIDUAL_X: L * PAPER_N * PAPER_T1 * D * 4,
+            h5layout.ATTENTION_RESIDUAL_UPDATE: L * PAPER_N * PAPER_T1 * D * 2,
         }
         stored = sum(raw.values())
         on_disk = sum(raw[k] * zstd[k]["ratio"] for k in raw)

@@ -101,3 +101,25 @@ def test_a_damaged_chunk_names_the_file_and_chunk(tmp_path: Path, compression) -
 
         read_layer(f["d"], 0, slice(0, 1), empty=empty)
         assert allocated == [((1, 4, 6), np.dtype("float16"))]
+
+
+def test_dataset_names_are_stated_once_in_h5layout() -> None:
+    """Every stored dataset's name is an h5layout constant, and no other module or benchmark
+    spells the string out (a renamed dataset changes in one place)."""
+    import re
+    from pathlib import Path
+
+    from sinkscope import h5layout
+
+    names = {spec.name for spec in h5layout.DATASETS}
+    constants = {v for k, v in vars(h5layout).items() if k.isupper() and isinstance(v, str)}
+    assert names <= constants
+    repo = Path(__file__).resolve().parents[1]
+    literal = re.compile("|".join(re.escape(f'"{n}"') for n in sorted(names)))
+    sources = [*(repo / "src" / "sinkscope").rglob("*.py"), *(repo / "bench").glob("*.py")]
+    offenders = [
+        str(p.relative_to(repo))
+        for p in sources
+        if p.name != "h5layout.py" and literal.search(p.read_text())
+    ]
+    assert not offenders, offenders

@@ -24,7 +24,7 @@ import h5py
 import numpy as np
 
 from sinkscope import h5codec, h5layout
-from sinkscope.heads.classify import ATTENTION_DATASET, attention_masses
+from sinkscope.heads.classify import attention_masses
 
 
 def _storage(dataset: h5py.Dataset) -> str:
@@ -79,12 +79,12 @@ def describe_file(handle: h5py.File) -> str:
 
 def describe_attention(handle: h5py.File, layer: int, sequence: int, head: int) -> str:
     """One head's attention map with the pattern masses of paper §3."""
-    if ATTENTION_DATASET not in handle:
+    if h5layout.ATTENTION_PROBS not in handle:
         raise h5layout.ActivationFileError(
-            f"{handle.filename}: has no {ATTENTION_DATASET} dataset, so --attention has nothing "
+            f"{handle.filename}: has no {h5layout.ATTENTION_PROBS} dataset, so --attention has nothing "
             f"to show (`sinkscope inspect {handle.filename}` lists what the file holds)"
         )
-    probs = handle[ATTENTION_DATASET]
+    probs = handle[h5layout.ATTENTION_PROBS]
     n_layers, n_seq, n_heads = probs.shape[:3]
     for name, value, limit in (
         ("layer", layer, n_layers),

@@ -394,7 +394,7 @@ def extract_activations(
         for key, value in attrs.items():
             handle.attrs[key] = value
         datasets = _create_datasets(handle, sizes, settings)
-        datasets["tokens/input_ids"][...] = token_ids
+        datasets[layout.TOKEN_IDS][...] = token_ids
         _write_weights(model, datasets, shape.n_layers)
         body = base_model(model)
         batches = range(0, n_seq, batch_size)
@@ -463,11 +463,11 @@ def _write_weights(
         norm_bias = getattr(getattr(layers[index], arch.input_norm), "bias", None)
         bias = torch.zeros_like(gain) if norm_bias is None else norm_bias.detach().float()
         for name, tensor in (
-            ("weights/W_V", w_v),
-            ("weights/b_V", b_v),
-            ("weights/W_O", w_o),
-            ("weights/norm_gain", gain),
-            ("weights/norm_bias", bias),
+            (layout.WEIGHT_W_V, w_v),
+            (layout.WEIGHT_B_V, b_v),
+            (layout.WEIGHT_W_O, w_o),
+            (layout.WEIGHT_NORM_GAIN, gain),
+            (layout.WEIGHT_NORM_BIAS, bias),
         ):
             datasets[name][index] = tensor.cpu().numpy().astype(datasets[name].dtype)
 
@@ -485,9 +485,9 @@ def _host_arrays(
             raise RuntimeError("the model returned no attention probabilities (not eager?)")
         update = capture.mid_residual[index] - x
         for name, tensor, key in (
-            ("residual/X", x, "residual"),
-            ("attention/probs", probs, "attention"),
-            ("attention/residual_update", update, "activations"),
+            (layout.RESIDUAL_X, x, "residual"),
+            (layout.ATTENTION_PROBS, probs, "attention"),
+            (layout.ATTENTION_RESIDUAL_UPDATE, update, "activations"),
         ):
             arrays.append((name, index, _to_storage(tensor, dtypes[key], f"{name} layer {index}")))
     return arrays

@@ -43,6 +43,18 @@ from sinkscope import h5codec
 FORMAT = "sinkscope-activations"
 SCHEMA_VERSION = 2
 
+#: Names of the stored datasets (their specs are :data:`DATASETS`); every reader and writer uses
+#: these, never the strings.
+TOKEN_IDS = "tokens/input_ids"
+RESIDUAL_X = "residual/X"
+ATTENTION_PROBS = "attention/probs"
+ATTENTION_RESIDUAL_UPDATE = "attention/residual_update"
+WEIGHT_W_V = "weights/W_V"
+WEIGHT_B_V = "weights/b_V"
+WEIGHT_W_O = "weights/W_O"
+WEIGHT_NORM_GAIN = "weights/norm_gain"
+WEIGHT_NORM_BIAS = "weights/norm_bias"
+
 
 @dataclass(frozen=True)
 class DatasetSpec:
@@ -64,7 +76,7 @@ STORAGE_DTYPE_KEYS = ("attention", "residual", "activations", "weights")
 
 DATASETS: tuple[DatasetSpec, ...] = (
     DatasetSpec(
-        "tokens/input_ids",
+        TOKEN_IDS,
         ("sequence", "position"),
         "int32",
         "x",
@@ -72,7 +84,7 @@ DATASETS: tuple[DatasetSpec, ...] = (
         ("sequence", "position"),
     ),
     DatasetSpec(
-        "residual/X",
+        RESIDUAL_X,
         ("layer", "sequence", "position", "d_model"),
         "residual",
         "X^(l)",
@@ -81,7 +93,7 @@ DATASETS: tuple[DatasetSpec, ...] = (
         ("position", "d_model"),
     ),
     DatasetSpec(
-        "attention/probs",
+        ATTENTION_PROBS,
         ("layer", "sequence", "head", "query", "key"),
         "attention",
         "A^(l,h)",
@@ -89,7 +101,7 @@ DATASETS: tuple[DatasetSpec, ...] = (
         ("head", "query", "key"),
     ),
     DatasetSpec(
-        "attention/residual_update",
+        ATTENTION_RESIDUAL_UPDATE,
         ("layer", "sequence", "position", "d_model"),
         "activations",
         "ATTN(Z)",
@@ -98,7 +110,7 @@ DATASETS: tuple[DatasetSpec, ...] = (
         ("position", "d_model"),
     ),
     DatasetSpec(
-        "weights/W_V",
+        WEIGHT_W_V,
         ("layer", "head", "head_dim", "d_model"),
         "weights",
         "W_V^(l,h)",
@@ -106,7 +118,7 @@ DATASETS: tuple[DatasetSpec, ...] = (
         ("head", "head_dim", "d_model"),
     ),
     DatasetSpec(
-        "weights/b_V",
+        WEIGHT_B_V,
         ("layer", "head", "head_dim"),
         "weights",
         "b_V^(l,h)",
@@ -114,7 +126,7 @@ DATASETS: tuple[DatasetSpec, ...] = (
         ("head", "head_dim"),
     ),
     DatasetSpec(
-        "weights/W_O",
+        WEIGHT_W_O,
         ("layer", "head", "d_model", "head_dim"),
         "weights",
         "W_O^(l,h)",
@@ -124,7 +136,7 @@ DATASETS: tuple[DatasetSpec, ...] = (
         ("head", "d_model", "head_dim"),
     ),
     DatasetSpec(
-        "weights/norm_gain",
+        WEIGHT_NORM_GAIN,
         ("layer", "d_model"),
         "weights",
         "g^(l)",
@@ -133,7 +145,7 @@ DATASETS: tuple[DatasetSpec, ...] = (
         ("d_model",),
     ),
     DatasetSpec(
-        "weights/norm_bias",
+        WEIGHT_NORM_BIAS,
         ("layer", "d_model"),
         "weights",
         "b^(l)",
@@ -326,11 +338,11 @@ def w_vo(handle: h5py.File, layer: int, with_norm_gain: bool = False) -> np.ndar
     ``with_norm_gain=True`` composes them with ``diag(norm_gain)`` (acting on the gain-free
     RMS-normalised input, the paper's §3 setting).
     """
-    w_v = handle["weights/W_V"][layer].astype(np.float64)
-    w_o = handle["weights/W_O"][layer].astype(np.float64)
+    w_v = handle[WEIGHT_W_V][layer].astype(np.float64)
+    w_o = handle[WEIGHT_W_O][layer].astype(np.float64)
     product = np.einsum("hdk,hke->hde", w_o, w_v)
     if with_norm_gain:
-        product = product * handle["weights/norm_gain"][layer].astype(np.float64)[None, None, :]
+        product = product * handle[WEIGHT_NORM_GAIN][layer].astype(np.float64)[None, None, :]
     return product
 
 
@@ -457,16 +469,16 @@ class InputProjection:
         kind, eps, cast, dtype = _norm_settings(handle)
         n_heads, n_kv = int(handle.attrs["n_heads"]), int(handle.attrs["n_kv_heads"])
         group = n_heads // n_kv
-        w_v = handle["weights/W_V"][layer][::group].astype(np.float64)  # (K, hd, D)
-        b_v = handle["weights/b_V"][layer][::group].astype(np.float64)  # (K, hd)
+        w_v = handle[WEIGHT_W_V][layer][::group].astype(np.float64)  # (K, hd, D)
+        b_v = handle[WEIGHT_B_V][layer][::group].astype(np.float64)  # (K, hd)
         k, hd, d = w_v.shape
         return cls(
             kind=kind,
             eps=eps,
             cast=cast,
             dtype=dtype,
-            gain=handle["weights/norm_gain"][layer],
-            bias=handle["weights/norm_bias"][layer],
+            gain=handle[WEIGHT_NORM_GAIN][layer],
+            bias=handle[WEIGHT_NORM_BIAS][layer],
             w_v=np.ascontiguousarray(w_v.reshape(k * hd, d).T),
             b_v=b_v.reshape(-1),
             n_kv_heads=k,
@@ -512,7 +524,7 @@ def read_Z(
     """
     projection = InputProjection.read(handle, layer)
     if x is None:
-        x = handle["residual/X"][layer, sequences, :stop]
+        x = handle[RESIDUAL_X][layer, sequences, :stop]
     return projection.Z(x)
 
 
@@ -528,7 +540,7 @@ def read_values(
     already (else it is read)."""
     projection = InputProjection.read(handle, layer)
     if z is None:
-        x = handle["residual/X"][layer, sequences, :stop]
+        x = handle[RESIDUAL_X][layer, sequences, :stop]
         z = projection.Z(x)
     return projection.values(z)
 
@@ -675,7 +687,7 @@ def default_block_size(handle: h5py.File | h5py.Group) -> int:
     oversmoothing ~11x before heap fragmentation, ~20x with it), so the working set stays near
     one layer's data. Used by :mod:`sinkscope.oversmoothing.analysis` and :mod:`sinkscope.geometry.analysis`.
     """
-    n_seq = int(handle["residual/X"].shape[1])
+    n_seq = int(handle[RESIDUAL_X].shape[1])
     per_sequence = sum(sequence_layer_bytes(handle).values())
     budget = min(BLOCK_LAYER_FRACTION * n_seq * per_sequence, BLOCK_MAX_BYTES)
     return int(min(n_seq, max(1, budget // per_sequence)))

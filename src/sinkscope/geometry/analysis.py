@@ -27,6 +27,10 @@ from sinkscope.geometry.values import (
     value_output_norms,
 )
 from sinkscope.h5layout import (
+    ATTENTION_PROBS,
+    RESIDUAL_X,
+    TOKEN_IDS,
+    WEIGHT_W_O,
     InputProjection,
     default_block_size,
     open_activations,
@@ -320,7 +324,7 @@ def analyze_file(
     with open_activations(h5_path) as handle:
         attrs = handle.attrs
         model, dataset = str(_attr(attrs, "model_name")), str(_attr(attrs, "dataset_name"))
-        x_ds, probs_ds = handle["residual/X"], handle["attention/probs"]
+        x_ds, probs_ds = handle[RESIDUAL_X], handle[ATTENTION_PROBS]
         n_layers, n_seq, t1, _ = x_ds.shape
         n_heads = probs_ds.shape[2]
         n_kv, head_dim = int(attrs["n_kv_heads"]), int(attrs["head_dim"])
@@ -328,7 +332,7 @@ def analyze_file(
         ids = {"model": model, "dataset": dataset}
         heads = _head_classes(per_head, model, dataset, n_layers, n_heads, th)
         sink = heads["is_sink"].to_numpy().reshape(n_layers, n_heads)
-        token_ids = handle["tokens/input_ids"][:]
+        token_ids = handle[TOKEN_IDS][:]
         m = min(t1, head_dim)
 
         align_rows: list[dict[str, Any]] = []
@@ -342,7 +346,7 @@ def analyze_file(
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         for layer in range(n_layers):
             sink_heads = np.flatnonzero(sink[layer])
-            w_o = handle["weights/W_O"][layer]
+            w_o = handle[WEIGHT_W_O][layer]
             vo_factor = value_output_factor(w_o)
             projection = InputProjection.read(handle, layer)
             # per-sequence results of the layer, filled block by block (a few sequences of Z,

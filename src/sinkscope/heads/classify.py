@@ -49,7 +49,7 @@ import h5py
 import numpy as np
 import polars as pl
 
-from sinkscope.h5layout import open_activations
+from sinkscope.h5layout import ATTENTION_PROBS, open_activations
 from sinkscope.heads.names import (
     DIAGONAL,
     FLAG_COLUMNS,
@@ -60,7 +60,6 @@ from sinkscope.heads.names import (
 )
 
 __all__ = [
-    "ATTENTION_DATASET",
     "TOLERANCE",
     "HeadClassThresholds",
     "attention_masses",
@@ -72,7 +71,6 @@ __all__ = [
 
 #: Absolute tolerance of every threshold comparison.
 TOLERANCE = 1e-9
-ATTENTION_DATASET = "attention/probs"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,19 +245,19 @@ def classify_file(
     with open_activations(h5_path) as handle:
         model = _attr_str(handle.attrs, "model_name", h5_path)
         dataset = _attr_str(handle.attrs, "dataset_name", h5_path)
-        if ATTENTION_DATASET not in handle:
-            raise ValueError(f"{h5_path}: no dataset {ATTENTION_DATASET!r}")
-        probs_ds = handle[ATTENTION_DATASET]
+        if ATTENTION_PROBS not in handle:
+            raise ValueError(f"{h5_path}: no dataset {ATTENTION_PROBS!r}")
+        probs_ds = handle[ATTENTION_PROBS]
         if probs_ds.ndim != 5:
             raise ValueError(
-                f"{h5_path}: {ATTENTION_DATASET} must have shape (L, N, H, T1, T1), "
+                f"{h5_path}: {ATTENTION_PROBS} must have shape (L, N, H, T1, T1), "
                 f"got {probs_ds.shape}"
             )
         n_layers, n_seq = probs_ds.shape[:2]
         if "n_sequences" in handle.attrs and int(handle.attrs["n_sequences"]) != n_seq:
             raise ValueError(
                 f"{h5_path}: attribute n_sequences={int(handle.attrs['n_sequences'])} but "
-                f"{ATTENTION_DATASET} holds {n_seq} sequences"
+                f"{ATTENTION_PROBS} holds {n_seq} sequences"
             )
         selected = range(n_layers) if layers is None else [int(layer) for layer in layers]
         for layer in selected:

@@ -150,6 +150,13 @@ import polars as pl
 import torch
 
 from sinkscope.h5layout import (
+    ATTENTION_PROBS,
+    ATTENTION_RESIDUAL_UPDATE,
+    RESIDUAL_X,
+    WEIGHT_B_V,
+    WEIGHT_NORM_GAIN,
+    WEIGHT_W_O,
+    WEIGHT_W_V,
     InputProjection,
     default_block_size,
     open_activations,
@@ -246,7 +253,7 @@ def _read_layer(handle: Any, layer: int, stop: int, blocks: Sequence[slice]) -> 
     def read(name: str, trailing: tuple[slice, ...]) -> np.ndarray:
         return read_layer(handle[name], layer, trailing=trailing, empty=_mapped_empty)
 
-    x = read("residual/X", (slice(stop),))
+    x = read(RESIDUAL_X, (slice(stop),))
     projection = InputProjection.read(handle, layer)
     values: np.ndarray | None = None
     for sl in blocks:  # block by block: Z is a transient float32 copy of X
@@ -258,8 +265,8 @@ def _read_layer(handle: Any, layer: int, stop: int, blocks: Sequence[slice]) -> 
     return _LayerData(
         projection=projection,
         x=x,
-        update=read("attention/residual_update", (slice(stop),)),
-        probs=read("attention/probs", (slice(None), slice(stop), slice(stop))),
+        update=read(ATTENTION_RESIDUAL_UPDATE, (slice(stop),)),
+        probs=read(ATTENTION_PROBS, (slice(None), slice(stop), slice(stop))),
         values=values,
     )
 
@@ -289,10 +296,10 @@ def _block(
 
 def _read_weights(handle: Any, layer: int) -> dict[str, torch.Tensor]:
     return {
-        "w_v": torch.from_numpy(handle["weights/W_V"][layer]),
-        "b_v": torch.from_numpy(handle["weights/b_V"][layer]),
-        "w_o": torch.from_numpy(handle["weights/W_O"][layer]),
-        "gain": torch.from_numpy(handle["weights/norm_gain"][layer]),
+        "w_v": torch.from_numpy(handle[WEIGHT_W_V][layer]),
+        "b_v": torch.from_numpy(handle[WEIGHT_B_V][layer]),
+        "w_o": torch.from_numpy(handle[WEIGHT_W_O][layer]),
+        "gain": torch.from_numpy(handle[WEIGHT_NORM_GAIN][layer]),
     }
 
 
@@ -355,9 +362,9 @@ def analyze_file(
         model = str(_attr(handle, "model_name"))
         dataset = str(_attr(handle, "dataset_name"))
         post_norm = bool(_attr(handle, "post_attention_norm"))
-        x_ds = handle["residual/X"]
+        x_ds = handle[RESIDUAL_X]
         n_layers, n_seq, t1, _ = x_ds.shape
-        n_heads = handle["attention/probs"].shape[2]
+        n_heads = handle[ATTENTION_PROBS].shape[2]
         n_kv = int(_attr(handle, "n_kv_heads"))
         lengths = resolve_context_lengths(context_lengths, t1 - 1)
         start = 0 if include_bos else 1
