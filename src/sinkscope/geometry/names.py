@@ -1,10 +1,14 @@
 """Names of the geometry stage: its tables and figures, point sets, statement bases, pooled rows.
 
-No computation and no imports: :mod:`sinkscope.paths` (and through it the workflow) reads the
-table and figure names here without loading numpy or torch.
+No computation, and no import but :data:`~sinkscope.heads.names.POOLED`: :mod:`sinkscope.paths`
+(and through it the workflow) reads the table and figure names here without loading numpy or
+torch.
 """
 
 from __future__ import annotations
+
+# the pooled pseudo-dataset of every summary, stated once in heads.names
+from sinkscope.heads.names import POOLED
 
 __all__ = [
     "ALL_TOKENS",
@@ -54,8 +58,6 @@ FIGURES = (
     "bos_residual_norm",
 )
 
-#: Name of the pooled pseudo-dataset (as in :mod:`sinkscope.heads.names`).
-POOLED = "all"
 #: The three point sets of the half-space test (:mod:`sinkscope.geometry.halfspace`).
 BOS_MINUS_TOKEN = "bos_minus_token"
 ATTENDING = "attending"

@@ -1,11 +1,15 @@
 """Names of the oversmoothing stage: its tables, figures, pooled rows and table columns.
 
-No computation and no imports: :mod:`sinkscope.paths` (and through it the workflow's rules) reads
+No computation, and no import but :data:`~sinkscope.heads.names.POOLED`: :mod:`sinkscope.paths`
+(and through it the workflow's rules) reads
 :data:`TABLES` and :data:`FIGURES` here without loading numpy or torch;
 :func:`sinkscope.oversmoothing.plots.plot_all` writes the files of :data:`FIGURE_FILES`.
 """
 
 from __future__ import annotations
+
+# the pooled pseudo-dataset of every summary, stated once in heads.names
+from sinkscope.heads.names import POOLED
 
 __all__ = [
     "FIGURES",
@@ -45,8 +49,6 @@ FIGURE_FILES: dict[str, str] = {
     "uniformity": "fig10_uniformity.png",
     "deviating_heads": "fig11_deviating_heads.png",
 }
-#: Name of the pooled pseudo-dataset in :func:`~sinkscope.oversmoothing.summary.summarize`.
-POOLED = "all"
 #: Columns of the head classification copied into ``per_head``, and the columns of the tables
 #: ``per_head`` and ``per_layer`` of :func:`~sinkscope.oversmoothing.analysis.analyze_file`.
 HEAD_INFO_COLUMNS: tuple[str, ...] = (
