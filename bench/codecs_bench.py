@@ -7,7 +7,7 @@ registers: Zstandard, LZ4, Bitshuffle, Blosc, Blosc2) and every per-layer tensor
 (attention maps, the float32 residual stream, the attention updates), some layers are written
 through h5py with the layout's chunking, then read back, on one thread: bytes on disk over the
 stored dtype's bytes, write and read throughput in MB/s of stored-dtype bytes per core. The
-extraction's own parallel encoders (``sinkscope.h5codec``) are timed beside them on every core
+extraction's own parallel encoders (``sinkscope.extraction.h5codec``) are timed beside them on every core
 the process may use. Every candidate is checked to round-trip bit for bit.
 """
 
@@ -26,10 +26,10 @@ import h5py
 import hdf5plugin
 import numpy as np
 
-from sinkscope import h5codec, h5layout
+from sinkscope.extraction import h5codec, h5layout
 
 KINDS = (h5layout.ATTENTION_PROBS, h5layout.RESIDUAL_X, h5layout.ATTENTION_RESIDUAL_UPDATE)
-#: the extraction's own encoders (sinkscope.h5codec) at the levels measured
+#: the extraction's own encoders (sinkscope.extraction.h5codec) at the levels measured
 THREADED = (("zstd", 1), ("gzip", 1), ("none", 0))
 
 
@@ -96,8 +96,8 @@ def measure_pipeline(
 def measure_threaded(
     array: np.ndarray, chunks: tuple[int, ...], codec: str, level: int, folder: Path
 ) -> dict[str, float]:
-    """The extraction's encoder (:func:`sinkscope.h5codec.encode_chunk` in a thread pool,
-    ``write_direct_chunk``) and the analyses' reader (:func:`sinkscope.h5layout.read_layer`), on
+    """The extraction's encoder (:func:`sinkscope.extraction.h5codec.encode_chunk` in a thread pool,
+    ``write_direct_chunk``) and the analyses' reader (:func:`sinkscope.extraction.h5layout.read_layer`), on
     every core this process may use; the result is checked against h5py's own reader."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -172,7 +172,7 @@ def measure(
                 runs = [
                     measure_threaded(array, chunks, codec, level, folder) for _ in range(repeats)
                 ]
-                path = f"sinkscope.h5codec, {runs[0]['threads']} threads"
+                path = f"sinkscope.extraction.h5codec, {runs[0]['threads']} threads"
                 rows.append(_row(f"{codec}({level}) sinkscope threaded", kind, array, runs, path))
     return {"file": str(h5), "layers_per_kind": n_layers, "rows": rows}
 

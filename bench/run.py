@@ -44,11 +44,11 @@ import numpy as np
 import torch
 import yaml
 
-from sinkscope import h5layout
 from sinkscope.config import load_config
-from sinkscope.extract import ExtractionSettings, extract_activations
-from sinkscope.models import base_model, load_model
-from sinkscope.tokens import prepare_tokens, read_tokens
+from sinkscope.extraction import h5layout
+from sinkscope.extraction.extract import ExtractionSettings, extract_activations
+from sinkscope.prepare.models import base_model, load_model
+from sinkscope.prepare.tokens import prepare_tokens, read_tokens
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -406,7 +406,9 @@ def attention_encodings(h5: Path, layers: list[int]) -> list[dict[str, Any]]:
     bytes over raw float32 bytes of the full (T1 x T1) maps.
     """
     with h5layout.open_activations(h5) as handle:
-        probs = np.stack([handle[h5layout.ATTENTION_PROBS][layer] for layer in layers])  # (l, N, H, T, T)
+        probs = np.stack(
+            [handle[h5layout.ATTENTION_PROBS][layer] for layer in layers]
+        )  # (l, N, H, T, T)
     exact = probs.astype(np.float32)  # the stored float16 maps are the reference here
     _n_layers, _n_seq, n_heads, t1, _ = probs.shape
     rows_i, cols_i = np.tril_indices(t1)

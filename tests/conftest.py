@@ -13,10 +13,10 @@ import pytest
 import torch
 import yaml
 
-from sinkscope.extract import ExtractionSettings, extract_activations
+from sinkscope.extraction.extract import ExtractionSettings, extract_activations
 from sinkscope.io import write_json
-from sinkscope.models import load_model, prepare_model
-from sinkscope.tokens import token_ids_sha256
+from sinkscope.prepare.models import load_model, prepare_model
+from sinkscope.prepare.tokens import token_ids_sha256
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "configs" / "tiny.yaml"

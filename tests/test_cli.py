@@ -12,8 +12,8 @@ import h5py
 import numpy as np
 import pytest
 
-from sinkscope import h5layout
 from sinkscope.cli import main
+from sinkscope.extraction import h5layout
 
 
 def test_inspect_prints_provenance_and_datasets(extracted, capsys) -> None:

@@ -20,7 +20,7 @@ import polars as pl
 import pytest
 import torch
 
-from sinkscope import h5layout
+from sinkscope.extraction import h5layout
 from sinkscope.paths import HEAD_FIGURES, Paths
 from tests.conftest import TINY, job_counts, snakemake
 
@@ -110,7 +110,7 @@ def test_all_outputs_exist_and_rerun_is_a_no_op(tiny_run: Path, download_dir: Pa
 
 
 def _direct_forward(tiny_run: Path) -> tuple[np.ndarray, object]:
-    from sinkscope.models import load_model
+    from sinkscope.prepare.models import load_model
 
     with h5layout.open_activations(tiny_run / "results/activations/smollm2-135m/alice.h5") as f:
         ids = f["tokens/input_ids"][...]
@@ -322,7 +322,7 @@ def test_a_damaged_activation_file_names_the_command_that_rebuilds_it(
         "HDF5 file" in failed.stdout + failed.stderr
     )
     log = (run / RELATIVE.log("classify_heads", "{model}/{dataset}").format(**PAIR)).read_text()
-    error = "sinkscope.h5layout.ActivationFileError: "
+    error = "sinkscope.extraction.h5layout.ActivationFileError: "
     (message,) = [line[len(error) :] for line in log.splitlines() if line.startswith(error)]
     assert message.startswith(f"{activations}: not a readable HDF5 file (")
     assert message.endswith(

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import h5py
 import numpy as np
 
-from sinkscope import h5codec, h5layout
+from sinkscope.extraction import h5codec, h5layout
 from sinkscope.heads.classify import attention_masses
 
 
@@ -36,7 +36,7 @@ def _storage(dataset: h5py.Dataset) -> str:
 
 
 def missing_datasets(handle: h5py.File) -> list[str]:
-    """The datasets of the layout (:data:`sinkscope.h5layout.DATASETS`) that a file lacks."""
+    """The datasets of the layout (:data:`sinkscope.extraction.h5layout.DATASETS`) that a file lacks."""
     return [spec.name for spec in h5layout.DATASETS if spec.name not in handle]
 
 
@@ -153,7 +153,7 @@ def _check_config(paths: Sequence[str]) -> int:
 
 def _pin_revisions(config: str, check: bool) -> int:
     from sinkscope.config import ConfigError
-    from sinkscope.revisions import PinError, pin_revisions, unpinned
+    from sinkscope.prepare.revisions import PinError, pin_revisions, unpinned
 
     try:
         if check:

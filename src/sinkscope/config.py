@@ -173,7 +173,7 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
         except ValueError as error:
             problems.append(str(error))
     extraction = config["extraction"]
-    from sinkscope.h5codec import CodecUnavailableError, check_codec
+    from sinkscope.extraction.h5codec import CodecUnavailableError, check_codec
 
     try:
         check_codec(extraction["codec"], extraction["compression_level"])

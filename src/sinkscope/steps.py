@@ -39,7 +39,7 @@ def redirect_to_log(log_path: str) -> TextIO:
 
 
 def prepare_model(smk: Any) -> None:
-    from sinkscope.models import prepare_model as prepare
+    from sinkscope.prepare.models import prepare_model as prepare
 
     prepare(
         smk.wildcards.model,
@@ -50,7 +50,7 @@ def prepare_model(smk: Any) -> None:
 
 
 def prepare_corpus(smk: Any) -> None:
-    from sinkscope.corpora import prepare_corpus as prepare
+    from sinkscope.prepare.corpora import prepare_corpus as prepare
 
     prepare(
         smk.wildcards.dataset,
@@ -61,7 +61,7 @@ def prepare_corpus(smk: Any) -> None:
 
 
 def cut_tokens(smk: Any) -> None:
-    from sinkscope.tokens import prepare_tokens
+    from sinkscope.prepare.tokens import prepare_tokens
 
     extraction = smk.params.extraction
     prepare_tokens(
@@ -77,8 +77,8 @@ def cut_tokens(smk: Any) -> None:
 
 
 def extract_activations(smk: Any) -> None:
-    from sinkscope.extract import ExtractionSettings, config_digest
-    from sinkscope.extract import extract_activations as extract
+    from sinkscope.extraction.extract import ExtractionSettings, config_digest
+    from sinkscope.extraction.extract import extract_activations as extract
 
     torch.set_num_threads(max(1, int(smk.threads)))
     extraction = smk.params.extraction

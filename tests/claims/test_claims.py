@@ -121,7 +121,9 @@ def test_paper_ranges_are_inclusive(head_classes: pl.DataFrame) -> None:
     assert (
         verdicts(HC.check_diagonal_fraction_in_paper_range(a, [0.006, 0.095])) == [V.REPRODUCED] * 2
     )
-    assert verdicts(HC.check_diagonal_fraction_in_paper_range(a, [0.05, 0.05])) == [V.REPRODUCED] * 2
+    assert (
+        verdicts(HC.check_diagonal_fraction_in_paper_range(a, [0.05, 0.05])) == [V.REPRODUCED] * 2
+    )
     assert (
         verdicts(HC.check_diagonal_fraction_in_paper_range(a, [0.051, 0.2]))
         == [V.NOT_REPRODUCED] * 2
@@ -130,7 +132,9 @@ def test_paper_ranges_are_inclusive(head_classes: pl.DataFrame) -> None:
     assert by(rows, model="a", dataset="all")["verdict"] == V.REPRODUCED
     b = by(rows, model="b", dataset="all")
     assert b["verdict"] == V.NOT_REPRODUCED and "below" in b["reason"]
-    assert verdicts(HC.check_sink_prev_fraction_in_paper_range(a, [0.1, 0.15])) == [V.REPRODUCED] * 2
+    assert (
+        verdicts(HC.check_sink_prev_fraction_in_paper_range(a, [0.1, 0.15])) == [V.REPRODUCED] * 2
+    )
     with pytest.raises(ValueError, match="empty"):
         HC.check_sink_prev_fraction_in_paper_range(a, [0.2, 0.1])
 
@@ -649,7 +653,9 @@ def test_backcopy_slopes() -> None:
     rows = CC.check_backcopy_slopes(slopes_table(1.0, 1.5), 0.25)
     assert [r["setting"].split(",")[0] for r in rows] == ["pattern=sink", "pattern=diagonal"]
     assert verdicts(rows) == [V.REPRODUCED] * 2
-    assert verdicts(CC.check_backcopy_slopes(slopes_table(1.3, 1.2), 0.25)) == [V.NOT_REPRODUCED] * 2
+    assert (
+        verdicts(CC.check_backcopy_slopes(slopes_table(1.3, 1.2), 0.25)) == [V.NOT_REPRODUCED] * 2
+    )
     exact = pl.DataFrame(
         {"cost": "cost_total", "pattern": ["sink", "diagonal"], "slope": [1.25, 1.75], "n": 4.0}
     )
@@ -850,9 +856,7 @@ def streaming_recompute(
                     "recovered_fraction": (window_nll - policy_nll) / gap if gap > 0 else None,
                 }
             )
-    return pl.DataFrame(
-        rows, schema=RECOMPUTE_SCHEMA | {"model": pl.String, "dataset": pl.String}
-    )
+    return pl.DataFrame(rows, schema=RECOMPUTE_SCHEMA | {"model": pl.String, "dataset": pl.String})
 
 
 def test_sink_tokens_restore() -> None:
@@ -941,7 +945,9 @@ def test_softmax_sinks_emerge() -> None:
 
     assert verdicts(DC.check_softmax_sinks_emerge(setup(0.5, 0.0), 0.1, 0.05)) == [V.REPRODUCED]
     assert verdicts(DC.check_softmax_sinks_emerge(setup(0.1, 0.05), 0.1, 0.05)) == [V.REPRODUCED]
-    assert verdicts(DC.check_softmax_sinks_emerge(setup(0.05, 0.0), 0.1, 0.05)) == [V.NOT_REPRODUCED]
+    assert verdicts(DC.check_softmax_sinks_emerge(setup(0.05, 0.0), 0.1, 0.05)) == [
+        V.NOT_REPRODUCED
+    ]
     assert verdicts(DC.check_softmax_sinks_emerge(setup(0.5, 0.125), 0.1, 0.05)) == [
         V.NOT_REPRODUCED
     ]
@@ -1029,7 +1035,8 @@ def test_schema_defaults_equal_the_module_defaults() -> None:
     resolved = validate_config(overridden)["claims"]
     assert resolved["geometry"]["bos_cosine_max"] == 0.5
     assert (
-        resolved["geometry"]["near_full_rank"] == TL.DEFAULT_TOLERANCES["geometry"]["near_full_rank"]
+        resolved["geometry"]["near_full_rank"]
+        == TL.DEFAULT_TOLERANCES["geometry"]["near_full_rank"]
     )
     bad = load_config(REPO / "config.yaml")
     bad["claims"] = {"geometry": {"bos_cosine": 0.5}}

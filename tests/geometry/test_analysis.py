@@ -10,12 +10,12 @@ import numpy as np
 import polars as pl
 import pytest
 
+from sinkscope.extraction.h5layout import open_activations, read_values, read_Z
 from sinkscope.geometry import plots as gplots
 from sinkscope.geometry.analysis import N_WORST, TABLE_COLUMNS, analyze_file
 from sinkscope.geometry.halfspace import halfspace_margin
 from sinkscope.geometry.summary import summarize
 from sinkscope.geometry.values import RANK_RTOL
-from sinkscope.h5layout import open_activations, read_values, read_Z
 from sinkscope.heads.classify import HeadClassThresholds, classify_file
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -22,7 +22,6 @@ import yaml
 
 from sinkscope.claims import verdicts as V
 from sinkscope.claims.checks import geometry as GC
-from sinkscope.corpora import prepare_corpus
 from sinkscope.geometry import plots as gplots
 from sinkscope.geometry.analysis import analyze_file
 from sinkscope.geometry.halfspace import (
@@ -46,8 +45,9 @@ from sinkscope.geometry.names import (
 )
 from sinkscope.geometry.summary import long_context_table, summarize
 from sinkscope.geometry.values import VO_CLASS_GROUPS
-from sinkscope.models import decoder_layers, prepare_model
 from sinkscope.plotting import CLASS_LEGEND_NAMES, figure_problems
+from sinkscope.prepare.corpora import prepare_corpus
+from sinkscope.prepare.models import decoder_layers, prepare_model
 from tests.conftest import TINY, snakemake_command, tiny_config
 
 

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from sinkscope import h5layout
+from sinkscope.extraction import h5layout
 from sinkscope.heads.classify import (
     HeadClassThresholds,
     attention_masses,

@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from sinkscope.heads.classify import classify_file
-from sinkscope.models import decoder_layers
 from sinkscope.oversmoothing.analysis import analyze_file
 from sinkscope.oversmoothing.post_norm import POST_NORM_EPS, fit_post_norm_gain
 from sinkscope.oversmoothing.summary import summarize
 from sinkscope.oversmoothing.theory import average_cosine_similarity
+from sinkscope.prepare.models import decoder_layers
 
 # --------------------------------------------------------------------------- real files
 
@@ -71,7 +71,7 @@ def test_prefix_run_equals_stored_prefix(extracted) -> None:
         block = full["attn"][layer][:, :, : t + 1, : t + 1]
         np.testing.assert_allclose(short["attn"][layer], block, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(block.sum(-1), 1.0, atol=1e-6)  # rows already normalised
-    from sinkscope.h5layout import open_activations
+    from sinkscope.extraction.h5layout import open_activations
 
     with open_activations(path) as f:  # the stored prefix is the t-token run
         np.testing.assert_allclose(
@@ -203,7 +203,7 @@ def test_gemma_post_norm_gain_is_recovered(extracted) -> None:
     if family != "gemma3":
         pytest.skip("post-attention norm only in Gemma 3")
     caught = _forward_with_hooks(model, ids, family)
-    from sinkscope.h5layout import open_activations
+    from sinkscope.extraction.h5layout import open_activations
 
     with open_activations(path) as f:
         for index, layer in enumerate(decoder_layers(model)):
@@ -227,7 +227,7 @@ def test_include_bos_and_summaries(extracted, tmp_path: Path) -> None:
     without = analyze_file(path, per_head, [8])
     assert with_bos["per_head"]["n_tokens"].unique().to_list() == [9]
     assert without["per_head"]["n_tokens"].unique().to_list() == [8]
-    from sinkscope.h5layout import open_activations
+    from sinkscope.extraction.h5layout import open_activations
 
     with open_activations(path) as f:
         x = f["residual/X"][0, :, :9]

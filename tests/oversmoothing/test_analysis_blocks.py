@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 import torch
 
-from sinkscope.h5layout import (
+from sinkscope.extraction.h5layout import (
     BLOCK_LAYER_FRACTION,
     default_block_size,
     open_activations,

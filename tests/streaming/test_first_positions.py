@@ -12,7 +12,7 @@ from sinkscope.streaming.first_positions import first_position_mass
 def test_first_position_mass(extracted):
     family, path, _, _ = extracted
     table = first_position_mass(path, max_k=4)
-    from sinkscope.h5layout import open_activations
+    from sinkscope.extraction.h5layout import open_activations
 
     with open_activations(path) as handle:
         probs = handle["attention/probs"][...].astype(np.float64)

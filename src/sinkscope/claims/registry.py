@@ -464,7 +464,13 @@ def _no_rows_row(claim: Claim) -> Row:
     in the table as not applicable instead of vanishing from it."""
     inputs = ", ".join(claim.inputs)
     return row(
-        "-", "-", "-", "-", None, "-", None,
+        "-",
+        "-",
+        "-",
+        "-",
+        None,
+        "-",
+        None,
         f"the input tables ({inputs}) hold no rows this claim can be read on",
     )
 

@@ -2,7 +2,7 @@
 
 The three analyses (:mod:`sinkscope.geometry.alignment`, :mod:`sinkscope.geometry.halfspace`,
 :mod:`sinkscope.geometry.values`) are streamed over the layers of one activation file
-(:mod:`sinkscope.h5layout`) and, within a layer, over blocks of sequences (peak memory: a block's
+(:mod:`sinkscope.extraction.h5layout`) and, within a layer, over blocks of sequences (peak memory: a block's
 float64 work arrays plus ``O(N T)`` per-sequence results; issue 9), vectorised over heads and
 sequences. :data:`TABLE_COLUMNS` names the columns of every per-pair table.
 """
@@ -16,17 +16,7 @@ import h5py
 import numpy as np
 import polars as pl
 
-from sinkscope.geometry.alignment import COSINE_BINS, SPACES, blocks, bos_cosines, cosine_rows
-from sinkscope.geometry.halfspace import attending_tokens, halfspace_layer_rows
-from sinkscope.geometry.names import ALL_TOKENS, ATTENDING, BOS_MINUS_TOKEN, POINT_SETS, POOLED
-from sinkscope.geometry.values import (
-    relative_bos_norm,
-    relative_rank,
-    row_norms,
-    value_output_factor,
-    value_output_norms,
-)
-from sinkscope.h5layout import (
+from sinkscope.extraction.h5layout import (
     ATTENTION_PROBS,
     RESIDUAL_X,
     TOKEN_IDS,
@@ -36,6 +26,16 @@ from sinkscope.h5layout import (
     open_activations,
     read_layer,
     release_freed_memory,
+)
+from sinkscope.geometry.alignment import COSINE_BINS, SPACES, blocks, bos_cosines, cosine_rows
+from sinkscope.geometry.halfspace import attending_tokens, halfspace_layer_rows
+from sinkscope.geometry.names import ALL_TOKENS, ATTENDING, BOS_MINUS_TOKEN, POINT_SETS, POOLED
+from sinkscope.geometry.values import (
+    relative_bos_norm,
+    relative_rank,
+    row_norms,
+    value_output_factor,
+    value_output_norms,
 )
 from sinkscope.heads.classify import HeadClassThresholds, with_classes
 

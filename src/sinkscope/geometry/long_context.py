@@ -63,15 +63,15 @@ LONG_CONTEXT_COLUMNS: tuple[str, ...] = (
 def attention_inputs(model: torch.nn.Module, ids: torch.Tensor) -> list[np.ndarray]:
     """``Z^(l)`` of every decoder layer ``l``: what its query/key/value projections multiply.
 
-    One forward pass of the transformer body (:func:`sinkscope.models.base_model`: no LM head,
+    One forward pass of the transformer body (:func:`sinkscope.prepare.models.base_model`: no LM head,
     no cache, no gradients) over ``ids`` ``(B, T1)`` with ``output_hidden_states``;
     ``hidden_states[l]`` is the residual stream entering layer ``l`` and ``Z^(l) =
     norm_l(hidden_states[l])`` is computed by that layer's own input-norm module
     (``Architecture.input_norm``: ``input_layernorm``, GPT-2's ``ln_1``), i.e. the paper's §3
-    attention input with the learnable gain (``Z`` of :meth:`sinkscope.h5layout.InputProjection.Z`).
+    attention input with the learnable gain (``Z`` of :meth:`sinkscope.extraction.h5layout.InputProjection.Z`).
     Returns one ``(B, T1, D)`` float32 array per layer.
     """
-    from sinkscope.models import architecture_of, base_model, decoder_layers
+    from sinkscope.prepare.models import architecture_of, base_model, decoder_layers
 
     model.eval()
     norm_name = architecture_of(model).input_norm
@@ -125,7 +125,7 @@ def halfspace_long_context(
     import logging
     import time
 
-    from sinkscope.models import model_shape
+    from sinkscope.prepare.models import model_shape
     from sinkscope.streaming.streams import load_streams
 
     log = logging.getLogger(__name__)

@@ -49,7 +49,7 @@ import h5py
 import numpy as np
 import polars as pl
 
-from sinkscope.h5layout import ATTENTION_PROBS, open_activations
+from sinkscope.extraction.h5layout import ATTENTION_PROBS, open_activations
 from sinkscope.heads.names import (
     DIAGONAL,
     FLAG_COLUMNS,

@@ -63,7 +63,7 @@ class StreamingEvaluator:
     inv_freqs: list[torch.Tensor] = field(init=False)
 
     def __post_init__(self) -> None:
-        from sinkscope.models import base_model
+        from sinkscope.prepare.models import base_model
 
         register_attention()
         self.model.set_attn_implementation(ATTENTION_NAME)

@@ -23,7 +23,7 @@ def first_position_mass(h5_path: str | Path, max_k: int = 8) -> pl.DataFrame:
     i.e. on the first ``k = key_position + 1`` positions), ``mass_head_min``/``mass_head_max``
     (the range over heads of the per-head means), plus ``model``, ``dataset`` and ``n_queries``.
     """
-    from sinkscope.h5layout import ATTENTION_PROBS, open_activations
+    from sinkscope.extraction.h5layout import ATTENTION_PROBS, open_activations
 
     rows = []
     with open_activations(h5_path) as handle:

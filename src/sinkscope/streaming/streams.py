@@ -38,9 +38,9 @@ def load_streams(
     (BOS first) from the corpus with ``seed``: the same streams for every caller
     (:func:`sinkscope.streaming.experiment.evaluate_pair`,
     :func:`sinkscope.streaming.recompute.recompute_pair`)."""
-    from sinkscope.corpora import load_documents
-    from sinkscope.models import load_model, load_tokenizer, resolve_bos_token_id
-    from sinkscope.tokens import cut_sequences, tokenize_documents
+    from sinkscope.prepare.corpora import load_documents
+    from sinkscope.prepare.models import load_model, load_tokenizer, resolve_bos_token_id
+    from sinkscope.prepare.tokens import cut_sequences, tokenize_documents
 
     model = load_model(Path(prepared_model_dir), "float32", "eager")
     tokenizer = load_tokenizer(Path(prepared_model_dir))

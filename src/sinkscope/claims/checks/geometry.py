@@ -171,8 +171,14 @@ def check_value_rank_middle_layers(value_rank: pl.DataFrame, near_full_rank: flo
         if vm.height == 0:
             rows.append(
                 row(
-                    str(model), str(dataset), f"middle layers {middle[0]}..{middle[-1]}", "n/a",
-                    None, test, None, "the value_rank table holds none of the middle layers",
+                    str(model),
+                    str(dataset),
+                    f"middle layers {middle[0]}..{middle[-1]}",
+                    "n/a",
+                    None,
+                    test,
+                    None,
+                    "the value_rank table holds none of the middle layers",
                 )
             )
             continue

@@ -307,9 +307,7 @@ def check_condition_ii_few(summary: pl.DataFrame, few_max_fraction: float) -> li
         "ii",
         test,
         lambda x: x <= few_max_fraction,
-        lambda r: (
-            f"; for the unscaled head map W (not plotted): {pct(r['frac_cond_ii_non_sink'])}"
-        ),
+        lambda r: f"; for the unscaled head map W (not plotted): {pct(r['frac_cond_ii_non_sink'])}",
     )
 
 

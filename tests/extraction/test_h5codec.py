@@ -1,4 +1,4 @@
-"""sinkscope.h5codec: chunks encoded by the extraction's threads decode bit for bit through HDF5's
+"""sinkscope.extraction.h5codec: chunks encoded by the extraction's threads decode bit for bit through HDF5's
 own filter pipeline (h5py's reader), every dataset of a real extraction round-trips under every
 codec, and a codec or filter that is not installed is named before any work starts."""
 
@@ -12,9 +12,9 @@ import h5py
 import numpy as np
 import pytest
 
-from sinkscope import h5codec, h5layout
 from sinkscope.config import ConfigError, validate_config
-from sinkscope.extract import extract_activations
+from sinkscope.extraction import h5codec, h5layout
+from sinkscope.extraction.extract import extract_activations
 
 
 @pytest.mark.parametrize(

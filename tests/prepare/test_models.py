@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sinkscope import h5layout
 from sinkscope.config import ConfigError, validate_config
-from sinkscope.corpora import prepare_corpus
-from sinkscope.extract import extract_activations
-from sinkscope.models import prepare_model, read_provenance
-from sinkscope.tokens import prepare_tokens
+from sinkscope.extraction import h5layout
+from sinkscope.extraction.extract import extract_activations
+from sinkscope.prepare.corpora import prepare_corpus
+from sinkscope.prepare.models import prepare_model, read_provenance
+from sinkscope.prepare.tokens import prepare_tokens
 from tests.conftest import REPO, SETTINGS, TINY, snakemake_command
 
 WORDS = [
@@ -142,7 +142,7 @@ def test_configured_bos_token_id_is_used_and_recorded(no_bos_weights, corpus, tm
 def test_configured_bos_token_id_overrides_the_models_own(tmp_path, corpus) -> None:
     from transformers import AutoTokenizer
 
-    from sinkscope.models import bos_token_id
+    from sinkscope.prepare.models import bos_token_id
 
     weights = tmp_path / "weights"
     save_model_without_bos(weights)
@@ -250,7 +250,7 @@ def test_hub_model_without_hub_access_fails_in_prepare_model(tmp_path: Path) -> 
     log = (tmp_path / "results" / "logs" / "prepare_model" / "gpt2-hub.log").read_text()
     message = log.strip().splitlines()[-1]
     assert message.startswith(
-        "sinkscope.models.HubModelUnavailableError: models.gpt2-hub: could not fetch hub model "
+        "sinkscope.prepare.models.HubModelUnavailableError: models.gpt2-hub: could not fetch hub model "
         "'openai-community/gpt2' at revision 'main': "
     ), message
     assert "Connection refused" in message and "http://127.0.0.1:9" in message
@@ -268,7 +268,7 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 HUB_SCRIPT = """
 import json, sys
 from pathlib import Path
-from sinkscope.models import load_config, load_model, load_tokenizer, prepare_model
+from sinkscope.prepare.models import load_config, load_model, load_tokenizer, prepare_model
 results = {}
 for name, repo_id, out in json.loads(sys.argv[1]):
     out = Path(out)

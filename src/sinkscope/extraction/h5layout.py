@@ -3,7 +3,7 @@
 One file per model x dataset pair, ``results/activations/{model}/{dataset}.h5``. Symbols:
 ``L`` layers, ``N`` sequences, ``H`` query heads, ``K`` key/value heads, ``T1 = T + 1`` positions
 (position 0 is the BOS token, followed by ``T`` text tokens), ``D`` model width, ``hd`` head width.
-The writer (``sinkscope.extract``), the readers (analyses, ``sinkscope inspect``) and the README
+The writer (``sinkscope.extraction.extract``), the readers (analyses, ``sinkscope inspect``) and the README
 all use :data:`DATASETS`; ``sinkscope inspect --layout`` prints it.
 
 Schema 2 stores no tensor that is a deterministic function of others: the attention input ``Z``
@@ -13,7 +13,7 @@ the one reader every analysis uses (:data:`DERIVED` documents them; the norm's k
 rounding are file attributes). Files of schema 1 (which stored both) are rejected.
 
 The datasets are compressed with the codec the file's ``codec`` attribute names (shuffle +
-Zstandard by default, :mod:`sinkscope.h5codec`): h5py reads them after ``import hdf5plugin``
+Zstandard by default, :mod:`sinkscope.extraction.h5codec`): h5py reads them after ``import hdf5plugin``
 (this module does it), and :func:`open_activations` names the filter and the package when the
 running HDF5 cannot decode one.
 
@@ -38,7 +38,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from sinkscope import h5codec
+from sinkscope.extraction import h5codec
 
 FORMAT = "sinkscope-activations"
 SCHEMA_VERSION = 2
@@ -223,7 +223,7 @@ FILE_ATTRIBUTES: dict[str, str] = {
     "bos_token_id": "id of the BOS token at position 0",
     "bos_token_source": "where that id came from: 'models.<name>.bos_token_id' (the config), "
     "'tokenizer' or 'model config'",
-    "codec": "HDF5 codec and level of the datasets (sinkscope.h5codec); zstd needs "
+    "codec": "HDF5 codec and level of the datasets (sinkscope.extraction.h5codec); zstd needs "
     "`import hdf5plugin` before h5py reads the file",
     "post_attention_norm": "True where the attention output is normed before the residual add",
     "input_norm": "the layers' input norm: 'rms' (x / sqrt(mean(x^2) + eps)) or 'layer' "
@@ -561,7 +561,7 @@ PER_LAYER_DATASETS: tuple[str, ...] = tuple(
 
 def _chunk_filters(dataset: h5py.Dataset) -> tuple[int, ...] | None:
     """The filter ids of ``dataset``'s pipeline when :func:`read_layer` can decode its chunks
-    itself (one chunk per (layer, sequence), a pipeline of :mod:`sinkscope.h5codec`), else None."""
+    itself (one chunk per (layer, sequence), a pipeline of :mod:`sinkscope.extraction.h5codec`), else None."""
     chunks = dataset.chunks
     if (
         chunks is None
@@ -587,7 +587,7 @@ def read_layer(
     slices or integers), decoded by several threads.
 
     The layout stores one chunk per (layer, sequence), shuffled and compressed
-    (:mod:`sinkscope.h5codec`); HDF5 decodes one chunk at a time while h5py holds the GIL. Here
+    (:mod:`sinkscope.extraction.h5codec`); HDF5 decodes one chunk at a time while h5py holds the GIL. Here
     the raw chunks are read (``read_direct_chunk``) and decoded by ``threads`` threads (default:
     the cores this process may use); the values are identical. Any other chunking or filter
     falls back to h5py.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sinkscope.tokens import cut_sequences, read_tokens, token_ids_sha256
+from sinkscope.prepare.tokens import cut_sequences, read_tokens, token_ids_sha256
 
 
 def test_cut_is_deterministic_and_bos_first() -> None:
@@ -54,8 +54,8 @@ def test_token_hash_is_checked_on_read(tmp_path) -> None:
 def test_context_longer_than_the_model_allows_fails_before_loading(tmp_path) -> None:
     from transformers import LlamaConfig
 
-    from sinkscope.models import prepare_model
-    from sinkscope.tokens import prepare_tokens
+    from sinkscope.prepare.models import prepare_model
+    from sinkscope.prepare.tokens import prepare_tokens
 
     weights = tmp_path / "weights"
     weights.mkdir()

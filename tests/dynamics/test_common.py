@@ -142,7 +142,7 @@ def test_dynamics_rule_paths_and_minutes() -> None:
     assert out["classification"]["table_curve_csv"] == "R/dynamics/classification/curve.csv"
     assert out["induction"]["figure_sinks"] == "report:R/dynamics/induction/sinks.png"
     assert len(calls) == 12  # 5 value-softmax + 4 induction + 3 classification figures
-    rules = Path(__file__).parents[1] / "workflow" / "rules"
+    rules = Path(__file__).parents[2] / "workflow" / "rules"
     for path, kwargs in calls:
         assert kwargs["category"] == "C"
         assert (rules / str(kwargs["caption"])).is_file(), kwargs["caption"]

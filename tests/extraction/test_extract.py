@@ -28,8 +28,8 @@ import numpy as np
 import pytest
 import torch
 
-from sinkscope import h5layout
-from sinkscope.extract import (
+from sinkscope.extraction import h5layout
+from sinkscope.extraction.extract import (
     CPU_BATCH_BUDGET_BYTES,
     _to_storage,
     auto_batch_size,
@@ -40,8 +40,8 @@ from sinkscope.extract import (
     rms_norm_cast,
 )
 from sinkscope.io import partial_siblings
-from sinkscope.models import ModelShape, architecture_of, decoder_layers, load_model
-from sinkscope.tokens import token_ids_sha256
+from sinkscope.prepare.models import ModelShape, architecture_of, decoder_layers, load_model
+from sinkscope.prepare.tokens import token_ids_sha256
 from tests.conftest import REPO, SETTINGS
 
 
@@ -277,7 +277,7 @@ def test_a_damaged_chunk_names_the_file_and_its_rebuild(extracted, tmp_path: Pat
 STALLING_EXTRACTION = """
 import json, sys, time
 from pathlib import Path
-import sinkscope.extract as extract
+import sinkscope.extraction.extract as extract
 from tests.conftest import SETTINGS
 model, tokens, out, writing, entry = sys.argv[1:]
 def stall(*args, **kwargs):

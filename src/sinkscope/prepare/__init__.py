@@ -1,0 +1,8 @@
+"""Preparation: everything the extraction needs before a model runs.
+
+* :mod:`.sources` - downloads and archive members of registry-hosted corpora (checksummed).
+* :mod:`.corpora` - the corpus registry: offline package-shipped texts and hub datasets, one loader.
+* :mod:`.models` - model and tokenizer loading (offline packages or the hub), BOS handling, shapes.
+* :mod:`.revisions` - pinning hub models and datasets to commit revisions (``sinkscope pin``).
+* :mod:`.tokens` - tokenized, BOS-prefixed sequences of a (model, dataset) pair, cached as ``.npy``.
+"""
