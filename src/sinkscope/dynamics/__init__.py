@@ -6,6 +6,8 @@
 * :mod:`.classification` - the classification task and adversarial one-token flips (Table 3,
   Figures 5, 6, 9, 18-21).
 * :mod:`.common` - the attention functions and transformer block both tasks use.
+* :mod:`.switches` - other ways for a softmax head to switch off than a sink: a learned sink
+  logit, an output gate, softpick, a key/value bias slot (issue 20).
 * :mod:`.grids` - the job grids, defaults and run ids (torch-free: the workflow parses them).
 * :mod:`.plots` - the figures (``plot_*(tables, out_png)``; import them from there).
 

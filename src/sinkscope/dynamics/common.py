@@ -1,7 +1,8 @@
 """Pieces shared by the training-dynamics experiments (:mod:`.induction`,
 :mod:`.classification`): the attention functions of Table 1 and the transformer block built on
-them. The grid helpers (stable job ids, ``select_specs``, ``dynamics_jobs``) live in the
-torch-free :mod:`.grids` and are re-exported here.
+them (whose softmax heads can take one of the other switches of :mod:`.switches`). The grid
+helpers (stable job ids, ``select_specs``, ``dynamics_jobs``) live in the torch-free
+:mod:`.grids` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ __all__ = [
     "digest",
     "dynamics_jobs",
     "elu_plus_one",
+    "key_mask",
     "rope",
+    "scaled_dot",
     "select_specs",
 ]
 
@@ -46,26 +49,21 @@ def attention_weights(
     With ``causal`` the masked (future) entries are exactly 0 and the normalisation runs over
     ``j <= i``; otherwise over all ``T`` keys. ``mlp`` is the feature map of ``attention="mlp"``.
     """
-    T, dh = q.shape[-2], q.shape[-1]
-    scale = 1.0 / math.sqrt(dh)
-    mask = torch.ones(T, T, dtype=torch.bool, device=q.device)
-    if causal:
-        mask = mask.tril()
+    mask = key_mask(q.shape[-2], causal, q.device)
     if attention == "softmax":
-        logits = (q @ k.transpose(-1, -2)) * scale
-        return torch.softmax(logits.masked_fill(~mask, float("-inf")), dim=-1)
+        return torch.softmax(scaled_dot(q, k).masked_fill(~mask, float("-inf")), dim=-1)
     if attention == "sigmoid":
-        s = torch.sigmoid((q @ k.transpose(-1, -2)) * scale)
+        s = torch.sigmoid(scaled_dot(q, k))
     elif attention == "elu":
-        s = elu_plus_one((q @ k.transpose(-1, -2)) * scale)
+        s = elu_plus_one(scaled_dot(q, k))
     elif attention == "elu_elu":
-        s = elu_plus_one(q) @ elu_plus_one(k).transpose(-1, -2) * scale
+        s = scaled_dot(elu_plus_one(q), elu_plus_one(k))
     elif attention == "mlp":
         if mlp is None:
             raise ValueError("attention='mlp' needs its feature map")
-        s = (mlp(q) @ mlp(k).transpose(-1, -2)) * scale
+        s = scaled_dot(mlp(q), mlp(k))
     elif attention == "linear":
-        s = (q @ k.transpose(-1, -2)) * scale
+        s = scaled_dot(q, k)
     else:
         raise ValueError(f"unknown attention {attention!r}")
     s = s.masked_fill(~mask, 0.0)
@@ -77,6 +75,18 @@ def attention_weights(
     else:  # positive scores: guard rows whose scores all underflow to 0
         total = torch.clamp(total, min=1e-30)
     return s / total
+
+
+def key_mask(T: int, causal: bool, device: torch.device) -> torch.Tensor:
+    """``(T, T)`` bool: the keys ``j`` query ``i`` sees (``j <= i`` with ``causal``, else all)."""
+    mask = torch.ones(T, T, dtype=torch.bool, device=device)
+    return mask.tril() if causal else mask
+
+
+def scaled_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Table 1's scaled scores ``a b^T / sqrt(d_h)``: ``(..., T, S)`` from ``a (..., T, d_h)`` and
+    ``b (..., S, d_h)``."""
+    return (a @ b.transpose(-1, -2)) * (1.0 / math.sqrt(a.shape[-1]))
 
 
 def elu_plus_one(x: torch.Tensor) -> torch.Tensor:
@@ -98,7 +108,14 @@ def rope(x: torch.Tensor) -> torch.Tensor:
 
 class SelfAttention(nn.Module):
     """Multi-head self-attention with the attention function of Table 1 (returns the output and
-    the weights ``(B, H, T, T)`` that multiply the values)."""
+    the weights ``(B, H, T, T)`` that multiply the values).
+
+    ``switch`` (softmax only) gives every head one of the other switches of :mod:`.switches`
+    (``"none"``: plain Table 1 attention). Its parameters are created after, and without drawing
+    from, the random stream of the other parameters; the model initialises them last with
+    :meth:`.switches.HeadSwitch.reset_parameters`, so that a seed gives the same other
+    parameters with and without a switch.
+    """
 
     def __init__(
         self,
@@ -108,6 +125,7 @@ class SelfAttention(nn.Module):
         normalize: bool,
         rotary: bool = False,
         causal: bool = True,
+        switch: str = "none",
     ) -> None:
         super().__init__()
         if hidden % n_heads:
@@ -127,21 +145,32 @@ class SelfAttention(nn.Module):
             if attention == "mlp"
             else None
         )
+        self.switch = None
+        if switch != "none":
+            if attention != "softmax":
+                raise ValueError(f"switch {switch!r} needs softmax attention, not {attention!r}")
+            from sinkscope.dynamics.switches import HeadSwitch  # it imports this module
+
+            self.switch = HeadSwitch(switch, hidden, n_heads)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         B, T, D = x.shape
         q, k, v = self.qkv(x).view(B, T, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
         if self.rotary:
             q, k = rope(q), rope(k)
-        att = attention_weights(q, k, self.attention, self.normalize, self.mlp, self.causal)
-        y = (att @ v).transpose(1, 2).reshape(B, T, D)
-        return self.out(y), att
+        if self.switch is None:
+            att = attention_weights(q, k, self.attention, self.normalize, self.mlp, self.causal)
+            y = att @ v
+        else:
+            y, att = self.switch(x, q, k, v, self.causal)
+        return self.out(y.transpose(1, 2).reshape(B, T, D)), att
 
 
 class TransformerBlock(nn.Module):
     """Pre-LN block ``x + attn(ln1(x))`` then ``x + mlp(ln2(x))`` (GELU, ``ffn`` wide); the
     LayerNorms become identities without ``use_layernorm``, the MLP is skipped without
-    ``use_mlp``. ``forward`` returns the new residual stream and the attention weights."""
+    ``use_mlp``; ``switch`` is :class:`SelfAttention`'s. ``forward`` returns the new residual
+    stream and the attention weights."""
 
     def __init__(
         self,
@@ -154,11 +183,12 @@ class TransformerBlock(nn.Module):
         causal: bool = True,
         use_layernorm: bool = True,
         use_mlp: bool = True,
+        switch: str = "none",
     ) -> None:
         super().__init__()
         norm = nn.LayerNorm if use_layernorm else nn.Identity
         self.ln1 = norm(hidden)
-        self.attn = SelfAttention(hidden, n_heads, attention, normalize, rotary, causal)
+        self.attn = SelfAttention(hidden, n_heads, attention, normalize, rotary, causal, switch)
         self.use_mlp = use_mlp
         if use_mlp:
             self.ln2 = norm(hidden)

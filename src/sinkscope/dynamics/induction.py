@@ -99,6 +99,26 @@ Sink criterion (``sink_mass`` / ``is_sink``)
     and none of its second-half rows gives 0.5 (measured: 0.35-0.50 for softmax/RoPE).
     ``idle_sink_mass`` is the same mean over the first-half rows only. Row 0 is excluded (it can
     only attend to itself).
+Other switches (issue 20, ``switch_mass`` / ``switched_off``)
+    With ``switch`` (a spec key, default ``"none"``; softmax only) every head gets one of the
+    switches of :mod:`.switches`: a learned sink logit, a head-wise or element-wise sigmoid
+    output gate, softpick instead of softmax, or a learnable key/value slot. Their weights on
+    the real positions may sum to less than 1; the *switch mass* of row ``i`` is the mass
+    :func:`attention_mass` leaves over, ``1 - sum_j |A_ij| / max(sum_j |A_ij|, 1)`` (the sink's
+    ``p_sink``, ``1 - gate``, softpick's missing mass, the bias slot's weight; 0 for plain
+    softmax, and the small-weights switch of an unnormalised Table 1 head). The row's *off mass*
+    is its BOS mass plus its switch mass, the part of the row that delivers no value (BOS's
+    value output is ~0, §6), and the head is *switched off* on the row when the off mass is
+    ``>= OFF_THRESHOLD = 0.5``: most of its unit goes nowhere. An induction head that parks its
+    first-half rows (row off mass ~1) and copies on the induction rows (~0) is off on the
+    former and on on the latter whatever the threshold between; uniform causal attention is off
+    on rows 0 and 1 only (BOS mass 1 and 1/2). Runs with a switch add the ``switches`` table:
+    per (layer, head) and row set (the first-half rows, which have nothing to copy, and the
+    induction rows), the mean BOS mass, the mean switch mass, the share of rows switched off and
+    the mean *BOS share*, BOS's part of the mass the row does deliver (``BOS mass / (1 - switch
+    mass)``, 0 for a row that delivers nothing). For the gates the BOS mass is that of the gated
+    weights and the BOS share that of the softmax before the gate, the "attention sink" of
+    gated attention's own measurements.
 Learning flag
     ``learned = accuracy >= LEARNED_THRESHOLD = 0.5`` (chance ~0.02); runs that fail keep their
     rows and are marked, not dropped.
@@ -126,12 +146,14 @@ from sinkscope.dynamics.grids import (
     induction_spec,
     variant_name,
 )
+from sinkscope.dynamics.switches import SWITCHES
 
 __all__ = [
     "ATTENTION_VARIANTS",
     "DEFAULT_SIZE",
     "LEARNED_THRESHOLD",
     "LOSS_POSITIONS",
+    "OFF_THRESHOLD",
     "PAPER_INDUCTION",
     "POSITIONAL",
     "SINK_THRESHOLD",
@@ -145,10 +167,14 @@ __all__ = [
     "run_induction",
     "sink_mass",
     "summarize_induction",
+    "switch_mass",
+    "switch_measures",
+    "switched_off",
     "variant_name",
 ]
 
 SINK_THRESHOLD = 0.3
+OFF_THRESHOLD = 0.5
 LEARNED_THRESHOLD = 0.5
 _spec = induction_spec
 
@@ -207,6 +233,7 @@ class InductionTransformer(nn.Module):
                 causal=True,
                 use_layernorm=cfg["use_layernorm"],
                 use_mlp=cfg["use_mlp"],
+                switch=cfg.get("switch", SWITCHES[0]),
             )
             for _ in range(cfg["n_layers"])
         )
@@ -214,6 +241,9 @@ class InductionTransformer(nn.Module):
         self.unembed = nn.Linear(cfg["hidden"], self.vocab_size)
         if self.pos is not None:  # last, so the other modules' initialisation does not change
             nn.init.normal_(self.pos.weight, std=float(cfg["pos_init_std"]))
+        for block in self.blocks:  # after the positions, for the same reason
+            if block.attn.switch is not None:
+                block.attn.switch.reset_parameters()
 
     def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Logits at every position ``(B, T, vocab)`` and per-layer attention ``(B, H, T, T)``."""
@@ -246,6 +276,34 @@ def sink_mass(att: torch.Tensor, idle_rows: int) -> tuple[torch.Tensor, torch.Te
     """
     first = attention_mass(att)[..., 1:, 0]  # (B, H, T - 1)
     return first.mean(dim=(0, 2)), first[..., :idle_rows].mean(dim=(0, 2))
+
+
+def switch_mass(att: torch.Tensor) -> torch.Tensor:
+    """The mass each row sends to the head's own switch, ``(B, H, T)`` from ``att (B, H, T, T)``:
+    ``1 - sum_j`` of :func:`attention_mass` (module docstring, *Other switches*), in ``[0, 1]``
+    (rounding below 0 is clamped)."""
+    return (1.0 - attention_mass(att).sum(dim=-1)).clamp_min(0.0)
+
+
+def switched_off(att: torch.Tensor) -> torch.Tensor:
+    """``(B, H, T)`` bool: the head is switched off on the row, its BOS mass (:func:`attention_mass`
+    on position 0) plus its :func:`switch_mass` being ``>= OFF_THRESHOLD``."""
+    return attention_mass(att)[..., 0] + switch_mass(att) >= OFF_THRESHOLD
+
+
+def switch_measures(
+    att: torch.Tensor, rows: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(mean BOS mass, mean switch mass, share of rows switched off, mean BOS share)`` per
+    head, ``(H,)`` each, over the query rows marked in ``rows (B, T)`` (bool) of
+    ``att (B, H, T, T)``; the BOS share is position 0's part of the row's :func:`attention_mass`
+    (0 where the row has none; module docstring, *Other switches*)."""
+    dist = attention_mass(att)
+    delivered = dist.sum(dim=-1)
+    share = dist[..., 0] / torch.where(delivered > 0, delivered, 1.0)
+    w = rows[:, None, :].double()
+    parts = (dist[..., 0], switch_mass(att), switched_off(att).double(), share)
+    return tuple((x * w).sum(dim=(0, 2)) / w.sum() for x in parts)
 
 
 # --------------------------------------------------------------------------- run
@@ -312,6 +370,13 @@ def run_induction(spec: dict) -> dict[str, pl.DataFrame]:
       evaluation sequences) or ``"example"`` (evaluation sequence 0).
     * ``timing`` - one row: ``wall_s`` and ``wall_cpu_s`` (process CPU time; the run uses one
       thread). The only table that differs between two identical runs.
+
+    With a ``switch`` other than ``"none"`` (module docstring, *Other switches*) ``final`` ends
+    with a ``switch`` column and a sixth table is added:
+
+    * ``switches`` - per (layer, head) and ``rows`` (``"idle"``: the first-half rows 1..m,
+      ``"induction"``: the induction positions), over the evaluation sequences:
+      ``bos_mass``, ``switch_mass``, ``off_share`` and ``bos_share`` (:func:`switch_measures`).
 
     All tables carry the spec's ``id`` as ``run_id``. A progress bar goes to stderr.
     """
@@ -386,6 +451,27 @@ def run_induction(spec: dict) -> dict[str, pl.DataFrame]:
                 }
             )
     heads_df = pl.DataFrame(heads)
+    switch = cfg.get("switch", SWITCHES[0])
+    switches: list[dict] = []
+    if switch != SWITCHES[0]:
+        idle = torch.zeros_like(m_eval)
+        idle[:, 1 : (cfg["seq_len"] - 1) // 2 + 1] = True
+        for layer, att in enumerate(atts, start=1):
+            for rows, marked in (("idle", idle), ("induction", m_eval)):
+                bos, mass, off, share = switch_measures(att.detach(), marked)
+                switches += [
+                    {
+                        "run_id": run_id,
+                        "layer": layer,
+                        "head": h,
+                        "rows": rows,
+                        "bos_mass": float(bos[h]),
+                        "switch_mass": float(mass[h]),
+                        "off_share": float(off[h]),
+                        "bos_share": float(share[h]),
+                    }
+                    for h in range(att.shape[1])
+                ]
     dist = attention_mass(atts[-1].detach())
     H, T = dist.shape[1], dist.shape[2]
     frames = []
@@ -417,6 +503,7 @@ def run_induction(spec: dict) -> dict[str, pl.DataFrame]:
                 "sink_proportion": float(last["is_sink"].mean()),
                 "mean_sink_mass": float(last["sink_mass"].mean()),
                 "steps": step,
+                **({"switch": switch} if switch != SWITCHES[0] else {}),
             }
         ]
     )
@@ -439,13 +526,16 @@ def run_induction(spec: dict) -> dict[str, pl.DataFrame]:
             "eval_accuracy": pl.Float64,
         },
     ).with_columns(run_id=pl.lit(run_id))
-    return {
+    tables = {
         "final": final,
         "curve": curve_df,
         "heads": heads_df,
         "pattern": pattern,
         "timing": timing,
     }
+    if switch != SWITCHES[0]:
+        tables["switches"] = pl.DataFrame(switches)
+    return tables
 
 
 def summarize_induction(results: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
