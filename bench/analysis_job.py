@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import polars as pl
-import yaml
 
+from sinkscope.config import load_config
 from sinkscope.geometry.analysis import analyze_file as analyze_geometry_file
 from sinkscope.heads.classify import HeadClassThresholds, classify_file
 from sinkscope.io import write_table
@@ -33,7 +33,7 @@ def _status_bytes(key: str) -> int:
 
 
 def run(step: str, h5: Path, out_dir: Path, per_head_path: Path | None) -> dict[str, float]:
-    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
+    config = load_config(Path(__file__).resolve().parents[1] / "config.yaml")
     thresholds = HeadClassThresholds(**config["head_classes"])
     rss_before = _status_bytes("VmRSS")
     started = time.perf_counter()

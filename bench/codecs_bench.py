@@ -58,7 +58,7 @@ def load_arrays(h5: Path, n_layers: int) -> dict[str, tuple[np.ndarray, tuple[in
     """Evenly spaced layers of every per-layer tensor kind (as stored), with the layout's chunks."""
     out = {}
     with h5layout.open_activations(h5) as handle:
-        total = int(handle.attrs["n_layers"])
+        total = int(h5layout.read_attr(handle, h5layout.ATTR_N_LAYERS))
         layers = sorted({round(i * (total - 1) / max(1, n_layers - 1)) for i in range(n_layers)})
         for name in KINDS:
             dataset = handle[name]

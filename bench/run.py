@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import functools
 import gc
 import json
 import os
@@ -47,11 +48,15 @@ import yaml
 from sinkscope.config import load_config
 from sinkscope.extraction import h5layout
 from sinkscope.extraction.extract import ExtractionSettings, extract_activations
-from sinkscope.prepare.models import base_model, load_model
+from sinkscope.paths import Paths
+from sinkscope.prepare.models import PROVENANCE_FILE, base_model, load_model
 from sinkscope.prepare.tokens import prepare_tokens, read_tokens
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
+#: The default run's config and outputs (the workflow's own reader and path templates).
+CONFIG_FILE = REPO / "config.yaml"
+PATHS = Paths(str(REPO / "results"))
 ANALYSES = ("classify_heads", "analyze_geometry", "analyze_oversmoothing")
 TARGETS = {
     "capture": 1.5,
@@ -133,15 +138,21 @@ def machine() -> dict[str, Any]:
 # --------------------------------------------------------------------------- helpers
 
 
+@functools.cache
+def default_config() -> dict[str, Any]:
+    """config.yaml read and validated as the workflow reads it (defaults filled in)."""
+    return load_config(CONFIG_FILE)
+
+
 def model_dir(name: str) -> Path:
-    path = REPO / "results" / "models" / name
-    if not (path / "sinkscope_model.json").exists():
+    path = Path(PATHS.model_dir.format(model=name))
+    if not (path / PROVENANCE_FILE).exists():
         raise SystemExit(f"{path}: prepared model missing; run the default pipeline first")
     return path
 
 
 def cut(work: Path, model: str, dataset: str, n: int, t: int) -> Path:
-    documents = REPO / "results" / "corpora" / dataset / "documents.parquet"
+    documents = Path(PATHS.corpus.format(dataset=dataset))
     if not documents.exists():
         raise SystemExit(f"{documents}: corpus missing; run the default pipeline first")
     out = work / "tokens" / f"{model}_{dataset}_N{n}_T{t}.json"
@@ -152,11 +163,11 @@ def cut(work: Path, model: str, dataset: str, n: int, t: int) -> Path:
 
 
 def model_entry(model: str) -> dict[str, Any]:
-    return load_config(REPO / "config.yaml")["models"][model]
+    return default_config()["models"][model]
 
 
 def default_settings(batch_size: int | str, overlap: str = "off") -> ExtractionSettings:
-    config = load_config(REPO / "config.yaml")["extraction"]
+    config = default_config()["extraction"]
     return ExtractionSettings(
         batch_size=batch_size,
         storage_dtypes=config["storage_dtypes"],
@@ -192,8 +203,8 @@ def extract(work: Path, model: str, tokens: Path, tag: str, settings: Extraction
 
 def file_profile(path: Path) -> dict[str, Any]:
     with h5layout.open_activations(path) as handle:
-        profile = json.loads(handle.attrs["extraction_profile"])
-        profile["total"] = float(handle.attrs["extraction_seconds"])
+        profile = h5layout.read_attr(handle, h5layout.ATTR_EXTRACTION_PROFILE, as_json=True)
+        profile["total"] = float(h5layout.read_attr(handle, h5layout.ATTR_EXTRACTION_SECONDS))
     return profile
 
 
@@ -225,7 +236,7 @@ def layer_bytes(h5: Path, itemsize: int | None = None) -> int:
     recomputed on reading (``Z``, values), as float32 (the same tensors whatever the schema).
     """
     with h5layout.open_activations(h5) as handle:
-        n_seq = int(handle.attrs["n_sequences"])
+        n_seq = int(h5layout.read_attr(handle, h5layout.ATTR_N_SEQUENCES))
         sizes = h5layout.file_sizes(handle)
         total = 0
         for name in h5layout.PER_LAYER_DATASETS:
@@ -313,7 +324,7 @@ def default_run_files(sizes: dict[str, Any]) -> dict[str, Path]:
     files of another schema are reported and skipped."""
     found = {}
     for model in sizes["models"]:
-        path = REPO / "results" / "activations" / model / f"{sizes['dataset']}.h5"
+        path = Path(PATHS.activations.format(model=model, dataset=sizes["dataset"]))
         if not path.exists():
             continue
         try:
@@ -331,7 +342,8 @@ def default_run_storage(files: dict[str, Path]) -> dict[str, Any]:
     found = {}
     for model, path in files.items():
         with h5layout.open_activations(path) as handle:
-            n, t = int(handle.attrs["n_sequences"]), int(handle.attrs["context_length"])
+            n = int(h5layout.read_attr(handle, h5layout.ATTR_N_SEQUENCES))
+            t = int(h5layout.read_attr(handle, h5layout.ATTR_CONTEXT_LENGTH))
         found[model] = {"path": str(path.relative_to(REPO)), "N": n, "T": t, **storage(path)}
     return found
 
@@ -350,7 +362,8 @@ def default_run_analyses(work: Path, files: dict[str, Path]) -> dict[str, Any]:
                 result["peak_rss"] - result["rss_after_imports"]
             ) / one_layer
         with h5layout.open_activations(path) as handle:
-            n, t = int(handle.attrs["n_sequences"]), int(handle.attrs["context_length"])
+            n = int(h5layout.read_attr(handle, h5layout.ATTR_N_SEQUENCES))
+            t = int(h5layout.read_attr(handle, h5layout.ATTR_CONTEXT_LENGTH))
         found[model] = {
             "path": str(path.relative_to(REPO)),
             "N": n,
@@ -526,7 +539,7 @@ def bench_pair(work: Path, model: str, sizes: dict[str, Any], overlap_too: bool)
             result["peak_rss"] - result["rss_after_imports"]
         ) / one_layer
     with h5layout.open_activations(h5) as handle:
-        n_layers = int(handle.attrs["n_layers"])
+        n_layers = int(h5layout.read_attr(handle, h5layout.ATTR_N_LAYERS))
     result = {
         "model": model,
         "n_sequences": n,
@@ -624,7 +637,7 @@ def bench_dag(work: Path) -> dict[str, Any]:
     else:
         result["noop_rerun_seconds"] = None
         result["noop_note"] = "results/ is not complete: a re-run would run jobs"
-    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    config = default_config()
     big = copy.deepcopy(config)
     big["models"] = {
         f"{name}-{i}": entry for i in range(5) for name, entry in config["models"].items()
@@ -1080,7 +1093,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-scaling", action="store_true", help="skip section 4")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument(
-        "--work", default=str(REPO / "results" / "bench" / "work"), help="work folder"
+        "--work", default=str(Path(PATHS.root) / "bench" / "work"), help="work folder"
     )
     parser.add_argument(
         "--skip-default-analyses",

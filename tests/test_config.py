@@ -77,6 +77,34 @@ def test_offline_full_sets_back_every_scaled_down_key_to_its_default(repo) -> No
         assert value == expected or covered, f"{'.'.join(path)} is scaled down but not reset"
 
 
+def test_schema_default_is_what_the_validator_fills_in(default_config: dict) -> None:
+    """sinkscope.config_schema.schema_default gives a key's default from the schema, nested
+    defaults filled in as validate_config fills them into a config that omits the section."""
+    from sinkscope.config_schema import schema_default
+
+    assert schema_default("oversmoothing", "context_lengths") == [32, 64, 128, 256]
+    assert schema_default("geometry", "attend_threshold") == 0.5
+    assert schema_default("claims", "streaming", "max_sink_tokens") == 4
+    assert schema_default("extraction", "codec") == "zstd"
+    assert schema_default("dynamics")["induction"] == {
+        "enabled": True,
+        "scale": "default",
+        "overrides": {},
+        "select": {},
+    }
+    bare = validate_config({k: default_config[k] for k in ("models", "datasets", "extraction")})
+    sections = ("head_classes", "geometry", "oversmoothing", "costs", "claims", "streaming")
+    for section in (*sections, "dynamics", "resources"):
+        assert bare[section] == schema_default(section), section
+    changed = schema_default("claims")
+    changed["heads"]["sink_min_fraction"] = 1.0  # a fresh copy: the next call is unchanged
+    assert schema_default("claims")["heads"]["sink_min_fraction"] == 0.1
+    with pytest.raises(KeyError, match="no key 'claims.heads.sink'"):
+        schema_default("claims", "heads", "sink")
+    with pytest.raises(KeyError, match="no default for 'extraction.seed'"):
+        schema_default("extraction", "seed")
+
+
 def test_paper_config_is_valid(repo) -> None:
     config = load_config(repo / "config" / "paper.yaml")
     assert {"gpt2", "llama-3.1-8b", "gemma-7b", "mistral-7b"} <= set(config["models"])

@@ -56,10 +56,11 @@ def describe_file(handle: h5py.File) -> str:
             continue
         dataset = handle[spec.name]
         lines.append(
-            f"  {spec.name}  {dataset.shape} {dataset.dtype}  axes=({dataset.attrs['axes']})"
+            f"  {spec.name}  {dataset.shape} {dataset.dtype}  "
+            f"axes=({h5layout.read_attr(dataset, h5layout.ATTR_AXES)})"
         )
         lines.append(f"      {_storage(dataset)}")
-        lines.append(f"      {dataset.attrs['description']}")
+        lines.append(f"      {h5layout.read_attr(dataset, h5layout.ATTR_DESCRIPTION)}")
     lines += ["", "Recomputed on reading (not stored):"]
     sizes = h5layout.file_sizes(handle)
     for derived in h5layout.DERIVED:
@@ -69,8 +70,13 @@ def describe_file(handle: h5py.File) -> str:
             f"h5layout.{derived.reader}()"
         )
     norm = ", ".join(
-        f"{key}={handle.attrs[key]}"
-        for key in ("input_norm", "input_norm_eps", "input_norm_cast", "dtype")
+        f"{key}={h5layout.read_attr(handle, key)}"
+        for key in (
+            h5layout.ATTR_INPUT_NORM,
+            h5layout.ATTR_INPUT_NORM_EPS,
+            h5layout.ATTR_INPUT_NORM_CAST,
+            h5layout.ATTR_DTYPE,
+        )
         if key in handle.attrs
     )
     lines.append(f"      from residual/X and the weights; input norm: {norm}")

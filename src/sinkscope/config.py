@@ -24,8 +24,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-REPOSITORY_ROOT = Path(__file__).resolve().parents[2]
-SCHEMA_PATH = REPOSITORY_ROOT / "workflow" / "schemas" / "config.schema.yaml"
+from sinkscope.config_schema import load_schema
 
 
 class ConfigError(ValueError):
@@ -48,10 +47,6 @@ def _with_defaults(validator_class: type) -> type:
         yield from validate_properties(validator, properties, instance, schema)
 
     return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
-
-
-def load_schema() -> dict[str, Any]:
-    return yaml.safe_load(SCHEMA_PATH.read_text())
 
 
 def validate_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -153,17 +148,19 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
             )
     costs = config.get("costs", {})
     if costs.get("enabled"):
-        from sinkscope.defaults import BACKCOPY_PARAMS, COPYPASTE_PARAMS
+        from sinkscope.defaults import BACKCOPY_E2E_PARAMS, BACKCOPY_PARAMS, COPYPASTE_PARAMS
 
-        for task, known in (
-            ("backcopy", BACKCOPY_PARAMS),
-            ("copypaste", COPYPASTE_PARAMS),
+        e2e_key = "costs.backcopy.end_to_end.params"
+        for key, given, known in (
+            ("costs.backcopy.params", costs["backcopy"]["params"], BACKCOPY_PARAMS),
+            (e2e_key, costs["backcopy"]["end_to_end"]["params"], BACKCOPY_E2E_PARAMS),
+            ("costs.copypaste.params", costs["copypaste"]["params"], COPYPASTE_PARAMS),
         ):
-            unknown = sorted(set(costs[task]["params"]) - set(known))
+            unknown = sorted(set(given) - set(known))
             if unknown:
-                problems.append(
-                    f"costs.{task}.params: unknown keys {unknown}; known: {sorted(known)}"
-                )
+                misplaced = sorted(set(unknown) & set(BACKCOPY_E2E_PARAMS))
+                hint = f" ({misplaced} belong in {e2e_key})" if misplaced else ""
+                problems.append(f"{key}: unknown keys {unknown}; known: {sorted(known)}{hint}")
     dynamics = config.get("dynamics", {})
     if dynamics.get("enabled"):
         from sinkscope.dynamics.grids import dynamics_jobs
@@ -208,7 +205,51 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
         source = entry["source"]
         if source["kind"] == "local" and not Path(source["path"]).exists():
             problems.append(f"models.{name}.source.path: {source['path']!r} does not exist")
+    problems.extend(_long_context_problems(config))
     return problems
+
+
+def _long_context_problems(config: Mapping[str, Any]) -> list[str]:
+    """``geometry.long_context.seq_len`` beyond the positions of a model whose ``config.json`` is
+    readable now (a ``local`` source; the others are known only after preparation, and
+    :func:`sinkscope.geometry.long_context.halfspace_long_context` checks them before loading the
+    weights). Only the limit counts, not ``d_model``: a model with ``d_model >= seq_len - 1`` gets
+    rows marked trivially separable."""
+    from sinkscope.paths import analysis_runs
+
+    if not analysis_runs(config, "geometry.long_context"):
+        return []
+    seq_len = config["geometry"]["long_context"]["seq_len"]
+    problems = []
+    for name, entry in config["models"].items():
+        limit = _local_max_positions(entry["source"])
+        if limit is not None and seq_len > limit[1]:
+            problems.append(
+                f"geometry.long_context.seq_len: {seq_len} exceeds the {limit[1]} positions of "
+                f"models.{name} ({limit[0]} in {Path(entry['source']['path']) / 'config.json'}); "
+                f"set it to at most {limit[1]}"
+            )
+    return problems
+
+
+def _local_max_positions(source: Mapping[str, Any]) -> tuple[str, int] | None:
+    """``(attribute, value)`` of the position limit in a ``local`` model's ``config.json`` (the
+    text config of a multimodal one), read without transformers: ``max_position_embeddings``,
+    GPT-2's ``n_positions``; None for other sources or when the file does not say."""
+    if source["kind"] != "local":
+        return None
+    try:
+        raw = json.loads((Path(source["path"]) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    text = (raw.get("text_config") or raw) if isinstance(raw, dict) else {}
+    if not isinstance(text, dict):
+        return None
+    for attribute in ("max_position_embeddings", "n_positions"):
+        value = text.get(attribute)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return attribute, value
+    return None
 
 
 def backcopy_params(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,20 +1,22 @@
 """Default parameters of the analyses that the config can override, in one torch-free module.
 
 The config validator (:func:`sinkscope.config.validate_config`) checks the keys of
-``costs.*.params`` and ``streaming.params`` against these dicts while Snakemake parses the
-workflow; keeping them here (no torch, no transformers) keeps that parse fast (issue 9: importing
-torch cost ~3 s of every ``snakemake`` call). The analysis modules re-export them under their
-historical names (``DEFAULT_BACKCOPY_PARAMS``, ``DEFAULT_COPYPASTE_PARAMS``,
-none in ``sinkscope.streaming``, which reads ``STREAMING_PARAMS`` itself).
+``costs.*.params``, ``costs.backcopy.end_to_end.params`` and ``streaming.params`` against these
+dicts while Snakemake parses the workflow; keeping them here (no torch, no transformers) keeps
+that parse fast (issue 9: importing torch cost ~3 s of every ``snakemake`` call). The analysis
+modules re-export them under their historical names (``DEFAULT_BACKCOPY_PARAMS``,
+``DEFAULT_COPYPASTE_PARAMS``, none in ``sinkscope.streaming``, which reads ``STREAMING_PARAMS``
+itself).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BACKCOPY_PARAMS", "COPYPASTE_PARAMS", "STREAMING_PARAMS"]
+__all__ = ["BACKCOPY_E2E_PARAMS", "BACKCOPY_PARAMS", "COPYPASTE_PARAMS", "STREAMING_PARAMS"]
 
-#: Defaults of ``params`` for :func:`sinkscope.costs.backcopy.run_backcopy` (a run overrides any subset).
+#: Defaults of ``params`` for :func:`sinkscope.costs.backcopy_runs.run_backcopy` (config
+#: ``costs.backcopy.params``; a run overrides any subset).
 BACKCOPY_PARAMS: dict[str, Any] = {
     "n_dormant": 5,  # |D|
     "n_copy": 5,  # |C|
@@ -36,6 +38,17 @@ BACKCOPY_PARAMS: dict[str, Any] = {
     "attn_level": 0.99,  # an attention weight on the required key counts as "correct" above this
     "check_sequences": 256,  # random sequences for the soft-attention output check
     "threads": 1,  # torch intra-op threads for this run (one run = one job = one core)
+}
+
+#: The end-to-end check's own ``params``
+#: (:func:`sinkscope.costs.backcopy_runs.run_backcopy_end_to_end` takes these over
+#: :data:`BACKCOPY_PARAMS`; config ``costs.backcopy.end_to_end.params``, so that changing one
+#: reruns only the end-to-end jobs).
+BACKCOPY_E2E_PARAMS: dict[str, Any] = {
+    "e2e_sequences": 2000,  # train on every sequence if there are at most this many, else sample
+    "e2e_penalties": [100.0, 1e3, 1e4, 1e5],  # augmented-Lagrangian penalty stages
+    "e2e_lbfgs_iters": 500,  # L-BFGS iterations per stage
+    "e2e_qk_gap_tol": 2e-3,  # certified gap of the decomposition it is compared with (at most)
 }
 
 

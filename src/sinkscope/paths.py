@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sinkscope.claims import names as claims_names
 from sinkscope.geometry import names as geometry_names
 from sinkscope.heads import names as heads_names
 from sinkscope.oversmoothing import names as oversmoothing_names
@@ -41,20 +42,6 @@ STREAMING_TABLES = streaming_names.TABLES
 STREAMING_FIGURES = streaming_names.FIGURES
 STREAMING_SUMMARY_TABLES = streaming_names.SUMMARY_TABLES
 STREAMING_SUMMARY_FIGURES = streaming_names.SUMMARY_FIGURES
-#: Summary tables read by rule ``claims`` (sinkscope.claims), per analysis.
-CLAIMS_SUMMARY_TABLES = {
-    "geometry": (
-        "bos_alignment",
-        "value_rank",
-        "bos_value_norm_classes",
-        "statements",
-        # read by sinkscope.claims.observations only
-        "bos_residual_norm",
-        "value_rank_worst",
-    ),
-    "oversmoothing": ("summary", "per_head"),
-}
-CLAIMS_COST_TABLES = ("toy", "backcopy_runs", "backcopy_slopes", "copypaste_runs")
 #: Training-dynamics experiments (companion paper; rules in workflow/rules/dynamics.smk): the
 #: tables of one run (``run_*`` of sinkscope.dynamics), the summary tables (``summarize_*``) and
 #: the figures of each part.
@@ -180,39 +167,25 @@ class Paths:
             self.observations(suffix) for suffix in ("parquet", "csv")
         ]
 
+    def claims_input(self, table: claims_names.ClaimsInput) -> str:
+        """Where the summary table ``table`` (of :data:`sinkscope.claims.names.INPUTS`) lives."""
+        if table.analysis == "heads":
+            return self.heads_summary()
+        if table.analysis == "costs":
+            return self.cost_table(table.name)
+        if table.analysis == "dynamics":
+            return self.dynamics_table(table.section.partition(".")[2], table.name)
+        return self.summary_table(table.analysis, table.name)
+
     def claims_inputs(self, config: Mapping[str, Any]) -> dict[str, str]:
-        """The summary tables rule ``claims`` reads, keyed as
-        ``sinkscope.claims.registry.TABLE_ANALYSIS``, for the analyses this config runs: heads,
-        geometry and oversmoothing always, any other analysis when its config section says
-        ``enabled: true``. Claims whose tables are not listed come out "not applicable -- analysis
-        not run in this config"."""
-        tables: dict[str, tuple[str, str]] = {
-            "head_classes": ("heads", self.heads_summary()),
-            **{
-                f"{analysis}_{name}": (analysis, self.summary_table(analysis, name))
-                for analysis, names in CLAIMS_SUMMARY_TABLES.items()
-                for name in names
-            },
-            **{f"costs_{name}": ("costs", self.cost_table(name)) for name in CLAIMS_COST_TABLES},
-            **{
-                f"streaming_{name}": ("streaming", self.summary_table("streaming", name))
-                for name in ("sink_heads", "recompute")
-            },
-            "dynamics_value_softmax_by_variant": (
-                "dynamics.value_softmax",
-                self.dynamics_table("value_softmax", "by_variant"),
-            ),
-            "dynamics_induction_by_setup": (
-                "dynamics.induction",
-                self.dynamics_table("induction", "by_setup"),
-            ),
-            "dynamics_classification_final": (
-                "dynamics.classification",
-                self.dynamics_table("classification", "final"),
-            ),
-        }
+        """The summary tables rule ``claims`` reads (:data:`sinkscope.claims.names.INPUTS`, same
+        keys and order) for the analyses this config runs: heads, geometry and oversmoothing
+        always, any other analysis when its config section says ``enabled: true``. Claims whose
+        tables are not listed come out "not applicable -- analysis not run in this config"."""
         return {
-            key: path for key, (analysis, path) in tables.items() if analysis_runs(config, analysis)
+            key: self.claims_input(table)
+            for key, table in claims_names.INPUTS.items()
+            if analysis_runs(config, table.section)
         }
 
     def streaming_targets(

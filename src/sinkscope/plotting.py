@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import matplotlib.colors as mcolors
 import numpy as np
@@ -31,7 +31,7 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.figure import Figure
 from matplotlib.legend import Legend
 
-from sinkscope.heads.names import DIAGONAL, OTHER, SINK, SINK_PREV
+from sinkscope.heads.names import CLASS_LEGEND_NAMES, DIAGONAL, OTHER, SINK, SINK_PREV
 from sinkscope.io import atomic_path
 
 __all__ = [
@@ -43,12 +43,18 @@ __all__ = [
     "MAX_FIGURE_PIXELS",
     "MIN_CVD_DELTA_E",
     "SEQUENTIAL_CMAP",
+    "Draw",
     "cvd_min_distance",
     "figure_problems",
     "is_colorblind_safe",
     "new_figure",
     "save_figure",
 ]
+
+#: One figure of a rule, bound to its tables: draws it into the PNG path given. Every stage's
+#: ``plots.py`` returns the figures of each of its rules as ``{figure name: Draw}`` (the names of
+#: the stage's ``names.py``; the rule writes figure ``name`` to its output ``figure_<name>``).
+Draw = Callable[[str | os.PathLike[str]], None]
 
 DPI = 120
 PNG_METADATA: dict[str, str | None] = {"Software": None}
@@ -98,15 +104,6 @@ CLASS_COLORS: dict[str, str] = {
     DIAGONAL: "#009e73",
     SINK_PREV: "#332288",
     OTHER: "#e0e0e0",
-}
-#: Legend names of the *exclusive* labels ``head_class`` (class map). The label "sink" excludes
-#: the sink heads labelled sink+previous (and the few where the diagonal mass is larger), so it
-#: is not the ``is_sink`` flag that the summary and the oversmoothing figures count.
-CLASS_LEGEND_NAMES: dict[str, str] = {
-    SINK: "sink (not sink+previous)",
-    DIAGONAL: "diagonal",
-    SINK_PREV: "sink+previous",
-    OTHER: "other (no pattern)",
 }
 
 

@@ -1,24 +1,28 @@
 """The glue between Snakemake jobs and the package: one function per rule.
 
-Each ``workflow/scripts/<rule>.py`` calls :func:`run` with its ``snakemake`` object; the function
-here unpacks inputs, outputs and params and calls the typed functions that hold the logic. Nothing
-in this module computes anything itself.
+Every rule's script, ``workflow/scripts/step.py``, calls :func:`run` with the rule's name and its
+``snakemake`` object; :data:`STEPS` maps the name to the function here, which unpacks inputs,
+outputs and params and calls the typed functions that hold the logic. Figures are drawn by
+:func:`_draw` from the ``{figure name: Draw}`` dict of the stage's ``plots`` module, each into the
+rule's output ``figure_<name>``. Nothing in this module computes anything itself.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import polars as pl
 import torch
 
 from sinkscope.io import remove_stale_partials, write_table
+
+if TYPE_CHECKING:  # the figures' type only: plotting (matplotlib) loads with a stage's plots
+    from sinkscope.plotting import Draw
 
 
 def redirect_to_log(log_path: str) -> TextIO:
@@ -38,14 +42,21 @@ def redirect_to_log(log_path: str) -> TextIO:
     return console
 
 
+def _draw(figures: Mapping[str, Draw], outputs: Any) -> None:
+    """Draw every figure of ``figures`` (a stage's ``{name: Draw}``) into output ``figure_<name>``."""
+    for name, draw in figures.items():
+        draw(getattr(outputs, f"figure_{name}"))
+
+
 def prepare_model(smk: Any) -> None:
     from sinkscope.prepare.models import prepare_model as prepare
 
+    # download_dir is a cache of checksummed files, not a param: it cannot change the output
     prepare(
         smk.wildcards.model,
         smk.params.entry,
         Path(smk.output.model_dir),
-        Path(smk.params.download_dir),
+        Path(smk.config["download_dir"]),
     )
 
 
@@ -56,7 +67,7 @@ def prepare_corpus(smk: Any) -> None:
         smk.wildcards.dataset,
         smk.params.entry,
         Path(smk.output.documents),
-        Path(smk.params.download_dir),
+        Path(smk.config["download_dir"]),
     )
 
 
@@ -103,30 +114,29 @@ def extract_activations(smk: Any) -> None:
 
 def classify_heads(smk: Any) -> None:
     from sinkscope.heads.classify import HeadClassThresholds, classify_file
-    from sinkscope.heads.plots import plot_class_map, plot_mass_heatmaps
+    from sinkscope.heads.plots import pair_figures
 
     thresholds = HeadClassThresholds(**smk.params.thresholds)
     per_sequence, per_head = classify_file(Path(smk.input.activations), thresholds)
     write_table(per_sequence, smk.output.per_sequence)
     write_table(per_head, smk.output.per_head)
-    title = _pair_title(smk)
-    plot_mass_heatmaps(per_head, Path(smk.output.mass_heatmaps), title)
-    plot_class_map(per_head, Path(smk.output.class_map), title, thresholds)
+    _draw(pair_figures(per_head, _pair_title(smk), thresholds), smk.output)
 
 
 def summarize_heads(smk: Any) -> None:
     from sinkscope.heads.classify import HeadClassThresholds
-    from sinkscope.heads.plots import plot_summary_bars
+    from sinkscope.heads.plots import summary_figures
     from sinkscope.heads.summary import summarize
 
     thresholds = HeadClassThresholds(**smk.params.thresholds)
     tables = [pl.read_parquet(path) for path in smk.input.per_head]
     summary = summarize(tables, thresholds)
     write_table(summary, smk.output.table)
-    plot_summary_bars(summary, Path(smk.output.figure), thresholds=thresholds)
+    _draw(summary_figures(summary, thresholds), smk.output)
 
 
 def _pair_title(smk: Any) -> str:
+    """The title of a pair's figures: model, dataset, N and T (param ``extraction``)."""
     extraction = smk.params.extraction
     return (
         f"{smk.wildcards.model} on {smk.wildcards.dataset} "
@@ -153,8 +163,8 @@ def _read_tables(paths: list[str], names: tuple[str, ...]) -> list[dict[str, pl.
 
 
 def analyze_geometry(smk: Any) -> None:
-    from sinkscope.geometry import plots
     from sinkscope.geometry.analysis import analyze_file
+    from sinkscope.geometry.plots import pair_figures
     from sinkscope.heads.classify import HeadClassThresholds
     from sinkscope.paths import GEOMETRY_TABLES
 
@@ -165,12 +175,7 @@ def analyze_geometry(smk: Any) -> None:
         attend_threshold=smk.params.attend_threshold,
     )
     _write_tables(tables, smk.output, GEOMETRY_TABLES)
-    title, out = _pair_title(smk), smk.output
-    plots.plot_bos_alignment(tables["bos_alignment"], out.figure_bos_alignment, title)
-    plots.plot_halfspace_margins(tables["halfspace"], out.figure_halfspace_margins, title)
-    plots.plot_value_rank(tables["value_rank"], out.figure_value_rank, title)
-    plots.plot_bos_value_norm(tables["bos_value_norm"], out.figure_bos_value_norm, title)
-    plots.plot_bos_residual_norm(tables["bos_residual_norm"], out.figure_bos_residual_norm, title)
+    _draw(pair_figures(tables, _pair_title(smk)), smk.output)
 
 
 def analyze_geometry_long_context(smk: Any) -> None:
@@ -193,7 +198,9 @@ def analyze_geometry_long_context(smk: Any) -> None:
 
 
 def summarize_geometry(smk: Any) -> None:
-    from sinkscope.geometry import plots
+    from sinkscope.claims.checks.geometry import geometry_statements
+    from sinkscope.claims.tolerances import resolve_tolerances
+    from sinkscope.geometry.plots import summary_figures
     from sinkscope.geometry.summary import long_context_table, summarize
     from sinkscope.paths import (
         GEOMETRY_LONG_CONTEXT_TABLES,
@@ -203,20 +210,11 @@ def summarize_geometry(smk: Any) -> None:
 
     pairs = _read_tables(list(smk.input), GEOMETRY_TABLES + GEOMETRY_LONG_CONTEXT_TABLES)
     summary = summarize(pairs)
+    tolerances = resolve_tolerances(smk.params.tolerances)["geometry"]
+    summary["statements"] = geometry_statements(summary, pairs, tolerances["bos_cosine_max"])
     _write_tables(summary, smk.output, GEOMETRY_SUMMARY_TABLES)
-    title, out = "pooled over datasets", smk.output
-    plots.plot_bos_alignment(summary["bos_alignment"], out.figure_bos_alignment, title)
-    plots.plot_halfspace_margins(
-        [p["halfspace"] for p in pairs],
-        out.figure_halfspace_margins,
-        title,
-        long_context=long_context_table(pairs),
-    )
-    plots.plot_value_rank([p["value_rank"] for p in pairs], out.figure_value_rank, title)
-    plots.plot_bos_value_norm(
-        [p["bos_value_norm"] for p in pairs], out.figure_bos_value_norm, title
-    )
-    plots.plot_bos_residual_norm(summary["bos_residual_norm"], out.figure_bos_residual_norm, title)
+    figures = summary_figures(summary, pairs, long_context_table(pairs), "pooled over datasets")
+    _draw(figures, smk.output)
 
 
 def analyze_oversmoothing(smk: Any) -> None:
@@ -231,6 +229,7 @@ def analyze_oversmoothing(smk: Any) -> None:
         settings["uniformity_threshold"],
         include_bos=settings["include_bos"],
     )
+    tables["claims"] = _oversmoothing_claims(tables["summary"], smk)
     _write_tables(tables, smk.output, OVERSMOOTHING_TABLES)
     _plot_oversmoothing(tables, smk, settings["uniformity_threshold"])
 
@@ -240,36 +239,35 @@ def summarize_oversmoothing(smk: Any) -> None:
     from sinkscope.paths import OVERSMOOTHING_TABLES
 
     summary = summarize(_read_tables(list(smk.input), OVERSMOOTHING_TABLES))
+    summary["claims"] = _oversmoothing_claims(summary["summary"], smk)
     _write_tables(summary, smk.output, OVERSMOOTHING_TABLES)
-    _plot_oversmoothing(summary, smk, smk.params.oversmoothing["uniformity_threshold"])
+    _plot_oversmoothing(summary, smk, smk.params.uniformity_threshold)
+
+
+def _oversmoothing_claims(summary: pl.DataFrame, smk: Any) -> pl.DataFrame:
+    """The stage's per-pair ``claims`` table, decided by :mod:`sinkscope.claims` with the
+    config's tolerances."""
+    from sinkscope.claims.checks.oversmoothing import pair_claims
+    from sinkscope.claims.tolerances import resolve_tolerances
+
+    return pair_claims(summary, resolve_tolerances(smk.params.tolerances)["oversmoothing"])
 
 
 def _plot_oversmoothing(
     tables: dict[str, pl.DataFrame], smk: Any, uniformity_threshold: float
 ) -> None:
-    """``plot_all`` writes the paper-numbered figures into a folder; move them to the outputs."""
+    """The paper-numbered figures of a pair or of the summary (the same figures)."""
     from sinkscope.heads.classify import HeadClassThresholds
-    from sinkscope.oversmoothing.names import FIGURE_FILES
-    from sinkscope.oversmoothing.plots import plot_all
-    from sinkscope.paths import OVERSMOOTHING_FIGURES
+    from sinkscope.oversmoothing.plots import figures
 
-    outputs = smk.output
     thresholds = HeadClassThresholds(**smk.params.thresholds)
-    folder = Path(getattr(outputs, f"figure_{OVERSMOOTHING_FIGURES[0]}")).parent
-    staging = folder / f".figures-{os.getpid()}"
-    try:
-        plot_all(tables, staging, uniformity_threshold, thresholds)
-        written = {Path(filename).stem: filename for filename in FIGURE_FILES.values()}
-        for name in OVERSMOOTHING_FIGURES:
-            os.replace(staging / written[name], getattr(outputs, f"figure_{name}"))
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    _draw(figures(tables, uniformity_threshold, thresholds), smk.output)
 
 
 def analyze_streaming(smk: Any) -> None:
-    from sinkscope.paths import STREAMING_POLICY_TABLES
-    from sinkscope.streaming import plots
+    from sinkscope.paths import STREAMING_POLICY_FIGURES, STREAMING_POLICY_TABLES
     from sinkscope.streaming.experiment import evaluate_pair
+    from sinkscope.streaming.plots import figures
 
     model, dataset = smk.wildcards.model, smk.wildcards.dataset
     tables = evaluate_pair(
@@ -278,15 +276,12 @@ def analyze_streaming(smk: Any) -> None:
         {**smk.params.params, "model_name": model, "dataset_name": dataset},
     )
     _write_tables(tables, smk.output, STREAMING_POLICY_TABLES)
-    title = f"{model} / {dataset}"
-    plots.plot_nll_by_position(tables, smk.output.figure_nll_by_position, title)
-    plots.plot_perplexity_vs_window(tables, smk.output.figure_perplexity_vs_window, title)
-    plots.plot_sink_count(tables, smk.output.figure_sink_count, title)
+    _draw(figures(STREAMING_POLICY_FIGURES, tables, f"{model} / {dataset}"), smk.output)
 
 
 def analyze_streaming_recompute(smk: Any) -> None:
-    from sinkscope.paths import STREAMING_RECOMPUTE_TABLES
-    from sinkscope.streaming import plots
+    from sinkscope.paths import STREAMING_RECOMPUTE_FIGURES, STREAMING_RECOMPUTE_TABLES
+    from sinkscope.streaming.plots import figures
     from sinkscope.streaming.recompute import recompute_pair
 
     model, dataset = smk.wildcards.model, smk.wildcards.dataset
@@ -298,13 +293,13 @@ def analyze_streaming_recompute(smk: Any) -> None:
         {**smk.params.params, "model_name": model, "dataset_name": dataset},
     )
     _write_tables(tables, smk.output, STREAMING_RECOMPUTE_TABLES)
-    plots.plot_recompute(tables, smk.output.figure_recompute, f"{model} / {dataset}")
+    _draw(figures(STREAMING_RECOMPUTE_FIGURES, tables, f"{model} / {dataset}"), smk.output)
 
 
 def analyze_streaming_first_positions(smk: Any) -> None:
-    from sinkscope.paths import STREAMING_FIRST_POSITION_TABLES
-    from sinkscope.streaming import plots
+    from sinkscope.paths import STREAMING_FIRST_POSITION_FIGURES, STREAMING_FIRST_POSITION_TABLES
     from sinkscope.streaming.first_positions import first_position_mass
+    from sinkscope.streaming.plots import figures
 
     tables = {
         "first_position_mass": first_position_mass(
@@ -313,31 +308,36 @@ def analyze_streaming_first_positions(smk: Any) -> None:
     }
     _write_tables(tables, smk.output, STREAMING_FIRST_POSITION_TABLES)
     title = f"{smk.wildcards.model} / {smk.wildcards.dataset}"
-    plots.plot_first_position_mass(tables, smk.output.figure_first_position_mass, title)
+    _draw(figures(STREAMING_FIRST_POSITION_FIGURES, tables, title), smk.output)
 
 
 def summarize_streaming(smk: Any) -> None:
-    from sinkscope.paths import STREAMING_SUMMARY_TABLES, STREAMING_TABLES
-    from sinkscope.streaming.plots import plot_summary
+    from sinkscope.paths import (
+        STREAMING_SUMMARY_FIGURES,
+        STREAMING_SUMMARY_TABLES,
+        STREAMING_TABLES,
+    )
+    from sinkscope.streaming.plots import figures
     from sinkscope.streaming.summary import summarize
 
     heads = [pl.read_parquet(path) for path in smk.input.per_head]
     summary = summarize(_read_tables(list(smk.input.tables), STREAMING_TABLES), heads)
     _write_tables(summary, smk.output, STREAMING_SUMMARY_TABLES)
-    plot_summary(summary, smk.output.figure_eviction_damage, "StreamingLLM caches, all pairs")
+    title = "StreamingLLM caches, all pairs"
+    _draw(figures(STREAMING_SUMMARY_FIGURES, summary, title), smk.output)
 
 
 def cost_toy(smk: Any) -> None:
-    from sinkscope.costs import toy_table
-    from sinkscope.costs.plots import plot_toy
+    from sinkscope.costs.plots import toy_figures
+    from sinkscope.costs.toy import toy_table
 
     rows = toy_table(smk.params.T)
     write_table(pl.DataFrame(rows), smk.output.table)
-    plot_toy(rows, smk.output.figure)
+    _draw(toy_figures(rows), smk.output)
 
 
 def cost_backcopy_run(smk: Any) -> None:
-    from sinkscope.costs import run_backcopy
+    from sinkscope.costs.backcopy_runs import run_backcopy
     from sinkscope.io import write_json
 
     wc = smk.wildcards
@@ -345,7 +345,7 @@ def cost_backcopy_run(smk: Any) -> None:
 
 
 def cost_backcopy_e2e(smk: Any) -> None:
-    from sinkscope.costs import run_backcopy_end_to_end
+    from sinkscope.costs.backcopy_runs import run_backcopy_end_to_end
     from sinkscope.io import write_json
 
     wc = smk.wildcards
@@ -354,7 +354,7 @@ def cost_backcopy_e2e(smk: Any) -> None:
 
 
 def cost_copypaste_run(smk: Any) -> None:
-    from sinkscope.costs import run_copypaste
+    from sinkscope.costs.copypaste import run_copypaste
     from sinkscope.io import write_json
 
     wc = smk.wildcards
@@ -369,9 +369,9 @@ def _rows(paths: list[str]) -> list[dict[str, Any]]:
 
 
 def summarize_backcopy(smk: Any) -> None:
-    from sinkscope.costs import condition3_grid, condition3_vs_measured, fit_slopes
-    from sinkscope.costs.backcopy import condition3_panel
-    from sinkscope.costs.plots import plot_backcopy_costs, plot_condition3
+    from sinkscope.costs.condition3 import condition3_grid, condition3_panel, condition3_vs_measured
+    from sinkscope.costs.plots import backcopy_figures
+    from sinkscope.costs.summary import fit_slopes
 
     rows = _rows(list(smk.input.rows))
     write_table(pl.DataFrame(rows), smk.output.table_runs)
@@ -384,11 +384,10 @@ def summarize_backcopy(smk: Any) -> None:
     grid = condition3_grid(**smk.params.condition3)
     write_table(pl.DataFrame(grid), smk.output.table_condition3)
     write_table(pl.DataFrame(condition3_vs_measured(rows)), smk.output.table_condition3_measured)
-    plot_backcopy_costs(rows, smk.output.figure_costs, "backcopy task (Theorem 7.1)")
     panel = condition3_panel(
         smk.params.condition3["sizes"], smk.params.condition3["d_offsets"], smk.params.n_dormant
     )
-    plot_condition3(grid, smk.output.figure_condition3, **panel, measured=rows)
+    _draw(backcopy_figures(rows, grid, panel), smk.output)
 
 
 def summarize_backcopy_e2e(smk: Any) -> None:
@@ -396,11 +395,11 @@ def summarize_backcopy_e2e(smk: Any) -> None:
 
 
 def summarize_copypaste(smk: Any) -> None:
-    from sinkscope.costs.plots import plot_copypaste_costs
+    from sinkscope.costs.plots import copypaste_figures
 
     rows = _rows(list(smk.input.rows))
     write_table(pl.DataFrame(rows), smk.output.table_runs)
-    plot_copypaste_costs(rows, smk.output.figure_costs)
+    _draw(copypaste_figures(rows), smk.output)
 
 
 def claims(smk: Any) -> None:
@@ -456,7 +455,7 @@ def dynamics_classification_run(smk: Any) -> None:
 
 
 def _summarize_dynamics(smk: Any, part: str, summarize: Callable[[list], dict]) -> None:
-    from sinkscope.dynamics.plots import FIGURES
+    from sinkscope.dynamics.plots import figures
     from sinkscope.io import write_json
     from sinkscope.paths import DYNAMICS_RUN_TABLES, DYNAMICS_SUMMARY_TABLES
 
@@ -468,8 +467,7 @@ def _summarize_dynamics(smk: Any, part: str, summarize: Callable[[list], dict]) 
     tables = summarize(runs)
     for name in DYNAMICS_SUMMARY_TABLES[part]:
         write_table(tables[name], getattr(smk.output, f"table_{name}"))
-    for name, plot in FIGURES[part].items():
-        plot(tables, getattr(smk.output, f"figure_{name}"))
+    _draw(figures(part, tables), smk.output)
     write_json(_rows(list(smk.input.timing)), smk.output.timing)
 
 
@@ -491,6 +489,8 @@ def summarize_dynamics_classification(smk: Any) -> None:
     _summarize_dynamics(smk, "classification", summarize_classification)
 
 
+#: The function of every rule, by rule name (the workflow's one script runs
+#: ``STEPS[snakemake.rule]``; tests/test_steps.py checks that the rules and the keys agree).
 STEPS: dict[str, Callable[[Any], None]] = {
     "dynamics_value_softmax_run": dynamics_value_softmax_run,
     "dynamics_induction_run": dynamics_induction_run,
@@ -525,9 +525,10 @@ STEPS: dict[str, Callable[[Any], None]] = {
 
 
 def run(step: str, smk: Any) -> None:
-    """Entry point of every workflow script: log to the rule's log, delete what killed earlier
-    jobs of the same outputs left behind (their temporary files and folders; Snakemake runs one
-    job per output, so all are stale), then run the step."""
+    """Entry point of the workflow's script (``step``: the rule's name, a key of :data:`STEPS`):
+    log to the rule's log, delete what killed earlier jobs of the same outputs left behind (their
+    temporary files and folders; Snakemake runs one job per output, so all are stale), then run
+    the step."""
     console = redirect_to_log(smk.log[0])
     logging.getLogger("sinkscope").info("%s: %s", step, dict(smk.wildcards.items()))
     try:

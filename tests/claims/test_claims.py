@@ -29,7 +29,8 @@ from sinkscope.claims.checks import heads as HC
 from sinkscope.claims.checks import oversmoothing as OC
 from sinkscope.claims.checks import streaming as SC
 from sinkscope.config import ConfigError, load_config, load_schema, validate_config
-from sinkscope.costs import fit_slopes, toy_table
+from sinkscope.costs.summary import fit_slopes
+from sinkscope.costs.toy import toy_table
 from sinkscope.heads.classify import HeadClassThresholds, with_classes
 from sinkscope.heads.names import PER_HEAD_COLUMNS
 from sinkscope.heads.summary import summarize
@@ -623,6 +624,84 @@ def test_predicted_signs_and_positive_similarity() -> None:
     assert verdicts(OC.check_similarity_stays_positive(summary_row(min_rho_layers=0.0))) == [
         V.NOT_REPRODUCED
     ]
+
+
+#: The per-pair ``claims`` table's claims (by their first words) that read the same number as a
+#: check of the summary table, with the check and its tolerance key.
+PAIR_CHECKS = {
+    "Fig. 2 left": (OC.check_mean_approximation, "approximation_relative_offset"),
+    "Fig. 2 right: W decreases": (OC.check_w_decreases_similarity, "min_difference"),
+    "Fig. 2 right: attention raises": (OC.check_attention_raises_similarity, "min_difference"),
+    "Fig. 2 right: the increase is larger": (OC.check_dense_heads_raise_more, "min_difference"),
+    "Fig. 2 right: uniform": (OC.check_uniform_raises_more, "min_difference"),
+    "Figs. 8-9: roughly half": (OC.check_condition_i_about_half, "half_band"),
+    "Figs. 8-9: few": (OC.check_condition_ii_few, "few_max_fraction"),
+    "Figs. 8-9: most": (OC.check_predicted_signs, "most"),
+}
+HOLDS = {None: V.NOT_APPLICABLE, True: V.REPRODUCED, False: V.NOT_REPRODUCED}
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {},
+        {
+            "mean_rho_xwz_s": 0.6,
+            "agree_both_s": 0.5,
+            "frac_cond_i_s_non_sink": 0.9,
+            "frac_cond_ii_s_non_sink": 0.3,
+            "mean_rhohat_xwz": 0.3,
+        },
+        {
+            "n_dense": 0,
+            "mean_increase_attn_s_dense": None,
+            "agree_both_s": None,
+            "frac_cond_i_s_non_sink": None,
+            "frac_cond_ii_s_non_sink": None,
+        },
+    ],
+)
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        None,
+        {
+            "oversmoothing": {
+                "min_difference": 0.05,
+                "half_band": 0.01,
+                "few_max_fraction": 0.5,
+                "most": 0.9,
+                "approximation_relative_offset": 10.0,
+            }
+        },
+    ],
+)
+def test_the_per_pair_claims_table_gives_the_checks_verdicts(values, overrides) -> None:
+    summary = summary_row(**values).with_columns(max_abs_err_x=0.05, max_abs_err_xwz=0.2)
+    tolerances = TL.resolve_tolerances(overrides)["oversmoothing"]
+    table = OC.pair_claims(summary, tolerances)
+    assert table.columns == list(OC.PAIR_CLAIMS_SCHEMA)
+    assert table.height == 10 and set(table["context_length"]) == {16}  # the largest T'
+    for prefix, (check, key) in PAIR_CHECKS.items():
+        (pair,) = table.filter(pl.col("claim").str.starts_with(prefix)).iter_rows(named=True)
+        (row,) = check(summary, tolerances[key])
+        assert HOLDS[pair["holds"]] == row["verdict"], prefix
+        assert pair["value"] == row["value"], prefix
+    (fig7,) = table.filter(pl.col("claim").str.starts_with("Fig. 7")).iter_rows(named=True)
+    assert fig7["value"] == 0.2 and fig7["holds"] is (0.2 < tolerances["approximation_error"])
+
+
+def test_the_per_pair_fig7_claim_reads_the_heads_of_the_check() -> None:
+    per_head, per_layer = oversmoothing_tables([0.5] * 3, [0.6] * 3, [0.01, 0.02, 0.15])
+    summary = ov_summary.summary_tables(per_head, per_layer, 0.6)["summary"]
+    for error in (0.1, 0.2):
+        tolerances = TL.resolve_tolerances({"oversmoothing": {"approximation_error": error}})
+        table = OC.pair_claims(summary, tolerances["oversmoothing"])
+        (pair,) = table.filter(pl.col("claim").str.starts_with("Fig. 7")).iter_rows(named=True)
+        every, _ = OC.check_approximation_every_head(per_head, error)
+        assert pair["value"] == every["value"] == pytest.approx(0.15)
+        assert HOLDS[pair["holds"]] == every["verdict"]
+        assert f"below {error:g} for every head" in pair["claim"]
 
 
 # =============================================================================== costs

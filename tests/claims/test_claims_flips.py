@@ -28,7 +28,7 @@ from sinkscope.claims import registry as R
 from sinkscope.claims import tolerances as TL
 from sinkscope.claims import verdicts as V
 from sinkscope.config import load_schema
-from sinkscope.costs import toy_table
+from sinkscope.costs.toy import toy_table
 from sinkscope.heads.summary import summarize
 from tests.claims.test_claims import (
     DIAG,

@@ -25,7 +25,7 @@ from matplotlib.text import Annotation
 
 from sinkscope.claims import registry as R
 from sinkscope.costs import plots as cplots
-from sinkscope.costs.backcopy import fit_slopes
+from sinkscope.costs.summary import fit_slopes
 from sinkscope.costs.toy import toy_table
 from sinkscope.dynamics import plots as dplots
 from sinkscope.dynamics.classification import summarize_classification

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from matplotlib.collections import LineCollection
 
-from sinkscope.costs.backcopy import FRAME_EXTRA, condition3_grid, make_task
+from sinkscope.costs.backcopy import FRAME_EXTRA, make_task
+from sinkscope.costs.condition3 import condition3_grid
 from sinkscope.costs.plots import (
     backcopy_costs_figure,
     condition3_figure,

@@ -123,3 +123,51 @@ def test_dataset_names_are_stated_once_in_h5layout() -> None:
         if p.name != "h5layout.py" and literal.search(p.read_text())
     ]
     assert not offenders, offenders
+
+
+def test_read_attr_decodes_values_and_names_a_missing_one(tmp_path: Path) -> None:
+    from sinkscope.extraction.h5layout import ATTR_AXES, ATTR_MODEL_NAME, read_attr
+
+    path = tmp_path / "attrs.h5"
+    with h5py.File(path, "w") as f:
+        f.attrs[ATTR_MODEL_NAME] = np.bytes_(b"tiny-model")
+        f.attrs["count"] = np.int64(7)
+        f.attrs["flag"] = np.bool_(True)
+        f.attrs["scalar"] = np.array(0.25)
+        f.attrs["profile"] = '{"forward": 1.5}'
+        f.create_dataset("d", data=np.zeros(2)).attrs[ATTR_AXES] = "layer"
+    with h5py.File(path, "r") as f:
+        assert read_attr(f, ATTR_MODEL_NAME) == "tiny-model"
+        count, flag, scalar = (read_attr(f, k) for k in ("count", "flag", "scalar"))
+        assert (count, flag, scalar) == (7, True, 0.25)
+        assert type(count) is int and type(flag) is bool and type(scalar) is float
+        assert read_attr(f, "profile") == '{"forward": 1.5}'
+        assert read_attr(f, "profile", as_json=True) == {"forward": 1.5}
+        assert read_attr(f["d"], ATTR_AXES) == "layer"
+        with pytest.raises(ActivationFileError, match=r"attrs\.h5: attribute 'dataset_name' is"):
+            read_attr(f, "dataset_name")
+        with pytest.raises(ActivationFileError, match="attribute 'symbol' of /d is missing"):
+            read_attr(f["d"], "symbol")
+
+
+def test_attribute_names_are_read_through_h5layout() -> None:
+    """Readers name the file attributes by h5layout's ATTR_* constants (documented in
+    FILE_ATTRIBUTES) and read them with read_attr: no module or benchmark reads an attribute by
+    its string (the writer, extraction.extract, spells out what it writes)."""
+    import re
+
+    from sinkscope.extraction import h5layout
+
+    constants = {k: v for k, v in vars(h5layout).items() if k.startswith("ATTR_")}
+    dataset_attributes = {h5layout.ATTR_DESCRIPTION, h5layout.ATTR_AXES, h5layout.ATTR_SYMBOL}
+    assert set(constants.values()) - dataset_attributes <= set(h5layout.FILE_ATTRIBUTES)
+    assert len(set(constants.values())) == len(constants)
+    repo = Path(__file__).resolve().parents[2]
+    by_string = re.compile(r"""attrs(\[|\.get\(|,)\s*["']|_attr\w*\([^)]*["']""")
+    sources = [*(repo / "src" / "sinkscope").rglob("*.py"), *(repo / "bench").glob("*.py")]
+    offenders = [
+        str(p.relative_to(repo))
+        for p in sources
+        if p.name not in ("h5layout.py", "extract.py") and by_string.search(p.read_text())
+    ]
+    assert not offenders, offenders

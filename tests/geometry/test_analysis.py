@@ -10,6 +10,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from sinkscope.claims.checks.geometry import geometry_statements
 from sinkscope.extraction.h5layout import open_activations, read_values, read_Z
 from sinkscope.geometry import plots as gplots
 from sinkscope.geometry.analysis import N_WORST, TABLE_COLUMNS, analyze_file
@@ -153,7 +154,8 @@ def test_analyze_file_matches_direct_recomputation(extracted, tmp_path: Path) ->
     assert (half["n_sequences"] == 2 * n_seq).all() and (half["dataset"] == "all").all()
     ranks = summary["value_rank"]
     assert set(ranks["dataset"].to_list()) == {"random", "copy", "all"}
-    assert summary["statements"].height == 5
+    statements = geometry_statements(summary, [tables, other], 0.0)
+    assert statements.height == 5
 
     # every figure renders from these tables
     out = tmp_path / "figs"

@@ -22,13 +22,11 @@ import yaml
 
 from sinkscope.claims import verdicts as V
 from sinkscope.claims.checks import geometry as GC
+from sinkscope.claims.checks.geometry import geometry_statements, sink_representable_statements
+from sinkscope.config import ConfigError, validate_config
 from sinkscope.geometry import plots as gplots
 from sinkscope.geometry.analysis import analyze_file
-from sinkscope.geometry.halfspace import (
-    halfspace_layer_rows,
-    long_context_counts,
-    sink_representable_statements,
-)
+from sinkscope.geometry.halfspace import HalfspaceResult, halfspace_layer_rows, long_context_counts
 from sinkscope.geometry.long_context import (
     LONG_CONTEXT_COLUMNS,
     attention_inputs,
@@ -44,8 +42,7 @@ from sinkscope.geometry.names import (
     POINT_SETS,
 )
 from sinkscope.geometry.summary import long_context_table, summarize
-from sinkscope.geometry.values import VO_CLASS_GROUPS
-from sinkscope.plotting import CLASS_LEGEND_NAMES, figure_problems
+from sinkscope.plotting import figure_problems
 from sinkscope.prepare.corpora import prepare_corpus
 from sinkscope.prepare.models import decoder_layers, prepare_model
 from tests.conftest import TINY, snakemake_command, tiny_config
@@ -96,6 +93,27 @@ def _trivial_short(model: str = "m") -> pl.DataFrame:
 def _verdict(short: pl.DataFrame, long: pl.DataFrame | None) -> dict:
     (row,) = GC.check_sink_representable(sink_representable_statements(short, long), 1.0)
     return row
+
+
+def test_long_context_columns_are_the_keys_and_the_halfspace_result() -> None:
+    """Built from :class:`HalfspaceResult`'s fields; the table's columns stay these, in order."""
+    assert LONG_CONTEXT_COLUMNS == (
+        "model",
+        "dataset",
+        "layer",
+        "sequence",
+        "seq_len",
+        "point_set",
+        "n_points",
+        "dim",
+        "rank",
+        "trivially_separable",
+        "halfspace",
+        "margin",
+        "margin_upper",
+        "n_support",
+    )
+    assert LONG_CONTEXT_COLUMNS[6:] == tuple(HalfspaceResult.__dataclass_fields__)
 
 
 D, T = 6, 20  # more points than dimensions: no set can be trivially separable
@@ -227,18 +245,66 @@ def tiny_setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Pa
     return root, root / "prepared", corpus
 
 
-def test_seq_len_beyond_the_positions_names_the_config_key(tiny_setup) -> None:
+def test_seq_len_beyond_the_positions_names_the_config_key(tiny_setup, tmp_path: Path) -> None:
+    """Checked from the model's config before the weights or the corpus are read (a missing
+    corpus does not get in the way)."""
+    _, prepared, _ = tiny_setup
+    with pytest.raises(ValueError) as raised:
+        halfspace_long_context(prepared, tmp_path / "missing.parquet", 1, 200, 0, "tiny", "words")
+    assert str(raised.value) == (
+        "geometry.long_context.seq_len = 200 exceeds the 128 positions of tiny (its "
+        "max_position_embeddings); set it to at most 128"
+    )
+
+
+def _tiny_config(root: Path, long_context: dict) -> dict:
+    config = yaml.safe_load(TINY.read_text())
+    config["models"] = {"tiny": {"source": {"kind": "local", "path": str(root / "weights")}}}
+    config["datasets"] = {"words": {"source": {"kind": "local", "path": str(root / "text.txt")}}}
+    config["geometry"] = {"long_context": long_context}
+    return config
+
+
+def test_the_config_check_refuses_a_seq_len_beyond_a_local_models_positions(tiny_setup) -> None:
+    """A local model's config.json is read by the config check, before any job; only the limit
+    counts (seq_len <= d_model + 1 is allowed: its rows say trivially_separable)."""
+    root, _, _ = tiny_setup
+    with pytest.raises(ConfigError) as raised:
+        validate_config(_tiny_config(root, {"n_sequences": 1, "seq_len": 200}))
+    assert (
+        "geometry.long_context.seq_len: 200 exceeds the 128 positions of models.tiny "
+        f"(max_position_embeddings in {root / 'weights' / 'config.json'}); set it to at most 128"
+    ) in str(raised.value)
+    for allowed in ({"seq_len": 128}, {"seq_len": 8}, {"seq_len": 200, "enabled": False}):
+        validate_config(_tiny_config(root, allowed))
+
+
+def test_more_sequences_than_the_corpus_holds_fail_before_the_forward(
+    tiny_setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """400 words = 400 tokens hold 400 // 39 = 10 streams of 40 tokens (BOS + 39)."""
+    from sinkscope.geometry import long_context
+
     _, prepared, corpus = tiny_setup
-    with pytest.raises(ValueError, match=r"geometry\.long_context\.seq_len = 200 exceeds the 128"):
-        halfspace_long_context(prepared, corpus, 1, 200, 0, "tiny", "words")
+
+    def no_forward(*args: object) -> None:
+        raise AssertionError("the model was run")
+
+    monkeypatch.setattr(long_context, "attention_inputs", no_forward)
+    with pytest.raises(ValueError) as raised:
+        halfspace_long_context(prepared, corpus, 11, 40, 0, "tiny", "words")
+    assert str(raised.value).startswith(
+        "geometry.long_context.n_sequences = 11 exceeds the 10 sequences of 40 tokens that corpus "
+        f"words holds ({corpus}: blocks of 39 tokens after BOS); set it to at most 10 or lower "
+        "geometry.long_context.seq_len"
+    )
+    with pytest.raises(AssertionError, match="the model was run"):  # 10 fit
+        halfspace_long_context(prepared, corpus, 10, 40, 0, "tiny", "words")
 
 
 def test_the_rule_on_a_tiny_model(tiny_setup, tmp_path: Path) -> None:
     root, prepared, corpus = tiny_setup
-    config = yaml.safe_load(TINY.read_text())
-    config["models"] = {"tiny": {"source": {"kind": "local", "path": str(root / "weights")}}}
-    config["datasets"] = {"words": {"source": {"kind": "local", "path": str(root / "text.txt")}}}
-    config["geometry"] = {"long_context": {"n_sequences": 2, "seq_len": 40}}
+    config = _tiny_config(root, {"n_sequences": 2, "seq_len": 40})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     target = "results/geometry/tiny/words/halfspace_long_context.parquet"
     command = snakemake_command(tmp_path, "--cores", "1", "--configfile", "config.yaml")
@@ -277,12 +343,6 @@ def test_the_rule_on_a_tiny_model(tiny_setup, tmp_path: Path) -> None:
     assert statements["value"][0] == long_counts["frac_representable_nontrivial"]
 
 
-def test_value_norm_groups_name_their_definition() -> None:
-    """The exclusive head classes carry the class map's legend names; only the is_sink rows are
-    the claim's and the value-norm figure's sink heads."""
-    assert VO_CLASS_GROUPS == CLASS_LEGEND_NAMES
-
-
 @pytest.mark.parametrize("extracted", ["llama"], indirect=True)
 def test_the_summary_decides_the_claim_on_the_long_table(extracted, tmp_path: Path) -> None:
     """summarize with a pair's long-context table: the statement (basis long_context), the claim
@@ -298,11 +358,11 @@ def test_the_summary_decides_the_claim_on_the_long_table(extracted, tmp_path: Pa
     z[:, 0] = z[:, 1:].mean(axis=1)  # in the hull: not representable
     long = _long_rows(z, model, dataset)
     pairs = [{**tables, LONG_CONTEXT_TABLE: long}]
-    summary = summarize(pairs)
-    statement = summary["statements"].filter(pl.col("claim") == "sink_representable")
+    statements = geometry_statements(summarize(pairs), pairs, 0.0)
+    statement = statements.filter(pl.col("claim") == "sink_representable")
     assert statement["basis"].to_list() == [BASIS_LONG_CONTEXT]
     assert statement["n_cases"].to_list() == [2] and statement["n_trivial"].to_list() == [0]
-    (row,) = GC.check_sink_representable(summary["statements"], 1.0)
+    (row,) = GC.check_sink_representable(statements, 1.0)
     assert row["verdict"] == V.NOT_REPRODUCED and row["setting"].startswith("long-context")
     counts = gplots.plot_halfspace_margins(
         [tables["halfspace"]], tmp_path / "h.png", "t", long_context=long_context_table(pairs)
@@ -310,7 +370,9 @@ def test_the_summary_decides_the_claim_on_the_long_table(extracted, tmp_path: Pa
     (c,) = counts.iter_rows(named=True)
     assert c["long_frac_representable_nontrivial"] == row["value"] == 0.0
     # without the long table the same summary falls back to the extraction's sequences
-    plain = summarize([tables])["statements"].filter(pl.col("claim") == "sink_representable")
+    plain = geometry_statements(summarize([tables]), [tables], 0.0).filter(
+        pl.col("claim") == "sink_representable"
+    )
     assert plain["basis"].to_list() == [BASIS_ATTENDING]
 
 

@@ -202,6 +202,7 @@ def test_figures_print_the_claim_numbers(extracted, tmp_path: Path) -> None:
     other = {name: frame.with_columns(dataset=pl.lit("copy")) for name, frame in tables.items()}
     summary = summarize([tables, other])
     tolerances = TL.resolve_tolerances(None)["geometry"]
+    statements = GC.geometry_statements(summary, [tables, other], tolerances["bos_cosine_max"])
     out = tmp_path / "figs"
 
     # Figure 1 <-> geometry.bos_cosine_below_zero
@@ -216,6 +217,22 @@ def test_figures_print_the_claim_numbers(extracted, tmp_path: Path) -> None:
     assert row["value"] == b["mid_max_all"]
     assert row["reason"] == bos_max_statement(b)
     assert f"{b['n_mid_below_from2']}/{b['n_middle']} below" in row["measured"]
+    # the statements table reads the claim's readings, under the claim's tolerance
+    for bound in (tolerances["bos_cosine_max"], 0.5):
+        (claim_row,) = GC.check_bos_cosine_middle_layers(summary["bos_alignment"], bound)
+        (statement,) = (
+            GC.geometry_statements(summary, [tables, other], bound)
+            .filter(pl.col("claim") == "bos_cosine_max_below_zero_middle_layers")
+            .iter_rows(named=True)
+        )
+        (reading,) = GC.bos_cosine_readings(summary["bos_alignment"], bound)[1].iter_rows(
+            named=True
+        )
+        assert statement["statement"] == claim_row["reason"] == bos_max_statement(reading)
+        assert statement["value"] == reading["n_mid_below_all"] / reading["n_middle"]
+        assert claim_row["verdict"] == (
+            V.REPRODUCED if reading["n_mid_below_all"] == reading["n_middle"] else V.NOT_REPRODUCED
+        )
 
     # half-space figure <-> geometry.sink_representable
     halfspace = [tables["halfspace"], other["halfspace"]]
@@ -224,9 +241,7 @@ def test_figures_print_the_claim_numbers(extracted, tmp_path: Path) -> None:
     assert gplots.plot_halfspace_margins(halfspace, out / "h.png", "t").equals(counts)
     (c,) = counts.iter_rows(named=True)
     assert c["n_cases"] > 0  # the attending sets were exercised
-    (row,) = GC.check_sink_representable(
-        summary["statements"], tolerances["representable_min_fraction"]
-    )
+    (row,) = GC.check_sink_representable(statements, tolerances["representable_min_fraction"])
     assert row["value"] == c["frac_representable_nontrivial"]
     assert row["reason"].endswith(representability_statement(c))
     if c["n_nontrivial"] == 0:

@@ -8,7 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sinkscope.geometry.alignment import cosine_rows
+from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
+from sinkscope.geometry.alignment import COSINE_SIGN_BOUND, cosine_rows
 from sinkscope.geometry.summary import pool_bos_alignment
 
 
@@ -35,8 +36,14 @@ def test_pooling_over_datasets_is_exact() -> None:
     assert row["n_positive"] == int((raw > 0).sum())
     assert row["frac_positive"] == pytest.approx((raw > 0).mean())
     assert row["max_below_zero"] == bool(raw.max() < 0)
+    assert row["max_below_zero"] == (row["max"] < COSINE_SIGN_BOUND)
     q = np.quantile(raw, [0.25, 0.5, 0.75])
     for name, exact in zip(("q1", "median", "q3"), q, strict=True):
         assert abs(row[name] - exact) <= row["quantile_resolution"]
     # averaging per-dataset medians would be off by far more than the resolution here
     assert abs(np.mean([np.median(a), np.median(b)]) - q[1]) > 10 * row["quantile_resolution"]
+
+
+def test_the_sign_bound_is_the_claims_default() -> None:
+    """``max_below_zero`` states the sign; the claim's default tolerance is the same bound."""
+    assert DEFAULT_TOLERANCES["geometry"]["bos_cosine_max"] == COSINE_SIGN_BOUND == 0.0

@@ -5,6 +5,7 @@ and a planted value-output map with ``W_VO z_0 = 0``.
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 import pytest
 
 from sinkscope.geometry.halfspace import rank_from_singular_values
@@ -13,7 +14,9 @@ from sinkscope.geometry.values import (
     relative_bos_norm,
     relative_rank,
     value_output_norms,
+    vo_classes,
 )
+from sinkscope.heads.names import DIAGONAL, OTHER, SINK, SINK_PREV
 
 # ----------------------------------------------------------------------------- ranks
 
@@ -83,3 +86,32 @@ def test_relative_bos_norm_closed_form() -> None:
     rel = relative_bos_norm(norms)
     np.testing.assert_allclose(rel[:2], [5.0, 0.0])
     assert np.isnan(rel[2])
+
+
+def test_vo_class_groups_are_the_class_map_legend_names() -> None:
+    """The exclusive head classes are named as in the class map's legend (the "sink" class is
+    "sink (not sink+previous)"); only the is_sink / not_sink groups are the flag's."""
+    labels = [SINK, SINK_PREV, DIAGONAL, OTHER]
+    frame = pl.DataFrame(
+        {
+            "model": ["m"] * 4,
+            "dataset": ["d"] * 4,
+            "layer": [0] * 4,
+            "head": [0, 1, 2, 3],
+            "rel_bos_vo_norm": [0.1, 0.2, 1.0, 1.2],
+            "rel_bos_value_norm": [0.3, 0.4, 1.0, 1.1],
+            "bos_mass": [0.9, 0.5, 0.1, 0.0],
+            "is_sink": [True, True, False, False],
+            "head_class": labels,
+        }
+    )
+    table = vo_classes(frame).filter(pl.col("dataset") == "d")
+    by_group = dict(zip(table["group"], table["n_heads"], strict=True))
+    assert by_group == {
+        "sink (not sink+previous)": 1,
+        "sink+previous": 1,
+        "diagonal": 1,
+        "other (no pattern)": 1,
+        "is_sink": 2,
+        "not_sink": 2,
+    }

@@ -208,6 +208,18 @@ def test_thresholds_validated(field: str) -> None:
     assert getattr(HeadClassThresholds(**{field: 1}), field) == 1
 
 
+def test_default_thresholds_are_the_schemas_paper_values(default_config: dict) -> None:
+    """The defaults are the config schema's head_classes defaults, the paper's §3 numbers, and
+    what config.yaml states."""
+    from sinkscope.config_schema import schema_default
+    from sinkscope.heads.classify import DEFAULT_THRESHOLDS
+
+    paper = {"sink": 0.40, "diagonal": 0.40, "sink_prev_joint": 0.60, "sink_prev_min_part": 0.10}
+    assert schema_default("head_classes") == paper
+    assert DEFAULT_THRESHOLDS == HeadClassThresholds() == HeadClassThresholds(**paper)
+    assert HeadClassThresholds(**default_config["head_classes"]) == DEFAULT_THRESHOLDS
+
+
 # --- vectorised vs brute force ---------------------------------------------------------------
 
 

@@ -15,8 +15,11 @@ import polars as pl
 import pytest
 import torch
 
+from sinkscope.claims.checks.oversmoothing import pair_claims
+from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
 from sinkscope.heads.classify import classify_file
 from sinkscope.oversmoothing.analysis import analyze_file
+from sinkscope.oversmoothing.names import FIGURES
 from sinkscope.oversmoothing.post_norm import POST_NORM_EPS, fit_post_norm_gain
 from sinkscope.oversmoothing.summary import summarize
 from sinkscope.oversmoothing.theory import average_cosine_similarity
@@ -194,7 +197,7 @@ def test_analysis_matches_a_recomputation_from_the_model(extracted) -> None:
     cond = heads.select("condition", "cond_i_value", "cond_ii_value").to_dict(as_series=False)
     for label, first, second in zip(*cond.values(), strict=True):
         assert label == ("i" if first > 0 else "ii" if second < 0 else "neither")
-    assert set(tables) == {"per_head", "per_layer", "summary", "conditions", "claims"}
+    assert set(tables) == {"per_head", "per_layer", "summary", "conditions"}
     assert tables["summary"].height == len(lengths)
 
 
@@ -240,10 +243,13 @@ def test_include_bos_and_summaries(extracted, tmp_path: Path) -> None:
     pooled = summary.filter(pl.col("dataset") == "all")
     assert pooled["n_heads"].item() == 2 * without["summary"]["n_heads"].item()
     assert pooled["mean_rho_x"].item() == pytest.approx(without["summary"]["mean_rho_x"].item())
-    assert set(combined["claims"]["dataset"].unique()) == {"random", "other", "all"}
+    claims = pair_claims(combined["summary"], DEFAULT_TOLERANCES["oversmoothing"])
+    assert set(claims["dataset"].unique()) == {"random", "other", "all"}
     with pytest.raises(ValueError, match="twice"):
         summarize([without, without])
     from sinkscope.oversmoothing import plots
 
-    written = plots.plot_all(combined, tmp_path / "figs")
-    assert written and all(p.exists() and p.stat().st_size > 0 for p in written)
+    written = [tmp_path / f"{name}.png" for name in FIGURES]
+    for draw, path in zip(plots.figures(combined).values(), written, strict=True):
+        draw(path)
+    assert all(p.exists() and p.stat().st_size > 0 for p in written)

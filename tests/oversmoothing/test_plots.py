@@ -3,7 +3,7 @@
 On a tiny extracted model (fixture ``extracted``, llama family) with planted sink heads, each
 figure-claim pair is compared: Fig. 2 left vs ``approximation_mean``, Fig. 2 right vs
 ``w_decreases``, Figs. 8-9 vs ``condition_i_half``, ``condition_ii_few`` and ``predicted_signs``
-(both :mod:`sinkscope.claims` and the per-pair ``claims`` table of the module). The planted
+(both :mod:`sinkscope.claims` and the stage's per-pair ``claims`` table). The planted
 tables that flip each of these claims' verdicts are in ``tests/claims/test_claims.py``.
 """
 
@@ -17,10 +17,12 @@ import pytest
 from matplotlib.image import imread
 
 from sinkscope.claims import registry as R
+from sinkscope.claims.checks.oversmoothing import pair_claims
+from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
 from sinkscope.heads.classify import HeadClassThresholds, classify_file
 from sinkscope.oversmoothing import plots
 from sinkscope.oversmoothing.analysis import analyze_file
-from sinkscope.oversmoothing.names import FIGURE_FILES
+from sinkscope.oversmoothing.names import FIGURES
 from sinkscope.oversmoothing.summary import summarize
 from sinkscope.plotting import MAX_FIGURE_PIXELS
 
@@ -51,7 +53,7 @@ def _claim(claims: pl.DataFrame, claim_id: str, model: str, dataset: str) -> flo
 
 
 def _module_claim(combined: dict[str, pl.DataFrame], prefix: str, model: str, dataset: str):
-    table = combined["claims"].filter(
+    table = pair_claims(combined["summary"], DEFAULT_TOLERANCES["oversmoothing"]).filter(
         pl.col("claim").str.starts_with(prefix)
         & (pl.col("model") == model)
         & (pl.col("dataset") == dataset)
@@ -192,22 +194,25 @@ def test_summary_figures_of_the_paper_grid_stay_readable(combined, tmp_path, mon
     original = plots.save_figure
 
     def keep(fig, out_png):
-        titles[Path(out_png).name] = [ax.get_title() for ax in fig.axes if ax.get_visible()]
+        titles[Path(out_png).stem] = [ax.get_title() for ax in fig.axes if ax.get_visible()]
         original(fig, out_png)
 
     monkeypatch.setattr(plots, "save_figure", keep)
-    written = plots.plot_all(tables, tmp_path, thresholds=HeadClassThresholds())
-    assert len(written) == len(FIGURE_FILES)
+    figures = plots.figures(tables, thresholds=HeadClassThresholds())
+    assert tuple(figures) == FIGURES
+    written = [tmp_path / f"{name}.png" for name in figures]
+    for draw, path in zip(figures.values(), written, strict=True):
+        draw(path)
     for path in written:
         height, width = imread(path).shape[:2]
         assert max(width, height) <= MAX_FIGURE_PIXELS, (path.name, width, height)
     # one panel (Fig. 2 right: two) per pair, titled with the pair
     for name, per_pair in (
-        (FIGURE_FILES["components"], 2),
-        (FIGURE_FILES["head_errors"], 1),
-        (FIGURE_FILES["attention_deltas"], 1),
-        (FIGURE_FILES["uniformity"], 1),
-        (FIGURE_FILES["layers"], 1),
+        ("fig2_right_components", 2),
+        ("fig7_head_errors", 1),
+        ("fig8_attention_deltas", 1),
+        ("fig10_uniformity", 1),
+        ("fig4_layer_similarity", 1),
     ):
         shown = titles[name]
         assert len(shown) == per_pair * len(models) * len(datasets), name

@@ -52,4 +52,4 @@ rule claims:
         mem_mb=lambda wc, attempt: 2000 * attempt,
         runtime=lambda wc, attempt: 10 * attempt,
     script:
-        "../scripts/claims.py"
+        "../scripts/step.py"

@@ -112,6 +112,11 @@ PRIORITY = {
 }
 
 
+# N and T of the extraction, named in the titles of the per-pair figures (the rest of the
+# extraction section -- batch size, device, storage -- cannot change what those rules write).
+EXTRACTION_SCALE = {key: config["extraction"][key] for key in ("n_sequences", "context_length")}
+
+
 def all_targets():
     return (
         paths.all_targets(pairs(config), config["costs"])

@@ -6,7 +6,7 @@ rule cost_toy:
     output:
         table=paths.cost_table("toy"),
         table_csv=paths.cost_table("toy", "csv"),
-        figure=report(
+        figure_toy=report(
             paths.cost_figure("toy"),
             caption="../report/costs_toy.rst",
             category="Costs of sinks vs diagonals (§7)",
@@ -20,7 +20,7 @@ rule cost_toy:
     conda:
         "../../envs/sinkscope.yaml"
     script:
-        "../scripts/cost_toy.py"
+        "../scripts/step.py"
 
 
 rule cost_backcopy_run:
@@ -37,14 +37,18 @@ rule cost_backcopy_run:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 60 * attempt,
     script:
-        "../scripts/cost_backcopy_run.py"
+        "../scripts/step.py"
 
 
 rule cost_backcopy_e2e:
     output:
         row=paths.cost_run("backcopy_e2e"),
     params:
-        params=config["costs"]["backcopy"]["params"],
+        # the runs' overrides and the check's own e2e_* keys (run_backcopy_end_to_end takes both)
+        params={
+            **config["costs"]["backcopy"]["params"],
+            **config["costs"]["backcopy"]["end_to_end"]["params"],
+        },
     priority: PRIORITY["cost_backcopy_e2e"]
     log:
         paths.log("cost_backcopy_e2e", "{pattern}_T{T}_seed{seed}"),
@@ -54,7 +58,7 @@ rule cost_backcopy_e2e:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 120 * attempt,
     script:
-        "../scripts/cost_backcopy_e2e.py"
+        "../scripts/step.py"
 
 
 rule cost_copypaste_run:
@@ -71,7 +75,7 @@ rule cost_copypaste_run:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 60 * attempt,
     script:
-        "../scripts/cost_copypaste_run.py"
+        "../scripts/step.py"
 
 
 rule summarize_backcopy:
@@ -91,7 +95,7 @@ rule summarize_backcopy:
         table_condition3_csv=paths.cost_table("condition3", "csv"),
         table_condition3_measured=paths.cost_table("condition3_measured"),
         table_condition3_measured_csv=paths.cost_table("condition3_measured", "csv"),
-        figure_costs=report(
+        figure_backcopy_costs=report(
             paths.cost_figure("backcopy_costs"),
             caption="../report/costs_backcopy.rst",
             category="Costs of sinks vs diagonals (§7)",
@@ -112,7 +116,7 @@ rule summarize_backcopy:
     conda:
         "../../envs/sinkscope.yaml"
     script:
-        "../scripts/summarize_backcopy.py"
+        "../scripts/step.py"
 
 
 rule summarize_copypaste:
@@ -127,7 +131,7 @@ rule summarize_copypaste:
     output:
         table_runs=paths.cost_table("copypaste_runs"),
         table_runs_csv=paths.cost_table("copypaste_runs", "csv"),
-        figure_costs=report(
+        figure_copypaste_costs=report(
             paths.cost_figure("copypaste_costs"),
             caption="../report/costs_copypaste.rst",
             category="Costs of sinks vs diagonals (§7)",
@@ -139,7 +143,7 @@ rule summarize_copypaste:
     conda:
         "../../envs/sinkscope.yaml"
     script:
-        "../scripts/summarize_copypaste.py"
+        "../scripts/step.py"
 
 
 rule summarize_backcopy_e2e:
@@ -159,4 +163,4 @@ rule summarize_backcopy_e2e:
     conda:
         "../../envs/sinkscope.yaml"
     script:
-        "../scripts/summarize_backcopy_e2e.py"
+        "../scripts/step.py"

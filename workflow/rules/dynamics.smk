@@ -29,7 +29,7 @@ rule dynamics_value_softmax_run:
         mem_mb=lambda wc, attempt: 1000 * attempt,
         runtime=lambda wc, attempt: DYNAMICS_MINUTES["value_softmax"] * attempt,
     script:
-        "../scripts/dynamics_value_softmax_run.py"
+        "../scripts/step.py"
 
 
 rule dynamics_induction_run:
@@ -47,7 +47,7 @@ rule dynamics_induction_run:
         mem_mb=lambda wc, attempt: 2000 * attempt,
         runtime=lambda wc, attempt: DYNAMICS_MINUTES["induction"] * attempt,
     script:
-        "../scripts/dynamics_induction_run.py"
+        "../scripts/step.py"
 
 
 rule dynamics_classification_run:
@@ -65,7 +65,7 @@ rule dynamics_classification_run:
         mem_mb=lambda wc, attempt: 2000 * attempt,
         runtime=lambda wc, attempt: DYNAMICS_MINUTES["classification"] * attempt,
     script:
-        "../scripts/dynamics_classification_run.py"
+        "../scripts/step.py"
 
 
 rule summarize_dynamics_value_softmax:
@@ -82,7 +82,7 @@ rule summarize_dynamics_value_softmax:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 15 * attempt,
     script:
-        "../scripts/summarize_dynamics_value_softmax.py"
+        "../scripts/step.py"
 
 
 rule summarize_dynamics_induction:
@@ -99,7 +99,7 @@ rule summarize_dynamics_induction:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 15 * attempt,
     script:
-        "../scripts/summarize_dynamics_induction.py"
+        "../scripts/step.py"
 
 
 rule summarize_dynamics_classification:
@@ -116,4 +116,4 @@ rule summarize_dynamics_classification:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 15 * attempt,
     script:
-        "../scripts/summarize_dynamics_classification.py"
+        "../scripts/step.py"

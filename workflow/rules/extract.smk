@@ -22,4 +22,4 @@ rule extract_activations:
         mem_mb=lambda wc, attempt: config["resources"]["extraction_mem_mb"] * attempt,
         runtime=lambda wc, attempt: config["resources"]["extraction_runtime_min"] * attempt,
     script:
-        "../scripts/extract_activations.py"
+        "../scripts/step.py"

@@ -12,7 +12,7 @@ rule analyze_geometry:
     params:
         thresholds=config["head_classes"],
         attend_threshold=config["geometry"]["attend_threshold"],
-        extraction=config["extraction"],
+        extraction=EXTRACTION_SCALE,
     priority: PRIORITY["analyze_geometry"]
     log:
         paths.log("analyze_geometry", "{model}/{dataset}"),
@@ -23,7 +23,7 @@ rule analyze_geometry:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 30 * attempt,
     script:
-        "../scripts/analyze_geometry.py"
+        "../scripts/step.py"
 
 
 # Prop. 4.1 where it can fail: T' > d_model tokens (the StreamingLLM streams of the same corpus;
@@ -36,7 +36,9 @@ rule analyze_geometry_long_context:
     output:
         **tables_of("geometry", GEOMETRY_LONG_CONTEXT_TABLES),
     params:
-        long_context=config["geometry"]["long_context"],
+        long_context={
+            key: config["geometry"]["long_context"][key] for key in ("n_sequences", "seq_len")
+        },
         stream_seed=streaming_params(config)["seed"],  # the StreamingLLM streams' cut
     priority: PRIORITY["analyze_geometry_long_context"]
     log:
@@ -48,7 +50,7 @@ rule analyze_geometry_long_context:
         mem_mb=lambda wc, attempt: 6000 * attempt,
         runtime=lambda wc, attempt: 20 * attempt,
     script:
-        "../scripts/analyze_geometry_long_context.py"
+        "../scripts/step.py"
 
 
 rule summarize_geometry:
@@ -57,6 +59,9 @@ rule summarize_geometry:
     output:
         **summary_tables_of("geometry", GEOMETRY_SUMMARY_TABLES),
         **summary_figures_of("geometry", GEOMETRY_FIGURES, "Sink geometry"),
+    params:
+        # the statements table (sinkscope.claims): the geometry tolerances only
+        tolerances={"geometry": config["claims"]["geometry"]},
     priority: PRIORITY["summarize_geometry"]
     log:
         paths.log("summarize_geometry", "all"),
@@ -66,4 +71,4 @@ rule summarize_geometry:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 20 * attempt,
     script:
-        "../scripts/summarize_geometry.py"
+        "../scripts/step.py"

@@ -9,14 +9,14 @@ rule classify_heads:
         per_head_csv=paths.heads_table("per_head", "csv"),
         per_sequence=paths.heads_table("per_sequence"),
         per_sequence_csv=paths.heads_table("per_sequence", "csv"),
-        mass_heatmaps=report(
+        figure_mass_heatmaps=report(
             paths.heads_figure("mass_heatmaps"),
             caption="../report/head_mass_heatmaps.rst",
             category="Head classification",
             subcategory="{model}",
             labels={"model": "{model}", "dataset": "{dataset}", "figure": "pattern masses"},
         ),
-        class_map=report(
+        figure_class_map=report(
             paths.heads_figure("class_map"),
             caption="../report/head_class_map.rst",
             category="Head classification",
@@ -25,7 +25,7 @@ rule classify_heads:
         ),
     params:
         thresholds=config["head_classes"],
-        extraction=config["extraction"],
+        extraction=EXTRACTION_SCALE,
     priority: PRIORITY["classify_heads"]
     log:
         paths.log("classify_heads", "{model}/{dataset}"),
@@ -35,7 +35,7 @@ rule classify_heads:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 20 * attempt,
     script:
-        "../scripts/classify_heads.py"
+        "../scripts/step.py"
 
 
 rule summarize_heads:
@@ -49,7 +49,7 @@ rule summarize_heads:
     output:
         table=paths.heads_summary(),
         table_csv=paths.heads_summary("csv"),
-        figure=report(
+        figure_head_classes=report(
             paths.heads_summary_figure,
             caption="../report/head_classes_summary.rst",
             category="Summary",
@@ -66,4 +66,4 @@ rule summarize_heads:
         mem_mb=lambda wc, attempt: 2000 * attempt,
         runtime=lambda wc, attempt: 10 * attempt,
     script:
-        "../scripts/summarize_heads.py"
+        "../scripts/step.py"

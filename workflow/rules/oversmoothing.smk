@@ -11,8 +11,9 @@ rule analyze_oversmoothing:
         **figures_of("oversmoothing", OVERSMOOTHING_FIGURES, "Oversmoothing"),
     params:
         oversmoothing=config["oversmoothing"],
-        extraction=config["extraction"],
         thresholds=config["head_classes"],
+        # the per-pair claims table (sinkscope.claims): the oversmoothing tolerances only
+        tolerances={"oversmoothing": config["claims"]["oversmoothing"]},
     priority: PRIORITY["analyze_oversmoothing"]
     log:
         paths.log("analyze_oversmoothing", "{model}/{dataset}"),
@@ -23,7 +24,7 @@ rule analyze_oversmoothing:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 30 * attempt,
     script:
-        "../scripts/analyze_oversmoothing.py"
+        "../scripts/step.py"
 
 
 rule summarize_oversmoothing:
@@ -33,8 +34,10 @@ rule summarize_oversmoothing:
         **summary_tables_of("oversmoothing", OVERSMOOTHING_TABLES),
         **summary_figures_of("oversmoothing", OVERSMOOTHING_FIGURES, "Oversmoothing"),
     params:
-        oversmoothing=config["oversmoothing"],
+        uniformity_threshold=config["oversmoothing"]["uniformity_threshold"],
         thresholds=config["head_classes"],
+        # the per-pair claims table (sinkscope.claims): the oversmoothing tolerances only
+        tolerances={"oversmoothing": config["claims"]["oversmoothing"]},
     priority: PRIORITY["summarize_oversmoothing"]
     log:
         paths.log("summarize_oversmoothing", "all"),
@@ -44,4 +47,4 @@ rule summarize_oversmoothing:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 20 * attempt,
     script:
-        "../scripts/summarize_oversmoothing.py"
+        "../scripts/step.py"

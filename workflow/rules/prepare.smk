@@ -7,7 +7,6 @@ rule prepare_model:
         model_dir=directory(paths.model_dir),
     params:
         entry=lambda wc: config["models"][wc.model],
-        download_dir=config["download_dir"],
     priority: PRIORITY["prepare_model"]
     log:
         paths.log("prepare_model", "{model}"),
@@ -17,7 +16,7 @@ rule prepare_model:
         mem_mb=lambda wc, attempt: 8000 * attempt,
         runtime=lambda wc, attempt: 30 * attempt,
     script:
-        "../scripts/prepare_model.py"
+        "../scripts/step.py"
 
 
 rule prepare_corpus:
@@ -26,7 +25,6 @@ rule prepare_corpus:
         provenance=paths.corpus_provenance,
     params:
         entry=lambda wc: config["datasets"][wc.dataset],
-        download_dir=config["download_dir"],
     priority: PRIORITY["prepare_corpus"]
     log:
         paths.log("prepare_corpus", "{dataset}"),
@@ -36,7 +34,7 @@ rule prepare_corpus:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 20 * attempt,
     script:
-        "../scripts/prepare_corpus.py"
+        "../scripts/step.py"
 
 
 rule cut_tokens:
@@ -60,4 +58,4 @@ rule cut_tokens:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 20 * attempt,
     script:
-        "../scripts/cut_tokens.py"
+        "../scripts/step.py"

@@ -24,7 +24,7 @@ rule analyze_streaming:
         mem_mb=lambda wc, attempt: 6000 * attempt,
         runtime=lambda wc, attempt: config["streaming"]["runtime_min"] * attempt,
     script:
-        "../scripts/analyze_streaming.py"
+        "../scripts/step.py"
 
 
 rule analyze_streaming_recompute:
@@ -48,7 +48,7 @@ rule analyze_streaming_recompute:
         mem_mb=lambda wc, attempt: 6000 * attempt,
         runtime=lambda wc, attempt: config["streaming"]["runtime_min"] * attempt,
     script:
-        "../scripts/analyze_streaming_recompute.py"
+        "../scripts/step.py"
 
 
 rule analyze_streaming_first_positions:
@@ -68,7 +68,7 @@ rule analyze_streaming_first_positions:
         mem_mb=lambda wc, attempt: 2000 * attempt,
         runtime=lambda wc, attempt: 20 * attempt,
     script:
-        "../scripts/analyze_streaming_first_positions.py"
+        "../scripts/step.py"
 
 
 rule summarize_streaming:
@@ -90,4 +90,4 @@ rule summarize_streaming:
         mem_mb=lambda wc, attempt: 4000 * attempt,
         runtime=lambda wc, attempt: 20 * attempt,
     script:
-        "../scripts/summarize_streaming.py"
+        "../scripts/step.py"

@@ -5,6 +5,7 @@ claim x model (x dataset or setting), with the measured number, the test and a v
 the figures show about the models but no claim states (the observations).
 
 * :mod:`.verdicts` - the verdict vocabulary, the table's columns, the row helpers of the checks.
+* :mod:`.names` - the summary tables the claims read (stdlib only; read by ``sinkscope.paths``).
 * :mod:`.tolerances` - the default tolerances and the config's ``claims`` section over them.
 * :mod:`.checks` - the ``check_*`` functions, one module per stage whose tables they read.
 * :mod:`.registry` - :data:`~sinkscope.claims.registry.CLAIMS` and

@@ -84,6 +84,7 @@ from sinkscope.claims.checks.streaming import (
     check_eviction_raises_perplexity,
     check_sink_tokens_restore,
 )
+from sinkscope.claims.names import INPUTS
 from sinkscope.claims.tolerances import resolve_tolerances
 from sinkscope.claims.verdicts import COLUMNS, NOT_RUN, SYNTHETIC, Row, Tables, row
 
@@ -96,28 +97,9 @@ __all__ = [
 ]
 
 #: Summary table key -> the analysis that writes it (the ``model`` axis of a missing table's
-#: rows: per-model analyses get one not-applicable row per model, synthetic ones a single row).
-TABLE_ANALYSIS: dict[str, str] = {
-    "head_classes": "heads",
-    "geometry_bos_alignment": "geometry",
-    "geometry_value_rank": "geometry",
-    "geometry_bos_value_norm_classes": "geometry",
-    "geometry_statements": "geometry",
-    # read only by sinkscope.claims.observations (the "Observations" section of claims.md)
-    "geometry_bos_residual_norm": "geometry",
-    "geometry_value_rank_worst": "geometry",
-    "oversmoothing_summary": "oversmoothing",
-    "oversmoothing_per_head": "oversmoothing",
-    "costs_toy": "costs",
-    "costs_backcopy_runs": "costs",
-    "costs_backcopy_slopes": "costs",
-    "costs_copypaste_runs": "costs",
-    "streaming_sink_heads": "streaming",
-    "streaming_recompute": "streaming",
-    "dynamics_value_softmax_by_variant": "dynamics",
-    "dynamics_induction_by_setup": "dynamics",
-    "dynamics_classification_final": "dynamics",
-}
+#: rows: per-model analyses get one not-applicable row per model, synthetic ones a single row);
+#: the tables are listed in :data:`sinkscope.claims.names.INPUTS`.
+TABLE_ANALYSIS: dict[str, str] = {key: table.analysis for key, table in INPUTS.items()}
 PER_MODEL_ANALYSES = ("heads", "geometry", "oversmoothing", "streaming")
 
 

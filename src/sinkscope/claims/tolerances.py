@@ -1,6 +1,7 @@
 """The claims' tolerances: the defaults and the config's ``claims`` section applied over them.
 
-Each key is documented, with its reason, in ``workflow/schemas/config.schema.yaml``.
+Each key, its default and the reason for that value are stated once, in
+``workflow/schemas/config.schema.yaml`` (read by :func:`sinkscope.config_schema.schema_default`).
 """
 
 from __future__ import annotations
@@ -9,50 +10,16 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from sinkscope.config_schema import schema_default
+
 __all__ = [
     "DEFAULT_TOLERANCES",
     "resolve_tolerances",
 ]
 
-#: Default tolerances of every claim (the config's ``claims`` section overrides them per key).
-DEFAULT_TOLERANCES: dict[str, dict[str, Any]] = {
-    "heads": {
-        "sink_min_fraction": 0.1,
-        "diagonal_fraction_range": [0.006, 0.095],
-        "sink_prev_fraction_range": [0.13, 0.21],
-    },
-    "geometry": {
-        "bos_cosine_max": 0.0,
-        "representable_min_fraction": 1.0,
-        "near_full_rank": 0.9,
-        "bos_value_ratio_max": 0.5,
-    },
-    "oversmoothing": {
-        "approximation_error": 0.1,
-        "approximation_relative_offset": 0.25,
-        "most": 0.5,
-        "min_difference": 0.0,
-        "half_band": 0.25,
-        "few_max_fraction": 0.1,
-    },
-    "costs": {
-        "toy_rtol": 1e-6,
-        "slope_tolerance": 0.25,
-        "flat_max_slope": 0.1,
-        "growth_min_slope": 0.1,
-    },
-    "streaming": {
-        "sharp_ppl_ratio": 2.0,
-        "max_sink_tokens": 4,
-        "min_recovered_fraction": 0.9,
-    },
-    "dynamics": {
-        "majority": 0.5,
-        "softmax_min_sink_proportion": 0.1,
-        "unnormalized_max_sink_proportion": 0.05,
-        "min_difference": 0.0,
-    },
-}
+#: Default tolerances of every claim, ``{group: {key: value}}``: the config schema's ``claims``
+#: defaults (the config's ``claims`` section overrides them per key).
+DEFAULT_TOLERANCES: dict[str, dict[str, Any]] = schema_default("claims")
 
 
 def resolve_tolerances(overrides: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any]:

@@ -4,13 +4,16 @@ Verdicts (:data:`VERDICTS`): ``reproduced`` / ``not reproduced`` when the measur
 fails the test; ``not applicable`` when the claim cannot be tested here -- the analysis did not
 run in this config (:data:`NOT_RUN`), or the model has nothing the claim speaks about. A row
 (:data:`Row`, built by :func:`row`) holds the columns of :data:`COLUMNS` after the claim's own
-(``claim_id``, ``claim``, ``source``, ``paper_value``).
+(``claim_id``, ``claim``, ``source``, ``paper_value``). A check that gives one row per row of a
+table states its reading as a function returning a :class:`Reading` (or :func:`not_applicable`)
+and leaves the loop to :func:`rows_per`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -25,14 +28,17 @@ __all__ = [
     "REPRODUCED",
     "SYNTHETIC",
     "VERDICTS",
+    "Reading",
     "Row",
     "Tables",
     "head_count",
     "model_dataset_order",
+    "not_applicable",
     "num",
     "pct",
     "require",
     "row",
+    "rows_per",
 ]
 
 REPRODUCED = "reproduced"
@@ -89,6 +95,49 @@ def row(
         "verdict": _verdict(passed),
         "reason": reason,
     }
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What a check reads off one table row: the columns of :func:`row` after ``model`` and
+    ``dataset`` but the ``test`` (which :func:`rows_per` takes once per check); ``passed`` None
+    makes the row not applicable."""
+
+    setting: str
+    measured: str
+    value: float | None
+    passed: bool | None
+    reason: str
+
+
+def not_applicable(setting: str, reason: str, measured: str = "n/a") -> Reading:
+    """A :class:`Reading` whose claim cannot be tested (no value, no verdict)."""
+    return Reading(setting, measured, None, None, reason)
+
+
+def rows_per(
+    records: Iterable[Mapping[str, Any]],
+    test: str,
+    reading: Callable[[Mapping[str, Any]], Reading],
+) -> list[Row]:
+    """One claims row per record (a mapping with ``model`` and ``dataset``): its ``reading``
+    under the check's ``test``."""
+    rows = []
+    for record in records:
+        r = reading(record)
+        rows.append(
+            row(
+                str(record["model"]),
+                str(record["dataset"]),
+                r.setting,
+                r.measured,
+                r.value,
+                test,
+                r.passed,
+                r.reason,
+            )
+        )
+    return rows
 
 
 def pct(x: float | None) -> str:

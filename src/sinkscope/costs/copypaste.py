@@ -17,7 +17,7 @@ centroid (``c_c^T W_QK eta = 0`` is imposed as a zero pattern of the convex prog
 Block: pre-attention RMSNorm (identity: all tokens have norm ``sqrt(d)``), attention with hard
 pattern, value/output, then a residual ReLU MLP with unregularised biases (as in the proof of
 Theorem D.1); the RMSNorm before the MLP is optional (``mlp_rmsnorm``, default off, see
-:mod:`.backcopy`). Relaxed labels with tolerance ``epsilon``: dormant ``(1 + phi_ci) d_ci``,
+:mod:`.backcopy_runs`). Relaxed labels with tolerance ``epsilon``: dormant ``(1 + phi_ci) d_ci``,
 copy-paste ``c_c + phi_c mean(R)`` with ``phi in [1 - epsilon, 1 + epsilon]``.
 """
 
@@ -34,9 +34,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from sinkscope.costs.backcopy import fit_slopes
 from sinkscope.costs.fitting import balance_vo, balanced_mlp_cost, fit_with_penalties, seed_run
 from sinkscope.costs.qk_convex import MarginProgram, exact_margins, padded, solve_margin_program
+from sinkscope.costs.summary import fit_slopes
 from sinkscope.defaults import COPYPASTE_PARAMS
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def copypaste_slopes(
     table: Sequence[Mapping[str, Any]], pattern: str
 ) -> tuple[float, list[tuple[int, float]]]:
     """Log-log slopes of ``cost_total`` in ``r_eff(Sigma_D)/delta^2`` for one ``pattern``
-    (:func:`sinkscope.costs.fit_slopes`, mean over seeds): ``(pooled, [(n, slope), ...])`` --
+    (:func:`sinkscope.costs.summary.fit_slopes`, mean over seeds): ``(pooled, [(n, slope), ...])`` --
     the slope pooled over the whole sweep (NaN with fewer than two x values) and the slope at
     each fixed number ``n`` of dormant tokens per group that has at least two x values, by
     ascending ``n``. The numbers of claim ``costs.copypaste_trends`` and of the legend of
@@ -391,7 +391,7 @@ def fit_value_mlp(
 ) -> dict[str, Any]:
     """Minimum-cost value/MLP weights (biases unregularised) meeting the relaxed labels.
 
-    Same augmented-Lagrangian / L-BFGS scheme as :func:`.backcopy.fit_value_mlp`; the residual
+    Same augmented-Lagrangian / L-BFGS scheme as :func:`.backcopy_runs.fit_value_mlp`; the residual
     is the distance to the admissible label set, normalised by the Frobenius norm of the bases.
     """
     inp = value_inputs(task, pattern)

@@ -19,17 +19,20 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from sinkscope.costs.backcopy import FRAME_EXTRA, fit_slopes, sink_cheaper_reading
+from sinkscope.costs.backcopy import FRAME_EXTRA
 from sinkscope.costs.copypaste import copypaste_slopes
+from sinkscope.costs.summary import fit_slopes, sink_cheaper_reading
 from sinkscope.costs.toy import toy_ratio_deviation
 from sinkscope.heads.names import DIAGONAL, SINK
-from sinkscope.plotting import BINARY_CMAP, CLASS_COLORS, new_figure, save_figure
+from sinkscope.plotting import BINARY_CMAP, CLASS_COLORS, Draw, new_figure, save_figure
 
 __all__ = [
     "backcopy_costs_figure",
+    "backcopy_figures",
     "backcopy_ratio_statement",
     "condition3_figure",
     "copypaste_costs_figure",
+    "copypaste_figures",
     "copypaste_setting",
     "dimension_label",
     "plot_backcopy_costs",
@@ -37,6 +40,7 @@ __all__ = [
     "plot_copypaste_costs",
     "plot_toy",
     "toy_figure",
+    "toy_figures",
 ]
 
 #: Sink and diagonal colours of the head figures (one definition: sinkscope.plotting).
@@ -88,7 +92,7 @@ def _by_x(
 
 def backcopy_ratio_statement(table: Sequence[Mapping[str, Any]]) -> str:
     """The second title line of Figure 3 left: diagonal / sink total cost at the largest ``T``
-    (:func:`.backcopy.sink_cheaper_reading`, the number of claim ``costs.backcopy_sink_cheaper``);
+    (:func:`.summary.sink_cheaper_reading`, the number of claim ``costs.backcopy_sink_cheaper``);
     empty without a ``T`` that has runs of both patterns."""
     reading = sink_cheaper_reading(table)
     if reading is None:
@@ -273,7 +277,7 @@ def plot_condition3(
 ) -> None:
     """Where condition (3) of Theorem 7.1 holds, over (T, kappa), for both readings of kappa.
 
-    ``grid``: rows of :func:`.backcopy.condition3_grid`, filtered to ``|D| = n_dormant``,
+    ``grid``: rows of :func:`.condition3.condition3_grid`, filtered to ``|D| = n_dormant``,
     ``|C| = n_copy`` and ``d = T + |D| + |C| + d_offset`` (default: the measured runs'
     :data:`.backcopy.FRAME_EXTRA`). Holds / fails are the two ends of :data:`BINARY_CMAP`.
     ``measured``: optional backcopy rows;
@@ -410,3 +414,31 @@ def plot_toy(table: Sequence[Mapping[str, Any]], out_png: str | os.PathLike[str]
     ``kappa sqrt(T+1)``) and of the diagonal (``kappa I``, ``kappa (T+1)``) vs T, log-log; points
     are the numerical singular-value sums, lines the closed forms."""
     save_figure(toy_figure(table), out_png)
+
+
+# --- the figures of each rule -----------------------------------------------------------------
+# (named as their files, ``sinkscope.paths.Paths.cost_figure``)
+
+
+def toy_figures(table: Sequence[Mapping[str, Any]]) -> dict[str, Draw]:
+    """The figure of rule ``cost_toy``: the nuclear-norm toy (:func:`plot_toy`)."""
+    return {"toy": lambda out: plot_toy(table, out)}
+
+
+def backcopy_figures(
+    runs: Sequence[Mapping[str, Any]],
+    grid: Sequence[Mapping[str, Any]],
+    panel: Mapping[str, int],
+) -> dict[str, Draw]:
+    """The figures of rule ``summarize_backcopy``: Figure 3 left from the back-copy ``runs``, and
+    condition (3) of Theorem 7.1 over ``grid`` (:func:`.condition3.condition3_grid`) in the
+    ``panel`` of :func:`.condition3.condition3_panel`, the measured runs marked."""
+    return {
+        "backcopy_costs": lambda out: plot_backcopy_costs(runs, out, "backcopy task (Theorem 7.1)"),
+        "condition3": lambda out: plot_condition3(grid, out, **panel, measured=runs),
+    }
+
+
+def copypaste_figures(runs: Sequence[Mapping[str, Any]]) -> dict[str, Draw]:
+    """The figure of rule ``summarize_copypaste``: Figure 3 right (:func:`plot_copypaste_costs`)."""
+    return {"copypaste_costs": lambda out: plot_copypaste_costs(runs, out)}

@@ -20,10 +20,11 @@ from matplotlib.ticker import MaxNLocator
 
 from sinkscope.dynamics.classification import flip_rate_trend
 from sinkscope.dynamics.induction import loss_floor
-from sinkscope.plotting import legend_below, new_figure, save_figure
+from sinkscope.plotting import Draw, legend_below, new_figure, save_figure
 
 __all__ = [
     "FIGURES",
+    "figures",
     "flip_trend_statement",
     "plot_classification_attention",
     "plot_classification_flips",
@@ -543,7 +544,8 @@ def plot_classification_attention(tables: dict[str, pl.DataFrame], out_png: Path
     save_figure(fig, out_png)
 
 
-#: The figures of each part of the ``dynamics`` config section (names as in sinkscope.paths).
+#: The drawing function of each figure of each part of the ``dynamics`` config section (names as
+#: ``sinkscope.paths.DYNAMICS_FIGURES``).
 FIGURES: dict[str, dict[str, Plot]] = {
     "value_softmax": {
         "polarization": plot_vs_polarization,
@@ -564,3 +566,9 @@ FIGURES: dict[str, dict[str, Plot]] = {
         "attention": plot_classification_attention,
     },
 }
+
+
+def figures(part: str, tables: dict[str, pl.DataFrame]) -> dict[str, Draw]:
+    """The figures of rule ``summarize_dynamics_<part>`` drawn from the ``tables`` of its
+    ``summarize_*`` function."""
+    return {name: functools.partial(plot, tables) for name, plot in FIGURES[part].items()}

@@ -26,6 +26,7 @@ without it (or with a foreign ``format``) is rejected by :func:`open_activations
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shlex
 from collections.abc import Callable, Mapping
@@ -54,6 +55,32 @@ WEIGHT_B_V = "weights/b_V"
 WEIGHT_W_O = "weights/W_O"
 WEIGHT_NORM_GAIN = "weights/norm_gain"
 WEIGHT_NORM_BIAS = "weights/norm_bias"
+
+#: Names of the file attributes that readers use (:data:`FILE_ATTRIBUTES` documents every file
+#: attribute); readers read them with :func:`read_attr`, never by the string.
+ATTR_FORMAT = "format"
+ATTR_SCHEMA_VERSION = "schema_version"
+ATTR_COMPLETE = "complete"
+ATTR_MODEL_NAME = "model_name"
+ATTR_DATASET_NAME = "dataset_name"
+ATTR_DTYPE = "dtype"
+ATTR_N_SEQUENCES = "n_sequences"
+ATTR_CONTEXT_LENGTH = "context_length"
+ATTR_N_LAYERS = "n_layers"
+ATTR_N_HEADS = "n_heads"
+ATTR_N_KV_HEADS = "n_kv_heads"
+ATTR_HEAD_DIM = "head_dim"
+ATTR_D_MODEL = "d_model"
+ATTR_POST_ATTENTION_NORM = "post_attention_norm"
+ATTR_INPUT_NORM = "input_norm"
+ATTR_INPUT_NORM_EPS = "input_norm_eps"
+ATTR_INPUT_NORM_CAST = "input_norm_cast"
+ATTR_EXTRACTION_SECONDS = "extraction_seconds"
+ATTR_EXTRACTION_PROFILE = "extraction_profile"
+#: Names of the attributes of every dataset (:class:`DatasetSpec`: description, axes, symbol).
+ATTR_DESCRIPTION = "description"
+ATTR_AXES = "axes"
+ATTR_SYMBOL = "symbol"
 
 
 @dataclass(frozen=True)
@@ -194,46 +221,46 @@ NORM_CASTS = ("before_gain", "after_gain")
 FORWARD_DTYPES = ("float32", "float16", "bfloat16")
 
 FILE_ATTRIBUTES: dict[str, str] = {
-    "format": f"always {FORMAT!r}",
-    "schema_version": "integer version of this layout",
-    "complete": "set to True as the last write; absent in a file that was not finished",
+    ATTR_FORMAT: f"always {FORMAT!r}",
+    ATTR_SCHEMA_VERSION: "integer version of this layout",
+    ATTR_COMPLETE: "set to True as the last write; absent in a file that was not finished",
     "sinkscope_version": "version of the package that wrote the file",
-    "model_name": "the model's key in config.yaml",
+    ATTR_MODEL_NAME: "the model's key in config.yaml",
     "model_source": "the model's source entry (JSON)",
     "model_sha256": "content hash of the model (GGUF sha256, or hub:id@commit for a hub model: the "
     "commit its configured revision resolved to)",
     "model_class": "transformers class that ran the forward pass",
     "model_type": "transformers model_type",
-    "dtype": "dtype of the forward pass (read_Z and read_values reproduce its roundings)",
+    ATTR_DTYPE: "dtype of the forward pass (read_Z and read_values reproduce its roundings)",
     "attn_implementation": "attention kernel transformers actually used",
     "device": "device of the forward pass",
     "library_versions": "torch, transformers, h5py, numpy versions (JSON)",
-    "dataset_name": "the dataset's key in config.yaml",
+    ATTR_DATASET_NAME: "the dataset's key in config.yaml",
     "dataset_sha256": "sha256 of the cleaned corpus text",
     "token_ids_sha256": "sha256 of tokens/input_ids (int32, C order)",
-    "n_sequences": "N",
-    "context_length": "T (tokens after BOS); sequences have T + 1 positions",
+    ATTR_N_SEQUENCES: "N",
+    ATTR_CONTEXT_LENGTH: "T (tokens after BOS); sequences have T + 1 positions",
     "seed": "seed of the sequence cut",
     "config_sha256": "sha256 of the config sections this file depends on",
-    "n_layers": "L",
-    "n_heads": "H",
-    "n_kv_heads": "K",
-    "head_dim": "hd",
-    "d_model": "D",
+    ATTR_N_LAYERS: "L",
+    ATTR_N_HEADS: "H",
+    ATTR_N_KV_HEADS: "K",
+    ATTR_HEAD_DIM: "hd",
+    ATTR_D_MODEL: "D",
     "bos_token_id": "id of the BOS token at position 0",
     "bos_token_source": "where that id came from: 'models.<name>.bos_token_id' (the config), "
     "'tokenizer' or 'model config'",
     "codec": "HDF5 codec and level of the datasets (sinkscope.extraction.h5codec); zstd needs "
     "`import hdf5plugin` before h5py reads the file",
-    "post_attention_norm": "True where the attention output is normed before the residual add",
-    "input_norm": "the layers' input norm: 'rms' (x / sqrt(mean(x^2) + eps)) or 'layer' "
+    ATTR_POST_ATTENTION_NORM: "True where the attention output is normed before the residual add",
+    ATTR_INPUT_NORM: "the layers' input norm: 'rms' (x / sqrt(mean(x^2) + eps)) or 'layer' "
     "((x - mean) / sqrt(var + eps)); read_Z recomputes Z from residual/X with it",
-    "input_norm_eps": "eps of the input norm",
-    "input_norm_cast": "where a float16/bfloat16 forward rounds the norm's output to its dtype: "
+    ATTR_INPUT_NORM_EPS: "eps of the input norm",
+    ATTR_INPUT_NORM_CAST: "where a float16/bfloat16 forward rounds the norm's output to its dtype: "
     "'before_gain' (Llama: gain * round(norm(x))) or 'after_gain' (Gemma, LayerNorm: "
     "round(norm(x) * gain + bias)); no effect in float32",
-    "extraction_seconds": "wall seconds of the extraction (not byte-stable)",
-    "extraction_profile": "wall seconds per stage: forward, to_host (cast + device-to-host copy), "
+    ATTR_EXTRACTION_SECONDS: "wall seconds of the extraction (not byte-stable)",
+    ATTR_EXTRACTION_PROFILE: "wall seconds per stage: forward, to_host (cast + device-to-host copy), "
     "write (compression + writing), write_io (the writing alone), write_wait (forward waiting "
     "for the writer); batch_size, overlap_writes (JSON)",
 }
@@ -268,6 +295,28 @@ def damaged_file_error(path: str | os.PathLike[str], problem: str) -> Activation
     and :data:`REBUILD_ADVICE`, in one sentence."""
     advice = REBUILD_ADVICE.format(path=shlex.quote(str(path)))
     return ActivationFileError(f"{path}: {problem}; {advice}")
+
+
+def read_attr(
+    owner: h5py.File | h5py.Group | h5py.Dataset, name: str, *, as_json: bool = False
+) -> Any:
+    """The attribute ``name`` (an ``ATTR_*`` constant) of an activation file, or of one of its
+    datasets, as a Python value: bytes decoded to ``str``, numpy scalars (0-d arrays included)
+    to Python scalars, and with ``as_json`` a JSON string parsed. The one way every reader reads
+    an attribute; a missing one raises :class:`ActivationFileError` naming the file, the
+    attribute and the command that rebuilds the file (:func:`damaged_file_error`).
+    """
+    if name not in owner.attrs:
+        where = "" if owner.name == "/" else f" of {owner.name}"
+        raise damaged_file_error(owner.file.filename, f"attribute {name!r}{where} is missing")
+    value = owner.attrs[name]
+    if isinstance(value, np.ndarray) and value.shape == ():
+        value = value[()]
+    if isinstance(value, bytes):
+        value = value.decode()
+    elif isinstance(value, np.generic):
+        value = value.item()
+    return json.loads(value) if as_json else value
 
 
 class ActivationFile(h5py.File):
@@ -312,17 +361,17 @@ def open_activations(path: str | os.PathLike[str]) -> ActivationFile:
     except OSError as error:
         raise damaged_file_error(path, f"not a readable HDF5 file ({error})") from error
     attrs = handle.attrs
-    if attrs.get("format") != FORMAT:
+    if attrs.get(ATTR_FORMAT) != FORMAT:
         handle.close()
         raise ActivationFileError(  # a foreign file: no advice to delete it
-            f"{path}: not a sinkscope activation file (format attribute "
-            f"is {attrs.get('format')!r}, expected {FORMAT!r})"
+            f"{path}: not a sinkscope activation file ({ATTR_FORMAT} attribute "
+            f"is {attrs.get(ATTR_FORMAT)!r}, expected {FORMAT!r})"
         )
-    version = int(attrs.get("schema_version", -1))
+    version = int(attrs.get(ATTR_SCHEMA_VERSION, -1))
     if version != SCHEMA_VERSION:
         handle.close()  # attributes cannot be read after this
         raise damaged_file_error(path, f"schema version {version} is not {SCHEMA_VERSION}")
-    if not bool(attrs.get("complete", False)):
+    if not bool(attrs.get(ATTR_COMPLETE, False)):
         handle.close()
         raise damaged_file_error(path, "the file was never completed (killed extraction?)")
     missing = h5codec.missing_filters(handle)
@@ -426,23 +475,23 @@ def input_norm(
 
 def _norm_settings(handle: h5py.File | h5py.Group) -> tuple[str, float, str, str]:
     """(kind, eps, cast, forward dtype) of the file's input norm, checked."""
-    attrs = handle.attrs
-    missing = [
-        k for k in ("input_norm", "input_norm_eps", "input_norm_cast", "dtype") if k not in attrs
-    ]
+    names = (ATTR_INPUT_NORM, ATTR_INPUT_NORM_EPS, ATTR_INPUT_NORM_CAST, ATTR_DTYPE)
+    missing = [k for k in names if k not in handle.attrs]
     if missing:
         raise damaged_file_error(handle.file.filename, f"attributes {missing} are missing")
-    kind, cast, dtype = str(attrs["input_norm"]), str(attrs["input_norm_cast"]), str(attrs["dtype"])
+    kind = str(read_attr(handle, ATTR_INPUT_NORM))
+    cast = str(read_attr(handle, ATTR_INPUT_NORM_CAST))
+    dtype = str(read_attr(handle, ATTR_DTYPE))
     for key, value, allowed in (
-        ("input_norm", kind, NORM_KINDS),
-        ("input_norm_cast", cast, NORM_CASTS),
-        ("dtype", dtype, FORWARD_DTYPES),
+        (ATTR_INPUT_NORM, kind, NORM_KINDS),
+        (ATTR_INPUT_NORM_CAST, cast, NORM_CASTS),
+        (ATTR_DTYPE, dtype, FORWARD_DTYPES),
     ):
         if value not in allowed:
             raise ActivationFileError(
                 f"{handle.file.filename}: attribute {key} = {value!r} is not one of {allowed}"
             )
-    return kind, float(attrs["input_norm_eps"]), cast, dtype
+    return kind, float(read_attr(handle, ATTR_INPUT_NORM_EPS)), cast, dtype
 
 
 @dataclass(frozen=True)
@@ -467,7 +516,8 @@ class InputProjection:
     @classmethod
     def read(cls, handle: h5py.File | h5py.Group, layer: int) -> InputProjection:
         kind, eps, cast, dtype = _norm_settings(handle)
-        n_heads, n_kv = int(handle.attrs["n_heads"]), int(handle.attrs["n_kv_heads"])
+        n_heads = int(read_attr(handle, ATTR_N_HEADS))
+        n_kv = int(read_attr(handle, ATTR_N_KV_HEADS))
         group = n_heads // n_kv
         w_v = handle[WEIGHT_W_V][layer][::group].astype(np.float64)  # (K, hd, D)
         b_v = handle[WEIGHT_B_V][layer][::group].astype(np.float64)  # (K, hd)
@@ -636,18 +686,17 @@ def read_layer(
 
 def file_sizes(handle: h5py.File | h5py.Group) -> dict[str, int]:
     """The axis sizes of the layout (``layer``, ``sequence``, ``position``, ...) of a file."""
-    attrs = handle.attrs
-    t1 = int(attrs["context_length"]) + 1
+    t1 = int(read_attr(handle, ATTR_CONTEXT_LENGTH)) + 1
     return {
-        "layer": int(attrs["n_layers"]),
-        "sequence": int(attrs["n_sequences"]),
+        "layer": int(read_attr(handle, ATTR_N_LAYERS)),
+        "sequence": int(read_attr(handle, ATTR_N_SEQUENCES)),
         "position": t1,
         "query": t1,
         "key": t1,
-        "d_model": int(attrs["d_model"]),
-        "head": int(attrs["n_heads"]),
-        "kv_head": int(attrs["n_kv_heads"]),
-        "head_dim": int(attrs["head_dim"]),
+        "d_model": int(read_attr(handle, ATTR_D_MODEL)),
+        "head": int(read_attr(handle, ATTR_N_HEADS)),
+        "kv_head": int(read_attr(handle, ATTR_N_KV_HEADS)),
+        "head_dim": int(read_attr(handle, ATTR_HEAD_DIM)),
     }
 
 

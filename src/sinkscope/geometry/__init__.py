@@ -9,7 +9,7 @@ massive BOS activations).
 
 * :mod:`.names` - table and figure names, point sets, statement bases, the pooled dataset.
 * :mod:`.alignment` - BOS cosines, their exact histograms and quantiles, Figure 1's readings.
-* :mod:`.halfspace` - the half-space test (Lawson-Hanson), representability counts, statements.
+* :mod:`.halfspace` - the half-space test (Lawson-Hanson), representability counts in words.
 * :mod:`.long_context` - the model forward and the half-space test on long sequences.
 * :mod:`.values` - value ranks, BOS value-output and residual norms, the sink / other effect.
 * :mod:`.analysis` - :func:`~sinkscope.geometry.analysis.analyze_file`: every per-pair table.

@@ -37,6 +37,7 @@ import polars as pl
 
 __all__ = [
     "COSINE_BINS",
+    "COSINE_SIGN_BOUND",
     "FIRST_TEXT_POSITION",
     "SPACES",
     "blocks",
@@ -51,6 +52,11 @@ __all__ = [
 
 #: Number of equal histogram bins of the cosines on [-1, 1] (bin width 2/2048 = 2^-10).
 COSINE_BINS = 2048
+#: §4 / Figure 1's bound on the cosine between BOS and a token: its sign. The tables' column
+#: ``max_below_zero`` compares the maximum cosine with it, and it is the default ``bound`` of
+#: :func:`bos_max_readings`; the claim ``geometry.bos_cosine_below_zero`` compares with its
+#: tolerance ``claims.geometry.bos_cosine_max`` (default: this bound, 0).
+COSINE_SIGN_BOUND = 0.0
 #: Spaces of the cosine analysis: the attention input Z (Figure 1) and the residual stream X.
 SPACES: tuple[str, ...] = ("Z", "X")
 #: Position of the first text token (right after BOS). In SmolLM2-135M its normed input is
@@ -152,7 +158,7 @@ def cosine_rows(space: str, layer: int, cos: np.ndarray) -> tuple[dict[str, Any]
             mean=float(values.mean()),
             n_positive=n_positive,
             frac_positive=n_positive / values.size,
-            max_below_zero=bool(values.max() < 0.0),
+            max_below_zero=bool(values.max() < COSINE_SIGN_BOUND),
             max_sequence=int(seq),
             max_position=int(pos) + 1,
         )
@@ -180,7 +186,7 @@ def middle_layers(n_layers: int) -> list[int]:
 
 
 def bos_max_readings(
-    bos_alignment: pl.DataFrame, bound: float = 0.0, space: str = "Z"
+    bos_alignment: pl.DataFrame, bound: float = COSINE_SIGN_BOUND, space: str = "Z"
 ) -> pl.DataFrame:
     """Both readings of Figure 1's claim per model: the maximum cosine over all positions and
     over positions ``>= 2`` (without :data:`FIRST_TEXT_POSITION`), per layer pooled over the
@@ -189,7 +195,8 @@ def bos_max_readings(
     ``bos_alignment``: rows of :func:`~sinkscope.geometry.analysis.analyze_file`'s or
     :func:`~sinkscope.geometry.summary.summarize`'s ``bos_alignment`` (columns ``model, space,
     layer, max, max_excl_first, max_position, n_positive, n_values``).
-    A layer is "below" when its maximum is ``< bound`` (paper: 0). Returns one row per model:
+    A layer is "below" when its maximum is ``< bound`` (paper: 0, :data:`COSINE_SIGN_BOUND`; the
+    claim passes its tolerance ``claims.geometry.bos_cosine_max``). Returns one row per model:
     ``n_layers``, ``middle_first``/``middle_last`` (:func:`middle_layers`), ``n_middle``;
     ``n_below_all``/``n_below_from2`` over all layers and ``n_mid_below_all``/
     ``n_mid_below_from2`` over the middle layers; the middle layers' largest maximum and its

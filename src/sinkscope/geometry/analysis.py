@@ -12,18 +12,23 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import h5py
 import numpy as np
 import polars as pl
 
+from sinkscope.config_schema import schema_default
 from sinkscope.extraction.h5layout import (
     ATTENTION_PROBS,
+    ATTR_DATASET_NAME,
+    ATTR_HEAD_DIM,
+    ATTR_MODEL_NAME,
+    ATTR_N_KV_HEADS,
     RESIDUAL_X,
     TOKEN_IDS,
     WEIGHT_W_O,
     InputProjection,
     default_block_size,
     open_activations,
+    read_attr,
     read_layer,
     release_freed_memory,
 )
@@ -37,12 +42,15 @@ from sinkscope.geometry.values import (
     value_output_factor,
     value_output_norms,
 )
-from sinkscope.heads.classify import HeadClassThresholds, with_classes
+from sinkscope.heads.classify import DEFAULT_THRESHOLDS, HeadClassThresholds, with_classes
 
-__all__ = ["N_WORST", "TABLE_COLUMNS", "analyze_file", "halfspace_layer"]
+__all__ = ["ATTEND_THRESHOLD", "N_WORST", "TABLE_COLUMNS", "analyze_file", "halfspace_layer"]
 
 #: Sequences listed in ``value_rank_worst`` per file (per model in the summary).
 N_WORST = 5
+#: Default BOS attention that puts a token in ``J`` (Prop. 4.1): the config schema's
+#: ``geometry.attend_threshold``.
+ATTEND_THRESHOLD: float = schema_default("geometry", "attend_threshold")
 
 
 #: Columns of every table of :func:`analyze_file` (and, where named alike,
@@ -171,17 +179,6 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _attr(attrs: h5py.AttributeManager, name: str) -> Any:
-    if name not in attrs:
-        raise ValueError(f"activation file lacks the attribute {name!r}")
-    value = attrs[name]
-    if isinstance(value, bytes):
-        return value.decode()
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
 def _head_classes(
     per_head: pl.DataFrame,
     model: str,
@@ -277,8 +274,8 @@ def halfspace_layer(halfspace: pl.DataFrame, pooled: bool = False) -> pl.DataFra
 def analyze_file(
     h5_path: str | os.PathLike[str],
     per_head: pl.DataFrame,
-    thresholds: HeadClassThresholds | None = None,
-    attend_threshold: float = 0.5,
+    thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS,
+    attend_threshold: float = ATTEND_THRESHOLD,
     block_size: int | None = None,
 ) -> dict[str, pl.DataFrame]:
     """All geometry tables of one activation file (one model x dataset pair).
@@ -318,19 +315,19 @@ def analyze_file(
       ``head_class``.
     * ``bos_residual_norm``: per layer BOS residual-stream norm vs. the other tokens.
     """
-    th = thresholds or HeadClassThresholds()
     if not 0.0 <= attend_threshold <= 1.0:
         raise ValueError(f"attend_threshold must be in [0, 1], got {attend_threshold}")
     with open_activations(h5_path) as handle:
-        attrs = handle.attrs
-        model, dataset = str(_attr(attrs, "model_name")), str(_attr(attrs, "dataset_name"))
+        model = str(read_attr(handle, ATTR_MODEL_NAME))
+        dataset = str(read_attr(handle, ATTR_DATASET_NAME))
         x_ds, probs_ds = handle[RESIDUAL_X], handle[ATTENTION_PROBS]
         n_layers, n_seq, t1, _ = x_ds.shape
         n_heads = probs_ds.shape[2]
-        n_kv, head_dim = int(attrs["n_kv_heads"]), int(attrs["head_dim"])
+        n_kv = int(read_attr(handle, ATTR_N_KV_HEADS))
+        head_dim = int(read_attr(handle, ATTR_HEAD_DIM))
         context_length = t1 - 1
         ids = {"model": model, "dataset": dataset}
-        heads = _head_classes(per_head, model, dataset, n_layers, n_heads, th)
+        heads = _head_classes(per_head, model, dataset, n_layers, n_heads, thresholds)
         sink = heads["is_sink"].to_numpy().reshape(n_layers, n_heads)
         token_ids = handle[TOKEN_IDS][:]
         m = min(t1, head_dim)

@@ -26,8 +26,8 @@ information there and the margin is the informative number. The tables say so pe
 (``n_points``, ``dim``, ``rank``, ``trivially_separable``); :func:`representability_counts`
 counts the trivial (layer, sequence) pairs apart, and the claim is decided on the others
 only (not applicable when none is left). On long sequences (``T' > d_model``, where the test can
-fail; :mod:`sinkscope.geometry.long_context`) :func:`long_context_counts` counts the pairs and
-:func:`sink_representable_statements` decides the claim there when the table exists.
+fail; :mod:`sinkscope.geometry.long_context`) :func:`long_context_counts` counts the pairs, and the claim is decided there when the table
+exists (:func:`sinkscope.claims.checks.geometry.sink_representable_statements`).
 
 Sink-attending tokens ``J`` (configurable through ``attend_threshold``)
 ------------------------------------------------------------------------
@@ -76,8 +76,6 @@ from sinkscope.geometry.alignment import blocks
 from sinkscope.geometry.names import (
     ALL_TOKENS,
     ATTENDING,
-    BASIS_ATTENDING,
-    BASIS_LONG_CONTEXT,
     BOS_MINUS_TOKEN,
     LONG_CONTEXT_POINT_SETS,
     POINT_SETS,
@@ -86,17 +84,16 @@ from sinkscope.geometry.names import (
 __all__ = [
     "HALFSPACE_TOL",
     "SET_RANK_RTOL",
-    "STATEMENT_SCHEMA",
     "HalfspaceResult",
     "attending_tokens",
     "halfspace_layer_rows",
     "halfspace_margin",
     "long_context_counts",
     "long_context_statement",
+    "plural",
     "rank_from_singular_values",
     "representability_counts",
     "representability_statement",
-    "sink_representable_statements",
     "torch_threads",
 ]
 
@@ -405,8 +402,8 @@ def representability_counts(halfspace: pl.DataFrame) -> pl.DataFrame:
     frac_any_representable_nontrivial, min_margin`` (smallest margin of ``{z_0 - z_i}`` and
     ``{z_i}``). The half-space figure's panel titles print these numbers, and the claim
     ``geometry.sink_representable`` where no long-context table decides it
-    (:func:`sink_representable_statements`; on long-context rows the "every sink pattern" columns
-    are :func:`long_context_counts`').
+    (:func:`sinkscope.claims.checks.geometry.sink_representable_statements`; on long-context
+    rows the "every sink pattern" columns are :func:`long_context_counts`').
     """
     needed = [
         "model",
@@ -553,7 +550,7 @@ def long_context_statement(counts: Mapping[str, Any]) -> str:
     r = counts
     text = (
         f"long context (T' = {r['seq_len'] - 1} tokens > d_model = {r['dim']}; "
-        f"{r['n_sequences']} sequences over {_count(r['n_datasets'], 'dataset')}; every sink "
+        f"{r['n_sequences']} sequences over {plural(r['n_datasets'], 'dataset')}; every sink "
         f"pattern, J = all tokens): {r['n_trivial']} of {r['n_pairs']} (layer, sequence) pairs "
         f"trivially separable; "
     )
@@ -570,86 +567,9 @@ def long_context_statement(counts: Mapping[str, Any]) -> str:
     return text
 
 
-def _count(n: int, word: str) -> str:
+def plural(n: int, word: str) -> str:
+    """``n`` and ``word``, with a plural ``s`` unless ``n == 1`` (``1 dataset``, ``2 datasets``)."""
     return f"{n} {word}" + ("" if n == 1 else "s")
-
-
-#: Columns of :func:`sink_representable_statements` (the ``sink_representable`` rows of the
-#: summary's ``statements``).
-STATEMENT_SCHEMA: dict[str, Any] = {
-    "model": pl.String,
-    "claim": pl.String,
-    "value": pl.Float64,
-    "statement": pl.String,
-    "n_cases": pl.Int64,
-    "n_trivial": pl.Int64,
-    "basis": pl.String,
-}
-
-
-def sink_representable_statements(
-    halfspace: pl.DataFrame, halfspace_long: pl.DataFrame | None = None
-) -> pl.DataFrame:
-    """The ``sink_representable`` statement per model (read by ``geometry.sink_representable``).
-
-    With long-context rows for a model
-    (:func:`~sinkscope.geometry.long_context.halfspace_long_context`) of which at least one pair is
-    non-trivial, the statement is decided there (``basis = "long_context"``): ``value`` = share of
-    the non-trivial (dataset, layer, sequence) pairs where every sink pattern is representable (both
-    sets in an open half-space; this implies it for every sink-attending ``J``), ``n_cases`` =
-    pairs, ``n_trivial`` = trivially separable pairs (:func:`long_context_counts`); the sentence
-    also gives the counts at the extraction's ``T`` (:func:`representability_statement`, trivial
-    cases apart). Otherwise (``basis = "attending"``) it is decided on the sink-attending tokens at
-    ``T`` (:func:`representability_counts`: ``value`` = share of non-trivial cases, null when none),
-    and the sentence adds the long-context counts where there are any.
-    """
-    short = representability_counts(halfspace) if halfspace.height else None
-    long = (
-        long_context_counts(halfspace_long)
-        if halfspace_long is not None and halfspace_long.height
-        else None
-    )
-    models = set(short["model"].to_list()) if short is not None else set()
-    models |= set(long["model"].to_list()) if long is not None else set()
-    rows: list[dict[str, Any]] = []
-    for model in sorted(models):
-        s = short.filter(pl.col("model") == model) if short is not None else None
-        at_t = (
-            representability_statement(s.row(0, named=True)) if s is not None and s.height else None
-        )
-        lc = long.filter(pl.col("model") == model) if long is not None else None
-        lr = lc.row(0, named=True) if lc is not None and lc.height else None
-        if lr is not None and lr["n_nontrivial"]:
-            r = lr
-            text = long_context_statement(r)
-            if at_t is not None:
-                text += f"; at the extraction's T: {at_t}"
-            rows.append(
-                {
-                    "model": model,
-                    "claim": "sink_representable",
-                    "value": r["frac_representable_nontrivial"],
-                    "statement": f"{model}: {text}",
-                    "n_cases": r["n_pairs"],
-                    "n_trivial": r["n_trivial"],
-                    "basis": BASIS_LONG_CONTEXT,
-                }
-            )
-        elif s is not None and s.height:
-            r = s.row(0, named=True)
-            rows.append(
-                {
-                    "model": model,
-                    "claim": "sink_representable",
-                    "value": r["frac_representable_nontrivial"],
-                    "statement": f"{model}: {at_t}"
-                    + (f"; {long_context_statement(lr)}" if lr is not None else ""),
-                    "n_cases": r["n_cases"],
-                    "n_trivial": r["n_trivial"],
-                    "basis": BASIS_ATTENDING,
-                }
-            )
-    return pl.DataFrame(rows, schema=STATEMENT_SCHEMA)
 
 
 def representability_statement(counts: Mapping[str, Any]) -> str:

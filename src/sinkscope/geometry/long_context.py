@@ -8,8 +8,8 @@ condition for every sink-attending ``J``; the attending set itself needs the sin
 attention and is not tested there). With more points than dimensions no set is trivially
 separable, so the proposition is tested exactly as stated, any ``W`` in ``R^{d x d}``, and can
 fail (e.g. when ``z_0`` lies in the convex hull of the other tokens).
-:func:`~sinkscope.geometry.halfspace.sink_representable_statements` decides the claim there when
-the table exists (:func:`~sinkscope.geometry.halfspace.long_context_counts`), reporting the
+:func:`~sinkscope.claims.checks.geometry.sink_representable_statements` decides the claim there
+when the table exists (:func:`~sinkscope.geometry.halfspace.long_context_counts`), reporting the
 trivial and non-trivial counts at ``T`` beside it. Measured on the shared 2-core machine, one
 thread: ~40 s per pair for SmolLM2-135M (load 3 s, forward 11 s, 60 solves of 1023 points 19 s)
 and ~35 s for Gemma-3-270M; both hold in every (layer, sequence) pair on alice, with margins
@@ -19,6 +19,7 @@ and ~35 s for Gemma-3-270M; both hold in every (layer, sequence) pair on alice, 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ from sinkscope.geometry.halfspace import HALFSPACE_TOL, halfspace_layer_rows, to
 
 __all__ = [
     "LONG_CONTEXT_COLUMNS",
+    "LONG_CONTEXT_N_SEQUENCES_KEY",
     "LONG_CONTEXT_SEQ_LEN_KEY",
     "attention_inputs",
     "halfspace_long_context",
@@ -36,6 +38,8 @@ __all__ = [
 
 #: The config key of the long-context sequence length (named in errors).
 LONG_CONTEXT_SEQ_LEN_KEY = "geometry.long_context.seq_len"
+#: The config key of the number of long-context sequences per pair (named in errors).
+LONG_CONTEXT_N_SEQUENCES_KEY = "geometry.long_context.n_sequences"
 
 
 #: Columns of :func:`halfspace_long_context`: those of ``halfspace`` without the two that describe
@@ -117,41 +121,53 @@ def halfspace_long_context(
     ``d_model < n_points``), so the test can fail. A ``seq_len`` that does not exceed
     ``d_model + 1`` is not refused (GPT-2 medium and XL of the paper's config have ``d_model``
     >= their 1024 positions, so no ``seq_len`` could): the job logs a warning, every row says
-    ``trivially_separable`` and :func:`~sinkscope.geometry.halfspace.sink_representable_statements`
-    falls back to the extraction's sequences for that model. A ``seq_len`` beyond the model's
-    ``max_position_embeddings`` is refused with an error that names
-    :data:`LONG_CONTEXT_SEQ_LEN_KEY`. Returns the rows of :data:`LONG_CONTEXT_COLUMNS`.
+    ``trivially_separable`` and
+    :func:`~sinkscope.claims.checks.geometry.sink_representable_statements` falls back to the
+    extraction's sequences for that model. Refused before the forward, with an
+    error that names the config key: a ``seq_len`` beyond the model's ``max_position_embeddings``
+    (:data:`LONG_CONTEXT_SEQ_LEN_KEY`; checked from the model's config before the weights or the
+    corpus are loaded, and for local models already by the config check) and more
+    ``n_sequences`` than the corpus holds streams of ``seq_len`` (:data:`LONG_CONTEXT_N_SEQUENCES_KEY`).
+    Returns the rows of :data:`LONG_CONTEXT_COLUMNS`.
     """
     import logging
     import time
 
-    from sinkscope.prepare.models import model_shape
+    from sinkscope.prepare.models import load_config, model_shape
     from sinkscope.streaming.streams import load_streams
 
     log = logging.getLogger(__name__)
     began = time.perf_counter()
+    shape = model_shape(load_config(Path(prepared_model_dir)))
+    if shape.max_positions and seq_len > shape.max_positions:
+        raise ValueError(
+            f"{LONG_CONTEXT_SEQ_LEN_KEY} = {seq_len} exceeds the {shape.max_positions} "
+            f"positions of {model_name} (its max_position_embeddings); set it to at most "
+            f"{shape.max_positions}"
+        )
+    if seq_len - 1 <= shape.d_model:
+        log.warning(
+            "%s = %d: %s has d_model = %d, so %d tokens of full rank are trivially "
+            "separable and the test cannot fail; the rows say so (trivially_separable) and "
+            "the claim falls back to the extraction's sequences for this model",
+            LONG_CONTEXT_SEQ_LEN_KEY,
+            seq_len,
+            model_name,
+            shape.d_model,
+            seq_len - 1,
+        )
     with torch_threads(int(threads)):
         streams = load_streams(
             prepared_model_dir,
             documents_parquet,
             {"stream_length": int(seq_len), "n_streams": int(n_sequences), "seed": int(seed)},
         )
-        shape = model_shape(streams.model.config)
-        if seq_len - 1 <= shape.d_model:
-            log.warning(
-                "%s = %d: %s has d_model = %d, so %d tokens of full rank are trivially "
-                "separable and the test cannot fail; the rows say so (trivially_separable) and "
-                "the claim falls back to the extraction's sequences for this model",
-                LONG_CONTEXT_SEQ_LEN_KEY,
-                seq_len,
-                model_name,
-                shape.d_model,
-                seq_len - 1,
-            )
-        if shape.max_positions and seq_len > shape.max_positions:
+        if streams.n_available is not None and streams.n_available < n_sequences:
             raise ValueError(
-                f"{LONG_CONTEXT_SEQ_LEN_KEY} = {seq_len} exceeds the {shape.max_positions} "
-                f"positions of {model_name}; set it to at most {shape.max_positions}"
+                f"{LONG_CONTEXT_N_SEQUENCES_KEY} = {n_sequences} exceeds the "
+                f"{streams.n_available} sequences of {seq_len} tokens that corpus "
+                f"{dataset_name} holds ({documents_parquet}: blocks of {seq_len - 1} tokens after "
+                f"BOS); set it to at most {streams.n_available} or lower {LONG_CONTEXT_SEQ_LEN_KEY}"
             )
         loaded = time.perf_counter()
         z_layers = attention_inputs(streams.model, streams.ids)

@@ -41,6 +41,9 @@ TABLES = (
 #: Proposition 4.1 on long sequences (T' > d_model, rule analyze_geometry_long_context; its own
 #: model forward, no activation file), per pair; read by the geometry summary when enabled.
 LONG_CONTEXT_TABLES = ("halfspace_long_context",)
+#: Tables of the summary (rule ``summarize_geometry``): the keys of
+#: :func:`~sinkscope.geometry.summary.summarize`, and ``statements``
+#: (:func:`sinkscope.claims.checks.geometry.geometry_statements`).
 SUMMARY_TABLES = (
     "bos_alignment",
     "halfspace_layer",

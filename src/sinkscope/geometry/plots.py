@@ -25,7 +25,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from sinkscope.geometry.alignment import FIRST_TEXT_POSITION, bos_max_readings
-from sinkscope.geometry.halfspace import long_context_counts, representability_counts
+from sinkscope.geometry.halfspace import long_context_counts, plural, representability_counts
 from sinkscope.geometry.long_context import LONG_CONTEXT_COLUMNS
 from sinkscope.geometry.names import (
     ALL_TOKENS,
@@ -36,18 +36,21 @@ from sinkscope.geometry.names import (
 )
 from sinkscope.geometry.values import RANK_RTOL, sink_value_norm_effect
 from sinkscope.heads.names import SINK
-from sinkscope.plotting import CLASS_COLORS, DPI, MAX_FIGURE_PIXELS, new_figure, save_figure
+from sinkscope.heads.summary import dataset_order as _dataset_order
+from sinkscope.plotting import CLASS_COLORS, DPI, MAX_FIGURE_PIXELS, Draw, new_figure, save_figure
 
 __all__ = [
     "bos_alignment_figure",
     "bos_residual_norm_figure",
     "bos_value_norm_figure",
     "halfspace_margins_figure",
+    "pair_figures",
     "plot_bos_alignment",
     "plot_bos_residual_norm",
     "plot_bos_value_norm",
     "plot_halfspace_margins",
     "plot_value_rank",
+    "summary_figures",
 ]
 
 Tables = pl.DataFrame | Sequence[pl.DataFrame]
@@ -81,17 +84,9 @@ def _concat(tables: Tables, required: Sequence[str]) -> pl.DataFrame:
     return frame
 
 
-def _dataset_order(datasets: Sequence[str]) -> list[str]:
-    return sorted(set(datasets), key=lambda name: (name == POOLED, name))
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
-
-
 def _dataset_label(dataset: str, n_datasets: int | None = None) -> str:
     if dataset == POOLED:
-        return f"pooled over {_plural(n_datasets, 'dataset')}" if n_datasets else "pooled"
+        return f"pooled over {plural(n_datasets, 'dataset')}" if n_datasets else "pooled"
     return dataset
 
 
@@ -429,7 +424,8 @@ def plot_halfspace_margins(
     titled with :func:`~sinkscope.geometry.halfspace.long_context_counts` (N, T', d_model, the share
     of non-trivial pairs where both sets lie in an open half-space), returned as the ``long_*``
     columns. Those are the numbers of the claim ``geometry.sink_representable`` when present, the
-    ``T``-panel's otherwise (:func:`~sinkscope.geometry.halfspace.sink_representable_statements`).
+    ``T``-panel's otherwise
+    (:func:`~sinkscope.claims.checks.geometry.sink_representable_statements`).
     """
     fig, counts = halfspace_margins_figure(tables, title, long_context)
     save_figure(fig, out_png)
@@ -471,7 +467,7 @@ def plot_value_rank(tables: Tables, out_png: str | os.PathLike[str], title: str)
             ax.set_ylim(min(0.0, low) - 0.02, 1.02)
             ax.set_ylabel("rank / min(m, n)")
             label = (
-                f"pooled over {_plural(sub['dataset'].n_unique(), 'dataset')}"
+                f"pooled over {plural(sub['dataset'].n_unique(), 'dataset')}"
                 if row_name == POOLED
                 else row_name
             )
@@ -665,3 +661,45 @@ def bos_residual_norm_figure(tables: Tables, title: str) -> Figure:
     ax.set_title("BOS residual-stream norm relative to the median token", fontsize=10)
     fig.suptitle(title)
     return fig
+
+
+# --- the figures of each rule -----------------------------------------------------------------
+
+
+def pair_figures(tables: dict[str, pl.DataFrame], title: str) -> dict[str, Draw]:
+    """The figures of rule ``analyze_geometry`` (:data:`sinkscope.geometry.names.FIGURES`) from
+    the tables of :func:`~sinkscope.geometry.analysis.analyze_file`."""
+    return {
+        "bos_alignment": lambda out: plot_bos_alignment(tables["bos_alignment"], out, title),
+        "halfspace_margins": lambda out: plot_halfspace_margins(tables["halfspace"], out, title),
+        "value_rank": lambda out: plot_value_rank(tables["value_rank"], out, title),
+        "bos_value_norm": lambda out: plot_bos_value_norm(tables["bos_value_norm"], out, title),
+        "bos_residual_norm": lambda out: plot_bos_residual_norm(
+            tables["bos_residual_norm"], out, title
+        ),
+    }
+
+
+def summary_figures(
+    summary: dict[str, pl.DataFrame],
+    pairs: Sequence[dict[str, pl.DataFrame]],
+    long_context: pl.DataFrame | None,
+    title: str,
+) -> dict[str, Draw]:
+    """The figures of rule ``summarize_geometry`` (:data:`sinkscope.geometry.names.FIGURES`):
+    from the pooled tables of :func:`~sinkscope.geometry.summary.summarize` where they suffice,
+    else from every pair's tables (``pairs``); ``long_context``: the long-context table of
+    :func:`~sinkscope.geometry.summary.long_context_table` (Prop. 4.1 at T' > d_model)."""
+    return {
+        "bos_alignment": lambda out: plot_bos_alignment(summary["bos_alignment"], out, title),
+        "halfspace_margins": lambda out: plot_halfspace_margins(
+            [p["halfspace"] for p in pairs], out, title, long_context=long_context
+        ),
+        "value_rank": lambda out: plot_value_rank([p["value_rank"] for p in pairs], out, title),
+        "bos_value_norm": lambda out: plot_bos_value_norm(
+            [p["bos_value_norm"] for p in pairs], out, title
+        ),
+        "bos_residual_norm": lambda out: plot_bos_residual_norm(
+            summary["bos_residual_norm"], out, title
+        ),
+    }

@@ -2,9 +2,10 @@
 
 :func:`summarize` turns the per-pair tables of :func:`~sinkscope.geometry.analysis.analyze_file`
 (and the long-context tables of :func:`~sinkscope.geometry.long_context.halfspace_long_context`)
-into the summary tables and one statement per (model, claim). Cosine distributions are pooled
-through their histograms (:func:`pool_bos_alignment`; see :mod:`sinkscope.geometry.alignment`),
-value ranks, half-space margins and norm ratios from their raw rows.
+into the summary tables. Cosine distributions are pooled through their histograms
+(:func:`pool_bos_alignment`; see :mod:`sinkscope.geometry.alignment`), value ranks, half-space
+margins and norm ratios from their raw rows. Numbers only: the ``statements`` table of the
+claims' numbers is :func:`sinkscope.claims.checks.geometry.geometry_statements`.
 """
 
 from __future__ import annotations
@@ -15,19 +16,18 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from sinkscope.geometry.alignment import (
-    COSINE_BINS,
-    bos_max_readings,
-    bos_max_statement,
-    histogram_quantiles,
-    middle_layers,
-)
+from sinkscope.geometry.alignment import COSINE_BINS, COSINE_SIGN_BOUND, histogram_quantiles
 from sinkscope.geometry.analysis import N_WORST, TABLE_COLUMNS, halfspace_layer
-from sinkscope.geometry.halfspace import STATEMENT_SCHEMA, sink_representable_statements
 from sinkscope.geometry.names import LONG_CONTEXT_TABLE, POOLED
-from sinkscope.geometry.values import RANK_RTOL, value_norm_statement, vo_classes
+from sinkscope.geometry.values import vo_classes
 
-__all__ = ["long_context_table", "pool_bos_alignment", "summarize", "value_rank_stats"]
+__all__ = [
+    "long_context_table",
+    "pair_table",
+    "pool_bos_alignment",
+    "summarize",
+    "value_rank_stats",
+]
 
 
 def value_rank_stats(value_rank: pl.DataFrame, with_pooled: bool = True) -> pl.DataFrame:
@@ -67,8 +67,8 @@ def pool_bos_alignment(pairs: Sequence[Mapping[str, pl.DataFrame]]) -> pl.DataFr
     (:func:`~sinkscope.geometry.alignment.histogram_quantiles`, error at most
     ``quantile_resolution`` = one bin width). ``dataset`` is ``"all"``.
     """
-    align = pl.concat([p["bos_alignment"] for p in pairs], how="vertical_relaxed")
-    hist = pl.concat([p["bos_cosine_hist"] for p in pairs], how="vertical_relaxed")
+    align = pair_table(pairs, "bos_alignment")
+    hist = pair_table(pairs, "bos_cosine_hist")
     keys = ["model", "space", "layer"]
     exact = (
         align.with_columns(_sum=pl.col("mean") * pl.col("n_values"))
@@ -120,7 +120,7 @@ def pool_bos_alignment(pairs: Sequence[Mapping[str, pl.DataFrame]]) -> pl.DataFr
         .with_columns(
             dataset=pl.lit(POOLED),
             frac_positive=pl.col("n_positive") / pl.col("n_values"),
-            max_below_zero=pl.col("max") < 0.0,
+            max_below_zero=pl.col("max") < COSINE_SIGN_BOUND,
             quantile_resolution=pl.lit(2.0 / COSINE_BINS),
         )
         .select(
@@ -138,86 +138,14 @@ def pool_bos_alignment(pairs: Sequence[Mapping[str, pl.DataFrame]]) -> pl.DataFr
     )
 
 
-def _statements(
-    alignment: pl.DataFrame,
-    halfspace_layer: pl.DataFrame,
-    value_rank: pl.DataFrame,
-    vo_classes: pl.DataFrame,
-    residual: pl.DataFrame,
-    halfspace: pl.DataFrame,
-    halfspace_long: pl.DataFrame | None = None,
-) -> pl.DataFrame:
-    """One row per (model, claim) with a number and a sentence (pooled over datasets); the
-    ``sink_representable`` row is
-    :func:`~sinkscope.geometry.halfspace.sink_representable_statements`'."""
-    rows: list[dict[str, Any]] = []
-    readings = bos_max_readings(alignment)
-    representable = sink_representable_statements(halfspace, halfspace_long)
-    for model in sorted(set(alignment["model"].to_list())):
-        b = readings.filter(pl.col("model") == model).row(0, named=True)
-        rows.append(
-            {
-                "model": model,
-                "claim": "bos_cosine_max_below_zero_middle_layers",
-                "value": b["n_mid_below_all"] / b["n_middle"],
-                "statement": bos_max_statement(b),
-            }
-        )
-        middle = middle_layers(b["n_layers"])
-        rows += representable.filter(pl.col("model") == model).to_dicts()
-        v = value_rank.filter((pl.col("model") == model) & (pl.col("dataset") == POOLED))
-        vm = v.filter(pl.col("layer").is_in(middle))
-        rows.append(
-            {
-                "model": model,
-                "claim": "value_rank_middle_layers",
-                "value": float(vm["median"].median()),
-                "statement": (
-                    f"{model}: the relative rank of the value matrices (tolerance {RANK_RTOL:g}) "
-                    f"has median {float(vm['median'].median()):.3f} and minimum "
-                    f"{float(vm['min'].min()):.3f} in the middle layers, minimum "
-                    f"{float(v['min'].min()):.3f} over all layers"
-                ),
-            }
-        )
-        c = vo_classes.filter(
-            (pl.col("model") == model)
-            & (pl.col("dataset") == POOLED)
-            & (pl.col("group") == "is_sink")
-        )
-        sink_row = c.row(0, named=True) if c.height else None
-        rows.append(
-            {
-                "model": model,
-                "claim": "sink_heads_switch_off",
-                "value": sink_row["ratio"] if sink_row else None,
-                "statement": f"{model}: "
-                + (value_norm_statement(sink_row) if sink_row else "no sink heads"),
-            }
-        )
-        r = residual.filter(pl.col("model") == model).sort("rel_bos_norm", descending=True)
-        rows.append(
-            {
-                "model": model,
-                "claim": "massive_bos_activation",
-                "value": float(r["rel_bos_norm"][0]),
-                "statement": (
-                    f"{model}: the BOS residual-stream norm reaches {float(r['rel_bos_norm'][0]):.1f}"
-                    f"x the median token norm (layer {int(r['layer'][0])})"
-                ),
-            }
-        )
-    return pl.DataFrame(rows, schema=STATEMENT_SCHEMA)
-
-
 def summarize(tables_by_pair: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
     """Cross-pair summary tables, pooled exactly over the datasets of each model.
 
     ``tables_by_pair``: outputs of :func:`~sinkscope.geometry.analysis.analyze_file`, each
     optionally with the pair's long-context table under
     :data:`~sinkscope.geometry.names.LONG_CONTEXT_TABLE`
-    (:func:`~sinkscope.geometry.long_context.halfspace_long_context`; it decides the
-    ``sink_representable`` statement of its model). Returns:
+    (:func:`~sinkscope.geometry.long_context.halfspace_long_context`; read by the ``statements``
+    of :func:`sinkscope.claims.checks.geometry.geometry_statements`, not here). Returns:
 
     * ``bos_alignment``: per (model, space, layer) with ``dataset = "all"``: exact count, min,
       max, mean and fraction positive; quartiles from the summed histograms (resolution
@@ -235,9 +163,6 @@ def summarize(tables_by_pair: list[dict[str, pl.DataFrame]]) -> dict[str, pl.Dat
       ``ratio_hi``, per-dataset spread).
     * ``bos_residual_norm``: per (model, layer) pooled over datasets (means weighted by
       sequences, exact min/max).
-    * ``statements``: one sentence per model and claim with its key number (the
-      ``sink_representable`` rows also ``n_cases``, ``n_trivial`` and ``basis`` of
-      :func:`~sinkscope.geometry.halfspace.sink_representable_statements`).
     """
     if not tables_by_pair:
         raise ValueError("summarize needs the tables of at least one model x dataset pair")
@@ -248,29 +173,30 @@ def summarize(tables_by_pair: list[dict[str, pl.DataFrame]]) -> dict[str, pl.Dat
         if (pair["bos_alignment"]["dataset"] == POOLED).any():
             raise ValueError(f"dataset name {POOLED!r} is reserved for pooled summaries")
 
-    def cat(name: str) -> pl.DataFrame:
-        return pl.concat([p[name] for p in tables_by_pair], how="vertical_relaxed")
-
     out: dict[str, pl.DataFrame] = {}
     out["bos_alignment"] = pool_bos_alignment(tables_by_pair)
-    halfspace = cat("halfspace")
-    context = cat("halfspace_layer").group_by("model").agg(pl.col("context_length").max())
+    halfspace = pair_table(tables_by_pair, "halfspace")
+    context = (
+        pair_table(tables_by_pair, "halfspace_layer")
+        .group_by("model")
+        .agg(pl.col("context_length").max())
+    )
     out["halfspace_layer"] = (
         halfspace_layer(halfspace, pooled=True)
         .join(context, on="model", how="left")
         .select(TABLE_COLUMNS["halfspace_layer"])
     )
-    value_rank = cat("value_rank")
+    value_rank = pair_table(tables_by_pair, "value_rank")
     out["value_rank"] = value_rank_stats(value_rank)
     out["value_rank_worst"] = (
-        cat("value_rank_worst")
+        pair_table(tables_by_pair, "value_rank_worst")
         .sort("model", "mean_rel_rank", "min_rel_rank", "dataset", "sequence")
         .group_by("model", maintain_order=True)
         .head(N_WORST)
     )
-    bos_value_norm = cat("bos_value_norm")
+    bos_value_norm = pair_table(tables_by_pair, "bos_value_norm")
     out["bos_value_norm_classes"] = vo_classes(bos_value_norm)
-    resid = cat("bos_residual_norm")
+    resid = pair_table(tables_by_pair, "bos_residual_norm")
     w = pl.col("n_sequences").cast(pl.Float64)
     out["bos_residual_norm"] = (
         resid.group_by("model", "layer")
@@ -288,16 +214,12 @@ def summarize(tables_by_pair: list[dict[str, pl.DataFrame]]) -> dict[str, pl.Dat
         .select(TABLE_COLUMNS["bos_residual_norm"])
         .sort("model", "layer")
     )
-    out["statements"] = _statements(
-        out["bos_alignment"],
-        out["halfspace_layer"],
-        out["value_rank"],
-        out["bos_value_norm_classes"],
-        out["bos_residual_norm"],
-        halfspace,
-        long_context_table(tables_by_pair),
-    )
     return out
+
+
+def pair_table(tables_by_pair: Sequence[Mapping[str, pl.DataFrame]], name: str) -> pl.DataFrame:
+    """The pairs' tables ``name`` concatenated (pooled over datasets)."""
+    return pl.concat([p[name] for p in tables_by_pair], how="vertical_relaxed")
 
 
 def long_context_table(tables_by_pair: Sequence[Mapping[str, pl.DataFrame]]) -> pl.DataFrame | None:

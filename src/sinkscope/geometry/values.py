@@ -22,7 +22,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -32,7 +32,8 @@ import torch
 from sinkscope.geometry.alignment import blocks
 from sinkscope.geometry.halfspace import rank_from_singular_values, torch_threads
 from sinkscope.geometry.names import POOLED
-from sinkscope.heads.names import DIAGONAL, OTHER, SINK, SINK_PREV
+from sinkscope.heads.names import CLASS_LEGEND_NAMES
+from sinkscope.heads.summary import dataset_order
 
 __all__ = [
     "BOOTSTRAP_LEVEL",
@@ -40,7 +41,6 @@ __all__ = [
     "BOOTSTRAP_SEED",
     "EFFECT_SCHEMA",
     "RANK_RTOL",
-    "VO_CLASS_GROUPS",
     "VO_GROUP_DEFINITIONS",
     "relative_bos_norm",
     "relative_rank",
@@ -162,11 +162,6 @@ EFFECT_SCHEMA: dict[str, Any] = {
 }
 
 
-def _ordered_datasets(names: Sequence[str]) -> list[str]:
-    """Distinct dataset names, sorted, the pooled ``"all"`` last."""
-    return sorted(set(names), key=lambda name: (name == POOLED, name))
-
-
 def sink_value_norm_effect(
     bos_value_norm: pl.DataFrame,
     with_pooled: bool = True,
@@ -255,7 +250,7 @@ def sink_value_norm_effect(
     rows: list[dict[str, Any]] = []
     for model in sorted(set(frame["model"].to_list())):
         by_model = frame.filter(pl.col("model") == model)
-        datasets = _ordered_datasets(by_model["dataset"].to_list())
+        datasets = dataset_order(by_model["dataset"].to_list())
         for dataset in datasets:
             rows.append(
                 {
@@ -314,24 +309,16 @@ VO_GROUP_DEFINITIONS: dict[str, str] = {
     "head_class": "exclusive head_class of the class map (its sink excludes sink+previous)",
     "is_sink": "is_sink flag: bos_mass >= the sink threshold, sink+previous included",
 }
-#: Group names of the exclusive ``head_class`` labels in ``bos_value_norm_classes``: the class
-#: map's legend names (:data:`sinkscope.plotting.CLASS_LEGEND_NAMES`, tested equal), so that its
-#: "sink (not sink+previous)" group cannot be read as the ``is_sink`` group that the claim
-#: ``geometry.sink_bos_value_small`` and the value-norm figure use.
-VO_CLASS_GROUPS: dict[str, str] = {
-    SINK: "sink (not sink+previous)",
-    DIAGONAL: "diagonal",
-    SINK_PREV: "sink+previous",
-    OTHER: "other (no pattern)",
-}
 
 
 def vo_classes(bos_value_norm: pl.DataFrame) -> pl.DataFrame:
     """Distribution of ``rel_bos_vo_norm`` per model, dataset (and ``"all"``) and head group.
 
     Groups (column ``definition``, :data:`VO_GROUP_DEFINITIONS`): every exclusive
-    ``head_class``, named as in the class map's legend (:data:`VO_CLASS_GROUPS`: its sink group
-    is ``"sink (not sink+previous)"``), and ``"is_sink"`` / ``"not_sink"``
+    ``head_class``, named as in the class map's legend
+    (:data:`sinkscope.heads.names.CLASS_LEGEND_NAMES`: its sink group is
+    ``"sink (not sink+previous)"``, so that it cannot be read as the ``is_sink`` group that the
+    claim ``geometry.sink_bos_value_small`` and the value-norm figure use), and ``"is_sink"`` / ``"not_sink"``
     (the ``is_sink`` flag of :func:`sinkscope.heads.classify.with_classes`: every head with
     ``bos_mass`` at the sink threshold, sink+previous included; the claim and the value-norm
     figure use these). The ``"is_sink"``
@@ -358,7 +345,7 @@ def vo_classes(bos_value_norm: pl.DataFrame) -> pl.DataFrame:
     parts = [
         stats(
             both,
-            pl.col("head_class").replace_strict(VO_CLASS_GROUPS, return_dtype=pl.String),
+            pl.col("head_class").replace_strict(CLASS_LEGEND_NAMES, return_dtype=pl.String),
             "head_class",
         ),
         stats(

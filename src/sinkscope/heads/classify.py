@@ -45,11 +45,18 @@ import math
 import os
 from collections.abc import Iterable
 
-import h5py
 import numpy as np
 import polars as pl
 
-from sinkscope.extraction.h5layout import ATTENTION_PROBS, open_activations
+from sinkscope.config_schema import schema_default
+from sinkscope.extraction.h5layout import (
+    ATTENTION_PROBS,
+    ATTR_DATASET_NAME,
+    ATTR_MODEL_NAME,
+    ATTR_N_SEQUENCES,
+    open_activations,
+    read_attr,
+)
 from sinkscope.heads.names import (
     DIAGONAL,
     FLAG_COLUMNS,
@@ -60,6 +67,7 @@ from sinkscope.heads.names import (
 )
 
 __all__ = [
+    "DEFAULT_THRESHOLDS",
     "TOLERANCE",
     "HeadClassThresholds",
     "attention_masses",
@@ -72,6 +80,9 @@ __all__ = [
 #: Absolute tolerance of every threshold comparison.
 TOLERANCE = 1e-9
 
+#: The config's ``head_classes`` defaults, read from the config schema (the paper's §3 values).
+_SCHEMA_THRESHOLDS: dict[str, float] = schema_default("head_classes")
+
 
 @dataclasses.dataclass(frozen=True)
 class HeadClassThresholds:
@@ -79,13 +90,14 @@ class HeadClassThresholds:
 
     ``sink``: minimum ``bos_mass``; ``diagonal``: minimum ``diagonal_mass``;
     ``sink_prev_joint``: minimum ``bos_mass + subdiagonal_mass``; ``sink_prev_min_part``: minimum
-    share of that joint mass that each of BOS and the sub-diagonal must carry.
+    share of that joint mass that each of BOS and the sub-diagonal must carry. The defaults are
+    the config schema's ``head_classes`` defaults (:data:`DEFAULT_THRESHOLDS`).
     """
 
-    sink: float = 0.40
-    diagonal: float = 0.40
-    sink_prev_joint: float = 0.60
-    sink_prev_min_part: float = 0.10
+    sink: float = _SCHEMA_THRESHOLDS["sink"]
+    diagonal: float = _SCHEMA_THRESHOLDS["diagonal"]
+    sink_prev_joint: float = _SCHEMA_THRESHOLDS["sink_prev_joint"]
+    sink_prev_min_part: float = _SCHEMA_THRESHOLDS["sink_prev_min_part"]
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -98,6 +110,11 @@ class HeadClassThresholds:
                 raise ValueError(
                     f"HeadClassThresholds.{field.name} must be in [0, 1], got {value!r}"
                 )
+
+
+#: The paper's thresholds (§3), the config schema's ``head_classes`` defaults: what every function
+#: here classifies with unless given the config's thresholds.
+DEFAULT_THRESHOLDS = HeadClassThresholds()
 
 
 def attention_masses(probs: np.ndarray) -> dict[str, np.ndarray]:
@@ -137,7 +154,7 @@ def classify(
     bos: np.ndarray | float,
     diag: np.ndarray | float,
     subdiag: np.ndarray | float,
-    thresholds: HeadClassThresholds | None = None,
+    thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS,
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Flags and single labels for masses of any (broadcastable) shape.
 
@@ -145,16 +162,17 @@ def classify(
     is a string array with values in :data:`~sinkscope.heads.names.HEAD_CLASSES` (precedence in
     the module docstring). ``sink_prev_mass`` is recomputed here as ``bos + subdiag``.
     """
-    th = thresholds or HeadClassThresholds()
     bos, diag, subdiag = np.broadcast_arrays(
         *(np.asarray(x, dtype=np.float64) for x in (bos, diag, subdiag))
     )
     joint = bos + subdiag
-    is_sink = bos >= th.sink - TOLERANCE
-    is_diagonal = diag >= th.diagonal - TOLERANCE
-    min_part = th.sink_prev_min_part * joint - TOLERANCE
+    is_sink = bos >= thresholds.sink - TOLERANCE
+    is_diagonal = diag >= thresholds.diagonal - TOLERANCE
+    min_part = thresholds.sink_prev_min_part * joint - TOLERANCE
     is_sink_prev = (
-        (joint >= th.sink_prev_joint - TOLERANCE) & (bos >= min_part) & (subdiag >= min_part)
+        (joint >= thresholds.sink_prev_joint - TOLERANCE)
+        & (bos >= min_part)
+        & (subdiag >= min_part)
     )
     labels = np.select(
         [is_sink_prev, is_sink & (~is_diagonal | (bos >= diag)), is_diagonal],
@@ -183,7 +201,7 @@ def with_classes(frame: pl.DataFrame, thresholds: HeadClassThresholds) -> pl.Dat
 
 
 def head_table_for_layer(
-    layer: int, probs: np.ndarray, thresholds: HeadClassThresholds | None = None
+    layer: int, probs: np.ndarray, thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS
 ) -> pl.DataFrame:
     """One row per (layer, head, sequence) of one layer's attention ``probs`` ``(N, H, T1, T1)``.
 
@@ -191,13 +209,12 @@ def head_table_for_layer(
     sink_prev_mass`` (Float64), ``is_sink, is_diagonal, is_sink_prev`` (Boolean), ``head_class``
     (String). Rows are ordered by head, then sequence.
     """
-    th = thresholds or HeadClassThresholds()
     masses = attention_masses(probs)
     n_seq, n_heads = masses["bos_mass"].shape
     # (N, H) -> (H, N) so that rows run over sequences within each head.
     columns = {name: values.T.ravel() for name, values in masses.items()}
     flags, labels = classify(
-        columns["bos_mass"], columns["diagonal_mass"], columns["subdiagonal_mass"], th
+        columns["bos_mass"], columns["diagonal_mass"], columns["subdiagonal_mass"], thresholds
     )
     return pl.DataFrame(
         {
@@ -211,18 +228,9 @@ def head_table_for_layer(
     )
 
 
-def _attr_str(attrs: h5py.AttributeManager, name: str, path: str | os.PathLike[str]) -> str:
-    if name not in attrs:
-        raise ValueError(f"{path}: missing file attribute {name!r}")
-    value = attrs[name]
-    if isinstance(value, np.ndarray) and value.shape == ():
-        value = value[()]
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def classify_file(
     h5_path: str | os.PathLike[str],
-    thresholds: HeadClassThresholds | None = None,
+    thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS,
     layers: Iterable[int] | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Classify every head of an activation file; returns ``(per_sequence, per_head)``.
@@ -239,12 +247,11 @@ def classify_file(
     the population standard deviation (ddof=0) of ``bos_mass`` over sequences, and flags and
     label are recomputed from the averaged masses (not a vote over per-sequence labels).
     """
-    th = thresholds or HeadClassThresholds()
     per_sequence: list[pl.DataFrame] = []
     per_head: list[pl.DataFrame] = []
     with open_activations(h5_path) as handle:
-        model = _attr_str(handle.attrs, "model_name", h5_path)
-        dataset = _attr_str(handle.attrs, "dataset_name", h5_path)
+        model = str(read_attr(handle, ATTR_MODEL_NAME))
+        dataset = str(read_attr(handle, ATTR_DATASET_NAME))
         if ATTENTION_PROBS not in handle:
             raise ValueError(f"{h5_path}: no dataset {ATTENTION_PROBS!r}")
         probs_ds = handle[ATTENTION_PROBS]
@@ -254,16 +261,19 @@ def classify_file(
                 f"got {probs_ds.shape}"
             )
         n_layers, n_seq = probs_ds.shape[:2]
-        if "n_sequences" in handle.attrs and int(handle.attrs["n_sequences"]) != n_seq:
+        n_attr = (
+            int(read_attr(handle, ATTR_N_SEQUENCES)) if ATTR_N_SEQUENCES in handle.attrs else None
+        )
+        if n_attr is not None and n_attr != n_seq:
             raise ValueError(
-                f"{h5_path}: attribute n_sequences={int(handle.attrs['n_sequences'])} but "
-                f"{ATTENTION_PROBS} holds {n_seq} sequences"
+                f"{h5_path}: attribute {ATTR_N_SEQUENCES}={n_attr} but {ATTENTION_PROBS} holds "
+                f"{n_seq} sequences"
             )
         selected = range(n_layers) if layers is None else [int(layer) for layer in layers]
         for layer in selected:
             if not 0 <= layer < n_layers:
                 raise ValueError(f"{h5_path}: layer {layer} out of range [0, {n_layers})")
-            table = head_table_for_layer(layer, probs_ds[layer], th)
+            table = head_table_for_layer(layer, probs_ds[layer], thresholds)
             per_sequence.append(table)
             per_head.append(
                 table.group_by("layer", "head", maintain_order=True).agg(
@@ -278,5 +288,5 @@ def classify_file(
         raise ValueError(f"{h5_path}: no layers selected")
     ids = [pl.lit(model).alias("model"), pl.lit(dataset).alias("dataset")]
     sequences = pl.concat(per_sequence).select(*ids, pl.all())
-    heads = with_classes(pl.concat(per_head), th).select(*ids, *PER_HEAD_COLUMNS[2:])
+    heads = with_classes(pl.concat(per_head), thresholds).select(*ids, *PER_HEAD_COLUMNS[2:])
     return sequences, heads

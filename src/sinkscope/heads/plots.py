@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
 
 import matplotlib.colors as mcolors
 import numpy as np
@@ -20,8 +19,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from sinkscope.heads.classify import HeadClassThresholds
+from sinkscope.heads.classify import DEFAULT_THRESHOLDS, HeadClassThresholds
 from sinkscope.heads.names import DIAGONAL, HEAD_CLASSES, POOLED, SINK, SINK_PREV
+from sinkscope.heads.summary import dataset_order
 from sinkscope.plotting import (
     CLASS_COLORS,
     CLASS_LEGEND_NAMES,
@@ -30,6 +30,7 @@ from sinkscope.plotting import (
     HEAD_CLASS_CMAP,
     MAX_FIGURE_PIXELS,
     SEQUENTIAL_CMAP,
+    Draw,
     new_figure,
     save_figure,
 )
@@ -38,12 +39,14 @@ __all__ = [
     "class_counts",
     "class_map_figure",
     "mass_heatmaps_figure",
+    "pair_figures",
     "pattern_legend_names",
     "percent_label",
     "plot_class_map",
     "plot_mass_heatmaps",
     "plot_summary_bars",
     "summary_bars_figure",
+    "summary_figures",
 ]
 
 #: Summary columns plotted as bars (overlapping flags), with the pattern name used as hue.
@@ -230,20 +233,15 @@ def plot_class_map(
 # --- summary bars ---------------------------------------------------------------------------
 
 
-def _facet_order(datasets: Sequence[str]) -> list[str]:
-    return sorted(set(datasets), key=lambda name: (name == POOLED, name))
-
-
-def pattern_legend_names(thresholds: HeadClassThresholds | None = None) -> dict[str, str]:
+def pattern_legend_names(thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS) -> dict[str, str]:
     """Legend names of the (overlapping) pattern flags counted by
     :func:`sinkscope.heads.summary.summarize`."""
-    th = thresholds or HeadClassThresholds()
     return {
-        SINK: f"sink: is_sink, BOS mass >= {th.sink:g} (any class)",
-        DIAGONAL: f"diagonal: diagonal mass >= {th.diagonal:g}",
+        SINK: f"sink: is_sink, BOS mass >= {thresholds.sink:g} (any class)",
+        DIAGONAL: f"diagonal: diagonal mass >= {thresholds.diagonal:g}",
         SINK_PREV: (
-            f"sink+previous: BOS + previous >= {th.sink_prev_joint:g}, "
-            f"each >= {th.sink_prev_min_part:g} of it"
+            f"sink+previous: BOS + previous >= {thresholds.sink_prev_joint:g}, "
+            f"each >= {thresholds.sink_prev_min_part:g} of it"
         ),
     }
 
@@ -258,7 +256,7 @@ def percent_label(percent: float) -> str:
 def summary_bars_figure(
     summary: pl.DataFrame,
     title: str = "Share of heads per attention pattern",
-    thresholds: HeadClassThresholds | None = None,
+    thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS,
 ) -> Figure:
     """The figure of :func:`plot_summary_bars` (not yet written)."""
     missing = [
@@ -278,7 +276,7 @@ def summary_bars_figure(
     )
     frame = pd.DataFrame(long.select("model", "dataset", "pattern", "percent").to_dict())
     models = sorted(set(summary["model"].to_list()))
-    facets = _facet_order(summary["dataset"].to_list())
+    facets = dataset_order(summary["dataset"].to_list())
     patterns = list(_PATTERN_COLUMNS.values())
     facet_width = max(2.8, 0.75 * len(models) + 1.0)
     legend_width = 3.2
@@ -340,7 +338,7 @@ def plot_summary_bars(
     summary: pl.DataFrame,
     out_png: str | os.PathLike[str],
     title: str = "Share of heads per attention pattern",
-    thresholds: HeadClassThresholds | None = None,
+    thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS,
 ) -> None:
     """Grouped bars of :func:`sinkscope.heads.summary.summarize`: x = model, hue = pattern (sink,
     diagonal, sink+previous), one facet per dataset with the pooled ``"all"`` facet last (wrapped
@@ -352,3 +350,21 @@ def plot_summary_bars(
     states each flag's rule (with ``thresholds``, default the paper's).
     """
     save_figure(summary_bars_figure(summary, title, thresholds), out_png)
+
+
+# --- the figures of each rule -----------------------------------------------------------------
+
+
+def pair_figures(
+    per_head: pl.DataFrame, title: str, thresholds: HeadClassThresholds
+) -> dict[str, Draw]:
+    """The figures of rule ``classify_heads`` (:data:`sinkscope.heads.names.FIGURES`)."""
+    return {
+        "mass_heatmaps": lambda out: plot_mass_heatmaps(per_head, out, title),
+        "class_map": lambda out: plot_class_map(per_head, out, title, thresholds),
+    }
+
+
+def summary_figures(summary: pl.DataFrame, thresholds: HeadClassThresholds) -> dict[str, Draw]:
+    """The figure of rule ``summarize_heads``: the summary bars of every pair."""
+    return {"head_classes": lambda out: plot_summary_bars(summary, out, thresholds=thresholds)}

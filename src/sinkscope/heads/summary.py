@@ -12,10 +12,16 @@ from typing import Any
 
 import polars as pl
 
-from sinkscope.heads.classify import HeadClassThresholds, with_classes
+from sinkscope.heads.classify import DEFAULT_THRESHOLDS, HeadClassThresholds, with_classes
 from sinkscope.heads.names import OTHER, PER_HEAD_COLUMNS, POOLED, SUMMARY_COLUMNS
 
-__all__ = ["pool_datasets", "summarize"]
+__all__ = ["dataset_order", "pool_datasets", "summarize"]
+
+
+def dataset_order(datasets: Sequence[str]) -> list[str]:
+    """Distinct dataset names, sorted, the pooled ``"all"`` (:data:`POOLED`) last: the order of
+    every summary's rows and every figure's facets."""
+    return sorted(set(datasets), key=lambda name: (name == POOLED, name))
 
 
 def _check_per_head(frame: pl.DataFrame) -> None:
@@ -28,7 +34,7 @@ def _check_per_head(frame: pl.DataFrame) -> None:
 
 
 def pool_datasets(
-    per_head: pl.DataFrame, thresholds: HeadClassThresholds | None = None
+    per_head: pl.DataFrame, thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS
 ) -> pl.DataFrame:
     """Pool a per-head table (as from :func:`~sinkscope.heads.classify.classify_file`) over its
     datasets, per model.
@@ -60,7 +66,7 @@ def pool_datasets(
         .drop("_bos_sq")
         .sort("model", "layer", "head")
     )
-    return with_classes(pooled, thresholds or HeadClassThresholds()).select(PER_HEAD_COLUMNS)
+    return with_classes(pooled, thresholds).select(PER_HEAD_COLUMNS)
 
 
 def _statement(row: dict[str, Any], th: HeadClassThresholds) -> str:
@@ -86,7 +92,8 @@ def _statement(row: dict[str, Any], th: HeadClassThresholds) -> str:
 
 
 def summarize(
-    per_head_tables: Sequence[pl.DataFrame], thresholds: HeadClassThresholds | None = None
+    per_head_tables: Sequence[pl.DataFrame],
+    thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS,
 ) -> pl.DataFrame:
     """The paper's head percentages, per model and dataset and pooled over datasets (``"all"``).
 
@@ -99,17 +106,16 @@ def summarize(
     model, then dataset with ``"all"`` last. The pooled row classifies each head on its masses
     averaged over datasets weighted by ``n_sequences`` (:func:`pool_datasets`).
     """
-    th = thresholds or HeadClassThresholds()
     if not per_head_tables:
         raise ValueError("summarize needs at least one per-head table")
     per_head = pl.concat([t.select(PER_HEAD_COLUMNS) for t in per_head_tables], how="vertical")
     _check_per_head(per_head)
     if (per_head["dataset"] == POOLED).any():
         raise ValueError(f"dataset name {POOLED!r} is reserved for the pooled summary")
-    per_head = with_classes(per_head, th).select(PER_HEAD_COLUMNS)
+    per_head = with_classes(per_head, thresholds).select(PER_HEAD_COLUMNS)
     n_datasets = per_head.group_by("model").agg(pl.col("dataset").n_unique().alias("n_datasets"))
     by_dataset = per_head.with_columns(n_datasets=pl.lit(1, dtype=pl.UInt32))
-    pooled = pool_datasets(per_head, th).join(n_datasets, on="model")
+    pooled = pool_datasets(per_head, thresholds).join(n_datasets, on="model")
 
     def fractions(frame: pl.DataFrame) -> pl.DataFrame:
         return frame.group_by("model", "dataset").agg(
@@ -128,7 +134,7 @@ def summarize(
         .with_columns(pl.col("n_datasets").cast(pl.Int64), pl.col("n_sequences").cast(pl.Int64))
         .sort("model", pl.col("dataset") == POOLED, "dataset")
     )
-    statements = [_statement(row, th) for row in summary.iter_rows(named=True)]
+    statements = [_statement(row, thresholds) for row in summary.iter_rows(named=True)]
     return summary.with_columns(statement=pl.Series(statements, dtype=pl.String)).select(
         SUMMARY_COLUMNS
     )

@@ -14,7 +14,7 @@ the bases of the §5 claims and the figures (Figs. 2, 4-11).
   (``analyze_file``; its docstring states the modelling decisions).
 * :mod:`.summary` - the figure/claim bases and the cross-pair summary (``summarize``).
 * :mod:`.panel_layout` - panel layout and axis helpers of the figures.
-* :mod:`.plots` - the figures (``plot_*``, ``plot_all``).
+* :mod:`.plots` - the figures (``plot_*``; ``figures``: the rules' figures by name).
 
 Nothing is imported here: importing :mod:`.names` does not import torch.
 """

@@ -117,8 +117,9 @@ updates, and integrity checks: ``post_norm_fit_rel_err`` (NaN without post-norm)
 post-norm, through the fitted
 norm, so it equals ``post_norm_fit_rel_err``), ``output_bias_norm`` (``||b_O||``, an
 output-projection bias such as GPT-2's), ``probs_upper_max`` and ``probs_row_sum_max_err``.
-``summary``, ``conditions`` and ``claims``: see
-:func:`~sinkscope.oversmoothing.summary.summary_tables`.
+``summary`` and ``conditions``: see :func:`~sinkscope.oversmoothing.summary.summary_tables`
+(the stage's ``claims`` table is :func:`sinkscope.claims.checks.oversmoothing.pair_claims` of
+``summary``, written by the rule).
 
 Performance (issue 9): one layer at a time. A layer's stored tensors are decompressed once
 and held (:class:`_LayerData`, about one layer's stored data, with the values recomputed once),
@@ -149,9 +150,14 @@ import numpy as np
 import polars as pl
 import torch
 
+from sinkscope.config_schema import schema_default
 from sinkscope.extraction.h5layout import (
     ATTENTION_PROBS,
     ATTENTION_RESIDUAL_UPDATE,
+    ATTR_DATASET_NAME,
+    ATTR_MODEL_NAME,
+    ATTR_N_KV_HEADS,
+    ATTR_POST_ATTENTION_NORM,
     RESIDUAL_X,
     WEIGHT_B_V,
     WEIGHT_NORM_GAIN,
@@ -160,6 +166,7 @@ from sinkscope.extraction.h5layout import (
     InputProjection,
     default_block_size,
     open_activations,
+    read_attr,
     read_layer,
     release_freed_memory,
 )
@@ -170,25 +177,23 @@ from sinkscope.oversmoothing.summary import summary_tables
 __all__ = [
     "DEFAULT_CONTEXT_LENGTHS",
     "LAMBDA_GRID",
+    "UNIFORMITY_THRESHOLD",
     "analyze_file",
     "default_block_size",
     "resolve_context_lengths",
 ]
 
-#: Paper: several context lengths up to 512; capped at the file's T.
-DEFAULT_CONTEXT_LENGTHS: tuple[int, ...] = (32, 64, 128, 256)
+#: Paper: several context lengths up to 512; capped at the file's T. The config schema's
+#: ``oversmoothing.context_lengths``.
+DEFAULT_CONTEXT_LENGTHS: tuple[int, ...] = tuple(schema_default("oversmoothing", "context_lengths"))
+#: Uniformity ``u(A)`` above which a head is dense (paper: 0.6): the config schema's
+#: ``oversmoothing.uniformity_threshold``.
+UNIFORMITY_THRESHOLD: float = schema_default("oversmoothing", "uniformity_threshold")
 #: lambda grid on which the monotonicity of rho_hat(Y(lambda)) is checked.
 LAMBDA_GRID: np.ndarray = np.linspace(0.0, 1.0, 21)
 
 
 # --------------------------------------------------------------------------- files and tables
-
-
-def _attr(handle: Any, name: str) -> Any:
-    value = handle.attrs[name]
-    if isinstance(value, np.ndarray) and value.shape == ():
-        value = value[()]
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def resolve_context_lengths(context_lengths: Iterable[int], text_tokens: int) -> list[int]:
@@ -331,7 +336,7 @@ def analyze_file(
     h5_path: str | os.PathLike[str],
     per_head: pl.DataFrame,
     context_lengths: Sequence[int] = DEFAULT_CONTEXT_LENGTHS,
-    uniformity_threshold: float = 0.6,
+    uniformity_threshold: float = UNIFORMITY_THRESHOLD,
     *,
     include_bos: bool = False,
     lambdas: Sequence[float] | np.ndarray = LAMBDA_GRID,
@@ -348,7 +353,7 @@ def analyze_file(
     ``block_size``: sequences read and processed at a time (default
     :func:`default_block_size`); the tables do not depend on it (to float64 rounding).
 
-    Returns ``{"per_head", "per_layer", "summary", "conditions", "claims"}`` (columns in
+    Returns ``{"per_head", "per_layer", "summary", "conditions"}`` (columns in
     :data:`~sinkscope.oversmoothing.names.PER_HEAD_COLUMNS`,
     :data:`~sinkscope.oversmoothing.names.PER_LAYER_COLUMNS` and
     :func:`~sinkscope.oversmoothing.summary.summary_tables`).
@@ -359,13 +364,13 @@ def analyze_file(
     head_rows: list[pl.DataFrame] = []
     layer_rows: list[pl.DataFrame] = []
     with open_activations(h5_path) as handle:
-        model = str(_attr(handle, "model_name"))
-        dataset = str(_attr(handle, "dataset_name"))
-        post_norm = bool(_attr(handle, "post_attention_norm"))
+        model = str(read_attr(handle, ATTR_MODEL_NAME))
+        dataset = str(read_attr(handle, ATTR_DATASET_NAME))
+        post_norm = bool(read_attr(handle, ATTR_POST_ATTENTION_NORM))
         x_ds = handle[RESIDUAL_X]
         n_layers, n_seq, t1, _ = x_ds.shape
         n_heads = handle[ATTENTION_PROBS].shape[2]
-        n_kv = int(_attr(handle, "n_kv_heads"))
+        n_kv = int(read_attr(handle, ATTR_N_KV_HEADS))
         lengths = resolve_context_lengths(context_lengths, t1 - 1)
         start = 0 if include_bos else 1
         tokens = [t + 1 - start for t in lengths]

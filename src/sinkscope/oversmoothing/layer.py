@@ -27,8 +27,6 @@ from sinkscope.oversmoothing.theory import (
 
 __all__ = ["SEQUENCE_CHUNK", "VARIANTS", "LayerAnalysis", "LayerResult"]
 
-F64 = torch.float64
-F32 = torch.float32
 #: sequences per chunk for the (N, H, T1, T1) attention tensors (bounds float32 temporaries)
 SEQUENCE_CHUNK = 8
 
@@ -53,7 +51,7 @@ def _prefix_sums(values: torch.Tensor, lengths: Sequence[int], dim: int) -> torc
     running: torch.Tensor | None = None
     previous = 0
     for n in lengths:
-        part = values.narrow(dim, previous, n - previous).sum(dim, dtype=F64)
+        part = values.narrow(dim, previous, n - previous).sum(dim, dtype=torch.float64)
         running = part if running is None else running + part
         out.append(running)
         previous = n
@@ -87,14 +85,16 @@ def _rho_terms(
     )  # (B, H, L, n_max)
     sizes = torch.as_tensor(list(lengths))
     inside = torch.arange(n_max)[None, :] < sizes[:, None]  # (L, n_max)
-    w = torch.where(inside, norm2.rsqrt_(), 0.0).to(F32)
+    w = torch.where(inside, norm2.rsqrt_(), 0.0).to(torch.float32)
     b, n_heads, n_len, _ = w.shape
-    total = (w.reshape(b, n_heads * n_len, n_max) @ x).reshape(b, n_heads, n_len, -1).to(F64)
-    inner = (w @ o).to(F64)  # (B, H, L, k)
+    total = (
+        (w.reshape(b, n_heads * n_len, n_max) @ x).reshape(b, n_heads, n_len, -1).to(torch.float64)
+    )
+    inner = (w @ o).to(torch.float64)  # (B, H, L, k)
     # the small map back to D dimensions in float64: a float32 product whose row count is the
     # number of sequences rounds differently for one row than for several
     total += scale * torch.einsum("hdk,bhlk->bhld", w_out, inner)
-    n = sizes.to(F64)
+    n = sizes.to(torch.float64)
     return (total.square_().sum(-1) - n) / (n * (n - 1))
 
 
@@ -102,13 +102,13 @@ def _rho_of_units(units: torch.Tensor, lengths: Sequence[int]) -> torch.Tensor:
     """``rho`` per sequence of unit rows ``(B, n_max, D)`` on the first ``n`` of each of
     ``lengths`` (float64, ``(B, L)``; segment sums in float32: relative error ~1e-7)."""
     total = _prefix_sums(units, lengths, 1)  # (B, L, D)
-    n = torch.as_tensor(list(lengths), dtype=F64)
+    n = torch.as_tensor(list(lengths), dtype=torch.float64)
     return (total.square_().sum(-1) - n) / (n * (n - 1))
 
 
 def _sum_squares(a: torch.Tensor) -> torch.Tensor:
     """Sum of squares per sequence of ``(B, ...)`` float32 values, accumulated in float64."""
-    return torch.linalg.vector_norm(a.reshape(a.shape[0], -1), dim=1, dtype=F64).square()
+    return torch.linalg.vector_norm(a.reshape(a.shape[0], -1), dim=1, dtype=torch.float64).square()
 
 
 class LayerAnalysis:
@@ -147,7 +147,7 @@ class LayerAnalysis:
     ) -> None:
         self.w_v, self.b_v = weights["w_v"], weights["b_v"]
         self.gain = weights["gain"]
-        self.w_o32 = weights["w_o"].to(F32)
+        self.w_o32 = weights["w_o"].to(torch.float32)
         n_heads, d_model, _k = self.w_o32.shape
         self.w_o_flat = self.w_o32.permute(0, 2, 1).reshape(-1, d_model)  # (H k, D)
         self.n_seq, self.n_heads, self.d_model = n_seq, n_heads, d_model
@@ -155,7 +155,7 @@ class LayerAnalysis:
         self.lengths = [int(n) for n in lengths]
         self.lambdas = lambdas
         self.n_max = self.lengths[-1]
-        self.token_counts = torch.as_tensor(self.lengths, dtype=F64)
+        self.token_counts = torch.as_tensor(self.lengths, dtype=torch.float64)
         self.stop = start + self.n_max
         n_len = len(self.lengths)
         # the output projection is checked on every sequence with a post-norm (it is needed
@@ -163,46 +163,50 @@ class LayerAnalysis:
         self.checked = n_seq if post_norm else min(n_seq, SEQUENCE_CHUNK)
         self.passes = ("norm", "main", "scaled") if post_norm else ("main", "scaled")
         self.upper = self.row_err = 0.0
-        self.uniformity = torch.empty(n_seq, n_heads, n_len, dtype=F64)
-        self.head_sum = torch.empty(n_seq, n_heads, n_len, dtype=F64)
-        self.full_sum = torch.empty(n_seq, n_len, dtype=F64)
-        self.rho_x = torch.empty(n_seq, n_len, dtype=F64)
-        self.rho_after = torch.empty(n_seq, n_len, dtype=F64)
+        self.uniformity = torch.empty(n_seq, n_heads, n_len, dtype=torch.float64)
+        self.head_sum = torch.empty(n_seq, n_heads, n_len, dtype=torch.float64)
+        self.full_sum = torch.empty(n_seq, n_len, dtype=torch.float64)
+        self.rho_x = torch.empty(n_seq, n_len, dtype=torch.float64)
+        self.rho_after = torch.empty(n_seq, n_len, dtype=torch.float64)
         self.rho = {
-            f"rho_{tag}{suffix}": torch.empty(n_seq, n_heads, n_len, dtype=F64)
+            f"rho_{tag}{suffix}": torch.empty(n_seq, n_heads, n_len, dtype=torch.float64)
             for suffix in ("", "_s")
             for tag in ("xwz", "xwza", "xwzau")
         }
-        self.xx = torch.empty(n_seq, self.n_max, dtype=F64)
-        self.xo = {name: torch.empty(n_seq, n_heads, self.n_max, dtype=F64) for name in VARIANTS}
-        self.oo = {name: torch.empty(n_seq, n_heads, self.n_max, dtype=F64) for name in VARIANTS}
+        self.xx = torch.empty(n_seq, self.n_max, dtype=torch.float64)
+        self.xo = {
+            name: torch.empty(n_seq, n_heads, self.n_max, dtype=torch.float64) for name in VARIANTS
+        }
+        self.oo = {
+            name: torch.empty(n_seq, n_heads, self.n_max, dtype=torch.float64) for name in VARIANTS
+        }
         self.moments = MomentAccumulator(self.lengths, d_model, n_seq)
         # integrity checks: sums of squares per sequence (float64)
-        self.check_err2 = torch.zeros(n_seq, dtype=F64)
-        self.check_ref2 = torch.zeros(n_seq, dtype=F64)
+        self.check_err2 = torch.zeros(n_seq, dtype=torch.float64)
+        self.check_ref2 = torch.zeros(n_seq, dtype=torch.float64)
         if post_norm:
-            self.uq = torch.empty(n_seq, d_model, dtype=F64)
-            self.qq = torch.empty(n_seq, d_model, dtype=F64)
-            self.uu = torch.empty(n_seq, d_model, dtype=F64)
-            self.r = torch.empty(n_seq, self.stop, dtype=F64)
+            self.uq = torch.empty(n_seq, d_model, dtype=torch.float64)
+            self.qq = torch.empty(n_seq, d_model, dtype=torch.float64)
+            self.uu = torch.empty(n_seq, d_model, dtype=torch.float64)
+            self.r = torch.empty(n_seq, self.stop, dtype=torch.float64)
         else:
-            self._set_gain(torch.ones(d_model, dtype=F64))
+            self._set_gain(torch.ones(d_model, dtype=torch.float64))
             self.kappa = np.ones(n_len)
-            self.bias_sum = torch.zeros(self.checked, d_model, dtype=F64)
+            self.bias_sum = torch.zeros(self.checked, d_model, dtype=torch.float64)
 
     def _set_gain(self, gamma: torch.Tensor) -> None:
         self.gamma = gamma
-        self.w_out = gamma.to(F32)[None, :, None] * self.w_o32  # (H, D, k), before 1/rbar
+        self.w_out = gamma.to(torch.float32)[None, :, None] * self.w_o32  # (H, D, k), before 1/rbar
         self.w_out_flat = self.w_out.permute(1, 0, 2).reshape(self.d_model, -1)  # (D, H k)
         self.gram_out = self.w_out.transpose(1, 2) @ self.w_out  # (H, k, k)
-        self.w_out64 = self.w_out.to(F64)
+        self.w_out64 = self.w_out.to(torch.float64)
 
     # ------------------------------------------------------------------ per block
 
     def _outputs(self, block: dict[str, Any], first: bool) -> torch.Tensor:
         """``A V`` at all positions ``(B, H, stop, k)`` (float32); probability checks and row
         uniformities on the first pass that reads the maps."""
-        probs = block.pop("probs").to(F32)  # the stored maps are not needed again
+        probs = block.pop("probs").to(torch.float32)  # the stored maps are not needed again
         sl = block["sequences"]
         if first:
             self.upper = max(self.upper, float(torch.triu(probs, diagonal=1).amax()))
@@ -211,12 +215,12 @@ class LayerAnalysis:
             self.uniformity[sl] = _prefix_sums(rows, self.lengths, 2) / self.token_counts
             del rows
         # all positions: the rows of a prefix's A V are rows of the full product
-        return probs @ block["values"].to(F32)
+        return probs @ block["values"].to(torch.float32)
 
     def _variants(self, o_full: torch.Tensor, values: torch.Tensor) -> dict[str, torch.Tensor]:
         """Head outputs on the token set under ``I``, ``A`` and ``A_u``: ``(B, H, n_max, k)``."""
-        o_id = values[:, :, self.start : self.stop].to(F32)
-        counts = torch.arange(1, self.n_max + 1, dtype=F32)[:, None]
+        o_id = values[:, :, self.start : self.stop].to(torch.float32)
+        counts = torch.arange(1, self.n_max + 1, dtype=torch.float32)[:, None]
         return {
             "id": o_id,
             "attn": o_full[:, :, self.start : self.stop],
@@ -237,7 +241,7 @@ class LayerAnalysis:
         o_proj = self._projection(self._outputs(block, first=True))
         update = block["update"]
         self.uq[sl], self.qq[sl], self.r[sl] = post_norm_sums(update, o_proj)
-        self.uu[sl] = update.to(F64).square_().sum(1)
+        self.uu[sl] = update.to(torch.float64).square_().sum(1)
 
     def _finish_norm(self) -> None:
         gamma = self.uq.sum(0) / self.qq.sum(0).clamp_min(1e-300)
@@ -254,38 +258,42 @@ class LayerAnalysis:
         sl = block["sequences"]
         first_seq = sl.start
         o_full = self._outputs(block, first=not self.post_norm)
-        update = block["update"].to(F32)
+        update = block["update"].to(torch.float32)
         # with a post-norm the head sum was checked in the norm pass (its fit residual)
         if not self.post_norm and first_seq < self.checked:
             local = slice(0, min(sl.stop, self.checked) - first_seq)
             resid = update[local] - self._projection(o_full[local])
-            self.bias_sum[first_seq : first_seq + resid.shape[0]] = resid.sum(1, dtype=F64)
+            self.bias_sum[first_seq : first_seq + resid.shape[0]] = resid.sum(
+                1, dtype=torch.float64
+            )
             del resid
         variants = self._variants(o_full, block["values"])
 
         # expansions of ||X + s u||^2 through the head dimension
-        x = block["x"][:, self.start : self.stop].to(F32)
+        x = block["x"][:, self.start : self.stop].to(torch.float32)
         b = x.shape[0]
         proj = (x.reshape(-1, self.d_model) @ self.w_out_flat).reshape(
             b, self.n_max, self.n_heads, -1
         )
         proj = proj.permute(0, 2, 1, 3)  # (B, H, n_max, k) = w_out^T x
-        self.xx[sl] = torch.linalg.vecdot(x, x).to(F64)
+        self.xx[sl] = torch.linalg.vecdot(x, x).to(torch.float64)
         for name, o in variants.items():
-            self.xo[name][sl] = torch.linalg.vecdot(proj, o).to(F64)
-            self.oo[name][sl] = torch.linalg.vecdot(o @ self.gram_out, o).to(F64)
+            self.xo[name][sl] = torch.linalg.vecdot(proj, o).to(torch.float64)
+            self.oo[name][sl] = torch.linalg.vecdot(o @ self.gram_out, o).to(torch.float64)
         del proj
         head_norm = self.oo["attn"][sl].clamp_min(0).sqrt()  # (B, H, n_max), before kappa
         update_tok = update[:, self.start : self.stop]
-        full_norm = torch.linalg.vector_norm(update_tok, dim=-1, dtype=F64)  # (B, n_max)
+        full_norm = torch.linalg.vector_norm(update_tok, dim=-1, dtype=torch.float64)  # (B, n_max)
         self.head_sum[sl] = _prefix_sums(head_norm, self.lengths, 2)
         self.full_sum[sl] = _prefix_sums(full_norm, self.lengths, 1)
         del head_norm, full_norm
 
         # theory: gain-free Z, W = kappa diag(gamma) W_O W_V diag(g)
-        g = self.gain.to(F32)
+        g = self.gain.to(torch.float32)
         safe_g = torch.where(g == 0, torch.ones_like(g), g)
-        z_tilde = torch.where(g == 0, 0.0, block["z"][:, self.start : self.stop].to(F32) / safe_g)
+        z_tilde = torch.where(
+            g == 0, 0.0, block["z"][:, self.start : self.stop].to(torch.float32) / safe_g
+        )
         self.moments.add(z_tilde, x)
         del z_tilde
 
@@ -319,14 +327,14 @@ class LayerAnalysis:
         o_full = self._outputs(block, first=False)
         if not self.post_norm and sl.start < self.checked:
             local = slice(0, min(sl.stop, self.checked) - sl.start)
-            update = block["update"][local].to(F32)
+            update = block["update"][local].to(torch.float32)
             resid = update - self._projection(o_full[local])
             rows = slice(sl.start, sl.start + resid.shape[0])
-            self.check_err2[rows] = _sum_squares(resid.sub_(self.bias.to(F32)))
+            self.check_err2[rows] = _sum_squares(resid.sub_(self.bias.to(torch.float32)))
             self.check_ref2[rows] = _sum_squares(update)
             del update, resid
         variants = self._variants(o_full, block["values"])
-        x = block["x"][:, self.start : self.stop].to(F32)
+        x = block["x"][:, self.start : self.stop].to(torch.float32)
         self._rho_block(sl, x, variants, "_s", self.kappa * self.s_l)
 
     def _rho_block(
@@ -359,7 +367,7 @@ class LayerAnalysis:
 
     def result(self) -> LayerResult:
         """Per-head and per-layer values for every prefix size (after all passes)."""
-        w_in = self.w_v.to(F64) * self.gain.to(F64)[None, None, :]
+        w_in = self.w_v.to(torch.float64) * self.gain.to(torch.float64)[None, None, :]
         w_out64 = self.w_out64
         if self.post_norm:
             head_sum_err = self.fit_err  # the head sum through the fitted norm (norm pass)

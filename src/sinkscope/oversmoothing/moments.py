@@ -15,9 +15,6 @@ import torch
 
 __all__ = ["MomentAccumulator", "TokenMoments", "estimate_moments"]
 
-F64 = torch.float64
-F32 = torch.float32
-
 
 @dataclass(frozen=True)
 class TokenMoments:
@@ -65,19 +62,19 @@ class MomentAccumulator:
         self.lengths = lengths
         self.dim = int(dim)
         self.shift: torch.Tensor | None = None
-        self.grams = [torch.zeros(dim, dim, dtype=F64) for _ in lengths]  # per segment
+        self.grams = [torch.zeros(dim, dim, dtype=torch.float64) for _ in lengths]  # per segment
         n_len = len(lengths)
         # per sequence and prefix: sum_{i < n} (z_i - c), sum <x_i, z_i>, sum ||z_i||^2
-        self.seq_sums = torch.empty(n_sequences, n_len, self.dim, dtype=F64)
-        self.xz = torch.empty(n_sequences, n_len, dtype=F64)
-        self.zz = torch.empty(n_sequences, n_len, dtype=F64)
+        self.seq_sums = torch.empty(n_sequences, n_len, self.dim, dtype=torch.float64)
+        self.xz = torch.empty(n_sequences, n_len, dtype=torch.float64)
+        self.zz = torch.empty(n_sequences, n_len, dtype=torch.float64)
         self.added = 0  # sequences added so far
         self.has_x: bool | None = None
 
     def add(self, z: np.ndarray | torch.Tensor, x: np.ndarray | torch.Tensor | None = None) -> None:
         """Add the tokens ``z`` ``(B, n >= lengths[-1], D)`` of ``B`` sequences (and ``x``)."""
         zt = torch.as_tensor(z)
-        zt = zt if zt.dtype in (F32, F64) else zt.to(F32)
+        zt = zt if zt.dtype in (torch.float32, torch.float64) else zt.to(torch.float32)
         n_max = self.lengths[-1]
         if zt.ndim != 3 or zt.shape[1] < n_max or zt.shape[2] != self.dim:
             raise ValueError(f"z must have shape (B, >= {n_max}, {self.dim}), got {zt.shape}")
@@ -89,17 +86,21 @@ class MomentAccumulator:
         if rows.stop > self.seq_sums.shape[0]:
             raise ValueError(f"more than n_sequences = {self.seq_sums.shape[0]} sequences added")
         if self.shift is None:
-            self.shift = zt[0, :n_max].sum(0, dtype=F64) / n_max
+            self.shift = zt[0, :n_max].sum(0, dtype=torch.float64) / n_max
         if x is not None:
             xt = torch.as_tensor(x).to(zt.dtype)
             stops = torch.as_tensor(self.lengths) - 1
-            self.xz[rows] = (xt[:, :n_max] * zt[:, :n_max]).sum(-1, dtype=F64).cumsum(1)[:, stops]
-            self.zz[rows] = (zt[:, :n_max] * zt[:, :n_max]).sum(-1, dtype=F64).cumsum(1)[:, stops]
+            self.xz[rows] = (
+                (xt[:, :n_max] * zt[:, :n_max]).sum(-1, dtype=torch.float64).cumsum(1)[:, stops]
+            )
+            self.zz[rows] = (
+                (zt[:, :n_max] * zt[:, :n_max]).sum(-1, dtype=torch.float64).cumsum(1)[:, stops]
+            )
         sums = self.seq_sums[rows]
-        running = torch.zeros(zt.shape[0], self.dim, dtype=F64)
+        running = torch.zeros(zt.shape[0], self.dim, dtype=torch.float64)
         previous = 0
         for index, n in enumerate(self.lengths):
-            segment = zt[:, previous:n].to(F64) - self.shift  # (B, n - previous, D)
+            segment = zt[:, previous:n].to(torch.float64) - self.shift  # (B, n - previous, D)
             running += segment.sum(1)
             sums[:, index] = running
             segment = segment.reshape(-1, self.dim)

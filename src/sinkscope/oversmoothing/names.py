@@ -3,7 +3,7 @@
 No computation, and no import but :data:`~sinkscope.heads.names.POOLED`: :mod:`sinkscope.paths`
 (and through it the workflow's rules) reads
 :data:`TABLES` and :data:`FIGURES` here without loading numpy or torch;
-:func:`sinkscope.oversmoothing.plots.plot_all` writes the files of :data:`FIGURE_FILES`.
+:func:`sinkscope.oversmoothing.plots.figures` draws the figures of :data:`FIGURES`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from sinkscope.heads.names import POOLED
 
 __all__ = [
     "FIGURES",
-    "FIGURE_FILES",
     "HEAD_INFO_COLUMNS",
     "PER_HEAD_COLUMNS",
     "PER_LAYER_COLUMNS",
@@ -24,10 +23,11 @@ __all__ = [
 #: Tables of one pair (rule ``analyze_oversmoothing``) and of the summary (rule
 #: ``summarize_oversmoothing``): the keys of
 #: :func:`~sinkscope.oversmoothing.analysis.analyze_file` and
-#: :func:`~sinkscope.oversmoothing.summary.summarize`.
+#: :func:`~sinkscope.oversmoothing.summary.summarize`, and ``claims``
+#: (:func:`sinkscope.claims.checks.oversmoothing.pair_claims` of ``summary``).
 TABLES = ("per_head", "per_layer", "summary", "conditions", "claims")
-#: Figures of one pair and of the summary (``paths.OVERSMOOTHING_FIGURES``). The same names as
-#: the file names of :data:`FIGURE_FILES` (issue 19: stated twice, kept side by side here).
+#: Figures of one pair and of the summary (``paths.OVERSMOOTHING_FIGURES``), named after the
+#: paper's figures; each is written to ``<name>.png``.
 FIGURES = (
     "fig2_left_approximation",
     "fig2_right_components",
@@ -38,17 +38,6 @@ FIGURES = (
     "fig10_uniformity",
     "fig11_deviating_heads",
 )
-#: File names written by :func:`~sinkscope.oversmoothing.plots.plot_all`.
-FIGURE_FILES: dict[str, str] = {
-    "approximation": "fig2_left_approximation.png",
-    "components": "fig2_right_components.png",
-    "layers": "fig4_layer_similarity.png",
-    "head_errors": "fig7_head_errors.png",
-    "attention_deltas": "fig8_attention_deltas.png",
-    "uniform_deltas": "fig9_uniform_deltas.png",
-    "uniformity": "fig10_uniformity.png",
-    "deviating_heads": "fig11_deviating_heads.png",
-}
 #: Columns of the head classification copied into ``per_head``, and the columns of the tables
 #: ``per_head`` and ``per_layer`` of :func:`~sinkscope.oversmoothing.analysis.analyze_file`.
 HEAD_INFO_COLUMNS: tuple[str, ...] = (

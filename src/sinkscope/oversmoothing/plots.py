@@ -27,7 +27,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -35,20 +34,20 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from sinkscope.heads.classify import TOLERANCE, HeadClassThresholds
+from sinkscope.heads.classify import DEFAULT_THRESHOLDS, TOLERANCE, HeadClassThresholds
 from sinkscope.oversmoothing import panel_layout
-from sinkscope.oversmoothing.names import FIGURE_FILES, POOLED
+from sinkscope.oversmoothing.names import POOLED
 from sinkscope.oversmoothing.panel_layout import MAX_INCHES, PANEL_FONTSIZE
 from sinkscope.oversmoothing.summary import (
     approximation_offsets,
     component_means,
     condition_summary,
 )
-from sinkscope.plotting import CLASS_COLORS, new_figure, save_figure
+from sinkscope.plotting import CLASS_COLORS, Draw, new_figure, save_figure
 
 __all__ = [
     "CONDITION_COLORS",
-    "plot_all",
+    "figures",
     "plot_approximation",
     "plot_components",
     "plot_condition_deltas",
@@ -87,8 +86,9 @@ SYMLOG_LINTHRESH = 0.1
 
 def sink_rule(frame: pl.DataFrame, thresholds: HeadClassThresholds | None = None) -> str:
     """The ``is_sink`` rule as a legend text, after checking that the table's ``is_sink`` (and
-    ``is_diagonal``, if present) follow ``thresholds`` (default: the paper's 0.40)."""
-    th = thresholds or HeadClassThresholds()
+    ``is_diagonal``, if present) follow ``thresholds`` (default: the paper's, the config
+    schema's ``head_classes``)."""
+    th = thresholds or DEFAULT_THRESHOLDS
     checks = [("is_sink", "bos_mass", th.sink)]
     if "is_diagonal" in frame.columns and "diagonal_mass" in frame.columns:
         checks.append(("is_diagonal", "diagonal_mass", th.diagonal))
@@ -493,7 +493,7 @@ def plot_uniformity(
         ["rel_change_s", "uniformity", "bos_mass", "diagonal_mass", "is_sink", "is_diagonal"],
         "per-head table",
     )
-    th = thresholds or HeadClassThresholds()
+    th = thresholds or DEFAULT_THRESHOLDS
     rule = sink_rule(per_head, th)
     names = {
         "sink": f"sink ({rule})",
@@ -684,38 +684,36 @@ def plot_deviating_heads(
     save_figure(fig, out_png)
 
 
-# --------------------------------------------------------------------------- all
+# --------------------------------------------------------------------------- the figures
 
 
-def plot_all(
+def figures(
     tables: Mapping[str, pl.DataFrame],
-    out_dir: str | os.PathLike[str],
     uniformity_threshold: float = 0.6,
     thresholds: HeadClassThresholds | None = None,
-) -> list[Path]:
-    """Write every figure of :data:`~sinkscope.oversmoothing.names.FIGURE_FILES` into
-    ``out_dir``; returns the paths written.
+) -> dict[str, Draw]:
+    """The figures of rules ``analyze_oversmoothing`` and ``summarize_oversmoothing``
+    (:data:`~sinkscope.oversmoothing.names.FIGURES`, named after the paper's figures).
 
     ``tables``: the dict of :func:`~sinkscope.oversmoothing.analysis.analyze_file` or
     :func:`~sinkscope.oversmoothing.summary.summarize` (needs ``per_head`` and ``per_layer``);
     ``thresholds``: the head classification's thresholds (config ``head_classes``) that the
     per-head table's ``is_sink`` / ``is_diagonal`` were made with (named in Figs. 8-11).
     """
-    out = Path(out_dir)
     per_head, per_layer = tables["per_head"], tables["per_layer"]
-    jobs = {
-        "approximation": lambda p: plot_approximation(per_head, p),
-        "components": lambda p: plot_components(per_head, p, uniformity_threshold),
-        "layers": lambda p: plot_layers(per_layer, p),
-        "head_errors": lambda p: plot_head_errors(per_head, p),
-        "attention_deltas": lambda p: plot_condition_deltas(per_head, p, "attention", thresholds),
-        "uniform_deltas": lambda p: plot_condition_deltas(per_head, p, "uniform", thresholds),
-        "uniformity": lambda p: plot_uniformity(per_head, p, thresholds),
-        "deviating_heads": lambda p: plot_deviating_heads(per_head, p, thresholds=thresholds),
+    return {
+        "fig2_left_approximation": lambda out: plot_approximation(per_head, out),
+        "fig2_right_components": lambda out: plot_components(per_head, out, uniformity_threshold),
+        "fig4_layer_similarity": lambda out: plot_layers(per_layer, out),
+        "fig7_head_errors": lambda out: plot_head_errors(per_head, out),
+        "fig8_attention_deltas": lambda out: plot_condition_deltas(
+            per_head, out, "attention", thresholds
+        ),
+        "fig9_uniform_deltas": lambda out: plot_condition_deltas(
+            per_head, out, "uniform", thresholds
+        ),
+        "fig10_uniformity": lambda out: plot_uniformity(per_head, out, thresholds),
+        "fig11_deviating_heads": lambda out: plot_deviating_heads(
+            per_head, out, thresholds=thresholds
+        ),
     }
-    written = []
-    for key, job in jobs.items():
-        path = out / FIGURE_FILES[key]
-        job(path)
-        written.append(path)
-    return written

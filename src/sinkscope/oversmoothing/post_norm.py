@@ -13,7 +13,6 @@ __all__ = ["POST_NORM_EPS", "fit_post_norm_gain", "post_norm_residual_sq", "post
 
 #: eps of the post-attention RMSNorm of Gemma 2/3 (not stored in the file).
 POST_NORM_EPS = 1e-6
-F64 = torch.float64
 
 
 def post_norm_sums(
@@ -25,10 +24,10 @@ def post_norm_sums(
     each ``(B, D)``, and ``r`` ``(B, P)``, with ``q = pre_norm / r``,
     ``r = sqrt(mean(pre_norm^2) + eps)``; summed over sequences they give ``gamma``.
     """
-    q = pre_norm.to(F64, copy=True)
+    q = pre_norm.to(torch.float64, copy=True)
     r = torch.sqrt((q * q).mean(-1) + eps)
     q.div_(r[..., None])
-    uq = update.to(F64, copy=True).mul_(q).sum(1)
+    uq = update.to(torch.float64, copy=True).mul_(q).sum(1)
     return uq, q.square_().sum(1), r
 
 
@@ -54,7 +53,7 @@ def fit_post_norm_gain(
     dim = pre_norm.shape[-1]
     uq, qq, r = post_norm_sums(update.reshape(1, -1, dim), pre_norm.reshape(1, -1, dim), eps)
     gamma = uq[0] / qq[0].clamp_min(1e-300)
-    u = update.to(F64)
-    resid = u - gamma * (pre_norm.to(F64) / r.reshape(pre_norm.shape[:-1])[..., None])
+    u = update.to(torch.float64)
+    resid = u - gamma * (pre_norm.to(torch.float64) / r.reshape(pre_norm.shape[:-1])[..., None])
     err = float(torch.linalg.norm(resid) / torch.linalg.norm(u).clamp_min(1e-300))
     return gamma, r.reshape(pre_norm.shape[:-1]), err

@@ -1,7 +1,9 @@
 """Cross-pair summary of the oversmoothing analysis and the bases of its figures and claims
 (paper §5, App. E.1): head means of ``rho`` (Fig. 2), condition counts and sign agreement
-(Figs. 8-9), the approximation's offset (Fig. 2 left), the ``summary``, ``conditions`` and
-``claims`` tables and :func:`summarize` (several pairs plus a pooled pseudo-dataset).
+(Figs. 8-9), the approximation's offset (Fig. 2 left), the ``summary`` and ``conditions``
+tables and :func:`summarize` (several pairs plus a pooled pseudo-dataset). Numbers only: the
+claims read off them are decided in :mod:`sinkscope.claims.checks.oversmoothing` (also the
+stage's per-pair ``claims`` table, :func:`~sinkscope.claims.checks.oversmoothing.pair_claims`).
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ __all__ = [
 
 # --------------------------------------------------------------------------- figure / claim bases
 #
-# Every number that a figure shows and a claim (sinkscope.claims, and this module's per-pair
-# ``claims`` table) tests is computed by one of the functions below; the summary table, the
+# Every number that a figure shows and a claim (sinkscope.claims, and its per-pair ``claims``
+# table) tests is computed by one of the functions below; the summary table, the
 # figures and the claims all call them, so a figure's annotation and the claim row agree.
 
 KEYS: tuple[str, ...] = ("model", "dataset", "context_length")
@@ -178,7 +180,7 @@ def summary_tables(
     per_layer: pl.DataFrame,
     uniformity_threshold: float = 0.6,
 ) -> dict[str, pl.DataFrame]:
-    """``summary``, ``conditions`` and ``claims`` from per-head and per-layer tables.
+    """``summary`` and ``conditions`` from per-head and per-layer tables.
 
     ``summary`` (one row per model, dataset, context length): ``n_heads, n_non_sink,
     n_dense`` (``u > threshold``), approximation errors (``mean/max_abs_err_x``,
@@ -199,9 +201,6 @@ def summary_tables(
     ``rescaled``) and condition: ``n_heads`` (non-sink), ``frac_heads``, ``frac_attn_positive``,
     ``frac_unif_positive``, ``mean_delta_attn``, ``mean_delta_unif``, ``agree_attn``,
     ``agree_unif`` (agreement with the predicted sign; null for ``neither``).
-
-    ``claims``: the paper's §5/App. E.1 statements checked at the largest context length of each
-    pair: ``claim``, ``value``, ``holds``.
     """
     thr = float(uniformity_threshold)
     dense = pl.col("uniformity") > thr
@@ -320,120 +319,7 @@ def summary_tables(
         )
         .sort(*KEYS, "scaling", "condition")
     )
-    return {"summary": summary, "conditions": conditions_table, "claims": _claims(summary)}
-
-
-def _claims(summary: pl.DataFrame) -> pl.DataFrame:
-    """The paper's oversmoothing statements, evaluated at each pair's largest context length.
-
-    A quick per-pair view of the claims of :mod:`sinkscope.claims` (same columns, same bases, the
-    default tolerances :data:`sinkscope.claims.tolerances.DEFAULT_TOLERANCES`);
-    ``sinkscope.claims`` applies the config's tolerances and gives the verdicts of record."""
-    from sinkscope.claims.tolerances import DEFAULT_TOLERANCES  # claims imports this module
-
-    tol = DEFAULT_TOLERANCES["oversmoothing"]
-    err, rel_max = tol["approximation_error"], tol["approximation_relative_offset"]
-    gap, half, few, most = (
-        tol["min_difference"],
-        tol["half_band"],
-        tol["few_max_fraction"],
-        tol["most"],
-    )
-    offsets = {
-        (r["model"], r["dataset"]): r["rel_offset"]
-        for r in approximation_offsets(summary).iter_rows(named=True)
-    }
-    rows = []
-    largest = summary.filter(
-        pl.col("context_length") == pl.col("context_length").max().over("model", "dataset")
-    )
-    for row in largest.iter_rows(named=True):
-        worst_err = max(row["max_abs_err_x"], row["max_abs_err_xwz"])
-        rel = offsets[(row["model"], row["dataset"])]
-        frac_i, frac_ii = row["frac_cond_i_s_non_sink"], row["frac_cond_ii_s_non_sink"]
-        checks = [
-            (
-                f"Fig. 7: |rho - rho_hat| for X and X + WZ stays below {err:g} for every head",
-                worst_err,
-                worst_err < err,
-            ),
-            (
-                (
-                    "Fig. 2 left: largest gap between the head-averaged empirical curve and "
-                    f"approximation (2) at most {rel_max:g} x the curve's range across T'"
-                ),
-                rel,
-                None if rel is None else rel <= rel_max,
-            ),
-            (
-                "Fig. 2 right: W decreases rho on average (rho(X) - rho(X + s_l WZ) > 0)",
-                row["mean_rho_x"] - row["mean_rho_xwz_s"],
-                row["mean_rho_x"] - row["mean_rho_xwz_s"] > gap,
-            ),
-            (
-                "Fig. 2 right: attention raises rho on average (rho(X + s_l WZA^T) > rho(X))",
-                row["mean_increase_attn_s"],
-                row["mean_increase_attn_s"] > gap,
-            ),
-            (
-                "Fig. 2 right: the increase is larger for heads with u > threshold",
-                _diff(row["mean_increase_attn_s_dense"], row["mean_increase_attn_s"]),
-                _gt(_diff(row["mean_increase_attn_s_dense"], row["mean_increase_attn_s"]), gap),
-            ),
-            (
-                "Fig. 2 right: uniform attention raises rho more than learned attention",
-                row["mean_increase_unif_s"] - row["mean_increase_attn_s"],
-                row["mean_increase_unif_s"] - row["mean_increase_attn_s"] > gap,
-            ),
-            (
-                "Figs. 8-9: roughly half of the non-sink heads satisfy condition (i)",
-                frac_i,
-                None if frac_i is None else abs(frac_i - 0.5) <= half,
-            ),
-            (
-                "Figs. 8-9: few non-sink heads satisfy condition (ii) (for s_l W)",
-                frac_ii,
-                None if frac_ii is None else frac_ii <= few,
-            ),
-            (
-                "Figs. 8-9: most non-sink heads with a prediction follow both predicted signs",
-                row["agree_both_s"],
-                _gt(row["agree_both_s"], most),
-            ),
-            (
-                "Fig. 4: token cosine similarity stays positive across layers",
-                row["min_rho_layers"],
-                row["min_rho_layers"] > 0,
-            ),
-        ]
-        for claim, value, holds in checks:
-            rows.append(
-                {
-                    "model": row["model"],
-                    "dataset": row["dataset"],
-                    "context_length": row["context_length"],
-                    "claim": claim,
-                    "value": None if value is None else float(value),
-                    "holds": None if holds is None else bool(holds),
-                }
-            )
-    schema = {
-        "model": pl.String,
-        "dataset": pl.String,
-        "context_length": pl.Int64,
-        "claim": pl.String,
-        "value": pl.Float64,
-        "holds": pl.Boolean,
-    }
-    return pl.DataFrame(rows, schema=schema)
-
-
-def _diff(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else a - b
-
-
-def _gt(a: float | None, b: float | None) -> bool | None:
-    return None if a is None or b is None or math.isnan(a) else a > b
+    return {"summary": summary, "conditions": conditions_table}
 
 
 def summarize(
@@ -441,8 +327,8 @@ def summarize(
 ) -> dict[str, pl.DataFrame]:
     """Combine :func:`~sinkscope.oversmoothing.analysis.analyze_file` outputs of several pairs.
 
-    Returns ``per_head`` and ``per_layer`` (concatenated), and ``summary``, ``conditions`` and
-    ``claims`` recomputed per pair plus one pooled pseudo-dataset ``"all"`` per model (every head
+    Returns ``per_head`` and ``per_layer`` (concatenated), and ``summary`` and ``conditions``
+    recomputed per pair plus one pooled pseudo-dataset ``"all"`` per model (every head
     of every dataset counted once). ``uniformity_threshold`` defaults to the one the tables were
     made with.
     """
@@ -477,7 +363,7 @@ def summarize(
     by_pair = summary_tables(per_head, per_layer, uniformity_threshold)
     pooled = summary_tables(pooled_heads, pooled_layers, uniformity_threshold)
     out = {"per_head": per_head, "per_layer": per_layer}
-    for key in ("summary", "conditions", "claims"):
+    for key in ("summary", "conditions"):
         out[key] = pl.concat([by_pair[key], pooled[key]]).sort(
             "model", pl.col("dataset") == POOLED, "dataset", "context_length", maintain_order=True
         )

@@ -32,8 +32,6 @@ __all__ = [
 ]
 
 CONDITIONS: tuple[str, ...] = ("i", "ii", "neither")
-F64 = torch.float64
-F32 = torch.float32
 
 
 # --------------------------------------------------------------------------- basic quantities
@@ -45,7 +43,7 @@ def average_cosine_similarity(tokens: np.ndarray | torch.Tensor) -> np.ndarray:
     Mean cosine similarity over the ``n (n - 1) / 2`` pairs ``i < j``, via the normalised Gram
     identity ``(||sum_i x_i/||x_i|| ||^2 - n) / (n (n - 1))`` (float64).
     """
-    t = torch.as_tensor(tokens).to(F64)
+    t = torch.as_tensor(tokens).to(torch.float64)
     n = t.shape[-2]
     if n < 2:
         raise ValueError(f"average cosine similarity needs at least 2 tokens, got {n}")
@@ -62,10 +60,12 @@ def row_uniformity(probs: np.ndarray | torch.Tensor) -> torch.Tensor:
     are summed in float64 for float64 input, else in float32).
     """
     a = torch.as_tensor(probs)
-    a = a if a.dtype == F64 else a.to(F32)  # float16 storage is summed in float32
+    a = (
+        a if a.dtype == torch.float64 else a.to(torch.float32)
+    )  # float16 storage is summed in float32
     n = a.shape[-1]
-    entropy = -torch.special.xlogy(a, a).sum(-1).to(F64)
-    norm = torch.log(torch.arange(1, n + 1, dtype=F64))
+    entropy = -torch.special.xlogy(a, a).sum(-1).to(torch.float64)
+    norm = torch.log(torch.arange(1, n + 1, dtype=torch.float64))
     out = torch.ones_like(entropy)
     out[..., 1:] = entropy[..., 1:] / norm[1:]
     return out
@@ -121,8 +121,8 @@ def trace_terms(
     ``c_h = w_out[h] @ bias_in[h]``. Uses ``tr(Sigma W) = tr(w_in Sigma w_out)`` and
     ``tr(Sigma W^T W) = tr(w_out^T w_out w_in Sigma w_in^T)``, never forming ``D x D`` maps.
     """
-    wo = torch.as_tensor(w_out).to(F64)
-    wi = torch.as_tensor(w_in).to(F64)
+    wo = torch.as_tensor(w_out).to(torch.float64)
+    wi = torch.as_tensor(w_in).to(torch.float64)
     heads, k, dim = wi.shape
     gram_out = wo.transpose(1, 2) @ wo  # (H, k, k)
     flat = wi.reshape(heads * k, dim)
@@ -139,9 +139,9 @@ def trace_terms(
     z_w_z = (zw * wz).sum(-1)
     wz_norm2 = torch.einsum("hk,hkl,hl->h", wz, gram_out, wz)
     if bias_in is None:
-        b = torch.zeros(heads, k, dtype=F64)
+        b = torch.zeros(heads, k, dtype=torch.float64)
     else:
-        b = torch.as_tensor(bias_in).to(F64).reshape(heads, k)
+        b = torch.as_tensor(bias_in).to(torch.float64).reshape(heads, k)
     return TraceTerms(
         tr_c=moments.tr_c,
         tr_b=moments.tr_b,

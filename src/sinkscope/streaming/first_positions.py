@@ -23,7 +23,13 @@ def first_position_mass(h5_path: str | Path, max_k: int = 8) -> pl.DataFrame:
     i.e. on the first ``k = key_position + 1`` positions), ``mass_head_min``/``mass_head_max``
     (the range over heads of the per-head means), plus ``model``, ``dataset`` and ``n_queries``.
     """
-    from sinkscope.extraction.h5layout import ATTENTION_PROBS, open_activations
+    from sinkscope.extraction.h5layout import (
+        ATTENTION_PROBS,
+        ATTR_DATASET_NAME,
+        ATTR_MODEL_NAME,
+        open_activations,
+        read_attr,
+    )
 
     rows = []
     with open_activations(h5_path) as handle:
@@ -32,8 +38,8 @@ def first_position_mass(h5_path: str | Path, max_k: int = 8) -> pl.DataFrame:
         k = int(min(max_k, t1 - 1))
         if k < 1:
             raise ValueError(f"{h5_path}: sequences of {t1} positions are too short")
-        model = str(handle.attrs.get("model_name", ""))
-        dataset = str(handle.attrs.get("dataset_name", ""))
+        model = str(read_attr(handle, ATTR_MODEL_NAME))
+        dataset = str(read_attr(handle, ATTR_DATASET_NAME))
         for layer in range(n_layers):
             block = np.asarray(probs[layer, :, :, k:, :k], dtype=np.float64)  # (N, H, Q, k)
             per_head = block.mean(axis=(0, 2))  # (H, k)

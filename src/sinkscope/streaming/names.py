@@ -23,10 +23,3 @@ FIGURES = (*POLICY_FIGURES, *RECOMPUTE_FIGURES, *FIRST_POSITION_FIGURES)
 #: (:func:`sinkscope.streaming.summary.summarize`).
 SUMMARY_TABLES = ("perplexity", "overview", "sink_heads", "layers", "correlations", "recompute")
 SUMMARY_FIGURES = ("eviction_damage",)
-#: File names written by :func:`sinkscope.streaming.plots.plot_all` (per pair).
-PLOT_FILES: dict[str, str] = {
-    "nll_by_position": "streaming_nll_by_position.png",
-    "perplexity_vs_window": "streaming_perplexity_vs_window.png",
-    "sink_count": "streaming_sink_count.png",
-    "recompute": "streaming_recompute.png",
-}

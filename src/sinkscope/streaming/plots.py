@@ -22,31 +22,29 @@ Figures are built with :func:`sinkscope.plotting.new_figure` and written with
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import polars as pl
 import seaborn as sns
 from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
-from sinkscope.plotting import legend_below, new_figure, save_figure
-from sinkscope.streaming.names import PLOT_FILES as FIGURES
+from sinkscope.plotting import Draw, legend_below, new_figure, save_figure
+from sinkscope.streaming.summary import eviction_label, recovered_label
 
 __all__ = [
-    "FIGURES",
     "KIND_COLORS",
-    "eviction_label",
-    "plot_all",
+    "PLOTS",
+    "figures",
     "plot_first_position_mass",
     "plot_nll_by_position",
     "plot_perplexity_vs_window",
     "plot_recompute",
     "plot_sink_count",
     "plot_summary",
-    "recovered_label",
 ]
 
 #: Colour per policy kind.
@@ -380,25 +378,6 @@ def plot_first_position_mass(
     save_figure(fig, out_png)
 
 
-def eviction_label(log_ppl_ratio: float) -> str:
-    """Label of a window-only bar: the perplexity factor over dense, ``x`` + ``exp(log ratio)``
-    with two decimals, as claim ``streaming.eviction_hurts`` states it (``perplexity x2.31 vs
-    dense``); empty for a missing bar."""
-    return (
-        ""
-        if log_ppl_ratio is None or math.isnan(log_ppl_ratio)
-        else f"x{math.exp(log_ppl_ratio):.2f}"
-    )
-
-
-def recovered_label(fraction: float | None) -> str:
-    """Label of a point of :func:`plot_recompute`'s bottom row: the recovered fraction in percent
-    with one decimal, as claim ``streaming.sinks_restore`` states it; empty when undefined."""
-    if fraction is None or not math.isfinite(fraction):
-        return ""
-    return f"{100 * fraction:.1f}%"
-
-
 def plot_summary(
     tables: Mapping[str, pl.DataFrame], out_png: str | os.PathLike[str], title: str
 ) -> None:
@@ -578,21 +557,22 @@ def plot_recompute(
     save_figure(fig, out_png)
 
 
-def plot_all(
-    tables: Mapping[str, pl.DataFrame], out_dir: str | os.PathLike[str], title: str
-) -> dict[str, Path]:
-    """Write the per-pair figures of :data:`FIGURES` into ``out_dir``; returns their paths."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    functions = {
-        "nll_by_position": plot_nll_by_position,
-        "perplexity_vs_window": plot_perplexity_vs_window,
-        "sink_count": plot_sink_count,
-        "recompute": plot_recompute,
-    }
-    written = {}
-    for key, function in functions.items():
-        path = out / FIGURES[key]
-        function(tables, path, title)
-        written[key] = path
-    return written
+#: The drawing function of every figure of the stage, by its name in
+#: :mod:`sinkscope.streaming.names` (per pair by rule, and the summary's).
+PLOTS: dict[str, Callable[[Mapping[str, pl.DataFrame], str | os.PathLike[str], str], None]] = {
+    "nll_by_position": plot_nll_by_position,
+    "perplexity_vs_window": plot_perplexity_vs_window,
+    "sink_count": plot_sink_count,
+    "recompute": plot_recompute,
+    "first_position_mass": plot_first_position_mass,
+    "eviction_damage": plot_summary,
+}
+
+
+def figures(
+    names: tuple[str, ...], tables: Mapping[str, pl.DataFrame], title: str
+) -> dict[str, Draw]:
+    """The figures ``names`` of one rule (``POLICY_FIGURES``, ``RECOMPUTE_FIGURES``,
+    ``FIRST_POSITION_FIGURES`` or ``SUMMARY_FIGURES`` of :mod:`sinkscope.streaming.names`) drawn
+    from the rule's ``tables`` with ``title``."""
+    return {name: functools.partial(PLOTS[name], tables, title=title) for name in names}

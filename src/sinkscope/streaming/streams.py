@@ -29,6 +29,9 @@ class Streams:
     ids: torch.Tensor  # (B, T), BOS in column 0
     offsets: list[int]  # where each stream's text starts in the corpus token stream
     bos_token_id: int
+    #: streams of this length the corpus holds (``ids`` has ``min(n_streams, n_available)``);
+    #: None for streams not cut from a corpus
+    n_available: int | None = None
 
 
 def load_streams(
@@ -56,7 +59,7 @@ def load_streams(
     n_streams = min(int(p["n_streams"]), n_blocks)
     ids_np, starts = cut_sequences(stream, n_streams, length - 1, int(p["seed"]), bos)
     ids = torch.from_numpy(ids_np.astype(np.int64))
-    return Streams(model, tokenizer, ids, [int(s) for s in starts], int(bos))
+    return Streams(model, tokenizer, ids, [int(s) for s in starts], int(bos), int(n_blocks))
 
 
 def pair_names(p: Mapping[str, Any], prepared_model_dir: str | Path, documents_parquet: str | Path):

@@ -1,8 +1,11 @@
 """The StreamingLLM tables across model x dataset pairs (rule ``summarize_streaming``):
-:func:`summarize`, and :func:`correlation` (Spearman/Pearson with a permutation p-value)."""
+:func:`summarize`, :func:`correlation` (Spearman/Pearson with a permutation p-value), and the
+number formats that the figures and the claims print alike (:func:`perplexity_factor`,
+:func:`eviction_label`, :func:`recovered_label`)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -10,7 +13,36 @@ import polars as pl
 
 from sinkscope.streaming.recompute import RECOMPUTE_SCHEMA
 
-__all__ = ["correlation", "summarize"]
+__all__ = [
+    "correlation",
+    "eviction_label",
+    "perplexity_factor",
+    "recovered_label",
+    "summarize",
+]
+
+
+def perplexity_factor(log_ppl_ratio: float) -> str:
+    """The factor by which a cache multiplies perplexity over dense, ``exp(log ratio)`` with two
+    decimals (StreamingLLM notes: evicting the first tokens raises perplexity sharply)."""
+    return f"{math.exp(log_ppl_ratio):.2f}"
+
+
+def eviction_label(log_ppl_ratio: float | None) -> str:
+    """``x`` + :func:`perplexity_factor` (``x2.31``): a window-only bar's label in the summary
+    figure and the measured text of claim ``streaming.eviction_hurts``; empty when missing."""
+    if log_ppl_ratio is None or math.isnan(log_ppl_ratio):
+        return ""
+    return f"x{perplexity_factor(log_ppl_ratio)}"
+
+
+def recovered_label(fraction: float | None) -> str:
+    """The share of the window-only log-perplexity excess that the sink tokens remove, in percent
+    with one decimal (``95.0%``): the recompute figure's annotations and claim
+    ``streaming.sinks_restore``; empty when undefined."""
+    if fraction is None or not math.isfinite(fraction):
+        return ""
+    return f"{100 * fraction:.1f}%"
 
 
 def _ranks(values: np.ndarray) -> np.ndarray:

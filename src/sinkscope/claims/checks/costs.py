@@ -92,7 +92,7 @@ def check_backcopy_slopes(backcopy_slopes: pl.DataFrame, slope_tolerance: float)
 def check_backcopy_sink_cheaper(backcopy_runs: pl.DataFrame) -> list[Row]:
     """§7 / Theorem 7.1, Fig. 3 left: larger context lengths favour sinks: at the largest ``T``
     the sink block is cheaper than the diagonal one (mean total cost over seeds)."""
-    from sinkscope.costs.backcopy import sink_cheaper_reading
+    from sinkscope.costs.summary import sink_cheaper_reading
 
     require(backcopy_runs, ["T", "pattern", "cost_total"], "backcopy_runs")
     reading = sink_cheaper_reading(backcopy_runs.to_dicts())
@@ -134,7 +134,7 @@ def check_copypaste_trends(
     ``r_eff(Sigma_D)/delta^2`` and the diagonal cost grows with it.
 
     The verdict is decided at fixed dormant tokens per group ``n``: the log-log slope
-    (:func:`sinkscope.costs.fit_slopes`) over ``delta`` of every ``n`` with at least two values of
+    (:func:`sinkscope.costs.summary.fit_slopes`) over ``delta`` of every ``n`` with at least two values of
     ``r_eff/delta^2`` must satisfy ``|slope| <= flat_max_slope`` (sink) or ``slope >=
     growth_min_slope`` (diagonal). Theorem D.1's sink bound depends on ``r_eta + C``, and
     ``r_eta`` (the rank of the noise vectors) grows with ``n``: a slope pooled over several ``n``

@@ -1,12 +1,18 @@
 """Checks of the geometry claims (§4, §6, App. E.2): read the ``geometry_*`` summary tables.
 
 BOS cosines in the middle layers (Figure 1), sink representability (Proposition 4.1), value ranks
-(Figure 12) and the BOS value-output norms of sink heads (§6).
+(Figure 12) and the BOS value-output norms of sink heads (§6). The geometry stage's
+``statements`` table (one sentence per model and claim, written by the rule
+``summarize_geometry``) is :func:`geometry_statements`: it reads the numbers the checks read
+(:func:`bos_cosine_readings`, :func:`sink_representable_statements`), so a statement and its
+claim row give the same number.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import polars as pl
 
@@ -18,11 +24,28 @@ from sinkscope.heads.names import POOLED
 # them) does not load torch.
 
 __all__ = [
+    "STATEMENT_SCHEMA",
+    "bos_cosine_readings",
     "check_bos_cosine_middle_layers",
     "check_sink_bos_value_norm",
     "check_sink_representable",
     "check_value_rank_middle_layers",
+    "geometry_statements",
+    "sink_representable_statements",
 ]
+
+
+def bos_cosine_readings(
+    bos_alignment: pl.DataFrame, bos_cosine_max: float
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The ``bos_alignment`` rows Figure 1's claim is read on (the pooled ``"all"`` rows where
+    there are any, else every row) and their
+    :func:`sinkscope.geometry.alignment.bos_max_readings` with the bound ``bos_cosine_max``."""
+    from sinkscope.geometry.alignment import bos_max_readings
+
+    pooled = bos_alignment.filter(pl.col("dataset") == POOLED)
+    table = pooled if pooled.height else bos_alignment
+    return table, bos_max_readings(table, bos_cosine_max)
 
 
 def check_bos_cosine_middle_layers(bos_alignment: pl.DataFrame, bos_cosine_max: float) -> list[Row]:
@@ -49,12 +72,10 @@ def check_bos_cosine_middle_layers(bos_alignment: pl.DataFrame, bos_cosine_max: 
         ],
         "bos_alignment",
     )
-    from sinkscope.geometry.alignment import bos_max_readings, bos_max_statement
+    from sinkscope.geometry.alignment import bos_max_statement
 
     rows = []
-    pooled = bos_alignment.filter(pl.col("dataset") == POOLED)
-    table = pooled if pooled.height else bos_alignment
-    readings = bos_max_readings(table, bos_cosine_max)
+    table, readings = bos_cosine_readings(bos_alignment, bos_cosine_max)
     for b in readings.iter_rows(named=True):
         datasets = sorted(set(table.filter(pl.col("model") == b["model"])["dataset"].to_list()))
         n_mid = b["n_middle"]
@@ -83,9 +104,8 @@ def check_sink_representable(
     statements: pl.DataFrame, representable_min_fraction: float
 ) -> list[Row]:
     """§4 / Prop. 4.1: the sink is representable: the proposition's half-space condition holds for
-    the tokens that attend to BOS in sink heads (reads the ``sink_representable`` statement of
-    :func:`sinkscope.geometry.summary.summarize`, i.e.
-    :func:`sinkscope.geometry.halfspace.sink_representable_statements`).
+    the tokens that attend to BOS in sink heads (reads the ``sink_representable`` rows of the
+    ``statements`` table, :func:`sink_representable_statements`).
 
     Decided on the non-trivial cases only: a (layer, sequence) pair whose two point sets each
     hold at most ``d_model`` points of full rank satisfies the condition whatever its geometry
@@ -266,3 +286,180 @@ def check_sink_bos_value_norm(
             )
         )
     return rows
+
+
+#: Columns of the geometry ``statements`` table (:func:`geometry_statements`; the
+#: ``sink_representable`` rows fill the last three).
+STATEMENT_SCHEMA: dict[str, Any] = {
+    "model": pl.String,
+    "claim": pl.String,
+    "value": pl.Float64,
+    "statement": pl.String,
+    "n_cases": pl.Int64,
+    "n_trivial": pl.Int64,
+    "basis": pl.String,
+}
+
+
+def sink_representable_statements(
+    halfspace: pl.DataFrame, halfspace_long: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """The ``sink_representable`` statement per model (read by ``geometry.sink_representable``).
+
+    With long-context rows for a model
+    (:func:`~sinkscope.geometry.long_context.halfspace_long_context`) of which at least one pair is
+    non-trivial, the statement is decided there (``basis = "long_context"``): ``value`` = share of
+    the non-trivial (dataset, layer, sequence) pairs where every sink pattern is representable (both
+    sets in an open half-space; this implies it for every sink-attending ``J``), ``n_cases`` =
+    pairs, ``n_trivial`` = trivially separable pairs
+    (:func:`~sinkscope.geometry.halfspace.long_context_counts`); the sentence also gives the
+    counts at the extraction's ``T``
+    (:func:`~sinkscope.geometry.halfspace.representability_statement`, trivial cases apart).
+    Otherwise (``basis = "attending"``) it is decided on the sink-attending tokens at ``T``
+    (:func:`~sinkscope.geometry.halfspace.representability_counts`: ``value`` = share of
+    non-trivial cases, null when none), and the sentence adds the long-context counts where there
+    are any.
+    """
+    from sinkscope.geometry.halfspace import (
+        long_context_counts,
+        long_context_statement,
+        representability_counts,
+        representability_statement,
+    )
+    from sinkscope.geometry.names import BASIS_ATTENDING, BASIS_LONG_CONTEXT
+
+    short = representability_counts(halfspace) if halfspace.height else None
+    long = (
+        long_context_counts(halfspace_long)
+        if halfspace_long is not None and halfspace_long.height
+        else None
+    )
+    models = set(short["model"].to_list()) if short is not None else set()
+    models |= set(long["model"].to_list()) if long is not None else set()
+    rows: list[dict[str, Any]] = []
+    for model in sorted(models):
+        s = short.filter(pl.col("model") == model) if short is not None else None
+        at_t = (
+            representability_statement(s.row(0, named=True)) if s is not None and s.height else None
+        )
+        lc = long.filter(pl.col("model") == model) if long is not None else None
+        lr = lc.row(0, named=True) if lc is not None and lc.height else None
+        if lr is not None and lr["n_nontrivial"]:
+            r = lr
+            text = long_context_statement(r)
+            if at_t is not None:
+                text += f"; at the extraction's T: {at_t}"
+            rows.append(
+                {
+                    "model": model,
+                    "claim": "sink_representable",
+                    "value": r["frac_representable_nontrivial"],
+                    "statement": f"{model}: {text}",
+                    "n_cases": r["n_pairs"],
+                    "n_trivial": r["n_trivial"],
+                    "basis": BASIS_LONG_CONTEXT,
+                }
+            )
+        elif s is not None and s.height:
+            r = s.row(0, named=True)
+            rows.append(
+                {
+                    "model": model,
+                    "claim": "sink_representable",
+                    "value": r["frac_representable_nontrivial"],
+                    "statement": f"{model}: {at_t}"
+                    + (f"; {long_context_statement(lr)}" if lr is not None else ""),
+                    "n_cases": r["n_cases"],
+                    "n_trivial": r["n_trivial"],
+                    "basis": BASIS_ATTENDING,
+                }
+            )
+    return pl.DataFrame(rows, schema=STATEMENT_SCHEMA)
+
+
+def geometry_statements(
+    summary: Mapping[str, pl.DataFrame],
+    tables_by_pair: Sequence[Mapping[str, pl.DataFrame]],
+    bos_cosine_max: float,
+) -> pl.DataFrame:
+    """The geometry stage's ``statements`` table: one row per (model, claim) with a number and a
+    sentence, pooled over datasets.
+
+    ``summary``: the tables of :func:`sinkscope.geometry.summary.summarize` (``bos_alignment``,
+    ``value_rank``, ``bos_value_norm_classes``, ``bos_residual_norm``); ``tables_by_pair``: its
+    input (the pairs' ``halfspace`` tables and long-context tables); ``bos_cosine_max``: the
+    tolerance of ``geometry.bos_cosine_below_zero``. Rows per model:
+    ``bos_cosine_max_below_zero_middle_layers`` (share of the middle layers whose maximum cosine is
+    below the bound, on :func:`bos_cosine_readings`, the claim's readings),
+    ``sink_representable`` (:func:`sink_representable_statements`, also ``n_cases``,
+    ``n_trivial`` and ``basis``), ``value_rank_middle_layers`` (median of the middle layers'
+    medians, Figure 12), ``sink_heads_switch_off`` (the ``is_sink`` ratio of
+    :func:`sinkscope.geometry.values.sink_value_norm_effect`) and ``massive_bos_activation``
+    (largest relative BOS residual norm)."""
+    from sinkscope.geometry.alignment import bos_max_statement, middle_layers
+    from sinkscope.geometry.summary import long_context_table, pair_table
+    from sinkscope.geometry.values import RANK_RTOL, value_norm_statement
+
+    alignment = summary["bos_alignment"]
+    value_rank, vo_classes = summary["value_rank"], summary["bos_value_norm_classes"]
+    residual = summary["bos_residual_norm"]
+    _, readings = bos_cosine_readings(alignment, bos_cosine_max)
+    representable = sink_representable_statements(
+        pair_table(tables_by_pair, "halfspace"), long_context_table(tables_by_pair)
+    )
+    rows: list[dict[str, Any]] = []
+    for model in sorted(set(alignment["model"].to_list())):
+        b = readings.filter(pl.col("model") == model).row(0, named=True)
+        rows.append(
+            {
+                "model": model,
+                "claim": "bos_cosine_max_below_zero_middle_layers",
+                "value": b["n_mid_below_all"] / b["n_middle"],
+                "statement": bos_max_statement(b),
+            }
+        )
+        middle = middle_layers(b["n_layers"])
+        rows += representable.filter(pl.col("model") == model).to_dicts()
+        v = value_rank.filter((pl.col("model") == model) & (pl.col("dataset") == POOLED))
+        vm = v.filter(pl.col("layer").is_in(middle))
+        rows.append(
+            {
+                "model": model,
+                "claim": "value_rank_middle_layers",
+                "value": float(vm["median"].median()),
+                "statement": (
+                    f"{model}: the relative rank of the value matrices (tolerance {RANK_RTOL:g}) "
+                    f"has median {float(vm['median'].median()):.3f} and minimum "
+                    f"{float(vm['min'].min()):.3f} in the middle layers, minimum "
+                    f"{float(v['min'].min()):.3f} over all layers"
+                ),
+            }
+        )
+        c = vo_classes.filter(
+            (pl.col("model") == model)
+            & (pl.col("dataset") == POOLED)
+            & (pl.col("group") == "is_sink")
+        )
+        sink_row = c.row(0, named=True) if c.height else None
+        rows.append(
+            {
+                "model": model,
+                "claim": "sink_heads_switch_off",
+                "value": sink_row["ratio"] if sink_row else None,
+                "statement": f"{model}: "
+                + (value_norm_statement(sink_row) if sink_row else "no sink heads"),
+            }
+        )
+        r = residual.filter(pl.col("model") == model).sort("rel_bos_norm", descending=True)
+        rows.append(
+            {
+                "model": model,
+                "claim": "massive_bos_activation",
+                "value": float(r["rel_bos_norm"][0]),
+                "statement": (
+                    f"{model}: the BOS residual-stream norm reaches {float(r['rel_bos_norm'][0]):.1f}"
+                    f"x the median token norm (layer {int(r['layer'][0])})"
+                ),
+            }
+        )
+    return pl.DataFrame(rows, schema=STATEMENT_SCHEMA)

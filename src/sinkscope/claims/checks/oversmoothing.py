@@ -1,18 +1,28 @@
 """Checks of the oversmoothing claims (§5, App. E.1): read the ``oversmoothing_*`` summary tables.
 
 The approximation of attention by its mean (Fig. 7), the similarity differences of Figs. 5-6,
-conditions (i) and (ii) of Figs. 8-9, the predicted signs and the positive similarity.
+conditions (i) and (ii) of Figs. 8-9, the predicted signs and the positive similarity. Each
+claim's verdict is one function (``*_holds``), called by its ``check_*`` and by
+:func:`pair_claims`, the stage's per-pair ``claims`` table, so the two never disagree.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import polars as pl
 
-from sinkscope.claims.verdicts import Row, model_dataset_order, pct, require, row
+from sinkscope.claims.verdicts import (
+    Reading,
+    Row,
+    model_dataset_order,
+    not_applicable,
+    pct,
+    require,
+    rows_per,
+)
 from sinkscope.heads.names import POOLED
 
 # sinkscope.geometry, .oversmoothing and .costs import torch: the checks that use their helpers
@@ -20,6 +30,8 @@ from sinkscope.heads.names import POOLED
 # them) does not load torch.
 
 __all__ = [
+    "PAIR_CLAIMS_SCHEMA",
+    "approximation_holds",
     "check_approximation_every_head",
     "check_approximation_most_heads",
     "check_attention_raises_similarity",
@@ -31,6 +43,15 @@ __all__ = [
     "check_similarity_stays_positive",
     "check_uniform_raises_more",
     "check_w_decreases_similarity",
+    "condition_i_holds",
+    "condition_ii_holds",
+    "difference",
+    "difference_holds",
+    "pair_claims",
+    "predicted_signs_hold",
+    "relative_offset_holds",
+    "similarity_positive",
+    "worst_error",
 ]
 
 
@@ -46,33 +67,109 @@ def _with_pooled_heads(per_head: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([heads, heads.with_columns(dataset=pl.lit(POOLED))], how="vertical_relaxed")
 
 
+def _missing(x: float | None) -> bool:
+    return x is None or math.isnan(x)
+
+
+# --------------------------------------------------------------------------- readings, verdicts
+
+
+def worst_error(summary_row: Mapping[str, Any]) -> float:
+    """Fig. 7 on a summary row: the largest ``|rho - rho_hat|`` over its heads, for ``X`` and
+    ``X + WZ``."""
+    return max(summary_row["max_abs_err_x"], summary_row["max_abs_err_xwz"])
+
+
+def approximation_holds(worst: float, approximation_error: float) -> bool:
+    """App. E.1 / Fig. 7: every head's error is below ``approximation_error`` (paper: 0.1)."""
+    return worst < approximation_error
+
+
+def relative_offset_holds(
+    rel_offset: float | None, approximation_relative_offset: float
+) -> bool | None:
+    """§5 / Fig. 2 left: the approximation's largest gap, relative to the curve's range across
+    ``T'`` (:func:`sinkscope.oversmoothing.summary.approximation_offsets`), is at most
+    ``approximation_relative_offset``; None with a single context length."""
+    return None if rel_offset is None else rel_offset <= approximation_relative_offset
+
+
+def difference(summary_row: Mapping[str, Any], larger: str, smaller: str | None) -> float | None:
+    """``larger - smaller`` of a summary row (``smaller=None``: ``larger - 0``); None when either
+    is missing."""
+    a = summary_row[larger]
+    b = summary_row[smaller] if smaller else 0.0
+    return None if a is None or b is None else a - b
+
+
+def difference_holds(diff: float | None, min_difference: float) -> bool | None:
+    """§5 / Figs. 2, 6: a difference of head means is ``> min_difference``; None when missing."""
+    return None if _missing(diff) else diff > min_difference
+
+
+def condition_i_holds(frac: float | None, half_band: float) -> bool | None:
+    """§5 / Figs. 8-9: "roughly half": ``|frac - 1/2| <= half_band``; None when missing."""
+    return None if _missing(frac) else abs(frac - 0.5) <= half_band
+
+
+def condition_ii_holds(frac: float | None, few_max_fraction: float) -> bool | None:
+    """§5 / Figs. 8-9: "few": ``frac <= few_max_fraction``; None when missing."""
+    return None if _missing(frac) else frac <= few_max_fraction
+
+
+def predicted_signs_hold(agree: float | None, most: float) -> bool | None:
+    """§5 / Figs. 8-9: "most" heads follow the predicted signs: ``agree > most``."""
+    return None if _missing(agree) else agree > most
+
+
+def similarity_positive(min_rho: float | None) -> bool | None:
+    """App. E.1 / Fig. 4: the smallest average cosine is ``> 0`` (the paper's own bound)."""
+    return None if min_rho is None else min_rho > 0
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _head_groups(per_head: pl.DataFrame) -> list[dict[str, Any]]:
+    """Per model and dataset (plus the pooled ``"all"``) the heads at the largest context length."""
+    require(
+        per_head, ["model", "dataset", "context_length", "abs_err_x", "abs_err_xwz"], "per_head"
+    )
+    heads = _largest_context(_with_pooled_heads(per_head))
+    return [
+        {"model": model, "dataset": dataset, "heads": h}
+        for (model, dataset), h in heads.group_by("model", "dataset", maintain_order=True)
+    ]
+
+
+def _heads_setting(h: pl.DataFrame) -> str:
+    return f"T'={int(h['context_length'][0])}, {h.height} heads"
+
+
+def _head_errors(group: Mapping[str, Any]) -> pl.Series:
+    return group["heads"].select(pl.max_horizontal("abs_err_x", "abs_err_xwz").alias("e"))["e"]
+
+
 def check_approximation_every_head(per_head: pl.DataFrame, approximation_error: float) -> list[Row]:
     """App. E.1 / Fig. 7: ``|rho - rho_hat|`` (approximation (2) of Theorem 5.1) is below
     ``approximation_error`` (paper: 0.1) for every head, for ``X`` and ``X + WZ``, at each pair's
     largest context length (the paper's Fig. 7 uses 512)."""
-    require(
-        per_head, ["model", "dataset", "context_length", "abs_err_x", "abs_err_xwz"], "per_head"
-    )
-    rows = []
-    heads = _largest_context(_with_pooled_heads(per_head))
-    for (model, dataset), h in heads.group_by("model", "dataset", maintain_order=True):
-        err = h.select(pl.max_horizontal("abs_err_x", "abs_err_xwz").alias("e"))["e"]
+
+    def reading(g: Mapping[str, Any]) -> Reading:
+        h, err = g["heads"], _head_errors(g)
         worst = float(err.max())
         n_over = int((err >= approximation_error).sum())
-        rows.append(
-            row(
-                str(model),
-                str(dataset),
-                f"T'={int(h['context_length'][0])}, {h.height} heads",
-                f"max error {worst:.3f} (X: {float(h['abs_err_x'].max()):.3g}, "
-                f"X+WZ: {float(h['abs_err_xwz'].max()):.3g})",
-                worst,
-                f"max over heads of |rho - rho_hat| < {approximation_error:g}",
-                worst < approximation_error,
-                f"{n_over} of {h.height} heads have an error >= {approximation_error:g}",
-            )
+        return Reading(
+            _heads_setting(h),
+            f"max error {worst:.3f} (X: {float(h['abs_err_x'].max()):.3g}, "
+            f"X+WZ: {float(h['abs_err_xwz'].max()):.3g})",
+            worst,
+            approximation_holds(worst, approximation_error),
+            f"{n_over} of {h.height} heads have an error >= {approximation_error:g}",
         )
-    return rows
+
+    test = f"max over heads of |rho - rho_hat| < {approximation_error:g}"
+    return rows_per(_head_groups(per_head), test, reading)
 
 
 def check_approximation_most_heads(
@@ -81,27 +178,19 @@ def check_approximation_most_heads(
     """§5: the approximation is accurate "for most individual attention heads": more than
     ``most`` of the heads have ``|rho - rho_hat| < approximation_error`` for both ``X`` and
     ``X + WZ``."""
-    require(
-        per_head, ["model", "dataset", "context_length", "abs_err_x", "abs_err_xwz"], "per_head"
-    )
-    rows = []
-    heads = _largest_context(_with_pooled_heads(per_head))
-    for (model, dataset), h in heads.group_by("model", "dataset", maintain_order=True):
-        err = h.select(pl.max_horizontal("abs_err_x", "abs_err_xwz").alias("e"))["e"]
-        frac = float((err < approximation_error).mean())
-        rows.append(
-            row(
-                str(model),
-                str(dataset),
-                f"T'={int(h['context_length'][0])}, {h.height} heads",
-                f"{pct(frac)} of heads within {approximation_error:g}",
-                frac,
-                f"fraction of heads with error < {approximation_error:g} > {most:g}",
-                frac > most,
-                f"{pct(frac)} of heads have both errors below {approximation_error:g}",
-            )
+
+    def reading(g: Mapping[str, Any]) -> Reading:
+        frac = float((_head_errors(g) < approximation_error).mean())
+        return Reading(
+            _heads_setting(g["heads"]),
+            f"{pct(frac)} of heads within {approximation_error:g}",
+            frac,
+            frac > most,
+            f"{pct(frac)} of heads have both errors below {approximation_error:g}",
         )
-    return rows
+
+    test = f"fraction of heads with error < {approximation_error:g} > {most:g}"
+    return rows_per(_head_groups(per_head), test, reading)
 
 
 def check_mean_approximation(
@@ -111,12 +200,12 @@ def check_mean_approximation(
     agreement" for ``X`` and ``X + WZ`` (head update not rescaled) across context lengths.
 
     The figure's two curves are compared on the figure's own scale
-    (:func:`sinkscope.oversmoothing.summary.approximation_offsets`): the largest gap over ``T'`` between
-    the solid (empirical) and the dashed (approximation) curve, relative to the empirical curve's
-    whole change across ``T'`` (``max - min``). Holds if that ratio is at most
-    ``approximation_relative_offset`` for both components. An absolute bound would not do: the
-    head-averaged curves change by only a few hundredths across ``T'`` here, so an offset as
-    large as the whole curve would pass Fig. 7's per-head 0.1."""
+    (:func:`sinkscope.oversmoothing.summary.approximation_offsets`): the largest gap over ``T'``
+    between the solid (empirical) and the dashed (approximation) curve, relative to the empirical
+    curve's whole change across ``T'`` (``max - min``). Holds if that ratio is at most
+    ``approximation_relative_offset`` for both components (:func:`relative_offset_holds`). An
+    absolute bound would not do: the head-averaged curves change by only a few hundredths across
+    ``T'`` here, so an offset as large as the whole curve would pass Fig. 7's per-head 0.1."""
     require(
         summary,
         [
@@ -132,10 +221,7 @@ def check_mean_approximation(
     )
     from sinkscope.oversmoothing.summary import approximation_offsets
 
-    test = f"largest |gap| / range across T' <= {approximation_relative_offset:g} for X and X+WZ"
-    rows = []
-    offsets = model_dataset_order(approximation_offsets(summary))
-    for r in offsets.iter_rows(named=True):
+    def reading(r: Mapping[str, Any]) -> Reading:
         lengths = sorted(
             summary.filter((pl.col("model") == r["model"]) & (pl.col("dataset") == r["dataset"]))[
                 "context_length"
@@ -143,39 +229,25 @@ def check_mean_approximation(
         )
         setting = f"T' in {lengths}"
         if r["rel_offset"] is None:
-            rows.append(
-                row(
-                    r["model"],
-                    r["dataset"],
-                    setting,
-                    "n/a",
-                    None,
-                    test,
-                    None,
-                    "one context length: no curve across T' to compare",
-                )
-            )
-            continue
+            return not_applicable(setting, "one context length: no curve across T' to compare")
         parts = {
             c: f"{name}: largest gap {r[f'signed_offset_{c}']:+.2g} = "
             f"{r[f'rel_offset_{c}']:.2g} x the curve's range {r[f'range_{c}']:.2g}"
             for c, name in (("x", "X"), ("xwz", "X+WZ"))
         }
         worst = "xwz" if r["rel_offset_xwz"] >= r["rel_offset_x"] else "x"
-        rows.append(
-            row(
-                r["model"],
-                r["dataset"],
-                setting,
-                parts[worst],
-                r["rel_offset"],
-                test,
-                r["rel_offset"] <= approximation_relative_offset,
-                f"{parts['x']}; {parts['xwz']} (gap = empirical - approximation, head means; "
-                "Fig. 2 left's second title line)",
-            )
+        return Reading(
+            setting,
+            parts[worst],
+            r["rel_offset"],
+            relative_offset_holds(r["rel_offset"], approximation_relative_offset),
+            f"{parts['x']}; {parts['xwz']} (gap = empirical - approximation, head means; "
+            "Fig. 2 left's second title line)",
         )
-    return rows
+
+    test = f"largest |gap| / range across T' <= {approximation_relative_offset:g} for X and X+WZ"
+    offsets = model_dataset_order(approximation_offsets(summary))
+    return rows_per(offsets.iter_rows(named=True), test, reading)
 
 
 def _difference_rows(
@@ -186,50 +258,30 @@ def _difference_rows(
     what: str,
     needs: str | None = None,
 ) -> list[Row]:
-    """Rows testing ``larger - smaller > min_difference`` (``smaller=None``: 0) at the largest T'."""
+    """Rows testing ``larger - smaller > min_difference`` (``smaller=None``: 0) at the largest T'
+    (:func:`difference`, :func:`difference_holds`)."""
     cols = ["model", "dataset", "context_length", "n_heads", larger]
     cols += [c for c in (smaller, needs) if c]
     require(summary, cols, "oversmoothing summary")
-    rows = []
-    test = f"{larger}{f' - {smaller}' if smaller else ''} > {min_difference:g}"
-    for r in _largest_context(summary).iter_rows(named=True):
-        a = r[larger]
-        b = r[smaller] if smaller else 0.0
+
+    def reading(r: Mapping[str, Any]) -> Reading:
         setting = f"T'={r['context_length']}, {r['n_heads']} heads"
         if needs and not r[needs]:
-            rows.append(
-                row(
-                    r["model"],
-                    r["dataset"],
-                    setting,
-                    "n/a",
-                    None,
-                    test,
-                    None,
-                    f"no heads to average over ({needs} = 0)",
-                )
-            )
-            continue
-        if a is None or b is None or math.isnan(a) or math.isnan(b):
-            rows.append(
-                row(r["model"], r["dataset"], setting, "n/a", None, test, None, "value missing")
-            )
-            continue
-        diff = a - b
-        measured = f"{what}: {a:.4f}" + (f" vs {b:.4f} (difference {diff:+.4f})" if smaller else "")
-        rows.append(
-            row(
-                r["model"],
-                r["dataset"],
-                setting,
-                measured,
-                diff,
-                test,
-                diff > min_difference,
-                f"{larger} = {a:.4f}" + (f", {smaller} = {b:.4f}" if smaller else ""),
-            )
+            return not_applicable(setting, f"no heads to average over ({needs} = 0)")
+        diff = difference(r, larger, smaller)
+        if _missing(diff):
+            return not_applicable(setting, "value missing")
+        a, b = r[larger], r[smaller] if smaller else 0.0
+        return Reading(
+            setting,
+            f"{what}: {a:.4f}" + (f" vs {b:.4f} (difference {diff:+.4f})" if smaller else ""),
+            diff,
+            difference_holds(diff, min_difference),
+            f"{larger} = {a:.4f}" + (f", {smaller} = {b:.4f}" if smaller else ""),
         )
-    return rows
+
+    test = f"{larger}{f' - {smaller}' if smaller else ''} > {min_difference:g}"
+    return rows_per(_largest_context(summary).iter_rows(named=True), test, reading)
 
 
 def check_w_decreases_similarity(summary: pl.DataFrame, min_difference: float) -> list[Row]:
@@ -276,28 +328,27 @@ def check_uniform_raises_more(summary: pl.DataFrame, min_difference: float) -> l
     )
 
 
-def _condition_setting(r: dict[str, Any]) -> str:
-    return f"T'={r['context_length']}, {r['n_non_sink']} non-sink heads of {r['n_heads']}"
-
-
 def check_condition_i_about_half(summary: pl.DataFrame, half_band: float) -> list[Row]:
     """§5 / Figs. 8-9: "roughly half of the heads satisfy condition (i)" ``beta tr(BW) > 0``:
-    ``|frac_cond_i_s_non_sink - 1/2| <= half_band``, on the heads Figs. 8-9 show
-    (:data:`sinkscope.oversmoothing.summary.CONDITION_BASIS`; condition (i) does not depend on
-    ``s_l``)."""
+    ``|frac_cond_i_s_non_sink - 1/2| <= half_band`` (:func:`condition_i_holds`), on the heads
+    Figs. 8-9 show (:data:`sinkscope.oversmoothing.summary.CONDITION_BASIS`; condition (i) does
+    not depend on ``s_l``)."""
     cols = ["model", "dataset", "context_length", "n_heads", "n_non_sink"]
     cols += ["n_cond_i_s_non_sink", "frac_cond_i_s_non_sink"]
     require(summary, cols, "oversmoothing summary")
     test = f"|frac_cond_i_s_non_sink - 0.5| <= {half_band:g}"
-    return _condition_rows(summary, "i", test, lambda x: abs(x - 0.5) <= half_band, lambda r: "")
+    return _condition_rows(
+        summary, "i", test, lambda x: condition_i_holds(x, half_band), lambda r: ""
+    )
 
 
 def check_condition_ii_few(summary: pl.DataFrame, few_max_fraction: float) -> list[Row]:
     """§5 / Figs. 8-9, App. E.1: few heads satisfy condition (ii)
-    ``beta tr(BW) + tr(BW^T W) < 0``: ``frac_cond_ii_s_non_sink <= few_max_fraction`` on the
-    heads and map of Figs. 8-9 (:data:`sinkscope.oversmoothing.summary.CONDITION_BASIS`). Condition (ii)
-    depends on the scale of the map; the reason also gives the share for the unscaled ``W``
-    (named as such; not plotted)."""
+    ``beta tr(BW) + tr(BW^T W) < 0``: ``frac_cond_ii_s_non_sink <= few_max_fraction``
+    (:func:`condition_ii_holds`) on the heads and map of Figs. 8-9
+    (:data:`sinkscope.oversmoothing.summary.CONDITION_BASIS`). Condition (ii) depends on the
+    scale of the map; the reason also gives the share for the unscaled ``W`` (named as such; not
+    plotted)."""
     cols = ["model", "dataset", "context_length", "n_heads", "n_non_sink"]
     cols += ["n_cond_ii_s_non_sink", "frac_cond_ii_s_non_sink", "frac_cond_ii_non_sink"]
     require(summary, cols, "oversmoothing summary")
@@ -306,7 +357,7 @@ def check_condition_ii_few(summary: pl.DataFrame, few_max_fraction: float) -> li
         summary,
         "ii",
         test,
-        lambda x: x <= few_max_fraction,
+        lambda x: condition_ii_holds(x, few_max_fraction),
         lambda r: f"; for the unscaled head map W (not plotted): {pct(r['frac_cond_ii_non_sink'])}",
     )
 
@@ -315,117 +366,203 @@ def _condition_rows(
     summary: pl.DataFrame,
     condition: str,
     test: str,
-    passes: Callable[[float], bool],
-    extra_reason: Callable[[dict[str, Any]], str],
+    passes: Callable[[float], bool | None],
+    extra_reason: Callable[[Mapping[str, Any]], str],
 ) -> list[Row]:
     """One row per model and dataset at the largest context length for condition ``(i)`` or
     ``(ii)`` of Theorem 5.1 on the non-sink heads and map of Figs. 8-9 (``n_cond_<c>_s_non_sink``
     of ``n_non_sink``); "n/a" where every head is a sink head."""
     from sinkscope.oversmoothing.summary import CONDITION_BASIS
 
-    rows = []
-    for r in _largest_context(summary).iter_rows(named=True):
+    def reading(r: Mapping[str, Any]) -> Reading:
+        setting = f"T'={r['context_length']}, {r['n_non_sink']} non-sink heads of {r['n_heads']}"
         x = r[f"frac_cond_{condition}_s_non_sink"]
-        if x is None or math.isnan(x):
-            rows.append(
-                row(
-                    r["model"],
-                    r["dataset"],
-                    _condition_setting(r),
-                    "n/a",
-                    None,
-                    test,
-                    None,
-                    "every head is a sink head",
-                )
-            )
-            continue
+        if _missing(x):
+            return not_applicable(setting, "every head is a sink head")
         counts = f"{r[f'n_cond_{condition}_s_non_sink']} of {r['n_non_sink']} non-sink heads"
-        rows.append(
-            row(
-                r["model"],
-                r["dataset"],
-                _condition_setting(r),
-                f"{counts} ({pct(x)}) satisfy ({condition})",
-                x,
-                test,
-                passes(x),
-                f"{counts} satisfy condition ({condition}); basis: {CONDITION_BASIS} (Figs. 8-9 "
-                f"titles){extra_reason(r)}",
-            )
+        return Reading(
+            setting,
+            f"{counts} ({pct(x)}) satisfy ({condition})",
+            x,
+            passes(x),
+            f"{counts} satisfy condition ({condition}); basis: {CONDITION_BASIS} (Figs. 8-9 "
+            f"titles){extra_reason(r)}",
         )
-    return rows
+
+    return rows_per(_largest_context(summary).iter_rows(named=True), test, reading)
 
 
 def check_predicted_signs(summary: pl.DataFrame, most: float) -> list[Row]:
     """§5 / Figs. 8-9: the monotonicity predicted by Theorem 5.1 mostly holds: among the non-sink
     heads with a prediction (condition (i) or (ii) for ``s_l W``), the share whose ``rho``
     changes with the predicted sign both from ``X+WZ`` to ``X+WZA^T`` (Fig. 8) and on to
-    ``X+WZA_u^T`` (Fig. 9) is > ``most`` (App. E.1: "Both quantities should be positive when ...
-    negative when ..."). The measured text also gives each figure's own share, as their titles
-    do."""
+    ``X+WZA_u^T`` (Fig. 9) is > ``most`` (:func:`predicted_signs_hold`; App. E.1: "Both
+    quantities should be positive when ... negative when ..."). The measured text also gives
+    each figure's own share, as their titles do."""
     cols = ["model", "dataset", "context_length", "n_predicted_s"]
     cols += ["agree_attn_s", "agree_unif_s", "agree_both_s"]
     require(summary, cols, "oversmoothing summary")
     from sinkscope.oversmoothing.summary import CONDITION_BASIS
 
-    rows = []
-    test = f"agree_both_s > {most:g}"
-    for r in _largest_context(summary).iter_rows(named=True):
+    def reading(r: Mapping[str, Any]) -> Reading:
         x = r["agree_both_s"]
         setting = f"T'={r['context_length']}, {r['n_predicted_s']} non-sink heads with a prediction"
-        if x is None or math.isnan(x):
-            rows.append(
-                row(
-                    r["model"],
-                    r["dataset"],
-                    setting,
-                    "n/a",
-                    None,
-                    test,
-                    None,
-                    "no non-sink head satisfies condition (i) or (ii)",
-                )
-            )
-            continue
-        rows.append(
-            row(
-                r["model"],
-                r["dataset"],
-                setting,
-                f"{pct(x)} follow both predicted signs (Fig. 8 alone: "
-                f"{pct(r['agree_attn_s'])}, Fig. 9 alone: {pct(r['agree_unif_s'])})",
-                x,
-                test,
-                x > most,
-                f"{pct(x)} of the {r['n_predicted_s']} heads with a prediction change rho with "
-                f"the predicted sign in both Figs. 8 and 9; basis: {CONDITION_BASIS}",
-            )
+        if _missing(x):
+            return not_applicable(setting, "no non-sink head satisfies condition (i) or (ii)")
+        return Reading(
+            setting,
+            f"{pct(x)} follow both predicted signs (Fig. 8 alone: "
+            f"{pct(r['agree_attn_s'])}, Fig. 9 alone: {pct(r['agree_unif_s'])})",
+            x,
+            predicted_signs_hold(x, most),
+            f"{pct(x)} of the {r['n_predicted_s']} heads with a prediction change rho with "
+            f"the predicted sign in both Figs. 8 and 9; basis: {CONDITION_BASIS}",
         )
-    return rows
+
+    test = f"agree_both_s > {most:g}"
+    return rows_per(_largest_context(summary).iter_rows(named=True), test, reading)
 
 
 def check_similarity_stays_positive(summary: pl.DataFrame) -> list[Row]:
     """App. E.1 / Fig. 4: the average token cosine similarity stays positive across layers (before
-    and after each attention update): smallest per-layer ``rho`` > 0 (the paper's own bound)."""
+    and after each attention update): smallest per-layer ``rho`` over every ``T'`` > 0
+    (:func:`similarity_positive`)."""
     require(
         summary, ["model", "dataset", "context_length", "min_rho_layers"], "oversmoothing summary"
     )
-    rows = []
-    for (model, dataset), s in model_dataset_order(summary).group_by(
-        "model", "dataset", maintain_order=True
-    ):
+
+    def reading(g: Mapping[str, Any]) -> Reading:
+        s = g["summary"]
         x = float(s["min_rho_layers"].min())
-        rows.append(
-            row(
-                str(model),
-                str(dataset),
-                f"T' in {sorted(s['context_length'].to_list())}",
-                f"smallest layer rho {x:.3f}",
-                x,
-                "min over layers and T' of rho > 0",
-                x > 0,
-                f"the smallest average cosine over layers and context lengths is {x:.3f}",
-            )
+        return Reading(
+            f"T' in {sorted(s['context_length'].to_list())}",
+            f"smallest layer rho {x:.3f}",
+            x,
+            similarity_positive(x),
+            f"the smallest average cosine over layers and context lengths is {x:.3f}",
         )
-    return rows
+
+    groups = [
+        {"model": model, "dataset": dataset, "summary": s}
+        for (model, dataset), s in model_dataset_order(summary).group_by(
+            "model", "dataset", maintain_order=True
+        )
+    ]
+    return rows_per(groups, "min over layers and T' of rho > 0", reading)
+
+
+# --------------------------------------------------------------------------- per-pair table
+
+#: Columns of :func:`pair_claims` (the oversmoothing stage's ``claims`` table).
+PAIR_CLAIMS_SCHEMA: dict[str, Any] = {
+    "model": pl.String,
+    "dataset": pl.String,
+    "context_length": pl.Int64,
+    "claim": pl.String,
+    "value": pl.Float64,
+    "holds": pl.Boolean,
+}
+
+
+def pair_claims(summary: pl.DataFrame, tolerances: Mapping[str, Any]) -> pl.DataFrame:
+    """The paper's oversmoothing statements per pair, at its largest context length: the
+    ``claims`` table of the rules ``analyze_oversmoothing`` and ``summarize_oversmoothing``.
+
+    ``summary``: the ``summary`` table of :func:`sinkscope.oversmoothing.analysis.analyze_file`
+    or :func:`sinkscope.oversmoothing.summary.summarize` (rows kept in its order);
+    ``tolerances``: the ``oversmoothing`` group of the claims' tolerances. A quick per-pair view
+    of the ``oversmoothing.*`` claims with the readings and verdict functions of their checks:
+    Fig. 7 on the summary row (:func:`worst_error`; ``check_approximation_every_head`` reads the
+    per-head table), Fig. 2 left (:func:`relative_offset_holds`), the differences of Fig. 2
+    right (:func:`difference`), Figs. 8-9 (:func:`condition_i_holds`, :func:`condition_ii_holds`,
+    :func:`predicted_signs_hold`) and Fig. 4 at that context length (:func:`similarity_positive`;
+    the claim takes the minimum over every ``T'``). Columns :data:`PAIR_CLAIMS_SCHEMA`: ``claim``,
+    ``value``, ``holds`` (null: not applicable)."""
+    from sinkscope.oversmoothing.summary import approximation_offsets
+
+    err, rel_max = tolerances["approximation_error"], tolerances["approximation_relative_offset"]
+    gap, half = tolerances["min_difference"], tolerances["half_band"]
+    few, most = tolerances["few_max_fraction"], tolerances["most"]
+    offsets = {
+        (r["model"], r["dataset"]): r["rel_offset"]
+        for r in approximation_offsets(summary).iter_rows(named=True)
+    }
+    rows = []
+    largest = summary.filter(
+        pl.col("context_length") == pl.col("context_length").max().over("model", "dataset")
+    )
+    for r in largest.iter_rows(named=True):
+        worst = worst_error(r)
+        rel = offsets[(r["model"], r["dataset"])]
+        w_drop = difference(r, "mean_rho_x", "mean_rho_xwz_s")
+        raise_attn = difference(r, "mean_increase_attn_s", None)
+        dense = difference(r, "mean_increase_attn_s_dense", "mean_increase_attn_s")
+        unif = difference(r, "mean_increase_unif_s", "mean_increase_attn_s")
+        frac_i, frac_ii = r["frac_cond_i_s_non_sink"], r["frac_cond_ii_s_non_sink"]
+        claims = [
+            (
+                f"Fig. 7: |rho - rho_hat| for X and X + WZ stays below {err:g} for every head",
+                worst,
+                approximation_holds(worst, err),
+            ),
+            (
+                (
+                    "Fig. 2 left: largest gap between the head-averaged empirical curve and "
+                    f"approximation (2) at most {rel_max:g} x the curve's range across T'"
+                ),
+                rel,
+                relative_offset_holds(rel, rel_max),
+            ),
+            (
+                "Fig. 2 right: W decreases rho on average (rho(X) - rho(X + s_l WZ) > 0)",
+                w_drop,
+                difference_holds(w_drop, gap),
+            ),
+            (
+                "Fig. 2 right: attention raises rho on average (rho(X + s_l WZA^T) > rho(X))",
+                raise_attn,
+                difference_holds(raise_attn, gap),
+            ),
+            (
+                "Fig. 2 right: the increase is larger for heads with u > threshold",
+                dense,
+                difference_holds(dense, gap),
+            ),
+            (
+                "Fig. 2 right: uniform attention raises rho more than learned attention",
+                unif,
+                difference_holds(unif, gap),
+            ),
+            (
+                "Figs. 8-9: roughly half of the non-sink heads satisfy condition (i)",
+                frac_i,
+                condition_i_holds(frac_i, half),
+            ),
+            (
+                "Figs. 8-9: few non-sink heads satisfy condition (ii) (for s_l W)",
+                frac_ii,
+                condition_ii_holds(frac_ii, few),
+            ),
+            (
+                "Figs. 8-9: most non-sink heads with a prediction follow both predicted signs",
+                r["agree_both_s"],
+                predicted_signs_hold(r["agree_both_s"], most),
+            ),
+            (
+                "Fig. 4: token cosine similarity stays positive across layers",
+                r["min_rho_layers"],
+                similarity_positive(r["min_rho_layers"]),
+            ),
+        ]
+        for claim, value, holds in claims:
+            rows.append(
+                {
+                    "model": r["model"],
+                    "dataset": r["dataset"],
+                    "context_length": r["context_length"],
+                    "claim": claim,
+                    "value": None if value is None else float(value),
+                    "holds": None if holds is None else bool(holds),
+                }
+            )
+    return pl.DataFrame(rows, schema=PAIR_CLAIMS_SCHEMA)

@@ -6,10 +6,15 @@ Evicting the first tokens raises perplexity; a few sink tokens restore it.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import polars as pl
 
-from sinkscope.claims.verdicts import Row, pct, require, row
+from sinkscope.claims.verdicts import Reading, Row, not_applicable, require, rows_per
+
+# sinkscope.streaming.summary imports torch: the checks import its number formats when they run,
+# so importing this module does not load torch.
 
 __all__ = [
     "check_eviction_raises_perplexity",
@@ -19,27 +24,30 @@ __all__ = [
 
 def check_eviction_raises_perplexity(sink_heads: pl.DataFrame, sharp_ppl_ratio: float) -> list[Row]:
     """StreamingLLM notes: evicting the first tokens (window-only cache) raises perplexity sharply:
-    window-only / dense perplexity on the evicting positions ``>= sharp_ppl_ratio`` (2 = doubles)."""
+    window-only / dense perplexity on the evicting positions ``>= sharp_ppl_ratio`` (2 = doubles).
+    The measured factor is the summary figure's bar label
+    (:func:`sinkscope.streaming.summary.eviction_label`)."""
+    from sinkscope.streaming.summary import eviction_label, perplexity_factor
+
     require(
         sink_heads, ["model", "dataset", "window", "window_log_ppl_ratio"], "streaming sink_heads"
     )
-    rows = []
-    table = sink_heads.unique(["model", "dataset", "window"]).sort("model", "dataset", "window")
-    for r in table.iter_rows(named=True):
+
+    def reading(r: Mapping[str, Any]) -> Reading:
         ratio = math.exp(r["window_log_ppl_ratio"])
-        rows.append(
-            row(
-                r["model"],
-                r["dataset"],
-                f"window L={r['window']}",
-                f"perplexity x{ratio:.2f} vs dense",
-                ratio,
-                f"window-only ppl / dense ppl >= {sharp_ppl_ratio:g}",
-                ratio >= sharp_ppl_ratio,
-                f"evicting all but the last {r['window']} tokens multiplies perplexity by {ratio:.2f}",
-            )
+        return Reading(
+            f"window L={r['window']}",
+            f"perplexity {eviction_label(r['window_log_ppl_ratio'])} vs dense",
+            ratio,
+            ratio >= sharp_ppl_ratio,
+            f"evicting all but the last {r['window']} tokens multiplies perplexity by "
+            f"{perplexity_factor(r['window_log_ppl_ratio'])}",
         )
-    return rows
+
+    table = sink_heads.unique(["model", "dataset", "window"]).sort("model", "dataset", "window")
+    return rows_per(
+        table.iter_rows(named=True), f"window-only ppl / dense ppl >= {sharp_ppl_ratio:g}", reading
+    )
 
 
 def check_sink_tokens_restore(
@@ -56,58 +64,51 @@ def check_sink_tokens_restore(
     front, the regime the models were trained in): the sink cache must remove at least
     ``min_recovered_fraction`` of the window-only log-perplexity excess over it,
     ``recovered_fraction = (nll_window - nll_sink) / (nll_window - nll_recompute)`` on the same
-    sampled tokens (the ``recompute`` table of :func:`sinkscope.streaming.summary.summarize`).
+    sampled tokens (the ``recompute`` table of :func:`sinkscope.streaming.summary.summarize`; the
+    recompute figure's annotations, :func:`sinkscope.streaming.summary.recovered_label`).
     Dense is not the reference: a window of ``L`` tokens loses real context that no sink can give
     back. Where re-computation is not better than window-only the claim is not applicable: the
     baseline itself is then out of the model's regime (e.g. Gemma 3 without its BOS)."""
+    from sinkscope.streaming.summary import recovered_label
+
     cols = [
         "model", "dataset", "baseline", "window", "kind", "n_sink", "policy_vs_recompute",
         "window_vs_recompute", "recompute_nll", "window_nll", "recovered_fraction",
     ]  # fmt: skip
     require(recompute, cols, "streaming recompute")
-    rows = []
-    table = recompute.filter(
-        (pl.col("baseline") == baseline)
-        & (pl.col("kind") == "sink")
-        & (pl.col("n_sink") <= max_sink_tokens)
-    )
-    for r in table.sort("model", "dataset", "window", "n_sink").iter_rows(named=True):
+
+    def reading(r: Mapping[str, Any]) -> Reading:
         w, s, recovered = (
             r["window_vs_recompute"],
             r["policy_vs_recompute"],
             r["recovered_fraction"],
         )
         setting = f"window L={r['window']}, k={r['n_sink']} sink tokens, vs {baseline}"
-        test = f"recovered fraction vs re-computation >= {min_recovered_fraction:g}"
         if recovered is None or w <= 0:
-            rows.append(
-                row(
-                    r["model"],
-                    r["dataset"],
-                    setting,
-                    "n/a",
-                    None,
-                    test,
-                    None,
-                    f"sliding window with re-computation ({baseline}) is not better than the "
-                    f"window-only cache here (NLL {r['recompute_nll']:.3f} vs "
-                    f"{r['window_nll']:.3f}): the baseline is itself out of the model's regime, "
-                    "so there is no excess to restore",
-                )
-            )
-            continue
-        rows.append(
-            row(
-                r["model"],
-                r["dataset"],
+            return not_applicable(
                 setting,
-                f"ppl x{math.exp(s):.3f} with sinks vs x{math.exp(w):.3f} window-only "
-                "(relative to re-computation)",
-                recovered,
-                test,
-                recovered >= min_recovered_fraction,
-                f"the sink tokens remove {pct(recovered)} of the window-only log-perplexity "
-                "excess over sliding window with re-computation",
+                f"sliding window with re-computation ({baseline}) is not better than the "
+                f"window-only cache here (NLL {r['recompute_nll']:.3f} vs "
+                f"{r['window_nll']:.3f}): the baseline is itself out of the model's regime, "
+                "so there is no excess to restore",
             )
+        return Reading(
+            setting,
+            f"ppl x{math.exp(s):.3f} with sinks vs x{math.exp(w):.3f} window-only "
+            "(relative to re-computation)",
+            recovered,
+            recovered >= min_recovered_fraction,
+            f"the sink tokens remove {recovered_label(recovered)} of the window-only "
+            "log-perplexity excess over sliding window with re-computation",
         )
-    return rows
+
+    table = recompute.filter(
+        (pl.col("baseline") == baseline)
+        & (pl.col("kind") == "sink")
+        & (pl.col("n_sink") <= max_sink_tokens)
+    )
+    return rows_per(
+        table.sort("model", "dataset", "window", "n_sink").iter_rows(named=True),
+        f"recovered fraction vs re-computation >= {min_recovered_fraction:g}",
+        reading,
+    )
