@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from sinkscope.dynamics.common import SelfAttention, rope
+from sinkscope.dynamics.grids import SWITCHES
 from sinkscope.dynamics.induction import (
     OFF_THRESHOLD,
     InductionTransformer,
@@ -21,7 +22,6 @@ from sinkscope.dynamics.induction import (
 )
 from sinkscope.dynamics.switches import (
     SOFTPICK_EPS,
-    SWITCHES,
     HeadSwitch,
     output_gate,
     softmax_with_slot,

@@ -24,6 +24,7 @@ __all__ = [
     "PAPER_CLASSIFICATION",
     "PAPER_INDUCTION",
     "POSITIONAL",
+    "SWITCHES",
     "VALUE_SOFTMAX_ACTIVATIONS",
     "VALUE_SOFTMAX_DEFAULTS",
     "VALUE_SOFTMAX_LOSSES",
@@ -41,6 +42,9 @@ __all__ = [
 
 #: The attention functions of Table 1 (companion paper).
 ATTENTION_FUNCTIONS = ("softmax", "sigmoid", "elu", "elu_elu", "mlp", "linear")
+#: The ``switch`` values of a softmax head of the induction model (issue 20,
+#: :mod:`.switches`): ``"none"`` (Table 1's softmax) first.
+SWITCHES = ("none", "sink_logit", "gate_head", "gate_element", "softpick", "kv_bias")
 
 
 def digest(values: Mapping[str, Any]) -> str:

@@ -142,11 +142,11 @@ from sinkscope.dynamics.grids import (
     LOSS_POSITIONS,
     PAPER_INDUCTION,
     POSITIONAL,
+    SWITCHES,
     induction_grid,
     induction_spec,
     variant_name,
 )
-from sinkscope.dynamics.switches import SWITCHES
 
 __all__ = [
     "ATTENTION_VARIANTS",

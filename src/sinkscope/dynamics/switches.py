@@ -65,18 +65,16 @@ import torch
 from torch import nn
 
 from sinkscope.dynamics.common import attention_weights, key_mask, scaled_dot
+from sinkscope.dynamics.grids import SWITCHES
 
 __all__ = [
     "SOFTPICK_EPS",
-    "SWITCHES",
     "HeadSwitch",
     "output_gate",
     "softmax_with_slot",
     "softpick",
 ]
 
-#: The ``switch`` values of a softmax head: ``"none"`` (Table 1's softmax) first.
-SWITCHES = ("none", "sink_logit", "gate_head", "gate_element", "softpick", "kv_bias")
 #: Softpick's ``eps`` (the reference implementation's default), in the units of the naive form.
 SOFTPICK_EPS = 1e-8
 
