@@ -437,19 +437,19 @@ def _dynamics_run(smk: Any, part: str, run_fn: Callable[[dict], dict[str, pl.Dat
 
 
 def dynamics_value_softmax_run(smk: Any) -> None:
-    from sinkscope.dynamics import run_value_softmax
+    from sinkscope.dynamics.value_softmax import run_value_softmax
 
     _dynamics_run(smk, "value_softmax", run_value_softmax)
 
 
 def dynamics_induction_run(smk: Any) -> None:
-    from sinkscope.dynamics import run_induction
+    from sinkscope.dynamics.induction import run_induction
 
     _dynamics_run(smk, "induction", run_induction)
 
 
 def dynamics_classification_run(smk: Any) -> None:
-    from sinkscope.dynamics import run_classification
+    from sinkscope.dynamics.classification import run_classification
 
     _dynamics_run(smk, "classification", run_classification)
 
@@ -472,19 +472,19 @@ def _summarize_dynamics(smk: Any, part: str, summarize: Callable[[list], dict]) 
 
 
 def summarize_dynamics_value_softmax(smk: Any) -> None:
-    from sinkscope.dynamics import summarize_value_softmax
+    from sinkscope.dynamics.value_softmax import summarize_value_softmax
 
     _summarize_dynamics(smk, "value_softmax", summarize_value_softmax)
 
 
 def summarize_dynamics_induction(smk: Any) -> None:
-    from sinkscope.dynamics import summarize_induction
+    from sinkscope.dynamics.induction import summarize_induction
 
     _summarize_dynamics(smk, "induction", summarize_induction)
 
 
 def summarize_dynamics_classification(smk: Any) -> None:
-    from sinkscope.dynamics import summarize_classification
+    from sinkscope.dynamics.classification import summarize_classification
 
     _summarize_dynamics(smk, "classification", summarize_classification)
 
