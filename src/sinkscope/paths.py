@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sinkscope.claims import names as claims_names
+from sinkscope.dynamics import names as dynamics_names
 from sinkscope.geometry import names as geometry_names
 from sinkscope.heads import names as heads_names
 from sinkscope.oversmoothing import names as oversmoothing_names
@@ -44,22 +45,10 @@ STREAMING_SUMMARY_TABLES = streaming_names.SUMMARY_TABLES
 STREAMING_SUMMARY_FIGURES = streaming_names.SUMMARY_FIGURES
 #: Training-dynamics experiments (companion paper; rules in workflow/rules/dynamics.smk): the
 #: tables of one run (``run_*`` of sinkscope.dynamics), the summary tables (``summarize_*``) and
-#: the figures of each part.
-DYNAMICS_RUN_TABLES = {
-    "value_softmax": ("final", "trajectory", "scalars"),
-    "induction": ("final", "curve", "heads", "pattern"),
-    "classification": ("final", "curve", "attention"),
-}
-DYNAMICS_SUMMARY_TABLES = {
-    "value_softmax": ("final", "by_variant", "trajectory", "scalars"),
-    "induction": ("final", "by_setup", "curve", "heads", "pattern"),
-    "classification": ("final", "by_setup", "curve", "attention"),
-}
-DYNAMICS_FIGURES = {
-    "value_softmax": ("polarization", "losses", "activations", "tied", "regression"),
-    "induction": ("sinks", "accuracy", "patterns", "curves"),
-    "classification": ("flips", "flips_by_size", "attention"),
-}
+#: the figures of each part; the names live in :mod:`sinkscope.dynamics.names`.
+DYNAMICS_RUN_TABLES = dynamics_names.RUN_TABLES
+DYNAMICS_SUMMARY_TABLES = dynamics_names.SUMMARY_TABLES
+DYNAMICS_FIGURES = dynamics_names.FIGURES
 
 
 def analysis_runs(config: Mapping[str, Any], analysis: str) -> bool:

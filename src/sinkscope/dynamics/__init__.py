@@ -10,6 +10,8 @@
   logit, an output gate, softpick, a key/value bias slot (issue 20).
 * :mod:`.grids` - the job grids, defaults, spec values and run ids (torch-free: the workflow
   parses them).
+* :mod:`.names` - the parts and the table and figure names of each (no imports: read by
+  :mod:`sinkscope.paths`).
 * :mod:`.plots` - the figures (``plot_*(tables, out_png)``; import them from there).
 
 One ``run_*(spec)`` call is one job; ``*_grid(scale, overrides)`` lists the jobs of a scale

@@ -14,6 +14,8 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sinkscope.dynamics.names import PARTS
+
 __all__ = [
     "ATTENTION_FUNCTIONS",
     "ATTENTION_VARIANTS",
@@ -412,8 +414,8 @@ def classification_grid(scale: str = "default", overrides: dict | None = None) -
 
 # --------------------------------------------------------------------------- the config section
 
-#: The parts of the ``dynamics`` config section, in workflow order.
-DYNAMICS_PARTS = ("value_softmax", "induction", "classification")
+#: The parts of the ``dynamics`` config section, in workflow order (named in :mod:`.names`).
+DYNAMICS_PARTS = PARTS
 
 #: Numeric spec keys that may be zero (``init_a``, ``target``: any sign); every other number of
 #: a spec must be positive.

@@ -20,10 +20,11 @@ from matplotlib.ticker import MaxNLocator
 
 from sinkscope.dynamics.classification import flip_rate_trend
 from sinkscope.dynamics.induction import loss_floor
+from sinkscope.dynamics.names import FIGURES
 from sinkscope.plotting import Draw, legend_below, new_figure, save_figure
 
 __all__ = [
-    "FIGURES",
+    "PLOTS",
     "figures",
     "flip_trend_statement",
     "plot_classification_attention",
@@ -544,9 +545,9 @@ def plot_classification_attention(tables: dict[str, pl.DataFrame], out_png: Path
     save_figure(fig, out_png)
 
 
-#: The drawing function of each figure of each part of the ``dynamics`` config section (names as
-#: ``sinkscope.paths.DYNAMICS_FIGURES``).
-FIGURES: dict[str, dict[str, Plot]] = {
+#: The drawing function of each figure of each part of the ``dynamics`` config section (the
+#: figures :data:`sinkscope.dynamics.names.FIGURES` names).
+PLOTS: dict[str, dict[str, Plot]] = {
     "value_softmax": {
         "polarization": plot_vs_polarization,
         "losses": plot_vs_losses,
@@ -569,6 +570,6 @@ FIGURES: dict[str, dict[str, Plot]] = {
 
 
 def figures(part: str, tables: dict[str, pl.DataFrame]) -> dict[str, Draw]:
-    """The figures of rule ``summarize_dynamics_<part>`` drawn from the ``tables`` of its
-    ``summarize_*`` function."""
-    return {name: functools.partial(plot, tables) for name, plot in FIGURES[part].items()}
+    """The figures of rule ``summarize_dynamics_<part>`` (:data:`sinkscope.dynamics.names.FIGURES`)
+    drawn from the ``tables`` of its ``summarize_*`` function."""
+    return {name: functools.partial(PLOTS[part][name], tables) for name in FIGURES[part]}

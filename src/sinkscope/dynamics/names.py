@@ -1,0 +1,53 @@
+"""Table and figure names of the training-dynamics stage, per part of the ``dynamics`` config
+section (rules in ``workflow/rules/dynamics.smk``).
+
+No computation and no imports: :mod:`sinkscope.paths` (and through it the workflow) lists each
+part's outputs from these names, :mod:`sinkscope.dynamics.grids` reads :data:`PARTS`, and
+:mod:`sinkscope.dynamics.plots` draws :data:`FIGURES`, without loading torch.
+"""
+
+from __future__ import annotations
+
+__all__ = ["FIGURES", "PARTS", "RUN_TABLES", "SUMMARY_TABLES"]
+
+#: The parts of the ``dynamics`` config section, in workflow order: the gradient flow of
+#: ``L(V phi(a))`` (Theorem 3.3), the induction task (Tables 1-2) and the classification task
+#: (Table 3) of the companion paper.
+PARTS = ("value_softmax", "induction", "classification")
+#: The tables of one run (rule ``dynamics_<part>_run``: the ``run_*`` function of the part's
+#: module).
+RUN_TABLES: dict[str, tuple[str, ...]] = dict(
+    zip(
+        PARTS,
+        (
+            ("final", "trajectory", "scalars"),
+            ("final", "curve", "heads", "pattern"),
+            ("final", "curve", "attention"),
+        ),
+        strict=True,
+    )
+)
+#: The tables of rule ``summarize_dynamics_<part>`` (the part's ``summarize_*`` function).
+SUMMARY_TABLES: dict[str, tuple[str, ...]] = dict(
+    zip(
+        PARTS,
+        (
+            ("final", "by_variant", "trajectory", "scalars"),
+            ("final", "by_setup", "curve", "heads", "pattern"),
+            ("final", "by_setup", "curve", "attention"),
+        ),
+        strict=True,
+    )
+)
+#: The figures of rule ``summarize_dynamics_<part>`` (:func:`sinkscope.dynamics.plots.figures`).
+FIGURES: dict[str, tuple[str, ...]] = dict(
+    zip(
+        PARTS,
+        (
+            ("polarization", "losses", "activations", "tied", "regression"),
+            ("sinks", "accuracy", "patterns", "curves"),
+            ("flips", "flips_by_size", "attention"),
+        ),
+        strict=True,
+    )
+)
