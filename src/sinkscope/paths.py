@@ -99,11 +99,11 @@ class Paths:
         return f"{self.root}/heads/{{model}}/{{dataset}}/{name}.png"
 
     def heads_summary(self, suffix: str = "parquet") -> str:
-        return f"{self.root}/summary/head_classes.{suffix}"
+        return f"{self.root}/summary/{heads_names.SUMMARY}.{suffix}"
 
     @property
     def heads_summary_figure(self) -> str:
-        return f"{self.root}/summary/head_classes.png"
+        return f"{self.root}/summary/{heads_names.SUMMARY}.png"
 
     # per-pair analyses and their cross-pair summaries
     def table(self, analysis: str, name: str, suffix: str = "parquet") -> str:

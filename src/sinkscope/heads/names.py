@@ -19,6 +19,7 @@ __all__ = [
     "POOLED",
     "SINK",
     "SINK_PREV",
+    "SUMMARY",
     "SUMMARY_COLUMNS",
 ]
 
@@ -47,6 +48,9 @@ POOLED = "all"
 #: Figures of one pair (rule classify_heads); ``sinkscope.paths`` exports them as
 #: ``HEAD_FIGURES``.
 FIGURES = ("mass_heatmaps", "class_map")
+#: Name of the cross-pair summary (rule summarize_heads): its table and its figure, the class
+#: fractions of every pair as bars; ``sinkscope.paths`` places them under ``summary/``.
+SUMMARY = "head_classes"
 
 MASS_COLUMNS: tuple[str, ...] = ("bos_mass", "diagonal_mass", "subdiagonal_mass", "sink_prev_mass")
 FLAG_COLUMNS: tuple[str, ...] = ("is_sink", "is_diagonal", "is_sink_prev")

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from sinkscope.heads.classify import DEFAULT_THRESHOLDS, HeadClassThresholds
-from sinkscope.heads.names import DIAGONAL, HEAD_CLASSES, POOLED, SINK, SINK_PREV
+from sinkscope.heads.names import DIAGONAL, HEAD_CLASSES, POOLED, SINK, SINK_PREV, SUMMARY
 from sinkscope.heads.summary import dataset_order
 from sinkscope.plotting import (
     CLASS_COLORS,
@@ -366,5 +366,6 @@ def pair_figures(
 
 
 def summary_figures(summary: pl.DataFrame, thresholds: HeadClassThresholds) -> dict[str, Draw]:
-    """The figure of rule ``summarize_heads``: the summary bars of every pair."""
-    return {"head_classes": lambda out: plot_summary_bars(summary, out, thresholds=thresholds)}
+    """The figure of rule ``summarize_heads`` (:data:`sinkscope.heads.names.SUMMARY`): the summary
+    bars of every pair."""
+    return {SUMMARY: lambda out: plot_summary_bars(summary, out, thresholds=thresholds)}
