@@ -80,37 +80,87 @@ def test_every_rule_runs_the_one_script_and_has_a_step() -> None:
     assert sorted(p.name for p in (REPO / "workflow" / "scripts").iterdir()) == ["step.py"]
 
 
+FIGURE_OUTPUT = re.compile(r"^        figure_(\w+)=", re.MULTILINE)
+
+
 def test_every_figure_a_rule_writes_has_one_drawing_function() -> None:
     """The ``{name: Draw}`` dicts of the stages' plots modules name exactly the figures of the
-    stage's ``names.py`` (and the paths' figures), so :func:`sinkscope.steps._draw` fills every
-    output ``figure_<name>`` (the drawing is lazy: nothing is drawn here)."""
+    stage's ``names.py``, the one place each name is stated (:mod:`sinkscope.paths` reads it
+    too), so :func:`sinkscope.steps._draw` fills every output ``figure_<name>`` (the drawing is
+    lazy: nothing is drawn here)."""
     from sinkscope import paths
+    from sinkscope.costs import names as cost_names
     from sinkscope.costs import plots as costs
+    from sinkscope.dynamics import names as dynamics_names
     from sinkscope.dynamics import plots as dynamics
+    from sinkscope.geometry import names as geometry_names
     from sinkscope.geometry import plots as geometry
+    from sinkscope.heads import names as heads_names
     from sinkscope.heads import plots as heads
+    from sinkscope.oversmoothing import names as oversmoothing_names
     from sinkscope.oversmoothing import plots as oversmoothing
+    from sinkscope.streaming import names as streaming_names
     from sinkscope.streaming import plots as streaming
 
     none = dict.fromkeys(("per_head", "per_layer"))
-    assert tuple(heads.pair_figures(None, "", None)) == paths.HEAD_FIGURES
-    (summary_bars,) = heads.summary_figures(None, None)
-    assert paths.Paths("r").heads_summary_figure == f"r/summary/{summary_bars}.png"
-    assert tuple(geometry.pair_figures({}, "")) == paths.GEOMETRY_FIGURES
-    assert tuple(geometry.summary_figures({}, [], None, "")) == paths.GEOMETRY_FIGURES
-    assert tuple(oversmoothing.figures(none)) == paths.OVERSMOOTHING_FIGURES
+    assert tuple(heads.pair_figures(None, "", None)) == heads_names.FIGURES
+    assert tuple(heads.summary_figures(None, None)) == (heads_names.SUMMARY,)
+    assert paths.Paths("r").heads_summary_figure == "r/summary/head_classes.png"
+    assert tuple(geometry.pair_figures({}, "")) == geometry_names.FIGURES
+    assert tuple(geometry.summary_figures({}, [], None, "")) == geometry_names.FIGURES
+    assert tuple(oversmoothing.figures(none)) == oversmoothing_names.FIGURES
     for names in (
-        paths.STREAMING_POLICY_FIGURES,
-        paths.STREAMING_RECOMPUTE_FIGURES,
-        paths.STREAMING_FIRST_POSITION_FIGURES,
-        paths.STREAMING_SUMMARY_FIGURES,
+        streaming_names.POLICY_FIGURES,
+        streaming_names.RECOMPUTE_FIGURES,
+        streaming_names.FIRST_POSITION_FIGURES,
+        streaming_names.SUMMARY_FIGURES,
     ):
         assert tuple(streaming.figures(names, {}, "")) == names
-    for part, names in paths.DYNAMICS_FIGURES.items():
+    # one drawing function per named figure of each part, none unused
+    assert tuple(dynamics.PLOTS) == dynamics_names.PARTS
+    for part, names in dynamics_names.FIGURES.items():
+        assert tuple(dynamics.PLOTS[part]) == names
         assert tuple(dynamics.figures(part, {})) == names
-    cost_figures = [*costs.toy_figures([]), *costs.backcopy_figures([], [], {})]
-    cost_figures += costs.copypaste_figures([])
+    # the costs rules write the figures of their names (the rules spell their outputs out)
+    cost_rules = RULE.split((REPO / "workflow" / "rules" / "costs.smk").read_text())
+    cost_outputs = dict(
+        zip(cost_rules[1::2], map(FIGURE_OUTPUT.findall, cost_rules[2::2]), strict=True)
+    )
+    for rule, draws, names in (
+        ("cost_toy", costs.toy_figures([]), cost_names.TOY_FIGURES),
+        ("summarize_backcopy", costs.backcopy_figures([], [], {}), cost_names.BACKCOPY_FIGURES),
+        ("summarize_copypaste", costs.copypaste_figures([]), cost_names.COPYPASTE_FIGURES),
+    ):
+        assert tuple(draws) == names
+        assert tuple(cost_outputs[rule]) == names, rule
     layout = paths.Paths("r")
-    costs_config = {"enabled": True}
-    figure_paths = [p for p in layout.cost_targets(costs_config) if p.endswith(".png")]
-    assert [layout.cost_figure(name) for name in cost_figures] == figure_paths
+    figure_paths = [p for p in layout.cost_targets({"enabled": True}) if p.endswith(".png")]
+    assert figure_paths == [f"r/costs/{name}.png" for name in cost_names.FIGURES]
+
+
+COST_TABLE = re.compile(r'paths\.cost_table\("(\w+)"')
+
+
+def test_the_costs_rules_write_the_tables_of_costs_names() -> None:
+    """The costs rules spell their outputs out (each figure has its own report caption): their
+    tables are those :mod:`sinkscope.costs.names` names per rule, which
+    :meth:`sinkscope.paths.Paths.cost_targets` requests."""
+    from sinkscope.costs import names as cost_names
+    from sinkscope.paths import Paths
+
+    blocks = RULE.split((REPO / "workflow" / "rules" / "costs.smk").read_text())
+    bodies = dict(zip(blocks[1::2], blocks[2::2], strict=True))
+    for rule, names in (
+        ("cost_toy", cost_names.TOY_TABLES),
+        ("summarize_backcopy", cost_names.BACKCOPY_TABLES),
+        ("summarize_copypaste", cost_names.COPYPASTE_TABLES),
+        ("summarize_backcopy_e2e", cost_names.END_TO_END_TABLES),
+    ):
+        output = bodies[rule].partition("output:")[2].partition("priority:")[0]
+        assert tuple(dict.fromkeys(COST_TABLE.findall(output))) == names, rule
+    layout = Paths("r")
+    with_e2e = {"enabled": True, "backcopy": {"end_to_end": {"T": [8]}}}
+    tables = [p for p in layout.cost_targets(with_e2e) if p.endswith(".parquet")]
+    expected = (*cost_names.TABLES, *cost_names.END_TO_END_TABLES)
+    assert tables == [f"r/costs/{name}.parquet" for name in expected]
+    assert layout.cost_targets({"enabled": False}) == []

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sinkscope.claims import names as claims_names
+from sinkscope.costs import names as costs_names
 from sinkscope.dynamics import names as dynamics_names
 from sinkscope.geometry import names as geometry_names
 from sinkscope.heads import names as heads_names
@@ -43,6 +44,12 @@ STREAMING_TABLES = streaming_names.TABLES
 STREAMING_FIGURES = streaming_names.FIGURES
 STREAMING_SUMMARY_TABLES = streaming_names.SUMMARY_TABLES
 STREAMING_SUMMARY_FIGURES = streaming_names.SUMMARY_FIGURES
+#: §7 cost experiments (sinkscope.costs, no model): the tables and figures made whenever the
+#: section is enabled, and the end-to-end table made only when its sizes are set; the names live
+#: in :mod:`sinkscope.costs.names`.
+COST_TABLES = costs_names.TABLES
+COST_END_TO_END_TABLES = costs_names.END_TO_END_TABLES
+COST_FIGURES = costs_names.FIGURES
 #: Training-dynamics experiments (companion paper; rules in workflow/rules/dynamics.smk): the
 #: tables of one run (``run_*`` of sinkscope.dynamics), the summary tables (``summarize_*``) and
 #: the figures of each part; the names live in :mod:`sinkscope.dynamics.names`.
@@ -134,14 +141,15 @@ class Paths:
         return f"{self.root}/costs/{name}.png"
 
     def cost_targets(self, costs: dict) -> list[str]:
+        """The tables and figures of the ``costs`` section when enabled: :data:`COST_TABLES`
+        (with :data:`COST_END_TO_END_TABLES` when ``backcopy.end_to_end.T`` lists sizes), then
+        :data:`COST_FIGURES`."""
         if not costs.get("enabled"):
             return []
-        tables = ["toy", "backcopy_runs", "backcopy_slopes", "condition3", "condition3_measured"]
-        tables.append("copypaste_runs")
+        tables = COST_TABLES
         if costs.get("backcopy", {}).get("end_to_end", {}).get("T"):
-            tables.append("backcopy_end_to_end")
-        figures = ["toy", "backcopy_costs", "condition3", "copypaste_costs"]
-        return [self.cost_table(n) for n in tables] + [self.cost_figure(n) for n in figures]
+            tables += COST_END_TO_END_TABLES
+        return [self.cost_table(n) for n in tables] + [self.cost_figure(n) for n in COST_FIGURES]
 
     # the claims table (rule claims; sinkscope.claims)
     def claims(self, suffix: str = "md") -> str:

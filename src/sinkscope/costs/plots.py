@@ -21,6 +21,7 @@ from matplotlib.patches import Patch
 
 from sinkscope.costs.backcopy import FRAME_EXTRA
 from sinkscope.costs.copypaste import copypaste_slopes
+from sinkscope.costs.names import BACKCOPY_FIGURES, COPYPASTE_FIGURES, TOY_FIGURES
 from sinkscope.costs.summary import fit_slopes, sink_cheaper_reading
 from sinkscope.costs.toy import toy_ratio_deviation
 from sinkscope.heads.names import DIAGONAL, SINK
@@ -417,12 +418,14 @@ def plot_toy(table: Sequence[Mapping[str, Any]], out_png: str | os.PathLike[str]
 
 
 # --- the figures of each rule -----------------------------------------------------------------
-# (named as their files, ``sinkscope.paths.Paths.cost_figure``)
+# (named in sinkscope.costs.names, as their files: ``sinkscope.paths.Paths.cost_figure``)
 
 
 def toy_figures(table: Sequence[Mapping[str, Any]]) -> dict[str, Draw]:
-    """The figure of rule ``cost_toy``: the nuclear-norm toy (:func:`plot_toy`)."""
-    return {"toy": lambda out: plot_toy(table, out)}
+    """The figure of rule ``cost_toy`` (:data:`~sinkscope.costs.names.TOY_FIGURES`): the
+    nuclear-norm toy (:func:`plot_toy`)."""
+    (toy,) = TOY_FIGURES
+    return {toy: lambda out: plot_toy(table, out)}
 
 
 def backcopy_figures(
@@ -430,15 +433,20 @@ def backcopy_figures(
     grid: Sequence[Mapping[str, Any]],
     panel: Mapping[str, int],
 ) -> dict[str, Draw]:
-    """The figures of rule ``summarize_backcopy``: Figure 3 left from the back-copy ``runs``, and
-    condition (3) of Theorem 7.1 over ``grid`` (:func:`.condition3.condition3_grid`) in the
-    ``panel`` of :func:`.condition3.condition3_panel`, the measured runs marked."""
+    """The figures of rule ``summarize_backcopy`` (:data:`~sinkscope.costs.names.BACKCOPY_FIGURES`):
+    Figure 3 left from the back-copy ``runs``, and condition (3) of Theorem 7.1 over ``grid``
+    (:func:`.condition3.condition3_grid`) in the ``panel`` of :func:`.condition3.condition3_panel`,
+    the measured runs marked."""
+    costs, condition3 = BACKCOPY_FIGURES
     return {
-        "backcopy_costs": lambda out: plot_backcopy_costs(runs, out, "backcopy task (Theorem 7.1)"),
-        "condition3": lambda out: plot_condition3(grid, out, **panel, measured=runs),
+        costs: lambda out: plot_backcopy_costs(runs, out, "backcopy task (Theorem 7.1)"),
+        condition3: lambda out: plot_condition3(grid, out, **panel, measured=runs),
     }
 
 
 def copypaste_figures(runs: Sequence[Mapping[str, Any]]) -> dict[str, Draw]:
-    """The figure of rule ``summarize_copypaste``: Figure 3 right (:func:`plot_copypaste_costs`)."""
-    return {"copypaste_costs": lambda out: plot_copypaste_costs(runs, out)}
+    """The figure of rule ``summarize_copypaste``
+    (:data:`~sinkscope.costs.names.COPYPASTE_FIGURES`): Figure 3 right
+    (:func:`plot_copypaste_costs`)."""
+    (costs,) = COPYPASTE_FIGURES
+    return {costs: lambda out: plot_copypaste_costs(runs, out)}
