@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from sinkscope.config_schema import schema_default
 from sinkscope.oversmoothing.names import PER_HEAD_COLUMNS, PER_LAYER_COLUMNS, POOLED
 from sinkscope.oversmoothing.theory import CONDITIONS
 
@@ -172,13 +173,17 @@ def approximation_offsets(curves: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema)
 
 
+#: Uniformity ``u(A)`` above which a head is dense (paper: 0.6): the config schema's
+#: ``oversmoothing.uniformity_threshold``.
+UNIFORMITY_THRESHOLD: float = schema_default("oversmoothing", "uniformity_threshold")
+
 # --------------------------------------------------------------------------- summaries
 
 
 def summary_tables(
     per_head: pl.DataFrame,
     per_layer: pl.DataFrame,
-    uniformity_threshold: float = 0.6,
+    uniformity_threshold: float = UNIFORMITY_THRESHOLD,
 ) -> dict[str, pl.DataFrame]:
     """``summary`` and ``conditions`` from per-head and per-layer tables.
 
