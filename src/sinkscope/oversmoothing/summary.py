@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 
 from sinkscope.config_schema import schema_default
+from sinkscope.heads.order import sort_pooled_last
 from sinkscope.oversmoothing.names import PER_HEAD_COLUMNS, PER_LAYER_COLUMNS, POOLED
 from sinkscope.oversmoothing.theory import CONDITIONS
 
@@ -369,7 +370,7 @@ def summarize(
     pooled = summary_tables(pooled_heads, pooled_layers, uniformity_threshold)
     out = {"per_head": per_head, "per_layer": per_layer}
     for key in ("summary", "conditions"):
-        out[key] = pl.concat([by_pair[key], pooled[key]]).sort(
-            "model", pl.col("dataset") == POOLED, "dataset", "context_length", maintain_order=True
+        out[key] = sort_pooled_last(
+            pl.concat([by_pair[key], pooled[key]]), "context_length", maintain_order=True
         )
     return out
