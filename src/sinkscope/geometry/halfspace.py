@@ -83,6 +83,7 @@ from sinkscope.geometry.names import (
 )
 
 __all__ = [
+    "ATTEND_THRESHOLD",
     "HALFSPACE_TOL",
     "SET_RANK_RTOL",
     "HalfspaceResult",

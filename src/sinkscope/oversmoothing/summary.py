@@ -23,6 +23,7 @@ from sinkscope.oversmoothing.theory import CONDITIONS
 __all__ = [
     "CONDITION_BASIS",
     "KEYS",
+    "UNIFORMITY_THRESHOLD",
     "approximation_offsets",
     "component_mean_exprs",
     "component_means",
@@ -31,6 +32,10 @@ __all__ = [
     "summarize",
     "summary_tables",
 ]
+
+#: Uniformity ``u(A)`` above which a head is dense (paper: 0.6): the config schema's
+#: ``oversmoothing.uniformity_threshold``.
+UNIFORMITY_THRESHOLD: float = schema_default("oversmoothing", "uniformity_threshold")
 
 
 # --------------------------------------------------------------------------- figure / claim bases
@@ -173,10 +178,6 @@ def approximation_offsets(curves: pl.DataFrame) -> pl.DataFrame:
     schema["rel_offset"] = pl.Float64
     return pl.DataFrame(rows, schema=schema)
 
-
-#: Uniformity ``u(A)`` above which a head is dense (paper: 0.6): the config schema's
-#: ``oversmoothing.uniformity_threshold``.
-UNIFORMITY_THRESHOLD: float = schema_default("oversmoothing", "uniformity_threshold")
 
 # --------------------------------------------------------------------------- summaries
 
