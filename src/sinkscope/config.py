@@ -25,6 +25,7 @@ import jsonschema
 import yaml
 
 from sinkscope.config_schema import load_schema
+from sinkscope.prepare.model_config import local_position_limit
 
 
 class ConfigError(ValueError):
@@ -222,7 +223,7 @@ def _long_context_problems(config: Mapping[str, Any]) -> list[str]:
     seq_len = config["geometry"]["long_context"]["seq_len"]
     problems = []
     for name, entry in config["models"].items():
-        limit = _local_max_positions(entry["source"])
+        limit = local_position_limit(entry["source"])
         if limit is not None and seq_len > limit[1]:
             problems.append(
                 f"geometry.long_context.seq_len: {seq_len} exceeds the {limit[1]} positions of "
@@ -230,26 +231,6 @@ def _long_context_problems(config: Mapping[str, Any]) -> list[str]:
                 f"set it to at most {limit[1]}"
             )
     return problems
-
-
-def _local_max_positions(source: Mapping[str, Any]) -> tuple[str, int] | None:
-    """``(attribute, value)`` of the position limit in a ``local`` model's ``config.json`` (the
-    text config of a multimodal one), read without transformers: ``max_position_embeddings``,
-    GPT-2's ``n_positions``; None for other sources or when the file does not say."""
-    if source["kind"] != "local":
-        return None
-    try:
-        raw = json.loads((Path(source["path"]) / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    text = (raw.get("text_config") or raw) if isinstance(raw, dict) else {}
-    if not isinstance(text, dict):
-        return None
-    for attribute in ("max_position_embeddings", "n_positions"):
-        value = text.get(attribute)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return attribute, value
-    return None
 
 
 def backcopy_params(config: Mapping[str, Any]) -> dict[str, Any]:

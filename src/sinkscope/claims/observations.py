@@ -32,6 +32,7 @@ from typing import Any
 
 import polars as pl
 
+from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
 from sinkscope.geometry.alignment import middle_layers
 from sinkscope.heads.names import POOLED
 
@@ -82,6 +83,9 @@ SUB_THRESHOLD_BOS_MASS = 0.1
 #: BOS gets no more than about twice the uniform causal share at T = 256 (2 x 0.024); between the
 #: two thresholds a sink-free layer is *none*.
 COLLAPSED_BOS_MASS = 0.05
+#: Default reading of "very high rank" (Fig. 12 / App. E.2): the claims' tolerance
+#: ``geometry.near_full_rank`` (config schema default).
+NEAR_FULL_RANK: float = DEFAULT_TOLERANCES["geometry"]["near_full_rank"]
 LEVELS = ("collapsed", "none", "sub-threshold", "weak", "partial", "dominant")
 
 PAPER_VALUE_RANK = (
@@ -419,7 +423,7 @@ def bos_cosine_sign(bos_alignment: pl.DataFrame, space: str = "Z") -> list[Row]:
 def value_rank_lowest(
     value_rank: pl.DataFrame,
     value_rank_worst: pl.DataFrame | None = None,
-    near_full_rank: float = 0.9,
+    near_full_rank: float = NEAR_FULL_RANK,
 ) -> list[Row]:
     """Per model and dataset: the lowest relative value rank over the middle layers (the whisker
     of Fig. 12: the per-layer ``min``) with its layer and the lowest per-layer median
@@ -529,7 +533,7 @@ def value_rank_lowest(
 
 
 def evaluate_observations(
-    tables: Mapping[str, pl.DataFrame | None], near_full_rank: float = 0.9
+    tables: Mapping[str, pl.DataFrame | None], near_full_rank: float = NEAR_FULL_RANK
 ) -> pl.DataFrame:
     """Every observation whose tables are present (keys as in
     :data:`sinkscope.claims.registry.TABLE_ANALYSIS`); returns the table with :data:`COLUMNS`."""

@@ -18,8 +18,6 @@ from typing import Any
 
 import polars as pl
 
-from sinkscope.heads.names import POOLED
-
 __all__ = [
     "COLUMNS",
     "NOT_APPLICABLE",
@@ -32,7 +30,6 @@ __all__ = [
     "Row",
     "Tables",
     "head_count",
-    "model_dataset_order",
     "not_applicable",
     "num",
     "pct",
@@ -158,8 +155,3 @@ def require(table: pl.DataFrame, columns: Sequence[str], name: str) -> None:
     missing = [c for c in columns if c not in table.columns]
     if missing:
         raise ValueError(f"claims: table {name!r} lacks the column(s) {missing}")
-
-
-def model_dataset_order(table: pl.DataFrame) -> pl.DataFrame:
-    """Rows sorted by model, then datasets with the pooled ``"all"`` last."""
-    return table.sort("model", pl.col("dataset") == POOLED, "dataset")

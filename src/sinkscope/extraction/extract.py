@@ -220,7 +220,13 @@ def input_norm_settings(model: torch.nn.Module) -> dict[str, Any]:
             if eps is None:
                 raise ValueError(f"{type(norm).__name__}: cannot find the norm's epsilon")
             kind, cast = "rms", rms_norm_cast(norm, float(eps), arch.gain_offset)
-        settings.append({"input_norm": kind, "input_norm_eps": float(eps), "input_norm_cast": cast})
+        settings.append(
+            {
+                layout.ATTR_INPUT_NORM: kind,
+                layout.ATTR_INPUT_NORM_EPS: float(eps),
+                layout.ATTR_INPUT_NORM_CAST: cast,
+            }
+        )
     if any(entry != settings[0] for entry in settings):
         raise ValueError(f"{type(model).__name__}: the layers' input norms differ: {settings}")
     return settings[0]
@@ -291,9 +297,9 @@ def _create_datasets(
             chunks=layout.chunk_shape(spec, sizes),
             **kwargs,
         )
-        dataset.attrs["description"] = spec.description
-        dataset.attrs["axes"] = ",".join(spec.axes)
-        dataset.attrs["symbol"] = spec.symbol
+        dataset.attrs[layout.ATTR_DESCRIPTION] = spec.description
+        dataset.attrs[layout.ATTR_AXES] = ",".join(spec.axes)
+        dataset.attrs[layout.ATTR_SYMBOL] = spec.symbol
         created[spec.name] = dataset
     return created
 
@@ -351,34 +357,34 @@ def extract_activations(
         "head_dim": shape.head_dim,
     }
     attrs: dict[str, Any] = {
-        "format": layout.FORMAT,
-        "schema_version": layout.SCHEMA_VERSION,
-        "sinkscope_version": __version__,
-        "model_name": provenance["model_name"],
-        "model_source": json.dumps(provenance["source"], sort_keys=True),
-        "model_sha256": provenance["content_sha256"],
-        "model_class": type(model).__name__,
-        "model_type": model.config.model_type,
-        "dtype": model_entry["dtype"],
-        "attn_implementation": used_impl,
-        "device": device,
-        "library_versions": json.dumps(library_versions(), sort_keys=True),
-        "dataset_name": token_record["dataset_name"],
-        "dataset_sha256": token_record["dataset_sha256"],
-        "token_ids_sha256": token_record["token_ids_sha256"],
-        "n_sequences": n_seq,
-        "context_length": t1 - 1,
-        "seed": token_record["seed"],
-        "config_sha256": config_sha256,
-        "n_layers": shape.n_layers,
-        "n_heads": shape.n_heads,
-        "n_kv_heads": shape.n_kv_heads,
-        "head_dim": shape.head_dim,
-        "d_model": shape.d_model,
-        "bos_token_id": token_record["bos_token_id"],
-        "bos_token_source": token_record.get("bos_token_source", "not recorded"),
-        "codec": f"{settings.codec}({settings.compression_level})",
-        "post_attention_norm": arch.post_attention_norm,
+        layout.ATTR_FORMAT: layout.FORMAT,
+        layout.ATTR_SCHEMA_VERSION: layout.SCHEMA_VERSION,
+        layout.ATTR_SINKSCOPE_VERSION: __version__,
+        layout.ATTR_MODEL_NAME: provenance["model_name"],
+        layout.ATTR_MODEL_SOURCE: json.dumps(provenance["source"], sort_keys=True),
+        layout.ATTR_MODEL_SHA256: provenance["content_sha256"],
+        layout.ATTR_MODEL_CLASS: type(model).__name__,
+        layout.ATTR_MODEL_TYPE: model.config.model_type,
+        layout.ATTR_DTYPE: model_entry["dtype"],
+        layout.ATTR_ATTN_IMPLEMENTATION: used_impl,
+        layout.ATTR_DEVICE: device,
+        layout.ATTR_LIBRARY_VERSIONS: json.dumps(library_versions(), sort_keys=True),
+        layout.ATTR_DATASET_NAME: token_record["dataset_name"],
+        layout.ATTR_DATASET_SHA256: token_record["dataset_sha256"],
+        layout.ATTR_TOKEN_IDS_SHA256: token_record["token_ids_sha256"],
+        layout.ATTR_N_SEQUENCES: n_seq,
+        layout.ATTR_CONTEXT_LENGTH: t1 - 1,
+        layout.ATTR_SEED: token_record["seed"],
+        layout.ATTR_CONFIG_SHA256: config_sha256,
+        layout.ATTR_N_LAYERS: shape.n_layers,
+        layout.ATTR_N_HEADS: shape.n_heads,
+        layout.ATTR_N_KV_HEADS: shape.n_kv_heads,
+        layout.ATTR_HEAD_DIM: shape.head_dim,
+        layout.ATTR_D_MODEL: shape.d_model,
+        layout.ATTR_BOS_TOKEN_ID: token_record["bos_token_id"],
+        layout.ATTR_BOS_TOKEN_SOURCE: token_record.get("bos_token_source", "not recorded"),
+        layout.ATTR_CODEC: f"{settings.codec}({settings.compression_level})",
+        layout.ATTR_POST_ATTENTION_NORM: arch.post_attention_norm,
         **input_norm_settings(model),
     }
     if settings.storage_dtypes["residual"] != "float32":
@@ -401,7 +407,7 @@ def extract_activations(
         batches = range(0, n_seq, batch_size)
         bar = tqdm(
             batches,
-            desc=f"extract {attrs['model_name']}/{attrs['dataset_name']}",
+            desc=f"extract {attrs[layout.ATTR_MODEL_NAME]}/{attrs[layout.ATTR_DATASET_NAME]}",
             unit="batch",
             disable=not progress,
             file=sys.stderr,
@@ -446,9 +452,9 @@ def extract_activations(
                     pending.result()
         profile = {key: round(value, 3) for key, value in sorted(clock.seconds.items())}
         profile.update(batch_size=batch_size, overlap_writes=overlap)
-        handle.attrs["extraction_profile"] = json.dumps(profile, sort_keys=True)
-        handle.attrs["extraction_seconds"] = round(time.perf_counter() - started, 3)
-        handle.attrs["complete"] = True
+        handle.attrs[layout.ATTR_EXTRACTION_PROFILE] = json.dumps(profile, sort_keys=True)
+        handle.attrs[layout.ATTR_EXTRACTION_SECONDS] = round(time.perf_counter() - started, 3)
+        handle.attrs[layout.ATTR_COMPLETE] = True
         final_attrs = dict(handle.attrs)
     log.info("wrote %s in %.1f s (%s)", out_h5, time.perf_counter() - started, profile)
     return final_attrs

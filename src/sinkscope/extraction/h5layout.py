@@ -56,8 +56,9 @@ WEIGHT_W_O = "weights/W_O"
 WEIGHT_NORM_GAIN = "weights/norm_gain"
 WEIGHT_NORM_BIAS = "weights/norm_bias"
 
-#: Names of the file attributes that readers use (:data:`FILE_ATTRIBUTES` documents every file
-#: attribute); readers read them with :func:`read_attr`, never by the string.
+#: Names of the file attributes (:data:`FILE_ATTRIBUTES` documents each); the writer
+#: (``sinkscope.extraction.extract``) writes them and readers read them with :func:`read_attr` by
+#: these constants, never by the string.
 ATTR_FORMAT = "format"
 ATTR_SCHEMA_VERSION = "schema_version"
 ATTR_COMPLETE = "complete"
@@ -77,6 +78,21 @@ ATTR_INPUT_NORM_EPS = "input_norm_eps"
 ATTR_INPUT_NORM_CAST = "input_norm_cast"
 ATTR_EXTRACTION_SECONDS = "extraction_seconds"
 ATTR_EXTRACTION_PROFILE = "extraction_profile"
+ATTR_SINKSCOPE_VERSION = "sinkscope_version"
+ATTR_MODEL_SOURCE = "model_source"
+ATTR_MODEL_SHA256 = "model_sha256"
+ATTR_MODEL_CLASS = "model_class"
+ATTR_MODEL_TYPE = "model_type"
+ATTR_ATTN_IMPLEMENTATION = "attn_implementation"
+ATTR_DEVICE = "device"
+ATTR_LIBRARY_VERSIONS = "library_versions"
+ATTR_DATASET_SHA256 = "dataset_sha256"
+ATTR_TOKEN_IDS_SHA256 = "token_ids_sha256"
+ATTR_SEED = "seed"
+ATTR_CONFIG_SHA256 = "config_sha256"
+ATTR_BOS_TOKEN_ID = "bos_token_id"
+ATTR_BOS_TOKEN_SOURCE = "bos_token_source"
+ATTR_CODEC = "codec"
 #: Names of the attributes of every dataset (:class:`DatasetSpec`: description, axes, symbol).
 ATTR_DESCRIPTION = "description"
 ATTR_AXES = "axes"
@@ -224,33 +240,33 @@ FILE_ATTRIBUTES: dict[str, str] = {
     ATTR_FORMAT: f"always {FORMAT!r}",
     ATTR_SCHEMA_VERSION: "integer version of this layout",
     ATTR_COMPLETE: "set to True as the last write; absent in a file that was not finished",
-    "sinkscope_version": "version of the package that wrote the file",
+    ATTR_SINKSCOPE_VERSION: "version of the package that wrote the file",
     ATTR_MODEL_NAME: "the model's key in config.yaml",
-    "model_source": "the model's source entry (JSON)",
-    "model_sha256": "content hash of the model (GGUF sha256, or hub:id@commit for a hub model: the "
+    ATTR_MODEL_SOURCE: "the model's source entry (JSON)",
+    ATTR_MODEL_SHA256: "content hash of the model (GGUF sha256, or hub:id@commit for a hub model: the "
     "commit its configured revision resolved to)",
-    "model_class": "transformers class that ran the forward pass",
-    "model_type": "transformers model_type",
+    ATTR_MODEL_CLASS: "transformers class that ran the forward pass",
+    ATTR_MODEL_TYPE: "transformers model_type",
     ATTR_DTYPE: "dtype of the forward pass (read_Z and read_values reproduce its roundings)",
-    "attn_implementation": "attention kernel transformers actually used",
-    "device": "device of the forward pass",
-    "library_versions": "torch, transformers, h5py, numpy versions (JSON)",
+    ATTR_ATTN_IMPLEMENTATION: "attention kernel transformers actually used",
+    ATTR_DEVICE: "device of the forward pass",
+    ATTR_LIBRARY_VERSIONS: "torch, transformers, h5py, numpy versions (JSON)",
     ATTR_DATASET_NAME: "the dataset's key in config.yaml",
-    "dataset_sha256": "sha256 of the cleaned corpus text",
-    "token_ids_sha256": "sha256 of tokens/input_ids (int32, C order)",
+    ATTR_DATASET_SHA256: "sha256 of the cleaned corpus text",
+    ATTR_TOKEN_IDS_SHA256: "sha256 of tokens/input_ids (int32, C order)",
     ATTR_N_SEQUENCES: "N",
     ATTR_CONTEXT_LENGTH: "T (tokens after BOS); sequences have T + 1 positions",
-    "seed": "seed of the sequence cut",
-    "config_sha256": "sha256 of the config sections this file depends on",
+    ATTR_SEED: "seed of the sequence cut",
+    ATTR_CONFIG_SHA256: "sha256 of the config sections this file depends on",
     ATTR_N_LAYERS: "L",
     ATTR_N_HEADS: "H",
     ATTR_N_KV_HEADS: "K",
     ATTR_HEAD_DIM: "hd",
     ATTR_D_MODEL: "D",
-    "bos_token_id": "id of the BOS token at position 0",
-    "bos_token_source": "where that id came from: 'models.<name>.bos_token_id' (the config), "
+    ATTR_BOS_TOKEN_ID: "id of the BOS token at position 0",
+    ATTR_BOS_TOKEN_SOURCE: "where that id came from: 'models.<name>.bos_token_id' (the config), "
     "'tokenizer' or 'model config'",
-    "codec": "HDF5 codec and level of the datasets (sinkscope.extraction.h5codec); zstd needs "
+    ATTR_CODEC: "HDF5 codec and level of the datasets (sinkscope.extraction.h5codec); zstd needs "
     "`import hdf5plugin` before h5py reads the file",
     ATTR_POST_ATTENTION_NORM: "True where the attention output is normed before the residual add",
     ATTR_INPUT_NORM: "the layers' input norm: 'rms' (x / sqrt(mean(x^2) + eps)) or 'layer' "

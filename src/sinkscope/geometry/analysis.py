@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from sinkscope.config_schema import schema_default
 from sinkscope.extraction.h5layout import (
     ATTENTION_PROBS,
     ATTR_DATASET_NAME,
@@ -33,7 +32,7 @@ from sinkscope.extraction.h5layout import (
     release_freed_memory,
 )
 from sinkscope.geometry.alignment import COSINE_BINS, SPACES, blocks, bos_cosines, cosine_rows
-from sinkscope.geometry.halfspace import attending_tokens, halfspace_layer_rows
+from sinkscope.geometry.halfspace import ATTEND_THRESHOLD, attending_tokens, halfspace_layer_rows
 from sinkscope.geometry.names import ALL_TOKENS, ATTENDING, BOS_MINUS_TOKEN, POINT_SETS, POOLED
 from sinkscope.geometry.values import (
     relative_bos_norm,
@@ -48,9 +47,6 @@ __all__ = ["ATTEND_THRESHOLD", "N_WORST", "TABLE_COLUMNS", "analyze_file", "half
 
 #: Sequences listed in ``value_rank_worst`` per file (per model in the summary).
 N_WORST = 5
-#: Default BOS attention that puts a token in ``J`` (Prop. 4.1): the config schema's
-#: ``geometry.attend_threshold``.
-ATTEND_THRESHOLD: float = schema_default("geometry", "attend_threshold")
 
 
 #: Columns of every table of :func:`analyze_file` (and, where named alike,

@@ -32,7 +32,7 @@ exists (:func:`sinkscope.claims.checks.geometry.sink_representable_statements`).
 Sink-attending tokens ``J`` (configurable through ``attend_threshold``)
 ------------------------------------------------------------------------
 In layer ``l`` and sequence ``n``, ``J`` is the set of tokens ``i >= 1`` whose attention
-probability on BOS, ``A[n, h, i, 0]``, is ``>= attend_threshold`` (default 0.5) in at least one
+probability on BOS, ``A[n, h, i, 0]``, is ``>= attend_threshold`` (default :data:`ATTEND_THRESHOLD`) in at least one
 head ``h`` of layer ``l`` that the head classification flags as a sink (``is_sink`` recomputed
 from the masses with the given :class:`~sinkscope.heads.classify.HeadClassThresholds`). A layer
 without sink heads has ``J`` empty in every sequence; such rows get a null ``halfspace``/``margin``
@@ -72,6 +72,7 @@ import numpy as np
 import polars as pl
 import torch
 
+from sinkscope.config_schema import schema_default
 from sinkscope.geometry.alignment import blocks
 from sinkscope.geometry.names import (
     ALL_TOKENS,
@@ -82,6 +83,7 @@ from sinkscope.geometry.names import (
 )
 
 __all__ = [
+    "ATTEND_THRESHOLD",
     "HALFSPACE_TOL",
     "SET_RANK_RTOL",
     "HalfspaceResult",
@@ -97,6 +99,9 @@ __all__ = [
     "torch_threads",
 ]
 
+#: Default BOS attention that puts a token in ``J`` (Prop. 4.1): the config schema's
+#: ``geometry.attend_threshold``.
+ATTEND_THRESHOLD: float = schema_default("geometry", "attend_threshold")
 #: A set lies in an open half-space iff its certified margin exceeds this (see module docstring).
 HALFSPACE_TOL = 1e-9
 #: Relative singular-value tolerance of the rank of a point set (``trivially_separable``).
@@ -293,7 +298,7 @@ def halfspace_margin(points: np.ndarray, tol: float = HALFSPACE_TOL) -> Halfspac
     return _halfspace_from_unit(unit, unit @ unit.T, has_zero, tol)
 
 
-def attending_tokens(bos_attention: np.ndarray, threshold: float = 0.5) -> np.ndarray:
+def attending_tokens(bos_attention: np.ndarray, threshold: float = ATTEND_THRESHOLD) -> np.ndarray:
     """The sink-attending set ``J`` per sequence as a mask ``(N, T)`` (module docstring).
 
     ``bos_attention``: ``(N, S, T)`` attention on BOS of tokens ``1..T`` in the ``S`` sink heads

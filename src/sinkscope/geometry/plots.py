@@ -36,7 +36,7 @@ from sinkscope.geometry.names import (
 )
 from sinkscope.geometry.values import RANK_RTOL, sink_value_norm_effect
 from sinkscope.heads.names import SINK
-from sinkscope.heads.summary import dataset_order as _dataset_order
+from sinkscope.heads.order import dataset_order as _dataset_order
 from sinkscope.plotting import CLASS_COLORS, DPI, MAX_FIGURE_PIXELS, Draw, new_figure, save_figure
 
 __all__ = [

@@ -20,6 +20,7 @@ from sinkscope.geometry.alignment import COSINE_BINS, COSINE_SIGN_BOUND, histogr
 from sinkscope.geometry.analysis import N_WORST, TABLE_COLUMNS, halfspace_layer
 from sinkscope.geometry.names import LONG_CONTEXT_TABLE, POOLED
 from sinkscope.geometry.values import vo_classes
+from sinkscope.heads.order import sort_pooled_last
 
 __all__ = [
     "long_context_table",
@@ -55,7 +56,7 @@ def value_rank_stats(value_rank: pl.DataFrame, with_pooled: bool = True) -> pl.D
     parts = [stats(value_rank)]
     if with_pooled:
         parts.append(stats(value_rank.with_columns(dataset=pl.lit(POOLED))))
-    return pl.concat(parts).sort("model", pl.col("dataset") == POOLED, "dataset", "layer")
+    return sort_pooled_last(pl.concat(parts), "layer")
 
 
 def pool_bos_alignment(pairs: Sequence[Mapping[str, pl.DataFrame]]) -> pl.DataFrame:

@@ -33,7 +33,7 @@ from sinkscope.geometry.alignment import blocks
 from sinkscope.geometry.halfspace import rank_from_singular_values, torch_threads
 from sinkscope.geometry.names import POOLED
 from sinkscope.heads.names import CLASS_LEGEND_NAMES
-from sinkscope.heads.summary import dataset_order
+from sinkscope.heads.order import dataset_order, sort_pooled_last
 
 __all__ = [
     "BOOTSTRAP_LEVEL",
@@ -355,7 +355,7 @@ def vo_classes(bos_value_norm: pl.DataFrame) -> pl.DataFrame:
         ),
     ]
     effect = sink_value_norm_effect(bos_value_norm).select("model", "dataset", *_EFFECT_COLUMNS)
-    return (
+    joined = (
         pl.concat(parts)
         .join(effect, on=["model", "dataset"], how="left")
         .with_columns(
@@ -364,5 +364,5 @@ def vo_classes(bos_value_norm: pl.DataFrame) -> pl.DataFrame:
                 for c in _EFFECT_COLUMNS
             )
         )
-        .sort("model", pl.col("dataset") == POOLED, "dataset", "group")
     )
+    return sort_pooled_last(joined, "group")

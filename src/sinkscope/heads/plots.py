@@ -21,7 +21,7 @@ from matplotlib.patches import Patch
 
 from sinkscope.heads.classify import DEFAULT_THRESHOLDS, HeadClassThresholds
 from sinkscope.heads.names import DIAGONAL, HEAD_CLASSES, POOLED, SINK, SINK_PREV, SUMMARY
-from sinkscope.heads.summary import dataset_order
+from sinkscope.heads.order import dataset_order
 from sinkscope.plotting import (
     CLASS_COLORS,
     CLASS_LEGEND_NAMES,

@@ -14,14 +14,9 @@ import polars as pl
 
 from sinkscope.heads.classify import DEFAULT_THRESHOLDS, HeadClassThresholds, with_classes
 from sinkscope.heads.names import OTHER, PER_HEAD_COLUMNS, POOLED, SUMMARY_COLUMNS
+from sinkscope.heads.order import sort_pooled_last
 
-__all__ = ["dataset_order", "pool_datasets", "summarize"]
-
-
-def dataset_order(datasets: Sequence[str]) -> list[str]:
-    """Distinct dataset names, sorted, the pooled ``"all"`` (:data:`POOLED`) last: the order of
-    every summary's rows and every figure's facets."""
-    return sorted(set(datasets), key=lambda name: (name == POOLED, name))
+__all__ = ["pool_datasets", "summarize"]
 
 
 def _check_per_head(frame: pl.DataFrame) -> None:
@@ -129,10 +124,10 @@ def summarize(
             (pl.col("head_class") == OTHER).mean().alias("frac_other"),
         )
 
-    summary = (
-        pl.concat([fractions(by_dataset), fractions(pooled)])
-        .with_columns(pl.col("n_datasets").cast(pl.Int64), pl.col("n_sequences").cast(pl.Int64))
-        .sort("model", pl.col("dataset") == POOLED, "dataset")
+    summary = sort_pooled_last(
+        pl.concat([fractions(by_dataset), fractions(pooled)]).with_columns(
+            pl.col("n_datasets").cast(pl.Int64), pl.col("n_sequences").cast(pl.Int64)
+        )
     )
     statements = [_statement(row, thresholds) for row in summary.iter_rows(named=True)]
     return summary.with_columns(statement=pl.Series(statements, dtype=pl.String)).select(

@@ -172,7 +172,7 @@ from sinkscope.extraction.h5layout import (
 )
 from sinkscope.oversmoothing.layer import LayerAnalysis, LayerResult
 from sinkscope.oversmoothing.names import HEAD_INFO_COLUMNS, PER_HEAD_COLUMNS, PER_LAYER_COLUMNS
-from sinkscope.oversmoothing.summary import summary_tables
+from sinkscope.oversmoothing.summary import UNIFORMITY_THRESHOLD, summary_tables
 
 __all__ = [
     "DEFAULT_CONTEXT_LENGTHS",
@@ -186,9 +186,6 @@ __all__ = [
 #: Paper: several context lengths up to 512; capped at the file's T. The config schema's
 #: ``oversmoothing.context_lengths``.
 DEFAULT_CONTEXT_LENGTHS: tuple[int, ...] = tuple(schema_default("oversmoothing", "context_lengths"))
-#: Uniformity ``u(A)`` above which a head is dense (paper: 0.6): the config schema's
-#: ``oversmoothing.uniformity_threshold``.
-UNIFORMITY_THRESHOLD: float = schema_default("oversmoothing", "uniformity_threshold")
 #: lambda grid on which the monotonicity of rho_hat(Y(lambda)) is checked.
 LAMBDA_GRID: np.ndarray = np.linspace(0.0, 1.0, 21)
 

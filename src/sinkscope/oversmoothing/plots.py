@@ -39,6 +39,7 @@ from sinkscope.oversmoothing import panel_layout
 from sinkscope.oversmoothing.names import POOLED
 from sinkscope.oversmoothing.panel_layout import MAX_INCHES, PANEL_FONTSIZE
 from sinkscope.oversmoothing.summary import (
+    UNIFORMITY_THRESHOLD,
     approximation_offsets,
     component_means,
     condition_summary,
@@ -183,7 +184,9 @@ def _palette(n: int) -> list[str]:
 
 
 def plot_components(
-    per_head: pl.DataFrame, out_png: str | os.PathLike[str], uniformity_threshold: float = 0.6
+    per_head: pl.DataFrame,
+    out_png: str | os.PathLike[str],
+    uniformity_threshold: float = UNIFORMITY_THRESHOLD,
 ) -> dict[tuple[str, str], dict]:
     """Figs. 2 right / 6: ``rho`` of ``X, X + s_l WZ, X + s_l WZA^T, X + s_l WZA_u^T`` (head update
     rescaled by ``s_l``, eq. 11) against the context length, averaged over all heads (left) and
@@ -689,7 +692,7 @@ def plot_deviating_heads(
 
 def figures(
     tables: Mapping[str, pl.DataFrame],
-    uniformity_threshold: float = 0.6,
+    uniformity_threshold: float = UNIFORMITY_THRESHOLD,
     thresholds: HeadClassThresholds | None = None,
 ) -> dict[str, Draw]:
     """The figures of rules ``analyze_oversmoothing`` and ``summarize_oversmoothing``

@@ -15,12 +15,15 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from sinkscope.config_schema import schema_default
+from sinkscope.heads.order import sort_pooled_last
 from sinkscope.oversmoothing.names import PER_HEAD_COLUMNS, PER_LAYER_COLUMNS, POOLED
 from sinkscope.oversmoothing.theory import CONDITIONS
 
 __all__ = [
     "CONDITION_BASIS",
     "KEYS",
+    "UNIFORMITY_THRESHOLD",
     "approximation_offsets",
     "component_mean_exprs",
     "component_means",
@@ -29,6 +32,10 @@ __all__ = [
     "summarize",
     "summary_tables",
 ]
+
+#: Uniformity ``u(A)`` above which a head is dense (paper: 0.6): the config schema's
+#: ``oversmoothing.uniformity_threshold``.
+UNIFORMITY_THRESHOLD: float = schema_default("oversmoothing", "uniformity_threshold")
 
 
 # --------------------------------------------------------------------------- figure / claim bases
@@ -178,7 +185,7 @@ def approximation_offsets(curves: pl.DataFrame) -> pl.DataFrame:
 def summary_tables(
     per_head: pl.DataFrame,
     per_layer: pl.DataFrame,
-    uniformity_threshold: float = 0.6,
+    uniformity_threshold: float = UNIFORMITY_THRESHOLD,
 ) -> dict[str, pl.DataFrame]:
     """``summary`` and ``conditions`` from per-head and per-layer tables.
 
@@ -364,7 +371,7 @@ def summarize(
     pooled = summary_tables(pooled_heads, pooled_layers, uniformity_threshold)
     out = {"per_head": per_head, "per_layer": per_layer}
     for key in ("summary", "conditions"):
-        out[key] = pl.concat([by_pair[key], pooled[key]]).sort(
-            "model", pl.col("dataset") == POOLED, "dataset", "context_length", maintain_order=True
+        out[key] = sort_pooled_last(
+            pl.concat([by_pair[key], pooled[key]]), "context_length", maintain_order=True
         )
     return out

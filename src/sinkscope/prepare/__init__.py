@@ -3,6 +3,7 @@
 * :mod:`.sources` - downloads and archive members of registry-hosted corpora (checksummed).
 * :mod:`.corpora` - the corpus registry: offline package-shipped texts and hub datasets, one loader.
 * :mod:`.models` - model and tokenizer loading (offline packages or the hub), BOS handling, shapes.
+* :mod:`.model_config` - the ``config.json`` facts read with and without transformers (torch-free).
 * :mod:`.revisions` - pinning hub models and datasets to commit revisions (``sinkscope pin``).
 * :mod:`.tokens` - tokenized, BOS-prefixed sequences of a (model, dataset) pair, cached as ``.npy``.
 """

@@ -42,6 +42,7 @@ import torch
 
 from sinkscope import __version__
 from sinkscope.io import atomic_path, partial_path, sha256_file, write_json
+from sinkscope.prepare.model_config import POSITION_LIMIT_ATTRIBUTES
 
 PROVENANCE_FILE = "sinkscope_model.json"
 
@@ -119,7 +120,8 @@ def model_shape(config: Any) -> ModelShape:
     n_kv = getattr(text, "num_key_value_heads", None) or n_heads
     head_dim = getattr(text, "head_dim", None) or d_model // n_heads
     n_layers = getattr(text, "num_hidden_layers", None) or text.n_layer
-    max_pos = getattr(text, "max_position_embeddings", None) or getattr(text, "n_positions", None)
+    limits = [getattr(text, attribute, None) for attribute in POSITION_LIMIT_ATTRIBUTES]
+    max_pos = next((value for value in limits if value), limits[-1])
     return ModelShape(
         int(n_layers), int(n_heads), int(n_kv), int(head_dim), int(d_model), int(max_pos)
     )

@@ -16,8 +16,9 @@ from typing import Any
 
 import polars as pl
 
-from sinkscope.claims.verdicts import Row, model_dataset_order, num, pct, require, row
+from sinkscope.claims.verdicts import Row, num, pct, require, row
 from sinkscope.heads.names import POOLED
+from sinkscope.heads.order import sort_pooled_last
 
 # sinkscope.geometry, .oversmoothing and .costs import torch: the checks that use their helpers
 # import them when they run, so importing this module (and rendering the claims that need none of
@@ -180,7 +181,7 @@ def check_value_rank_middle_layers(value_rank: pl.DataFrame, near_full_rank: flo
 
     require(value_rank, ["model", "dataset", "layer", "median", "min"], "value_rank")
     rows = []
-    for (model, dataset), v in model_dataset_order(value_rank).group_by(
+    for (model, dataset), v in sort_pooled_last(value_rank).group_by(
         "model", "dataset", maintain_order=True
     ):
         v = v.sort("layer")
@@ -240,7 +241,7 @@ def check_sink_bos_value_norm(
     from sinkscope.geometry.values import value_norm_statement
 
     rows = []
-    table = model_dataset_order(bos_value_norm_classes)
+    table = sort_pooled_last(bos_value_norm_classes)
     for (model, dataset), c in table.group_by("model", "dataset", maintain_order=True):
         sink = c.filter(pl.col("group") == "is_sink")
         e = sink.row(0, named=True) if sink.height else None

@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from sinkscope.claims.verdicts import Row, head_count, model_dataset_order, pct, require, row
+from sinkscope.claims.verdicts import Row, head_count, pct, require, row
+from sinkscope.heads.order import sort_pooled_last
 
 __all__ = [
     "check_diagonal_fraction_in_paper_range",
@@ -25,7 +26,7 @@ def check_sink_heads_common(head_classes: pl.DataFrame, sink_min_fraction: float
         head_classes, ["model", "dataset", "n_heads", "frac_sink", "frac_diagonal"], "head_classes"
     )
     rows = []
-    for r in model_dataset_order(head_classes).iter_rows(named=True):
+    for r in sort_pooled_last(head_classes).iter_rows(named=True):
         sink, diag = r["frac_sink"], r["frac_diagonal"]
         common, more = sink >= sink_min_fraction, sink > diag
         reason = (
@@ -54,7 +55,7 @@ def check_diagonal_heads_rarer(head_classes: pl.DataFrame) -> list[Row]:
         head_classes, ["model", "dataset", "n_heads", "frac_sink", "frac_diagonal"], "head_classes"
     )
     rows = []
-    for r in model_dataset_order(head_classes).iter_rows(named=True):
+    for r in sort_pooled_last(head_classes).iter_rows(named=True):
         sink, diag = r["frac_sink"], r["frac_diagonal"]
         n_diag = round(diag * r["n_heads"])
         exists, rarer = n_diag >= 1, diag < sink
@@ -87,7 +88,7 @@ def _range_rows(
     if lo > hi:
         raise ValueError(f"claims: the range of {column} is empty ({lo} > {hi})")
     rows = []
-    for r in model_dataset_order(head_classes).iter_rows(named=True):
+    for r in sort_pooled_last(head_classes).iter_rows(named=True):
         x = r[column]
         inside = lo <= x <= hi
         where = "inside" if inside else ("below" if x < lo else "above")

@@ -17,13 +17,13 @@ import polars as pl
 from sinkscope.claims.verdicts import (
     Reading,
     Row,
-    model_dataset_order,
     not_applicable,
     pct,
     require,
     rows_per,
 )
 from sinkscope.heads.names import POOLED
+from sinkscope.heads.order import sort_pooled_last
 
 # sinkscope.geometry, .oversmoothing and .costs import torch: the checks that use their helpers
 # import them when they run, so importing this module (and rendering the claims that need none of
@@ -59,7 +59,7 @@ def _largest_context(summary: pl.DataFrame) -> pl.DataFrame:
     largest = summary.filter(
         pl.col("context_length") == pl.col("context_length").max().over("model", "dataset")
     )
-    return model_dataset_order(largest)
+    return sort_pooled_last(largest)
 
 
 def _with_pooled_heads(per_head: pl.DataFrame) -> pl.DataFrame:
@@ -246,7 +246,7 @@ def check_mean_approximation(
         )
 
     test = f"largest |gap| / range across T' <= {approximation_relative_offset:g} for X and X+WZ"
-    offsets = model_dataset_order(approximation_offsets(summary))
+    offsets = sort_pooled_last(approximation_offsets(summary))
     return rows_per(offsets.iter_rows(named=True), test, reading)
 
 
@@ -444,7 +444,7 @@ def check_similarity_stays_positive(summary: pl.DataFrame) -> list[Row]:
 
     groups = [
         {"model": model, "dataset": dataset, "summary": s}
-        for (model, dataset), s in model_dataset_order(summary).group_by(
+        for (model, dataset), s in sort_pooled_last(summary).group_by(
             "model", "dataset", maintain_order=True
         )
     ]
