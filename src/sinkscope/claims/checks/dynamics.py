@@ -6,11 +6,12 @@ decreasing over training.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import polars as pl
 
-from sinkscope.claims.verdicts import SYNTHETIC, Row, pct, require, row
+from sinkscope.claims.verdicts import SYNTHETIC, Reading, Row, pct, require, row, rows_per
 
 # sinkscope.geometry, .oversmoothing and .costs import torch: the checks that use their helpers
 # import them when they run, so importing this module (and rendering the claims that need none of
@@ -37,7 +38,6 @@ def _share_rows(
         ["experiment", "loss", "activation", "n", "d", "runs", "polarized_share"],
         "value_softmax by_variant",
     )
-    rows = []
     part = by_variant.filter(
         (pl.col("experiment") == "untied")
         & (pl.col("loss") == loss)
@@ -57,24 +57,21 @@ def _share_rows(
                 "no run of this loss and activation in this config",
             )
         ]
-    for r in part.iter_rows(named=True):
+
+    def reading(r: Mapping[str, Any]) -> Reading:
         share = r["polarized_share"]
-        passed = share > majority if polarizes else share < majority
-        rows.append(
-            row(
-                SYNTHETIC,
-                "-",
-                f"loss={loss}, phi={r['activation']}, n={r['n']}, d={r['d']}",
-                f"{pct(share)} of {r['runs']} runs polarized (top weight {r['top_weight_mean']:.3f})"
-                if "top_weight_mean" in r
-                else f"{pct(share)} of {r['runs']} runs polarized",
-                share,
-                test,
-                passed,
-                f"{pct(share)} of seeds end with a top attention weight >= 0.9",
-            )
+        return Reading(
+            f"loss={loss}, phi={r['activation']}, n={r['n']}, d={r['d']}",
+            f"{pct(share)} of {r['runs']} runs polarized (top weight {r['top_weight_mean']:.3f})"
+            if "top_weight_mean" in r
+            else f"{pct(share)} of {r['runs']} runs polarized",
+            share,
+            share > majority if polarizes else share < majority,
+            f"{pct(share)} of seeds end with a top attention weight >= 0.9",
         )
-    return rows
+
+    synthetic = part.with_columns(model=pl.lit(SYNTHETIC), dataset=pl.lit("-"))
+    return rows_per(synthetic.iter_rows(named=True), test, reading)
 
 
 def check_logistic_polarizes(by_variant: pl.DataFrame, majority: float) -> list[Row]:
