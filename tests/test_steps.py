@@ -114,3 +114,20 @@ def test_every_figure_a_rule_writes_has_one_drawing_function() -> None:
     costs_config = {"enabled": True}
     figure_paths = [p for p in layout.cost_targets(costs_config) if p.endswith(".png")]
     assert [layout.cost_figure(name) for name in cost_figures] == figure_paths
+
+
+def test_every_dynamics_part_has_its_two_steps_and_functions() -> None:
+    """The rules ``dynamics_<part>_run`` and ``summarize_dynamics_<part>`` run the shared steps
+    with their part, and :mod:`sinkscope.dynamics` has the ``run_<part>`` and
+    ``summarize_<part>`` those steps look up."""
+    import sinkscope.dynamics
+    from sinkscope.paths import DYNAMICS_RUN_TABLES
+    from sinkscope.steps import STEPS, _dynamics_run, _summarize_dynamics
+
+    for part in DYNAMICS_RUN_TABLES:
+        for rule, step, prefix in (
+            (f"dynamics_{part}_run", _dynamics_run, "run_"),
+            (f"summarize_dynamics_{part}", _summarize_dynamics, "summarize_"),
+        ):
+            assert STEPS[rule].func is step and STEPS[rule].keywords == {"part": part}
+            assert callable(getattr(sinkscope.dynamics, prefix + part))
