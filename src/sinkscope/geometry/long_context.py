@@ -151,15 +151,14 @@ def halfspace_long_context(
         streams = load_streams(
             prepared_model_dir,
             documents_parquet,
-            {"stream_length": int(seq_len), "n_streams": int(n_sequences), "seed": int(seed)},
+            {
+                "stream_length": int(seq_len),
+                "n_streams": int(n_sequences),
+                "seed": int(seed),
+                "dataset_name": dataset_name,
+            },
+            keys=(LONG_CONTEXT_N_SEQUENCES_KEY, LONG_CONTEXT_SEQ_LEN_KEY),
         )
-        if streams.n_available is not None and streams.n_available < n_sequences:
-            raise ValueError(
-                f"{LONG_CONTEXT_N_SEQUENCES_KEY} = {n_sequences} exceeds the "
-                f"{streams.n_available} sequences of {seq_len} tokens that corpus "
-                f"{dataset_name} holds ({documents_parquet}: blocks of {seq_len - 1} tokens after "
-                f"BOS); set it to at most {streams.n_available} or lower {LONG_CONTEXT_SEQ_LEN_KEY}"
-            )
         loaded = time.perf_counter()
         z_layers = attention_inputs(streams.model, streams.ids)
         forward = time.perf_counter()
