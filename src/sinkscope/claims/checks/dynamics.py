@@ -11,7 +11,16 @@ from typing import Any
 
 import polars as pl
 
-from sinkscope.claims.verdicts import SYNTHETIC, Reading, Row, pct, require, row, rows_per
+from sinkscope.claims.verdicts import (
+    SYNTHETIC,
+    Reading,
+    Row,
+    not_applicable,
+    pct,
+    require,
+    row,
+    rows_per,
+)
 
 # sinkscope.geometry, .oversmoothing and .costs import torch: the checks that use their helpers
 # import them when they run, so importing this module (and rendering the claims that need none of
@@ -113,51 +122,41 @@ def check_softmax_sinks_emerge(
         "sink_proportion_mean",
     ]
     require(by_setup, cols, "induction by_setup")
-    rows = []
-    test = (
-        f"softmax >= {softmax_min_sink_proportion:g} and every un-normalised variant <= "
-        f"{unnormalized_max_sink_proportion:g}"
-    )
-    for (pe, wd), part in by_setup.sort("positional", "weight_decay").group_by(
-        "positional", "weight_decay", maintain_order=True
-    ):
-        setting = f"positional={pe}, weight_decay={wd}"
+
+    def reading(r: Mapping[str, Any]) -> Reading:
+        part = r["part"]
+        setting = f"positional={r['positional']}, weight_decay={r['weight_decay']}"
         soft = part.filter(pl.col("attention") == "softmax")
         raw = part.filter((pl.col("attention") != "softmax") & ~pl.col("normalize"))
         if soft.height == 0 or raw.height == 0:
-            rows.append(
-                row(
-                    SYNTHETIC,
-                    "-",
-                    setting,
-                    "n/a",
-                    None,
-                    test,
-                    None,
-                    "this setup lacks softmax or un-normalised runs",
-                )
-            )
-            continue
+            return not_applicable(setting, "this setup lacks softmax or un-normalised runs")
         s = float(soft["sink_proportion_mean"][0])
         worst = raw.sort("sink_proportion_mean", descending=True).row(0, named=True)
         others = ", ".join(
             f"{v}: {p:.2f}"
             for v, p in zip(raw["variant"], raw["sink_proportion_mean"], strict=True)
         )
-        rows.append(
-            row(
-                SYNTHETIC,
-                "-",
-                setting,
-                f"softmax {s:.2f} vs un-normalised max {worst['sink_proportion_mean']:.2f} ({worst['variant']})",
-                s - float(worst["sink_proportion_mean"]),
-                test,
-                s >= softmax_min_sink_proportion
-                and float(worst["sink_proportion_mean"]) <= unnormalized_max_sink_proportion,
-                f"layer-2 sink-head proportion: softmax {s:.2f}; {others}",
-            )
+        return Reading(
+            setting,
+            f"softmax {s:.2f} vs un-normalised max {worst['sink_proportion_mean']:.2f} ({worst['variant']})",
+            s - float(worst["sink_proportion_mean"]),
+            s >= softmax_min_sink_proportion
+            and float(worst["sink_proportion_mean"]) <= unnormalized_max_sink_proportion,
+            f"layer-2 sink-head proportion: softmax {s:.2f}; {others}",
         )
-    return rows
+
+    setups = by_setup.sort("positional", "weight_decay").group_by(
+        "positional", "weight_decay", maintain_order=True
+    )
+    return rows_per(
+        (
+            {"model": SYNTHETIC, "dataset": "-", "positional": pe, "weight_decay": wd, "part": part}
+            for (pe, wd), part in setups
+        ),
+        f"softmax >= {softmax_min_sink_proportion:g} and every un-normalised variant <= "
+        f"{unnormalized_max_sink_proportion:g}",
+        reading,
+    )
 
 
 def check_flip_rate_decreases(final: pl.DataFrame, min_difference: float) -> list[Row]:
