@@ -164,3 +164,19 @@ def test_the_costs_rules_write_the_tables_of_costs_names() -> None:
     expected = (*cost_names.TABLES, *cost_names.END_TO_END_TABLES)
     assert tables == [f"r/costs/{name}.parquet" for name in expected]
     assert layout.cost_targets({"enabled": False}) == []
+
+
+def test_every_dynamics_part_has_its_two_steps_and_functions() -> None:
+    """The rules ``dynamics_<part>_run`` and ``summarize_dynamics_<part>`` run the shared steps
+    with their part, and ``sinkscope.dynamics.<part>`` has the ``run_<part>`` and
+    ``summarize_<part>`` those steps look up."""
+    from sinkscope.paths import DYNAMICS_RUN_TABLES
+    from sinkscope.steps import STEPS, _dynamics_module, _dynamics_run, _summarize_dynamics
+
+    for part in DYNAMICS_RUN_TABLES:
+        for rule, step, prefix in (
+            (f"dynamics_{part}_run", _dynamics_run, "run_"),
+            (f"summarize_dynamics_{part}", _summarize_dynamics, "summarize_"),
+        ):
+            assert STEPS[rule].func is step and STEPS[rule].keywords == {"part": part}
+            assert callable(getattr(_dynamics_module(part), prefix + part))

@@ -9,10 +9,12 @@ rule's output ``figure_<name>``. Nothing in this module computes anything itself
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -425,10 +427,21 @@ def claims(smk: Any) -> None:
 # --- training dynamics of the companion paper (workflow/rules/dynamics.smk)
 
 
-def _dynamics_run(smk: Any, part: str, run_fn: Callable[[dict], dict[str, pl.DataFrame]]) -> None:
+def _dynamics_module(part: str) -> Any:
+    """The module of a dynamics experiment: ``sinkscope.dynamics.<part>`` (it imports torch, so
+    only the job that runs it loads it)."""
+    return importlib.import_module(f"sinkscope.dynamics.{part}")
+
+
+def _dynamics_run(smk: Any, part: str) -> None:
+    """Rule ``dynamics_<part>_run``: one job of the ``part`` experiment (``run_<part>`` of
+    ``sinkscope.dynamics.<part>``), its tables and its timing."""
     from sinkscope.io import write_json
     from sinkscope.paths import DYNAMICS_RUN_TABLES
 
+    run_fn: Callable[[dict], dict[str, pl.DataFrame]] = getattr(
+        _dynamics_module(part), f"run_{part}"
+    )
     tables = run_fn(dict(smk.params.spec))
     for name in DYNAMICS_RUN_TABLES[part]:
         write_table(tables[name], getattr(smk.output, name))
@@ -436,29 +449,14 @@ def _dynamics_run(smk: Any, part: str, run_fn: Callable[[dict], dict[str, pl.Dat
     write_json({**timing, "spec": dict(smk.params.spec)}, smk.output.timing)
 
 
-def dynamics_value_softmax_run(smk: Any) -> None:
-    from sinkscope.dynamics.value_softmax import run_value_softmax
-
-    _dynamics_run(smk, "value_softmax", run_value_softmax)
-
-
-def dynamics_induction_run(smk: Any) -> None:
-    from sinkscope.dynamics.induction import run_induction
-
-    _dynamics_run(smk, "induction", run_induction)
-
-
-def dynamics_classification_run(smk: Any) -> None:
-    from sinkscope.dynamics.classification import run_classification
-
-    _dynamics_run(smk, "classification", run_classification)
-
-
-def _summarize_dynamics(smk: Any, part: str, summarize: Callable[[list], dict]) -> None:
+def _summarize_dynamics(smk: Any, part: str) -> None:
+    """Rule ``summarize_dynamics_<part>``: the ``part`` experiment's runs summarized
+    (``summarize_<part>`` of ``sinkscope.dynamics.<part>``), its tables, figures and timings."""
     from sinkscope.dynamics.plots import figures
     from sinkscope.io import write_json
     from sinkscope.paths import DYNAMICS_RUN_TABLES, DYNAMICS_SUMMARY_TABLES
 
+    summarize: Callable[[list], dict] = getattr(_dynamics_module(part), f"summarize_{part}")
     names = DYNAMICS_RUN_TABLES[part]
     runs = [
         {name: pl.read_parquet(path) for name, path in zip(names, files, strict=True)}
@@ -471,33 +469,15 @@ def _summarize_dynamics(smk: Any, part: str, summarize: Callable[[list], dict]) 
     write_json(_rows(list(smk.input.timing)), smk.output.timing)
 
 
-def summarize_dynamics_value_softmax(smk: Any) -> None:
-    from sinkscope.dynamics.value_softmax import summarize_value_softmax
-
-    _summarize_dynamics(smk, "value_softmax", summarize_value_softmax)
-
-
-def summarize_dynamics_induction(smk: Any) -> None:
-    from sinkscope.dynamics.induction import summarize_induction
-
-    _summarize_dynamics(smk, "induction", summarize_induction)
-
-
-def summarize_dynamics_classification(smk: Any) -> None:
-    from sinkscope.dynamics.classification import summarize_classification
-
-    _summarize_dynamics(smk, "classification", summarize_classification)
-
-
 #: The function of every rule, by rule name (the workflow's one script runs
 #: ``STEPS[snakemake.rule]``; tests/test_steps.py checks that the rules and the keys agree).
 STEPS: dict[str, Callable[[Any], None]] = {
-    "dynamics_value_softmax_run": dynamics_value_softmax_run,
-    "dynamics_induction_run": dynamics_induction_run,
-    "dynamics_classification_run": dynamics_classification_run,
-    "summarize_dynamics_value_softmax": summarize_dynamics_value_softmax,
-    "summarize_dynamics_induction": summarize_dynamics_induction,
-    "summarize_dynamics_classification": summarize_dynamics_classification,
+    "dynamics_value_softmax_run": partial(_dynamics_run, part="value_softmax"),
+    "dynamics_induction_run": partial(_dynamics_run, part="induction"),
+    "dynamics_classification_run": partial(_dynamics_run, part="classification"),
+    "summarize_dynamics_value_softmax": partial(_summarize_dynamics, part="value_softmax"),
+    "summarize_dynamics_induction": partial(_summarize_dynamics, part="induction"),
+    "summarize_dynamics_classification": partial(_summarize_dynamics, part="classification"),
     "claims": claims,
     "cost_toy": cost_toy,
     "cost_backcopy_run": cost_backcopy_run,

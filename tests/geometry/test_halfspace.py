@@ -128,3 +128,29 @@ def test_attending_tokens() -> None:
     np.testing.assert_array_equal(attending_tokens(att, 0.95), [[False, False, False]])
     assert attending_tokens(np.zeros((2, 0, 4))).shape == (2, 4)
     assert not attending_tokens(np.zeros((2, 0, 4))).any()
+
+
+def test_halfspace_table_columns_are_the_pair_key_and_the_result_fields() -> None:
+    """The per-pair ``halfspace`` table and the long-context table share the pair key and the
+    :class:`HalfspaceResult` columns, stated once in :mod:`sinkscope.geometry.halfspace`."""
+    from sinkscope.geometry.analysis import TABLE_COLUMNS
+    from sinkscope.geometry.halfspace import PAIR_KEY, RESULT_COLUMNS
+
+    assert PAIR_KEY == ("model", "dataset", "layer", "sequence")
+    assert RESULT_COLUMNS == (
+        "n_points",
+        "dim",
+        "rank",
+        "trivially_separable",
+        "halfspace",
+        "margin",
+        "margin_upper",
+        "n_support",
+    )
+    assert TABLE_COLUMNS["halfspace"] == (
+        *PAIR_KEY,
+        "point_set",
+        *RESULT_COLUMNS,
+        "n_sink_heads",
+        "attend_threshold",
+    )

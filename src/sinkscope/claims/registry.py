@@ -115,6 +115,18 @@ class Claim:
     check: Callable[[Tables, Mapping[str, Any]], list[Row]]
 
 
+#: Input of the value-softmax polarization claims (the runs summarized per variant).
+_BY_VARIANT = "dynamics_value_softmax_by_variant"
+
+
+def _polarization(
+    check: Callable[[pl.DataFrame, float], list[Row]],
+) -> Callable[[Tables, Mapping[str, Any]], list[Row]]:
+    """The check of a polarization claim (value-softmax paper, Theorem 3.3, Fig. 13): ``check``
+    on the :data:`_BY_VARIANT` table with the tolerance ``dynamics.majority``."""
+    return lambda tb, t: check(tb[_BY_VARIANT], t["dynamics"]["majority"])
+
+
 CLAIMS: tuple[Claim, ...] = (
     # ---------------------------------------------------------------- §3 / §7 / Remark C.4: heads
     Claim(
@@ -380,30 +392,24 @@ CLAIMS: tuple[Claim, ...] = (
         "Gradient flow on L(V softmax(a)) with the logistic loss drives softmax(a) to a one-hot vector.",
         "Value-softmax paper, Theorem 3.3, Fig. 2",
         "attention converges to one-hot",
-        ("dynamics_value_softmax_by_variant",),
-        lambda tb, t: check_logistic_polarizes(
-            tb["dynamics_value_softmax_by_variant"], t["dynamics"]["majority"]
-        ),
+        (_BY_VARIANT,),
+        _polarization(check_logistic_polarizes),
     ),
     Claim(
         "dynamics.square_no_polarization",
         "With the square loss softmax(a) does not polarize.",
         "Value-softmax paper, Fig. 13 caption (the abstract claims universality incl. square loss)",
         "'square loss does not give rise to sparse solutions'",
-        ("dynamics_value_softmax_by_variant",),
-        lambda tb, t: check_square_does_not_polarize(
-            tb["dynamics_value_softmax_by_variant"], t["dynamics"]["majority"]
-        ),
+        (_BY_VARIANT,),
+        _polarization(check_square_does_not_polarize),
     ),
     Claim(
         "dynamics.unnormalized_no_polarization",
         "Without normalisation (sum, sigmoid) the logistic loss does not polarize the attention either.",
         "Value-softmax paper, Fig. 13 caption",
         "'sum and sigmoid do not converge to sparse solutions'",
-        ("dynamics_value_softmax_by_variant",),
-        lambda tb, t: check_unnormalized_do_not_polarize(
-            tb["dynamics_value_softmax_by_variant"], t["dynamics"]["majority"]
-        ),
+        (_BY_VARIANT,),
+        _polarization(check_unnormalized_do_not_polarize),
     ),
     Claim(
         "dynamics.softmax_sinks_emerge",

@@ -46,6 +46,7 @@ from sinkscope.costs.fitting import (
     balance_vo,
     balanced_mlp_cost,
     fit_with_penalties,
+    init_weights,
     lbfgs,
     seed_run,
 )
@@ -124,12 +125,7 @@ def fit_value_mlp(
         gen = torch.Generator().manual_seed(1000 * seed + restart)
         s = float(p["init_scale"])
         shapes = {"W_V": (d, d), "W_O": (d, d), "W_1": (width, d), "W_2": (d, width)}
-        W = {
-            k: (
-                s * torch.randn(sh, generator=gen, dtype=torch.float64) / math.sqrt(sh[1])
-            ).requires_grad_()
-            for k, sh in shapes.items()
-        }
+        W = init_weights(shapes, s, gen)
 
         def residual(W: dict[str, Tensor] = W) -> Tensor:
             return (_block_tail(W, xq, xa) - y) / ynorm
@@ -369,12 +365,7 @@ def run_backcopy_end_to_end(
         "W_1": (width, d),
         "W_2": (d, width),
     }
-    W = {
-        k: (
-            s * torch.randn(sh, generator=gen, dtype=torch.float64) / math.sqrt(sh[1])
-        ).requires_grad_()
-        for k, sh in shapes.items()
-    }
+    W = init_weights(shapes, s, gen)
     n_all = task.n_dormant * task.V ** (T - 1)
     Xs, Ys = all_sequences(task) if n_all <= n_seq else sample_sequences(task, n_seq, seed + 7)[:2]
     ynorm = float(torch.linalg.norm(Ys))

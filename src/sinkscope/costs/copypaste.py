@@ -34,7 +34,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from sinkscope.costs.fitting import balance_vo, balanced_mlp_cost, fit_with_penalties, seed_run
+from sinkscope.costs.fitting import (
+    balance_vo,
+    balanced_mlp_cost,
+    fit_with_penalties,
+    init_weights,
+    seed_run,
+)
 from sinkscope.costs.qk_convex import MarginProgram, exact_margins, padded, solve_margin_program
 from sinkscope.costs.summary import fit_slopes
 from sinkscope.defaults import COPYPASTE_PARAMS
@@ -402,12 +408,7 @@ def fit_value_mlp(
     gen = torch.Generator().manual_seed(40_000 + seed)
     s = float(p["init_scale"])
     shapes = {"W_V": (m, m), "W_O": (m, m), "W_1": (h, m), "W_2": (m, h)}
-    W = {
-        k: (
-            s * torch.randn(sh, generator=gen, dtype=torch.float64) / math.sqrt(sh[1])
-        ).requires_grad_()
-        for k, sh in shapes.items()
-    }
+    W = init_weights(shapes, s, gen)
     W["b_1"] = torch.zeros(h, dtype=torch.float64, requires_grad=True)
     W["b_2"] = torch.zeros(m, dtype=torch.float64, requires_grad=True)
     rms = task.d if p["mlp_rmsnorm"] else None

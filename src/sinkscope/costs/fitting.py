@@ -9,13 +9,21 @@ the per-unit rescaling of ReLU units), which never changes the block's function.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["balance_vo", "balanced_mlp_cost", "fit_with_penalties", "lbfgs", "seed_run"]
+__all__ = [
+    "balance_vo",
+    "balanced_mlp_cost",
+    "fit_with_penalties",
+    "init_weights",
+    "lbfgs",
+    "seed_run",
+]
 
 
 def seed_run(seed: int, p: Mapping[str, Any]) -> None:
@@ -26,16 +34,25 @@ def seed_run(seed: int, p: Mapping[str, Any]) -> None:
         torch.set_num_threads(int(p["threads"]))
 
 
-def lbfgs(loss_fn: Callable[[], Tensor], tensors: list[Tensor], iters: int) -> None:
-    """Full-batch L-BFGS with strong-Wolfe line search, ``iters`` iterations, in place."""
+def lbfgs(
+    loss_fn: Callable[[], Tensor],
+    tensors: list[Tensor],
+    iters: int,
+    *,
+    max_eval: int | None = None,
+    tolerance_grad: float = 1e-12,
+    tolerance_change: float = 1e-15,
+) -> None:
+    """Full-batch L-BFGS with strong-Wolfe line search, ``iters`` iterations, in place, from an
+    empty history; at most ``max_eval`` loss evaluations (default ``1.25 iters + 10``)."""
     opt = torch.optim.LBFGS(
         tensors,
         lr=1.0,
         max_iter=iters,
-        max_eval=int(iters * 1.25) + 10,
+        max_eval=int(iters * 1.25) + 10 if max_eval is None else max_eval,
         history_size=50,
-        tolerance_grad=1e-12,
-        tolerance_change=1e-15,
+        tolerance_grad=tolerance_grad,
+        tolerance_change=tolerance_change,
         line_search_fn="strong_wolfe",
     )
 
@@ -46,6 +63,19 @@ def lbfgs(loss_fn: Callable[[], Tensor], tensors: list[Tensor], iters: int) -> N
         return loss
 
     opt.step(closure)
+
+
+def init_weights(
+    shapes: Mapping[str, tuple[int, int]], scale: float, gen: torch.Generator
+) -> dict[str, Tensor]:
+    """Small random float64 weights to fit, one per entry of ``shapes`` (drawn in its order from
+    ``gen``): ``scale * N(0, 1) / sqrt(fan_in)``, with gradients."""
+    return {
+        k: (
+            scale * torch.randn(sh, generator=gen, dtype=torch.float64) / math.sqrt(sh[1])
+        ).requires_grad_()
+        for k, sh in shapes.items()
+    }
 
 
 def fit_with_penalties(

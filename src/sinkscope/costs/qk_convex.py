@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from sinkscope.costs.fitting import lbfgs
+
 __all__ = ["MarginProgram", "MarginSolution", "exact_margins", "solve_margin_program"]
 
 
@@ -227,27 +229,34 @@ def solve_margin_program(
       ``||W||_* = min_{A^T B = W} (||A||_F^2 + ||B||_F^2)/2`` with full-rank factors (the inner
       objective has the same infimum as the convex one; the certificate does not depend on it).
     """
-    if method == "fista":
-        return _solve_fista(
-            prog,
-            rho=1.0 if rho is None else rho,
-            tol=tol,
-            max_outer=200 if max_outer is None else max_outer,
-            inner_iters=300 if inner_iters is None else inner_iters,
-            verbose=verbose,
-            overshoot=tol / 3,
-        )
-    if method == "bm":
-        return _solve_bm(
-            prog,
-            rho=10.0 if rho is None else rho,
-            tol=tol,
-            max_outer=100 if max_outer is None else max_outer,
-            inner_iters=200 if inner_iters is None else inner_iters,
-            verbose=verbose,
-            overshoot=tol / 3,
-        )
-    raise ValueError(f"method must be 'bm' or 'fista', not {method!r}")
+    solvers = {"bm": _solve_bm, "fista": _solve_fista}
+    if method not in solvers:
+        raise ValueError(f"method must be 'bm' or 'fista', not {method!r}")
+    default = _SOLVER_DEFAULTS[method]
+    return solvers[method](
+        prog,
+        rho=default.rho if rho is None else rho,
+        tol=tol,
+        max_outer=default.max_outer if max_outer is None else max_outer,
+        inner_iters=default.inner_iters if inner_iters is None else inner_iters,
+        verbose=verbose,
+        overshoot=tol / 3,
+    )
+
+
+@dataclass(frozen=True)
+class _SolverDefaults:
+    """Penalty ``rho``, outer and inner iterations of a method of :func:`solve_margin_program`."""
+
+    rho: float
+    max_outer: int
+    inner_iters: int
+
+
+_SOLVER_DEFAULTS = {
+    "bm": _SolverDefaults(rho=10.0, max_outer=100, inner_iters=200),
+    "fista": _SolverDefaults(rho=1.0, max_outer=200, inner_iters=300),
+}
 
 
 @dataclass
@@ -437,34 +446,23 @@ def _solve_bm(
             val = val + (al.zeta * e).sum() + 0.5 * rho * (e**2).sum()
         return val
 
-    opt = torch.optim.LBFGS(
-        [A, Bf, a, b],
-        lr=1.0,
-        max_iter=inner_iters,
-        max_eval=inner_iters * 2,
-        history_size=50,
-        tolerance_grad=1e-10,
-        tolerance_change=1e-14,
-        line_search_fn="strong_wolfe",
-    )
-
-    def closure() -> Tensor:
-        opt.zero_grad()
-        val = alm()
-        val.backward()
-        return val
-
     outer = 0
     total_inner = 0
     for outer in range(1, max_outer + 1):
-        opt.step(closure)
+        # a fresh L-BFGS history per outer step: the previous one refers to the old multipliers
+        lbfgs(
+            alm,
+            [A, Bf, a, b],
+            inner_iters,
+            max_eval=inner_iters * 2,
+            tolerance_grad=1e-10,
+            tolerance_change=1e-14,
+        )
         total_inner += inner_iters
         with torch.no_grad():
             done = al.update(
                 symmetrize(prog, A.T @ Bf), a.detach(), b.detach(), outer, tol, verbose
             )
-        # the L-BFGS history refers to the previous multipliers
-        opt.state.clear()
         if done:
             break
     return _solution(al.best, al.dual_best, outer, total_inner)

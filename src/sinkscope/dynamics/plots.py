@@ -408,18 +408,22 @@ def plot_induction_curves(tables: dict[str, pl.DataFrame], out_png: PathLike) ->
 # --------------------------------------------------------------------------- classification
 
 
+def _setup_label() -> pl.Expr:
+    """The legend / panel label of a classification setup: vocabulary size, MLP and LayerNorm
+    (0/1), e.g. ``|V|=41 mlp=0 ln=1``."""
+    return pl.format(
+        "|V|={} mlp={} ln={}",
+        pl.col("vocab_size"),
+        pl.col("use_mlp").cast(pl.Int8),
+        pl.col("use_layernorm").cast(pl.Int8),
+    )
+
+
 def plot_classification_flips(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
     """Figures 6, 18-21: one-token flip rate (and accuracy) over epochs, rows = number of heads,
     columns = number of layers, one line per vocabulary / MLP / LayerNorm setup (mean over
     seeds)."""
-    curve = tables["curve"].with_columns(
-        setup=pl.format(
-            "|V|={} mlp={} ln={}",
-            pl.col("vocab_size"),
-            pl.col("use_mlp").cast(pl.Int8),
-            pl.col("use_layernorm").cast(pl.Int8),
-        )
-    )
+    curve = tables["curve"].with_columns(setup=_setup_label())
     agg = (
         curve.group_by("setup", "n_heads", "n_layers", "epoch")
         .agg(pl.col("flip_rate").mean(), pl.col("eval_accuracy").mean())
@@ -473,14 +477,7 @@ def plot_classification_flips_by_size(tables: dict[str, pl.DataFrame], out_png: 
     """Figure 21's question in one panel per |V| / MLP / LayerNorm setup: final flip rate (all
     replacements: solid; neutral tokens only: dashed) against the number of heads, one line per
     number of layers, mean over seeds with the seeds' min-max range as error bars."""
-    by = tables["by_setup"].with_columns(
-        setup=pl.format(
-            "|V|={} mlp={} ln={}",
-            pl.col("vocab_size"),
-            pl.col("use_mlp").cast(pl.Int8),
-            pl.col("use_layernorm").cast(pl.Int8),
-        )
-    )
+    by = tables["by_setup"].with_columns(setup=_setup_label())
     setups = sorted(set(by["setup"].to_list()))
     layers = sorted(set(by["n_layers"].to_list()))
     colors = dict(zip(layers, sns.color_palette("tab10", max(len(layers), 3)), strict=False))

@@ -32,7 +32,13 @@ from sinkscope.extraction.h5layout import (
     release_freed_memory,
 )
 from sinkscope.geometry.alignment import COSINE_BINS, SPACES, blocks, bos_cosines, cosine_rows
-from sinkscope.geometry.halfspace import ATTEND_THRESHOLD, attending_tokens, halfspace_layer_rows
+from sinkscope.geometry.halfspace import (
+    ATTEND_THRESHOLD,
+    PAIR_KEY,
+    RESULT_COLUMNS,
+    attending_tokens,
+    halfspace_layer_rows,
+)
 from sinkscope.geometry.names import ALL_TOKENS, ATTENDING, BOS_MINUS_TOKEN, POINT_SETS, POOLED
 from sinkscope.geometry.values import (
     relative_bos_norm,
@@ -83,23 +89,7 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "bin_hi",
         "count",
     ),
-    "halfspace": (
-        "model",
-        "dataset",
-        "layer",
-        "sequence",
-        "point_set",
-        "n_points",
-        "dim",
-        "rank",
-        "trivially_separable",
-        "halfspace",
-        "margin",
-        "margin_upper",
-        "n_support",
-        "n_sink_heads",
-        "attend_threshold",
-    ),
+    "halfspace": (*PAIR_KEY, "point_set", *RESULT_COLUMNS, "n_sink_heads", "attend_threshold"),
     "halfspace_layer": (
         "model",
         "dataset",
@@ -219,7 +209,7 @@ def halfspace_layer(halfspace: pl.DataFrame, pooled: bool = False) -> pl.DataFra
         return pl.DataFrame(schema={c: pl.Null for c in TABLE_COLUMNS["halfspace_layer"]})
     wide = halfspace.pivot(
         on="point_set",
-        index=["model", "dataset", "layer", "sequence", "n_sink_heads", "attend_threshold"],
+        index=[*PAIR_KEY, "n_sink_heads", "attend_threshold"],
         values=["halfspace", "margin", "n_points", "trivially_separable"],
         separator="|",
     )

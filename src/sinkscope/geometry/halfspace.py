@@ -85,6 +85,8 @@ from sinkscope.geometry.names import (
 __all__ = [
     "ATTEND_THRESHOLD",
     "HALFSPACE_TOL",
+    "PAIR_KEY",
+    "RESULT_COLUMNS",
     "SET_RANK_RTOL",
     "HalfspaceResult",
     "attending_tokens",
@@ -129,6 +131,13 @@ class HalfspaceResult:
     margin: float | None
     margin_upper: float | None
     n_support: int
+
+
+#: The columns that name one (layer, sequence) pair of the half-space tables (``halfspace`` of
+#: :func:`sinkscope.geometry.analysis.analyze_file` and the long-context table).
+PAIR_KEY: tuple[str, ...] = ("model", "dataset", "layer", "sequence")
+#: The columns of one :class:`HalfspaceResult` in those tables: its fields, in order.
+RESULT_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(HalfspaceResult))
 
 
 @contextlib.contextmanager
@@ -410,24 +419,14 @@ def representability_counts(halfspace: pl.DataFrame) -> pl.DataFrame:
     (:func:`sinkscope.claims.checks.geometry.sink_representable_statements`; on long-context
     rows the "every sink pattern" columns are :func:`long_context_counts`').
     """
-    needed = [
-        "model",
-        "dataset",
-        "layer",
-        "sequence",
-        "point_set",
-        "n_points",
-        "halfspace",
-        "trivially_separable",
-        "margin",
-    ]
-    missing = [c for c in needed if c not in halfspace.columns]
+    values = ["halfspace", "trivially_separable", "n_points", "margin"]
+    missing = [c for c in (*PAIR_KEY, "point_set", *values) if c not in halfspace.columns]
     if missing:
         raise ValueError(f"halfspace lacks columns {missing}")
     wide = halfspace.pivot(
         on="point_set",
-        index=["model", "dataset", "layer", "sequence"],
-        values=["halfspace", "trivially_separable", "n_points", "margin"],
+        index=[*PAIR_KEY],
+        values=values,
         separator="|",
     )
     for name in POINT_SETS:  # a table may lack a point set entirely (e.g. no sink heads)

@@ -26,7 +26,13 @@ import numpy as np
 import polars as pl
 import torch
 
-from sinkscope.geometry.halfspace import HALFSPACE_TOL, halfspace_layer_rows, torch_threads
+from sinkscope.geometry.halfspace import (
+    HALFSPACE_TOL,
+    PAIR_KEY,
+    RESULT_COLUMNS,
+    halfspace_layer_rows,
+    torch_threads,
+)
 
 __all__ = [
     "LONG_CONTEXT_COLUMNS",
@@ -45,22 +51,7 @@ LONG_CONTEXT_N_SEQUENCES_KEY = "geometry.long_context.n_sequences"
 #: Columns of :func:`halfspace_long_context`: those of ``halfspace`` without the two that describe
 #: the sink heads' attention (``n_sink_heads``, ``attend_threshold``: no attention is computed),
 #: plus ``seq_len`` (BOS included; ``n_points = seq_len - 1``).
-LONG_CONTEXT_COLUMNS: tuple[str, ...] = (
-    "model",
-    "dataset",
-    "layer",
-    "sequence",
-    "seq_len",
-    "point_set",
-    "n_points",
-    "dim",
-    "rank",
-    "trivially_separable",
-    "halfspace",
-    "margin",
-    "margin_upper",
-    "n_support",
-)
+LONG_CONTEXT_COLUMNS: tuple[str, ...] = (*PAIR_KEY, "seq_len", "point_set", *RESULT_COLUMNS)
 
 
 @torch.no_grad()
@@ -160,15 +151,14 @@ def halfspace_long_context(
         streams = load_streams(
             prepared_model_dir,
             documents_parquet,
-            {"stream_length": int(seq_len), "n_streams": int(n_sequences), "seed": int(seed)},
+            {
+                "stream_length": int(seq_len),
+                "n_streams": int(n_sequences),
+                "seed": int(seed),
+                "dataset_name": dataset_name,
+            },
+            keys=(LONG_CONTEXT_N_SEQUENCES_KEY, LONG_CONTEXT_SEQ_LEN_KEY),
         )
-        if streams.n_available is not None and streams.n_available < n_sequences:
-            raise ValueError(
-                f"{LONG_CONTEXT_N_SEQUENCES_KEY} = {n_sequences} exceeds the "
-                f"{streams.n_available} sequences of {seq_len} tokens that corpus "
-                f"{dataset_name} holds ({documents_parquet}: blocks of {seq_len - 1} tokens after "
-                f"BOS); set it to at most {streams.n_available} or lower {LONG_CONTEXT_SEQ_LEN_KEY}"
-            )
         loaded = time.perf_counter()
         z_layers = attention_inputs(streams.model, streams.ids)
         forward = time.perf_counter()

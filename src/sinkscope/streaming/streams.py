@@ -17,7 +17,19 @@ import numpy as np
 import polars as pl
 import torch
 
-__all__ = ["Streams", "load_streams", "pair_names", "with_names"]
+__all__ = [
+    "N_STREAMS_KEY",
+    "STREAM_LENGTH_KEY",
+    "Streams",
+    "load_streams",
+    "pair_names",
+    "with_names",
+]
+
+
+#: The config keys of the number and the length of the streams (named in errors).
+N_STREAMS_KEY = "streaming.params.n_streams"
+STREAM_LENGTH_KEY = "streaming.params.stream_length"
 
 
 @dataclass
@@ -29,37 +41,45 @@ class Streams:
     ids: torch.Tensor  # (B, T), BOS in column 0
     offsets: list[int]  # where each stream's text starts in the corpus token stream
     bos_token_id: int
-    #: streams of this length the corpus holds (``ids`` has ``min(n_streams, n_available)``);
-    #: None for streams not cut from a corpus
-    n_available: int | None = None
 
 
 def load_streams(
-    prepared_model_dir: str | Path, documents_parquet: str | Path, p: Mapping[str, Any]
+    prepared_model_dir: str | Path,
+    documents_parquet: str | Path,
+    p: Mapping[str, Any],
+    keys: tuple[str, str] = (N_STREAMS_KEY, STREAM_LENGTH_KEY),
 ) -> Streams:
     """Load the model (float32, eager) and cut ``n_streams`` streams of ``stream_length`` tokens
     (BOS first) from the corpus with ``seed``: the same streams for every caller
     (:func:`sinkscope.streaming.experiment.evaluate_pair`,
-    :func:`sinkscope.streaming.recompute.recompute_pair`)."""
+    :func:`sinkscope.streaming.recompute.recompute_pair`).
+
+    Raises ``ValueError`` before the model is loaded when the corpus holds fewer than
+    ``n_streams`` streams of that length, naming the config keys of the count and the length
+    (``keys``, by default :data:`N_STREAMS_KEY` and :data:`STREAM_LENGTH_KEY`) and the dataset
+    (:func:`pair_names`)."""
     from sinkscope.prepare.corpora import load_documents
     from sinkscope.prepare.models import load_model, load_tokenizer, resolve_bos_token_id
     from sinkscope.prepare.tokens import cut_sequences, tokenize_documents
 
-    model = load_model(Path(prepared_model_dir), "float32", "eager")
     tokenizer = load_tokenizer(Path(prepared_model_dir))
-    bos, _ = resolve_bos_token_id(Path(prepared_model_dir), tokenizer, model.config)
     documents = load_documents(Path(documents_parquet))
     stream = tokenize_documents(tokenizer, documents["text"])
-    length = int(p["stream_length"])
+    length, n_streams = int(p["stream_length"]), int(p["n_streams"])
     n_blocks = stream.size // (length - 1)
-    if n_blocks < 1:
+    if n_blocks < n_streams:
+        n_key, length_key = keys
+        _, dataset = pair_names(p, prepared_model_dir, documents_parquet)
         raise ValueError(
-            f"{documents_parquet}: {stream.size} tokens, fewer than one stream of {length}"
+            f"{n_key} = {n_streams} exceeds the {n_blocks} sequences of {length} tokens that "
+            f"corpus {dataset} holds ({documents_parquet}: blocks of {length - 1} tokens after "
+            f"BOS); set it to at most {n_blocks} or lower {length_key}"
         )
-    n_streams = min(int(p["n_streams"]), n_blocks)
+    model = load_model(Path(prepared_model_dir), "float32", "eager")
+    bos, _ = resolve_bos_token_id(Path(prepared_model_dir), tokenizer, model.config)
     ids_np, starts = cut_sequences(stream, n_streams, length - 1, int(p["seed"]), bos)
     ids = torch.from_numpy(ids_np.astype(np.int64))
-    return Streams(model, tokenizer, ids, [int(s) for s in starts], int(bos), int(n_blocks))
+    return Streams(model, tokenizer, ids, [int(s) for s in starts], int(bos))
 
 
 def pair_names(p: Mapping[str, Any], prepared_model_dir: str | Path, documents_parquet: str | Path):

@@ -6,11 +6,21 @@ decreasing over training.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import polars as pl
 
-from sinkscope.claims.verdicts import SYNTHETIC, Row, pct, require, row
+from sinkscope.claims.verdicts import (
+    SYNTHETIC,
+    Reading,
+    Row,
+    not_applicable,
+    pct,
+    require,
+    row,
+    rows_per,
+)
 
 # sinkscope.geometry, .oversmoothing and .costs import torch: the checks that use their helpers
 # import them when they run, so importing this module (and rendering the claims that need none of
@@ -37,7 +47,6 @@ def _share_rows(
         ["experiment", "loss", "activation", "n", "d", "runs", "polarized_share"],
         "value_softmax by_variant",
     )
-    rows = []
     part = by_variant.filter(
         (pl.col("experiment") == "untied")
         & (pl.col("loss") == loss)
@@ -57,24 +66,21 @@ def _share_rows(
                 "no run of this loss and activation in this config",
             )
         ]
-    for r in part.iter_rows(named=True):
+
+    def reading(r: Mapping[str, Any]) -> Reading:
         share = r["polarized_share"]
-        passed = share > majority if polarizes else share < majority
-        rows.append(
-            row(
-                SYNTHETIC,
-                "-",
-                f"loss={loss}, phi={r['activation']}, n={r['n']}, d={r['d']}",
-                f"{pct(share)} of {r['runs']} runs polarized (top weight {r['top_weight_mean']:.3f})"
-                if "top_weight_mean" in r
-                else f"{pct(share)} of {r['runs']} runs polarized",
-                share,
-                test,
-                passed,
-                f"{pct(share)} of seeds end with a top attention weight >= 0.9",
-            )
+        return Reading(
+            f"loss={loss}, phi={r['activation']}, n={r['n']}, d={r['d']}",
+            f"{pct(share)} of {r['runs']} runs polarized (top weight {r['top_weight_mean']:.3f})"
+            if "top_weight_mean" in r
+            else f"{pct(share)} of {r['runs']} runs polarized",
+            share,
+            share > majority if polarizes else share < majority,
+            f"{pct(share)} of seeds end with a top attention weight >= 0.9",
         )
-    return rows
+
+    synthetic = part.with_columns(model=pl.lit(SYNTHETIC), dataset=pl.lit("-"))
+    return rows_per(synthetic.iter_rows(named=True), test, reading)
 
 
 def check_logistic_polarizes(by_variant: pl.DataFrame, majority: float) -> list[Row]:
@@ -116,51 +122,41 @@ def check_softmax_sinks_emerge(
         "sink_proportion_mean",
     ]
     require(by_setup, cols, "induction by_setup")
-    rows = []
-    test = (
-        f"softmax >= {softmax_min_sink_proportion:g} and every un-normalised variant <= "
-        f"{unnormalized_max_sink_proportion:g}"
-    )
-    for (pe, wd), part in by_setup.sort("positional", "weight_decay").group_by(
-        "positional", "weight_decay", maintain_order=True
-    ):
-        setting = f"positional={pe}, weight_decay={wd}"
+
+    def reading(r: Mapping[str, Any]) -> Reading:
+        part = r["part"]
+        setting = f"positional={r['positional']}, weight_decay={r['weight_decay']}"
         soft = part.filter(pl.col("attention") == "softmax")
         raw = part.filter((pl.col("attention") != "softmax") & ~pl.col("normalize"))
         if soft.height == 0 or raw.height == 0:
-            rows.append(
-                row(
-                    SYNTHETIC,
-                    "-",
-                    setting,
-                    "n/a",
-                    None,
-                    test,
-                    None,
-                    "this setup lacks softmax or un-normalised runs",
-                )
-            )
-            continue
+            return not_applicable(setting, "this setup lacks softmax or un-normalised runs")
         s = float(soft["sink_proportion_mean"][0])
         worst = raw.sort("sink_proportion_mean", descending=True).row(0, named=True)
         others = ", ".join(
             f"{v}: {p:.2f}"
             for v, p in zip(raw["variant"], raw["sink_proportion_mean"], strict=True)
         )
-        rows.append(
-            row(
-                SYNTHETIC,
-                "-",
-                setting,
-                f"softmax {s:.2f} vs un-normalised max {worst['sink_proportion_mean']:.2f} ({worst['variant']})",
-                s - float(worst["sink_proportion_mean"]),
-                test,
-                s >= softmax_min_sink_proportion
-                and float(worst["sink_proportion_mean"]) <= unnormalized_max_sink_proportion,
-                f"layer-2 sink-head proportion: softmax {s:.2f}; {others}",
-            )
+        return Reading(
+            setting,
+            f"softmax {s:.2f} vs un-normalised max {worst['sink_proportion_mean']:.2f} ({worst['variant']})",
+            s - float(worst["sink_proportion_mean"]),
+            s >= softmax_min_sink_proportion
+            and float(worst["sink_proportion_mean"]) <= unnormalized_max_sink_proportion,
+            f"layer-2 sink-head proportion: softmax {s:.2f}; {others}",
         )
-    return rows
+
+    setups = by_setup.sort("positional", "weight_decay").group_by(
+        "positional", "weight_decay", maintain_order=True
+    )
+    return rows_per(
+        (
+            {"model": SYNTHETIC, "dataset": "-", "positional": pe, "weight_decay": wd, "part": part}
+            for (pe, wd), part in setups
+        ),
+        f"softmax >= {softmax_min_sink_proportion:g} and every un-normalised variant <= "
+        f"{unnormalized_max_sink_proportion:g}",
+        reading,
+    )
 
 
 def check_flip_rate_decreases(final: pl.DataFrame, min_difference: float) -> list[Row]:

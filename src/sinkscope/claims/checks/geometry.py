@@ -16,7 +16,15 @@ from typing import Any
 
 import polars as pl
 
-from sinkscope.claims.verdicts import Row, num, pct, require, row
+from sinkscope.claims.verdicts import (
+    Reading,
+    Row,
+    not_applicable,
+    num,
+    pct,
+    require,
+    rows_per,
+)
 from sinkscope.heads.names import POOLED
 from sinkscope.heads.order import sort_pooled_last
 
@@ -75,30 +83,37 @@ def check_bos_cosine_middle_layers(bos_alignment: pl.DataFrame, bos_cosine_max: 
     )
     from sinkscope.geometry.alignment import bos_max_statement
 
-    rows = []
-    table, readings = bos_cosine_readings(bos_alignment, bos_cosine_max)
-    for b in readings.iter_rows(named=True):
-        datasets = sorted(set(table.filter(pl.col("model") == b["model"])["dataset"].to_list()))
+    def reading(b: Mapping[str, Any]) -> Reading:
         n_mid = b["n_middle"]
-        rows.append(
-            row(
-                b["model"],
-                ", ".join(datasets),
-                f"middle layers {b['middle_first']}..{b['middle_last']} of {b['n_layers']}",
-                f"all positions: max {num(b['mid_max_all'])} (layer {b['mid_max_all_layer']}), "
-                f"{b['n_mid_below_all']}/{n_mid} middle layers below {bos_cosine_max:g}; "
-                f"positions >= 2: max {num(b['mid_max_from2'])} (layer "
-                f"{b['mid_max_from2_layer']}), {b['n_mid_below_from2']}/{n_mid} below; "
-                f"position 1 holds the maximum in {b['n_mid_max_at_first']}/{n_mid}; "
-                f"{pct(b['mid_frac_positive'])} of cosines > 0",
-                b["mid_max_all"],
-                f"max over middle layers of the max cosine over all positions < {bos_cosine_max:g} "
-                "(positions >= 2 reported, not tested)",
-                b["n_mid_below_all"] == n_mid,
-                bos_max_statement(b),
-            )
+        return Reading(
+            f"middle layers {b['middle_first']}..{b['middle_last']} of {b['n_layers']}",
+            f"all positions: max {num(b['mid_max_all'])} (layer {b['mid_max_all_layer']}), "
+            f"{b['n_mid_below_all']}/{n_mid} middle layers below {bos_cosine_max:g}; "
+            f"positions >= 2: max {num(b['mid_max_from2'])} (layer "
+            f"{b['mid_max_from2_layer']}), {b['n_mid_below_from2']}/{n_mid} below; "
+            f"position 1 holds the maximum in {b['n_mid_max_at_first']}/{n_mid}; "
+            f"{pct(b['mid_frac_positive'])} of cosines > 0",
+            b["mid_max_all"],
+            b["n_mid_below_all"] == n_mid,
+            bos_max_statement(b),
         )
-    return rows
+
+    table, readings = bos_cosine_readings(bos_alignment, bos_cosine_max)
+    records = [
+        {
+            **b,
+            "dataset": ", ".join(
+                sorted(set(table.filter(pl.col("model") == b["model"])["dataset"].to_list()))
+            ),
+        }
+        for b in readings.iter_rows(named=True)
+    ]
+    return rows_per(
+        records,
+        f"max over middle layers of the max cosine over all positions < {bos_cosine_max:g} "
+        "(positions >= 2 reported, not tested)",
+        reading,
+    )
 
 
 def check_sink_representable(
@@ -122,56 +137,39 @@ def check_sink_representable(
         ["model", "claim", "value", "statement", "n_cases", "n_trivial"],
         "geometry statements",
     )
-    rows = []
-    rep = statements.filter(pl.col("claim") == "sink_representable").sort("model")
-    test = f"fraction of non-trivial pairs >= {representable_min_fraction:g}"
-    for r in rep.iter_rows(named=True):
+
+    def reading(r: Mapping[str, Any]) -> Reading:
         value, n_cases, n_trivial = r["value"], r["n_cases"] or 0, r["n_trivial"] or 0
         setting = "(layer, sequence) pairs with sink-attending tokens"
         if r.get("basis") == BASIS_LONG_CONTEXT:
             setting = "long-context (layer, sequence) pairs, T' > d_model, every sink pattern"
         if n_cases == 0:
-            rows.append(
-                row(
-                    r["model"],
-                    POOLED,
-                    setting,
-                    "no (layer, sequence) pair has sink-attending tokens",
-                    None,
-                    test,
-                    None,
-                    "model has no BOS-attending tokens in sink heads",
-                )
-            )
-            continue
-        if n_trivial == n_cases or value is None or math.isnan(value):
-            rows.append(
-                row(
-                    r["model"],
-                    POOLED,
-                    setting,
-                    f"all {n_cases} pairs trivially separable (n_points <= d_model, full rank)",
-                    None,
-                    test,
-                    None,
-                    "not applicable - all cases trivially separable: " + r["statement"],
-                )
-            )
-            continue
-        rows.append(
-            row(
-                r["model"],
-                POOLED,
+            return not_applicable(
                 setting,
-                f"condition holds in {pct(value)} of {n_cases - n_trivial} non-trivial pairs "
-                f"({n_trivial} of {n_cases} trivially separable, not counted)",
-                value,
-                test,
-                value >= representable_min_fraction,
-                r["statement"],
+                "model has no BOS-attending tokens in sink heads",
+                "no (layer, sequence) pair has sink-attending tokens",
             )
+        if n_trivial == n_cases or value is None or math.isnan(value):
+            return not_applicable(
+                setting,
+                "not applicable - all cases trivially separable: " + r["statement"],
+                f"all {n_cases} pairs trivially separable (n_points <= d_model, full rank)",
+            )
+        return Reading(
+            setting,
+            f"condition holds in {pct(value)} of {n_cases - n_trivial} non-trivial pairs "
+            f"({n_trivial} of {n_cases} trivially separable, not counted)",
+            value,
+            value >= representable_min_fraction,
+            r["statement"],
         )
-    return rows
+
+    rep = statements.filter(pl.col("claim") == "sink_representable").sort("model")
+    return rows_per(
+        ({**r, "dataset": POOLED} for r in rep.iter_rows(named=True)),
+        f"fraction of non-trivial pairs >= {representable_min_fraction:g}",
+        reading,
+    )
 
 
 def check_value_rank_middle_layers(value_rank: pl.DataFrame, near_full_rank: float) -> list[Row]:
@@ -180,45 +178,30 @@ def check_value_rank_middle_layers(value_rank: pl.DataFrame, near_full_rank: flo
     from sinkscope.geometry.alignment import middle_layers
 
     require(value_rank, ["model", "dataset", "layer", "median", "min"], "value_rank")
-    rows = []
-    for (model, dataset), v in sort_pooled_last(value_rank).group_by(
-        "model", "dataset", maintain_order=True
-    ):
-        v = v.sort("layer")
-        n_layers = int(v["layer"].max()) + 1
-        middle = middle_layers(n_layers)
+
+    def reading(r: Mapping[str, Any]) -> Reading:
+        v = r["layers"].sort("layer")
+        middle = middle_layers(int(v["layer"].max()) + 1)
         vm = v.filter(pl.col("layer").is_in(middle))
-        test = f"per-layer median relative rank >= {near_full_rank:g} in every middle layer"
+        setting = f"middle layers {middle[0]}..{middle[-1]}"
         if vm.height == 0:
-            rows.append(
-                row(
-                    str(model),
-                    str(dataset),
-                    f"middle layers {middle[0]}..{middle[-1]}",
-                    "n/a",
-                    None,
-                    test,
-                    None,
-                    "the value_rank table holds none of the middle layers",
-                )
-            )
-            continue
+            return not_applicable(setting, "the value_rank table holds none of the middle layers")
         worst = vm.sort("median").row(0, named=True)
         ok = vm.filter(pl.col("median") >= near_full_rank).height
-        rows.append(
-            row(
-                str(model),
-                str(dataset),
-                f"middle layers {middle[0]}..{middle[-1]}",
-                f"lowest layer median {worst['median']:.3f} (layer {worst['layer']}); "
-                f"minimum {float(vm['min'].min()):.3f}",
-                float(worst["median"]),
-                test,
-                ok == vm.height,
-                f"{ok} of {vm.height} middle layers have median relative rank >= {near_full_rank:g}",
-            )
+        return Reading(
+            setting,
+            f"lowest layer median {worst['median']:.3f} (layer {worst['layer']}); "
+            f"minimum {float(vm['min'].min()):.3f}",
+            float(worst["median"]),
+            ok == vm.height,
+            f"{ok} of {vm.height} middle layers have median relative rank >= {near_full_rank:g}",
         )
-    return rows
+
+    return rows_per(
+        _per_model_dataset(value_rank, "layers"),
+        f"per-layer median relative rank >= {near_full_rank:g} in every middle layer",
+        reading,
+    )
 
 
 def check_sink_bos_value_norm(
@@ -240,53 +223,52 @@ def check_sink_bos_value_norm(
     )
     from sinkscope.geometry.values import value_norm_statement
 
-    rows = []
-    table = sort_pooled_last(bos_value_norm_classes)
-    for (model, dataset), c in table.group_by("model", "dataset", maintain_order=True):
-        sink = c.filter(pl.col("group") == "is_sink")
+    def reading(r: Mapping[str, Any]) -> Reading:
+        sink = r["groups"].filter(pl.col("group") == "is_sink")
         e = sink.row(0, named=True) if sink.height else None
-        test = (
-            f"upper end of the bootstrap interval of median(sink) / median(other heads) "
-            f"<= {bos_value_ratio_max:g}"
-        )
         if e is None or not e["n_sink"] or not e["n_other"] or e["ratio"] is None:
-            rows.append(
-                row(
-                    str(model),
-                    str(dataset),
-                    "sink vs other head instances",
-                    "no sink heads" if e is None or not e["n_sink"] else "no non-sink heads",
-                    None,
-                    test,
-                    None,
-                    "model has no BOS-attending (sink) heads"
-                    if e is None or not e["n_sink"]
-                    else "every head is a sink head: nothing to compare with",
-                )
+            no_sink = e is None or not e["n_sink"]
+            return not_applicable(
+                "sink vs other head instances",
+                "model has no BOS-attending (sink) heads"
+                if no_sink
+                else "every head is a sink head: nothing to compare with",
+                "no sink heads" if no_sink else "no non-sink heads",
             )
-            continue
         hi = e["ratio_hi"]
         passed = hi is not None and hi <= bos_value_ratio_max
-        rows.append(
-            row(
-                str(model),
-                str(dataset),
-                f"{e['n_sink']} sink vs {e['n_other']} other head instances",
-                f"ratio {num(e['ratio'])} [{num(e['ratio_lo'])}, {num(hi)}] "
-                f"(sink median {num(e['sink_median'])}, other {num(e['other_median'])})",
-                e["ratio"],
-                test,
-                passed,
-                value_norm_statement(e)
-                + (
-                    ""
-                    if passed
-                    else f"; the interval reaches above {bos_value_ratio_max:g}"
-                    + (" and includes 1 (no difference)" if hi is not None and hi >= 1 else "")
-                ),
-            )
+        return Reading(
+            f"{e['n_sink']} sink vs {e['n_other']} other head instances",
+            f"ratio {num(e['ratio'])} [{num(e['ratio_lo'])}, {num(hi)}] "
+            f"(sink median {num(e['sink_median'])}, other {num(e['other_median'])})",
+            e["ratio"],
+            passed,
+            value_norm_statement(e)
+            + (
+                ""
+                if passed
+                else f"; the interval reaches above {bos_value_ratio_max:g}"
+                + (" and includes 1 (no difference)" if hi is not None and hi >= 1 else "")
+            ),
         )
-    return rows
+
+    return rows_per(
+        _per_model_dataset(bos_value_norm_classes, "groups"),
+        f"upper end of the bootstrap interval of median(sink) / median(other heads) "
+        f"<= {bos_value_ratio_max:g}",
+        reading,
+    )
+
+
+def _per_model_dataset(table: pl.DataFrame, key: str) -> list[dict[str, Any]]:
+    """One record per (model, dataset) of ``table`` in :func:`~sinkscope.heads.order.sort_pooled_last`: its
+    ``model``, ``dataset`` and, under ``key``, its rows."""
+    return [
+        {"model": model, "dataset": dataset, key: part}
+        for (model, dataset), part in sort_pooled_last(table).group_by(
+            "model", "dataset", maintain_order=True
+        )
+    ]
 
 
 #: Columns of the geometry ``statements`` table (:func:`geometry_statements`; the

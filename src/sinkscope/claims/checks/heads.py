@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import polars as pl
 
-from sinkscope.claims.verdicts import Row, head_count, pct, require, row
+from sinkscope.claims.verdicts import (
+    Reading,
+    Row,
+    head_count,
+    pct,
+    require,
+    rows_per,
+)
 from sinkscope.heads.order import sort_pooled_last
 
 __all__ = [
@@ -25,28 +33,25 @@ def check_sink_heads_common(head_classes: pl.DataFrame, sink_min_fraction: float
     require(
         head_classes, ["model", "dataset", "n_heads", "frac_sink", "frac_diagonal"], "head_classes"
     )
-    rows = []
-    for r in sort_pooled_last(head_classes).iter_rows(named=True):
+
+    def reading(r: Mapping[str, Any]) -> Reading:
         sink, diag = r["frac_sink"], r["frac_diagonal"]
         common, more = sink >= sink_min_fraction, sink > diag
-        reason = (
+        return Reading(
+            f"{r['n_heads']} heads",
+            f"sink {pct(sink)}, diagonal {pct(diag)}",
+            sink,
+            common and more,
             f"{pct(sink)} sink heads vs {pct(diag)} diagonal heads"
             + ("" if common else f"; below the {pct(sink_min_fraction)} floor")
-            + ("" if more else "; sinks are not more common than diagonals")
+            + ("" if more else "; sinks are not more common than diagonals"),
         )
-        rows.append(
-            row(
-                r["model"],
-                r["dataset"],
-                f"{r['n_heads']} heads",
-                f"sink {pct(sink)}, diagonal {pct(diag)}",
-                sink,
-                f"frac_sink >= {sink_min_fraction:g} and frac_sink > frac_diagonal",
-                common and more,
-                reason,
-            )
-        )
-    return rows
+
+    return rows_per(
+        sort_pooled_last(head_classes).iter_rows(named=True),
+        f"frac_sink >= {sink_min_fraction:g} and frac_sink > frac_diagonal",
+        reading,
+    )
 
 
 def check_diagonal_heads_rarer(head_classes: pl.DataFrame) -> list[Row]:
@@ -54,8 +59,8 @@ def check_diagonal_heads_rarer(head_classes: pl.DataFrame) -> list[Row]:
     require(
         head_classes, ["model", "dataset", "n_heads", "frac_sink", "frac_diagonal"], "head_classes"
     )
-    rows = []
-    for r in sort_pooled_last(head_classes).iter_rows(named=True):
+
+    def reading(r: Mapping[str, Any]) -> Reading:
         sink, diag = r["frac_sink"], r["frac_diagonal"]
         n_diag = round(diag * r["n_heads"])
         exists, rarer = n_diag >= 1, diag < sink
@@ -65,19 +70,19 @@ def check_diagonal_heads_rarer(head_classes: pl.DataFrame) -> list[Row]:
             reason = f"diagonal heads ({pct(diag)}) are not rarer than sink heads ({pct(sink)})"
         else:
             reason = f"{head_count(n_diag)} diagonal ({pct(diag)}) < sink heads ({pct(sink)})"
-        rows.append(
-            row(
-                r["model"],
-                r["dataset"],
-                f"{r['n_heads']} heads",
-                f"diagonal {pct(diag)} ({head_count(n_diag)}), sink {pct(sink)}",
-                diag,
-                "0 < frac_diagonal < frac_sink",
-                exists and rarer,
-                reason,
-            )
+        return Reading(
+            f"{r['n_heads']} heads",
+            f"diagonal {pct(diag)} ({head_count(n_diag)}), sink {pct(sink)}",
+            diag,
+            exists and rarer,
+            reason,
         )
-    return rows
+
+    return rows_per(
+        sort_pooled_last(head_classes).iter_rows(named=True),
+        "0 < frac_diagonal < frac_sink",
+        reading,
+    )
 
 
 def _range_rows(
@@ -87,24 +92,24 @@ def _range_rows(
     lo, hi = float(bounds[0]), float(bounds[1])
     if lo > hi:
         raise ValueError(f"claims: the range of {column} is empty ({lo} > {hi})")
-    rows = []
-    for r in sort_pooled_last(head_classes).iter_rows(named=True):
+
+    def reading(r: Mapping[str, Any]) -> Reading:
         x = r[column]
         inside = lo <= x <= hi
         where = "inside" if inside else ("below" if x < lo else "above")
-        rows.append(
-            row(
-                r["model"],
-                r["dataset"],
-                f"{r['n_heads']} heads",
-                f"{label} {pct(x)}",
-                x,
-                f"{lo:g} <= {column} <= {hi:g}",
-                inside,
-                f"{pct(x)} is {where} the paper's range {pct(lo)}-{pct(hi)}",
-            )
+        return Reading(
+            f"{r['n_heads']} heads",
+            f"{label} {pct(x)}",
+            x,
+            inside,
+            f"{pct(x)} is {where} the paper's range {pct(lo)}-{pct(hi)}",
         )
-    return rows
+
+    return rows_per(
+        sort_pooled_last(head_classes).iter_rows(named=True),
+        f"{lo:g} <= {column} <= {hi:g}",
+        reading,
+    )
 
 
 def check_diagonal_fraction_in_paper_range(
