@@ -363,3 +363,28 @@ def test_backcopy_params_fill_the_defaults_under_the_config() -> None:
 
     assert backcopy_params({}) == BACKCOPY_PARAMS
     assert backcopy_params({"costs": {"backcopy": {"params": {"n_dormant": 3}}}})["n_dormant"] == 3
+
+
+def test_rule_params_are_the_entries_that_change_outputs(default_config: dict) -> None:
+    """The params the workflow passes: N and T only of the extraction, the long-context keys but
+    ``enabled``, and the end-to-end check's own ``e2e_*`` keys beside the runs' overrides."""
+    from sinkscope.config import (
+        backcopy_end_to_end_params,
+        extraction_scale,
+        long_context_params,
+    )
+
+    config = validate_config(default_config)
+    config["extraction"].update(n_sequences=7, context_length=300, batch_size=2)
+    config["geometry"]["long_context"].update(n_sequences=3, seq_len=99)
+    backcopy = config["costs"]["backcopy"]
+    backcopy["params"] = {"fit_tol": 0.01, "kappa": 0.5}
+    backcopy["end_to_end"]["params"] = {"e2e_lbfgs_iters": 9}
+    validate_config(config)  # the planted values are valid ones
+    assert extraction_scale(config) == {"n_sequences": 7, "context_length": 300}
+    assert long_context_params(config) == {"n_sequences": 3, "seq_len": 99}
+    assert backcopy_end_to_end_params(config) == {
+        "fit_tol": 0.01,
+        "kappa": 0.5,
+        "e2e_lbfgs_iters": 9,
+    }

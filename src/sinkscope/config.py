@@ -242,6 +242,33 @@ def backcopy_params(config: Mapping[str, Any]) -> dict[str, Any]:
     return {**BACKCOPY_PARAMS, **(section.get("params") or {})}
 
 
+#: The extraction settings a pair's figure titles name (N and T): the only part of the
+#: ``extraction`` section that can change what ``classify_heads`` and ``analyze_geometry`` write.
+EXTRACTION_SCALE_KEYS = ("n_sequences", "context_length")
+#: The ``geometry.long_context`` settings that can change rule ``analyze_geometry_long_context``'s
+#: table (``enabled`` only decides whether the rule runs).
+LONG_CONTEXT_KEYS = ("n_sequences", "seq_len")
+
+
+def extraction_scale(config: Mapping[str, Any]) -> dict[str, Any]:
+    """N and T of a validated config's extraction (:data:`EXTRACTION_SCALE_KEYS`): the param of
+    the per-pair rules whose figures name them."""
+    return {key: config["extraction"][key] for key in EXTRACTION_SCALE_KEYS}
+
+
+def long_context_params(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The :data:`LONG_CONTEXT_KEYS` of a validated config's ``geometry.long_context``."""
+    return {key: config["geometry"]["long_context"][key] for key in LONG_CONTEXT_KEYS}
+
+
+def backcopy_end_to_end_params(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The overrides of the end-to-end back-copy check: ``costs.backcopy.params`` (the runs'
+    settings it shares) with ``costs.backcopy.end_to_end.params`` (its own ``e2e_*`` keys) on
+    top; :func:`sinkscope.costs.backcopy_runs.run_backcopy_end_to_end` takes both."""
+    backcopy = config["costs"]["backcopy"]
+    return {**backcopy["params"], **backcopy["end_to_end"]["params"]}
+
+
 def streaming_params(config: Mapping[str, Any]) -> dict[str, Any]:
     """``streaming.params`` of a validated config over :data:`sinkscope.defaults.STREAMING_PARAMS`
     (the StreamingLLM streams' settings; the long-context geometry test reuses their seed)."""

@@ -5,7 +5,15 @@ from snakemake.logging import logger
 from snakemake.utils import validate
 
 # (the Snakefile puts this repository's src/ on sys.path)
-from sinkscope.config import backcopy_params, pairs, streaming_params, validate_config
+from sinkscope.config import (
+    backcopy_end_to_end_params,
+    backcopy_params,
+    extraction_scale,
+    long_context_params,
+    pairs,
+    streaming_params,
+    validate_config,
+)
 from sinkscope.paths import (
     GEOMETRY_FIGURES,
     GEOMETRY_LONG_CONTEXT_TABLES,
@@ -112,9 +120,8 @@ PRIORITY = {
 }
 
 
-# N and T of the extraction, named in the titles of the per-pair figures (the rest of the
-# extraction section -- batch size, device, storage -- cannot change what those rules write).
-EXTRACTION_SCALE = {key: config["extraction"][key] for key in ("n_sequences", "context_length")}
+# N and T of the extraction, named in the titles of the per-pair figures
+EXTRACTION_SCALE = extraction_scale(config)
 
 
 def all_targets():

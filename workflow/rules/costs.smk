@@ -44,11 +44,7 @@ rule cost_backcopy_e2e:
     output:
         row=paths.cost_run("backcopy_e2e"),
     params:
-        # the runs' overrides and the check's own e2e_* keys (run_backcopy_end_to_end takes both)
-        params={
-            **config["costs"]["backcopy"]["params"],
-            **config["costs"]["backcopy"]["end_to_end"]["params"],
-        },
+        params=backcopy_end_to_end_params(config),
     priority: PRIORITY["cost_backcopy_e2e"]
     log:
         paths.log("cost_backcopy_e2e", "{pattern}_T{T}_seed{seed}"),

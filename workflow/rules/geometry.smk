@@ -36,9 +36,7 @@ rule analyze_geometry_long_context:
     output:
         **tables_of("geometry", GEOMETRY_LONG_CONTEXT_TABLES),
     params:
-        long_context={
-            key: config["geometry"]["long_context"][key] for key in ("n_sequences", "seq_len")
-        },
+        long_context=long_context_params(config),
         stream_seed=streaming_params(config)["seed"],  # the StreamingLLM streams' cut
     priority: PRIORITY["analyze_geometry_long_context"]
     log:
