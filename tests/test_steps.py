@@ -80,9 +80,6 @@ def test_every_rule_runs_the_one_script_and_has_a_step() -> None:
     assert sorted(p.name for p in (REPO / "workflow" / "scripts").iterdir()) == ["step.py"]
 
 
-FIGURE_OUTPUT = re.compile(r"^        figure_(\w+)=", re.MULTILINE)
-
-
 def test_every_figure_a_rule_writes_has_one_drawing_function() -> None:
     """The ``{name: Draw}`` dicts of the stages' plots modules name exactly the figures of the
     stage's ``names.py``, the one place each name is stated (:mod:`sinkscope.paths` reads it
@@ -121,44 +118,53 @@ def test_every_figure_a_rule_writes_has_one_drawing_function() -> None:
     for part, names in dynamics_names.FIGURES.items():
         assert tuple(dynamics.PLOTS[part]) == names
         assert tuple(dynamics.figures(part, {})) == names
-    # the costs rules write the figures of their names (the rules spell their outputs out)
-    cost_rules = RULE.split((REPO / "workflow" / "rules" / "costs.smk").read_text())
-    cost_outputs = dict(
-        zip(cost_rules[1::2], map(FIGURE_OUTPUT.findall, cost_rules[2::2]), strict=True)
-    )
-    for rule, draws, names in (
-        ("cost_toy", costs.toy_figures([]), cost_names.TOY_FIGURES),
-        ("summarize_backcopy", costs.backcopy_figures([], [], {}), cost_names.BACKCOPY_FIGURES),
-        ("summarize_copypaste", costs.copypaste_figures([]), cost_names.COPYPASTE_FIGURES),
+    # the costs rules write the figures of their names (outputs: paths.Paths.cost_outputs)
+    for draws, names in (
+        (costs.toy_figures([]), cost_names.TOY_FIGURES),
+        (costs.backcopy_figures([], [], {}), cost_names.BACKCOPY_FIGURES),
+        (costs.copypaste_figures([]), cost_names.COPYPASTE_FIGURES),
     ):
         assert tuple(draws) == names
-        assert tuple(cost_outputs[rule]) == names, rule
     layout = paths.Paths("r")
     figure_paths = [p for p in layout.cost_targets({"enabled": True}) if p.endswith(".png")]
     assert figure_paths == [f"r/costs/{name}.png" for name in cost_names.FIGURES]
 
 
-COST_TABLE = re.compile(r'paths\.cost_table\("(\w+)"')
-
-
-def test_the_costs_rules_write_the_tables_of_costs_names() -> None:
-    """The costs rules spell their outputs out (each figure has its own report caption): their
-    tables are those :mod:`sinkscope.costs.names` names per rule, which
+def test_the_costs_rules_take_their_outputs_from_costs_names() -> None:
+    """Each §7 summary rule's outputs are ``paths.cost_outputs`` of its names in
+    :mod:`sinkscope.costs.names` (the ``table_<name>`` keys the steps write, the figures with a
+    caption file and a report label each), and those are what
     :meth:`sinkscope.paths.Paths.cost_targets` requests."""
     from sinkscope.costs import names as cost_names
     from sinkscope.paths import Paths
 
-    blocks = RULE.split((REPO / "workflow" / "rules" / "costs.smk").read_text())
-    bodies = dict(zip(blocks[1::2], blocks[2::2], strict=True))
-    for rule, names in (
-        ("cost_toy", cost_names.TOY_TABLES),
-        ("summarize_backcopy", cost_names.BACKCOPY_TABLES),
-        ("summarize_copypaste", cost_names.COPYPASTE_TABLES),
-        ("summarize_backcopy_e2e", cost_names.END_TO_END_TABLES),
+    costs_rules = (REPO / "workflow" / "rules" / "costs.smk").read_text()
+    for tables, figures in (
+        ("TOY_TABLES", "TOY_FIGURES"),
+        ("BACKCOPY_TABLES", "BACKCOPY_FIGURES"),
+        ("COPYPASTE_TABLES", "COPYPASTE_FIGURES"),
     ):
-        output = bodies[rule].partition("output:")[2].partition("priority:")[0]
-        assert tuple(dict.fromkeys(COST_TABLE.findall(output))) == names, rule
+        assert f"cost_names.{tables}, cost_names.{figures}, report" in costs_rules
+    assert "paths.cost_outputs(cost_names.END_TO_END_TABLES)" in costs_rules
     layout = Paths("r")
+    calls: list[tuple[str, dict]] = []
+    outputs = layout.cost_outputs(
+        cost_names.BACKCOPY_TABLES,
+        cost_names.BACKCOPY_FIGURES,
+        lambda path, **kw: calls.append((path, kw)) or path,
+        "§7",
+    )
+    assert list(outputs) == [
+        *(f"table_{n}{s}" for n in cost_names.BACKCOPY_TABLES for s in ("", "_csv")),
+        *(f"figure_{n}" for n in cost_names.BACKCOPY_FIGURES),
+    ]
+    assert outputs["table_condition3_csv"] == "r/costs/condition3.csv"
+    assert set(cost_names.FIGURE_LABELS) == set(cost_names.FIGURES)
+    for name in cost_names.FIGURES:
+        assert (REPO / "workflow" / "report" / f"costs_{name}.rst").is_file(), name
+    assert [kw["caption"] for _, kw in calls] == [
+        f"../report/costs_{n}.rst" for n in cost_names.BACKCOPY_FIGURES
+    ]
     with_e2e = {"enabled": True, "backcopy": {"end_to_end": {"T": [8]}}}
     tables = [p for p in layout.cost_targets(with_e2e) if p.endswith(".parquet")]
     expected = (*cost_names.TABLES, *cost_names.END_TO_END_TABLES)

@@ -140,6 +140,40 @@ class Paths:
     def cost_figure(self, name: str) -> str:
         return f"{self.root}/costs/{name}.png"
 
+    def cost_outputs(
+        self,
+        tables: tuple[str, ...],
+        figures: tuple[str, ...] = (),
+        report: Callable[..., Any] | None = None,
+        category: str = "",
+    ) -> dict[str, Any]:
+        """The outputs of a §7 rule that writes ``tables`` and ``figures`` (names of
+        :mod:`sinkscope.costs.names`): ``table_<name>`` (parquet), ``table_<name>_csv`` and
+        ``figure_<name>``.
+
+        With ``report`` (Snakemake's ``report`` function) every figure is wrapped as
+        ``report(path, caption="../report/costs_<name>.rst", category=category,
+        labels={"figure": FIGURE_LABELS[name]})``; the caption path is relative to
+        ``workflow/rules/``.
+        """
+        outputs: dict[str, Any] = {}
+        for name in tables:
+            outputs[f"table_{name}"] = self.cost_table(name)
+            outputs[f"table_{name}_csv"] = self.cost_table(name, "csv")
+        for name in figures:
+            path = self.cost_figure(name)
+            outputs[f"figure_{name}"] = (
+                path
+                if report is None
+                else report(
+                    path,
+                    caption=f"../report/costs_{name}.rst",
+                    category=category,
+                    labels={"figure": costs_names.FIGURE_LABELS[name]},
+                )
+            )
+        return outputs
+
     def cost_targets(self, costs: dict) -> list[str]:
         """The tables and figures of the ``costs`` section when enabled: :data:`COST_TABLES`
         (with :data:`COST_END_TO_END_TABLES` when ``backcopy.end_to_end.T`` lists sizes), then

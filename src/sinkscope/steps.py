@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import polars as pl
 import torch
 
+from sinkscope.costs import names as cost_names
 from sinkscope.io import remove_stale_partials, write_table
 
 if TYPE_CHECKING:  # the figures' type only: plotting (matplotlib) loads with a stage's plots
@@ -334,7 +335,7 @@ def cost_toy(smk: Any) -> None:
     from sinkscope.costs.toy import toy_table
 
     rows = toy_table(smk.params.T)
-    write_table(pl.DataFrame(rows), smk.output.table)
+    _write_tables({"toy": pl.DataFrame(rows)}, smk.output, cost_names.TOY_TABLES)
     _draw(toy_figures(rows), smk.output)
 
 
@@ -373,19 +374,17 @@ def _rows(paths: list[str]) -> list[dict[str, Any]]:
 def summarize_backcopy(smk: Any) -> None:
     from sinkscope.costs.condition3 import condition3_grid, condition3_panel, condition3_vs_measured
     from sinkscope.costs.plots import backcopy_figures
-    from sinkscope.costs.summary import fit_slopes
+    from sinkscope.costs.summary import slopes_table
 
     rows = _rows(list(smk.input.rows))
-    write_table(pl.DataFrame(rows), smk.output.table_runs)
-    slopes = [
-        {"cost": cost, "pattern": pattern, **fit}
-        for cost in ("cost_total", "cost_qk", "cost_total_sqrt_d")
-        for pattern, fit in fit_slopes(rows, "T", cost).items()
-    ]
-    write_table(pl.DataFrame(slopes), smk.output.table_slopes)
     grid = condition3_grid(**smk.params.condition3)
-    write_table(pl.DataFrame(grid), smk.output.table_condition3)
-    write_table(pl.DataFrame(condition3_vs_measured(rows)), smk.output.table_condition3_measured)
+    tables = {
+        "backcopy_runs": pl.DataFrame(rows),
+        "backcopy_slopes": pl.DataFrame(slopes_table(rows)),
+        "condition3": pl.DataFrame(grid),
+        "condition3_measured": pl.DataFrame(condition3_vs_measured(rows)),
+    }
+    _write_tables(tables, smk.output, cost_names.BACKCOPY_TABLES)
     panel = condition3_panel(
         smk.params.condition3["sizes"], smk.params.condition3["d_offsets"], smk.params.n_dormant
     )
@@ -393,14 +392,15 @@ def summarize_backcopy(smk: Any) -> None:
 
 
 def summarize_backcopy_e2e(smk: Any) -> None:
-    write_table(pl.DataFrame(_rows(list(smk.input.rows))), smk.output.table)
+    rows = pl.DataFrame(_rows(list(smk.input.rows)))
+    _write_tables({"backcopy_end_to_end": rows}, smk.output, cost_names.END_TO_END_TABLES)
 
 
 def summarize_copypaste(smk: Any) -> None:
     from sinkscope.costs.plots import copypaste_figures
 
     rows = _rows(list(smk.input.rows))
-    write_table(pl.DataFrame(rows), smk.output.table_runs)
+    _write_tables({"copypaste_runs": pl.DataFrame(rows)}, smk.output, cost_names.COPYPASTE_TABLES)
     _draw(copypaste_figures(rows), smk.output)
 
 

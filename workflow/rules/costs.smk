@@ -1,16 +1,15 @@
 # Synthetic cost experiments of §7 (Theorems 7.1, 7.2, D.1; Figure 3): no pretrained model.
 # Every (task, pattern, size, seed) run is its own job, so Snakemake or SLURM runs them in parallel.
+# Table and figure names: sinkscope.costs.names; outputs and captions: paths.cost_outputs.
+from sinkscope.costs import names as cost_names
+
+COST_CATEGORY = "Costs of sinks vs diagonals (§7)"
 
 
 rule cost_toy:
     output:
-        table=paths.cost_table("toy"),
-        table_csv=paths.cost_table("toy", "csv"),
-        figure_toy=report(
-            paths.cost_figure("toy"),
-            caption="../report/costs_toy.rst",
-            category="Costs of sinks vs diagonals (§7)",
-            labels={"figure": "nuclear-norm toy"},
+        **paths.cost_outputs(
+            cost_names.TOY_TABLES, cost_names.TOY_FIGURES, report, COST_CATEGORY
         ),
     params:
         T=config["costs"]["toy_T"],
@@ -83,25 +82,8 @@ rule summarize_backcopy:
             seed=config["costs"]["backcopy"]["seeds"],
         ),
     output:
-        table_runs=paths.cost_table("backcopy_runs"),
-        table_runs_csv=paths.cost_table("backcopy_runs", "csv"),
-        table_slopes=paths.cost_table("backcopy_slopes"),
-        table_slopes_csv=paths.cost_table("backcopy_slopes", "csv"),
-        table_condition3=paths.cost_table("condition3"),
-        table_condition3_csv=paths.cost_table("condition3", "csv"),
-        table_condition3_measured=paths.cost_table("condition3_measured"),
-        table_condition3_measured_csv=paths.cost_table("condition3_measured", "csv"),
-        figure_backcopy_costs=report(
-            paths.cost_figure("backcopy_costs"),
-            caption="../report/costs_backcopy.rst",
-            category="Costs of sinks vs diagonals (§7)",
-            labels={"figure": "backcopy cost vs T (Fig. 3 left)"},
-        ),
-        figure_condition3=report(
-            paths.cost_figure("condition3"),
-            caption="../report/costs_condition3.rst",
-            category="Costs of sinks vs diagonals (§7)",
-            labels={"figure": "condition (3) of Theorem 7.1"},
+        **paths.cost_outputs(
+            cost_names.BACKCOPY_TABLES, cost_names.BACKCOPY_FIGURES, report, COST_CATEGORY
         ),
     params:
         condition3=config["costs"]["condition3"],
@@ -125,13 +107,8 @@ rule summarize_copypaste:
             seed=config["costs"]["copypaste"]["seeds"],
         ),
     output:
-        table_runs=paths.cost_table("copypaste_runs"),
-        table_runs_csv=paths.cost_table("copypaste_runs", "csv"),
-        figure_copypaste_costs=report(
-            paths.cost_figure("copypaste_costs"),
-            caption="../report/costs_copypaste.rst",
-            category="Costs of sinks vs diagonals (§7)",
-            labels={"figure": "copy-paste cost and Theorem D.1 bounds (Fig. 3 right)"},
+        **paths.cost_outputs(
+            cost_names.COPYPASTE_TABLES, cost_names.COPYPASTE_FIGURES, report, COST_CATEGORY
         ),
     priority: PRIORITY["summarize_copypaste"]
     log:
@@ -151,8 +128,7 @@ rule summarize_backcopy_e2e:
             seed=config["costs"]["backcopy"]["end_to_end"]["seeds"],
         ),
     output:
-        table=paths.cost_table("backcopy_end_to_end"),
-        table_csv=paths.cost_table("backcopy_end_to_end", "csv"),
+        **paths.cost_outputs(cost_names.END_TO_END_TABLES),
     priority: PRIORITY["summarize_backcopy_e2e"]
     log:
         paths.log("summarize_backcopy_e2e", "all"),

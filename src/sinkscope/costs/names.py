@@ -14,6 +14,7 @@ __all__ = [
     "COPYPASTE_TABLES",
     "END_TO_END_TABLES",
     "FIGURES",
+    "FIGURE_LABELS",
     "TABLES",
     "TOY_FIGURES",
     "TOY_TABLES",
@@ -35,3 +36,10 @@ END_TO_END_TABLES = ("backcopy_end_to_end",)
 #: Every table and figure the stage makes whenever it is enabled (the end-to-end table apart).
 TABLES = (*TOY_TABLES, *BACKCOPY_TABLES, *COPYPASTE_TABLES)
 FIGURES = (*TOY_FIGURES, *BACKCOPY_FIGURES, *COPYPASTE_FIGURES)
+#: The report label of each figure (its caption is ``workflow/report/costs_<name>.rst``).
+FIGURE_LABELS: dict[str, str] = {
+    "toy": "nuclear-norm toy",
+    "backcopy_costs": "backcopy cost vs T (Fig. 3 left)",
+    "condition3": "condition (3) of Theorem 7.1",
+    "copypaste_costs": "copy-paste cost and Theorem D.1 bounds (Fig. 3 right)",
+}

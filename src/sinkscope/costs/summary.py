@@ -12,7 +12,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["fit_slopes", "sink_cheaper_reading"]
+__all__ = ["SLOPE_COSTS", "fit_slopes", "sink_cheaper_reading", "slopes_table"]
+
+#: The costs whose log-log slope against ``T`` the ``backcopy_slopes`` table reports: the total
+#: (sink ~1, diagonal ~3/2), the QK part alone, and the total with the literal sqrt(d) reading.
+SLOPE_COSTS = ("cost_total", "cost_qk", "cost_total_sqrt_d")
 
 
 def fit_slopes(
@@ -34,6 +38,16 @@ def fit_slopes(
         slope, intercept = np.polyfit(np.log(xs), np.log(ys), 1)
         out[pattern] = {"slope": float(slope), "intercept": float(intercept), "n": float(len(xs))}
     return out
+
+
+def slopes_table(table: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The ``backcopy_slopes`` table: one row per (cost of :data:`SLOPE_COSTS`, pattern) with
+    :func:`fit_slopes`' slope, intercept and number of sizes."""
+    return [
+        {"cost": cost, "pattern": pattern, **fit}
+        for cost in SLOPE_COSTS
+        for pattern, fit in fit_slopes(table, "T", cost).items()
+    ]
 
 
 def sink_cheaper_reading(table: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
