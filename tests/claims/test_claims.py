@@ -1259,3 +1259,15 @@ def test_compare_runs_puts_verdicts_side_by_side_and_flags_differences(tmp_path,
     assert f"{tmp_path / 'other.parquet'} is not a claims table (no column claim_id" in (
         capsys.readouterr().err
     )
+
+
+def test_claims_inputs_name_tables_their_stages_make() -> None:
+    """Every input of rule ``claims`` is a summary table its stage's ``names`` module states, and
+    an input naming a table the stage does not make fails when it is declared."""
+    from sinkscope.claims import names
+
+    for key, table in names.INPUTS.items():
+        assert table.name in names.summary_tables(table.section), key
+        assert table.analysis == table.section.partition(".")[0]
+    with pytest.raises(ValueError, match="'bos_alignment_typo'.*'geometry'"):
+        names._input("geometry", "bos_alignment_typo")

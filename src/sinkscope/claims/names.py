@@ -1,15 +1,24 @@
 """Names of the claims stage: the summary tables rule ``claims`` reads.
 
-No computation and no imports beyond the standard library: :mod:`sinkscope.paths` (and through
-it the workflow) reads :data:`INPUTS` to list the rule's inputs, and
-:mod:`sinkscope.claims.registry` reads it to know which analysis writes each table.
+No computation, and no imports beyond the standard library and the stages' own ``names``
+modules, which state each summary table's name: :mod:`sinkscope.paths` (and through it the
+workflow) reads :data:`INPUTS` to list the rule's inputs, and :mod:`sinkscope.claims.registry`
+reads it to know which analysis writes each table. An input that names a table its stage does not
+make fails at import.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["INPUTS", "ClaimsInput"]
+from sinkscope.costs import names as costs_names
+from sinkscope.dynamics import names as dynamics_names
+from sinkscope.geometry import names as geometry_names
+from sinkscope.heads import names as heads_names
+from sinkscope.oversmoothing import names as oversmoothing_names
+from sinkscope.streaming import names as streaming_names
+
+__all__ = ["INPUTS", "ClaimsInput", "summary_tables"]
 
 
 class ClaimsInput(NamedTuple):
@@ -24,30 +33,49 @@ class ClaimsInput(NamedTuple):
     name: str
 
 
+def summary_tables(section: str) -> tuple[str, ...]:
+    """The summary tables the analysis of config ``section`` (``heads``, ``geometry``, ...,
+    ``dynamics.<part>``) writes, as its ``names`` module states them."""
+    analysis, _, part = section.partition(".")
+    if analysis == "dynamics":
+        return dynamics_names.SUMMARY_TABLES[part]
+    return {
+        "heads": (heads_names.SUMMARY,),
+        "geometry": geometry_names.SUMMARY_TABLES,
+        "oversmoothing": oversmoothing_names.TABLES,
+        "costs": costs_names.TABLES,
+        "streaming": streaming_names.SUMMARY_TABLES,
+    }[analysis]
+
+
+def _input(section: str, name: str) -> ClaimsInput:
+    """The summary table ``name`` of the analysis of config ``section`` (checked against
+    :func:`summary_tables`)."""
+    if name not in summary_tables(section):
+        raise ValueError(f"claims input {name!r}: not a summary table of {section!r}")
+    return ClaimsInput(section.partition(".")[0], section, name)
+
+
 #: Summary table key (the key of the tables the checks get) -> where it comes from, in the order
 #: rule ``claims`` lists its inputs.
 INPUTS: dict[str, ClaimsInput] = {
-    "head_classes": ClaimsInput("heads", "heads", "head_classes"),
-    "geometry_bos_alignment": ClaimsInput("geometry", "geometry", "bos_alignment"),
-    "geometry_value_rank": ClaimsInput("geometry", "geometry", "value_rank"),
-    "geometry_bos_value_norm_classes": ClaimsInput(
-        "geometry", "geometry", "bos_value_norm_classes"
-    ),
-    "geometry_statements": ClaimsInput("geometry", "geometry", "statements"),
+    "head_classes": _input("heads", heads_names.SUMMARY),
+    "geometry_bos_alignment": _input("geometry", "bos_alignment"),
+    "geometry_value_rank": _input("geometry", "value_rank"),
+    "geometry_bos_value_norm_classes": _input("geometry", "bos_value_norm_classes"),
+    "geometry_statements": _input("geometry", "statements"),
     # read only by sinkscope.claims.observations (the "Observations" section of claims.md)
-    "geometry_bos_residual_norm": ClaimsInput("geometry", "geometry", "bos_residual_norm"),
-    "geometry_value_rank_worst": ClaimsInput("geometry", "geometry", "value_rank_worst"),
-    "oversmoothing_summary": ClaimsInput("oversmoothing", "oversmoothing", "summary"),
-    "oversmoothing_per_head": ClaimsInput("oversmoothing", "oversmoothing", "per_head"),
-    "costs_toy": ClaimsInput("costs", "costs", "toy"),
-    "costs_backcopy_runs": ClaimsInput("costs", "costs", "backcopy_runs"),
-    "costs_backcopy_slopes": ClaimsInput("costs", "costs", "backcopy_slopes"),
-    "costs_copypaste_runs": ClaimsInput("costs", "costs", "copypaste_runs"),
-    "streaming_sink_heads": ClaimsInput("streaming", "streaming", "sink_heads"),
-    "streaming_recompute": ClaimsInput("streaming", "streaming", "recompute"),
-    "dynamics_value_softmax_by_variant": ClaimsInput(
-        "dynamics", "dynamics.value_softmax", "by_variant"
-    ),
-    "dynamics_induction_by_setup": ClaimsInput("dynamics", "dynamics.induction", "by_setup"),
-    "dynamics_classification_final": ClaimsInput("dynamics", "dynamics.classification", "final"),
+    "geometry_bos_residual_norm": _input("geometry", "bos_residual_norm"),
+    "geometry_value_rank_worst": _input("geometry", "value_rank_worst"),
+    "oversmoothing_summary": _input("oversmoothing", "summary"),
+    "oversmoothing_per_head": _input("oversmoothing", "per_head"),
+    "costs_toy": _input("costs", "toy"),
+    "costs_backcopy_runs": _input("costs", "backcopy_runs"),
+    "costs_backcopy_slopes": _input("costs", "backcopy_slopes"),
+    "costs_copypaste_runs": _input("costs", "copypaste_runs"),
+    "streaming_sink_heads": _input("streaming", "sink_heads"),
+    "streaming_recompute": _input("streaming", "recompute"),
+    "dynamics_value_softmax_by_variant": _input("dynamics.value_softmax", "by_variant"),
+    "dynamics_induction_by_setup": _input("dynamics.induction", "by_setup"),
+    "dynamics_classification_final": _input("dynamics.classification", "final"),
 }
