@@ -63,7 +63,7 @@ class StreamingEvaluator:
     inv_freqs: list[torch.Tensor] = field(init=False)
 
     def __post_init__(self) -> None:
-        from sinkscope.prepare.models import base_model
+        from sinkscope.prepare.models import base_model, model_shape
 
         register_attention()
         self.model.set_attn_implementation(ATTENTION_NAME)
@@ -71,7 +71,7 @@ class StreamingEvaluator:
         config = self.model.config.get_text_config()
         self.config = config
         self.n_layers = int(config.num_hidden_layers)
-        self.max_positions = int(getattr(config, "max_position_embeddings", 0) or 0)
+        self.max_positions = model_shape(config).max_positions
         types = getattr(config, "layer_types", None) or ["full_attention"] * self.n_layers
         self.layer_types = list(types)
         window = getattr(config, "sliding_window", None)
@@ -109,7 +109,8 @@ class StreamingEvaluator:
         return result
 
     def dense_policy(self, stream_length: int, positions: str = "cache") -> Policy:
-        """Dense as far as the context allows: a window of ``max_position_embeddings`` beyond."""
+        """Dense as far as the context allows: a window of the model's position limit
+        (:func:`sinkscope.prepare.models.model_shape`) beyond it."""
         window = None
         if self.max_positions and stream_length > self.max_positions:
             window = self.max_positions
