@@ -174,15 +174,18 @@ def test_the_costs_rules_take_their_outputs_from_costs_names() -> None:
 
 def test_every_dynamics_part_has_its_two_steps_and_functions() -> None:
     """The rules ``dynamics_<part>_run`` and ``summarize_dynamics_<part>`` run the shared steps
-    with their part, and ``sinkscope.dynamics.<part>`` has the ``run_<part>`` and
-    ``summarize_<part>`` those steps look up."""
+    with their part; ``sinkscope.dynamics.<part>`` has the ``run_<part>`` and
+    ``sinkscope.dynamics.summary`` the ``summarize_<part>`` those steps call."""
+    from sinkscope.dynamics import summary
     from sinkscope.paths import DYNAMICS_RUN_TABLES
     from sinkscope.steps import STEPS, _dynamics_module, _dynamics_run, _summarize_dynamics
 
+    assert tuple(summary.SUMMARIZE) == tuple(DYNAMICS_RUN_TABLES)
     for part in DYNAMICS_RUN_TABLES:
-        for rule, step, prefix in (
-            (f"dynamics_{part}_run", _dynamics_run, "run_"),
-            (f"summarize_dynamics_{part}", _summarize_dynamics, "summarize_"),
+        for rule, step in (
+            (f"dynamics_{part}_run", _dynamics_run),
+            (f"summarize_dynamics_{part}", _summarize_dynamics),
         ):
             assert STEPS[rule].func is step and STEPS[rule].keywords == {"part": part}
-            assert callable(getattr(_dynamics_module(part), prefix + part))
+        assert callable(getattr(_dynamics_module(part), f"run_{part}"))
+        assert summary.SUMMARIZE[part] is getattr(summary, f"summarize_{part}")

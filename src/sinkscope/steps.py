@@ -451,18 +451,18 @@ def _dynamics_run(smk: Any, part: str) -> None:
 
 def _summarize_dynamics(smk: Any, part: str) -> None:
     """Rule ``summarize_dynamics_<part>``: the ``part`` experiment's runs summarized
-    (``summarize_<part>`` of ``sinkscope.dynamics.<part>``), its tables, figures and timings."""
+    (``sinkscope.dynamics.summary.SUMMARIZE[part]``), its tables, figures and timings."""
     from sinkscope.dynamics.plots import figures
+    from sinkscope.dynamics.summary import SUMMARIZE
     from sinkscope.io import write_json
     from sinkscope.paths import DYNAMICS_RUN_TABLES, DYNAMICS_SUMMARY_TABLES
 
-    summarize: Callable[[list], dict] = getattr(_dynamics_module(part), f"summarize_{part}")
     names = DYNAMICS_RUN_TABLES[part]
     runs = [
         {name: pl.read_parquet(path) for name, path in zip(names, files, strict=True)}
         for files in zip(*(getattr(smk.input, name) for name in names), strict=True)
     ]
-    tables = summarize(runs)
+    tables = SUMMARIZE[part](runs)
     for name in DYNAMICS_SUMMARY_TABLES[part]:
         write_table(tables[name], getattr(smk.output, f"table_{name}"))
     _draw(figures(part, tables), smk.output)

@@ -28,8 +28,7 @@ from sinkscope.costs import plots as cplots
 from sinkscope.costs.summary import fit_slopes
 from sinkscope.costs.toy import toy_table
 from sinkscope.dynamics import plots as dplots
-from sinkscope.dynamics.classification import summarize_classification
-from sinkscope.dynamics.value_softmax import summarize_value_softmax
+from sinkscope.dynamics.summary import summarize_classification, summarize_value_softmax
 from sinkscope.heads.classify import HeadClassThresholds
 from sinkscope.heads.names import DIAGONAL, POOLED, SINK, SINK_PREV
 from sinkscope.heads.plots import summary_bars_figure

@@ -15,9 +15,9 @@ from sinkscope.dynamics.classification import (
     make_classification_data,
     run_classification,
     signal_groups,
-    summarize_classification,
     token_label,
 )
+from sinkscope.dynamics.summary import summarize_classification
 
 
 def test_task_has_n_signal_tokens_of_the_label_and_neutral_rest() -> None:

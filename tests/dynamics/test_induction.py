@@ -19,8 +19,8 @@ from sinkscope.dynamics.induction import (
     make_induction_data,
     run_induction,
     sink_mass,
-    summarize_induction,
 )
+from sinkscope.dynamics.summary import summarize_induction
 
 TINY = {
     "hidden": 32,

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
+from sinkscope.dynamics.summary import summarize_value_softmax
 from sinkscope.dynamics.value_softmax import (
     _problem,
     _spec,
     loss_and_gradient,
     objective,
     run_value_softmax,
-    summarize_value_softmax,
     value_softmax_grid,
 )
 

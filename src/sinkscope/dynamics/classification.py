@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
 
 import polars as pl
 import torch
@@ -54,10 +53,8 @@ from sinkscope.dynamics.grids import PAPER_CLASSIFICATION, classification_grid
 __all__ = [
     "PAPER_CLASSIFICATION",
     "classification_grid",
-    "flip_rate_trend",
     "make_classification_data",
     "run_classification",
-    "summarize_classification",
 ]
 
 N_LABELS = 4
@@ -280,63 +277,3 @@ def run_classification(spec: dict) -> dict[str, pl.DataFrame]:
         "attention": pl.DataFrame(att_rows).with_columns(run_id=pl.lit(run_id)),
         "timing": pl.DataFrame([{"run_id": run_id, "wall_s": time.perf_counter() - t0}]),
     }
-
-
-def summarize_classification(results: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
-    """Concatenated ``final``, ``curve`` (with the spec columns joined on) and ``attention``
-    tables, and ``by_setup``: per (|V|, MLP, LayerNorm, heads, layers) the number of runs and the
-    mean / min / max over seeds of the final flip rate, the mean neutral-only flip rate, accuracy
-    and ``CLS`` top attention weight."""
-    final = pl.concat([r["final"] for r in results], how="diagonal_relaxed").sort("run_id")
-    cols = ["run_id", "vocab_size", "use_mlp", "use_layernorm", "n_heads", "n_layers", "seed"]
-    curve = pl.concat([r["curve"] for r in results], how="diagonal_relaxed").join(
-        final.select(cols), on="run_id"
-    )
-    attention = pl.concat([r["attention"] for r in results], how="diagonal_relaxed")
-    keys = ["vocab_size", "use_mlp", "use_layernorm", "n_heads", "n_layers"]
-    by_setup = (
-        final.group_by(keys)
-        .agg(
-            runs=pl.len(),
-            accuracy_mean=pl.col("accuracy").mean(),
-            flip_rate_mean=pl.col("flip_rate").mean(),
-            flip_rate_min=pl.col("flip_rate").min(),
-            flip_rate_max=pl.col("flip_rate").max(),
-            flip_rate_neutral_mean=pl.col("flip_rate_neutral").mean(),
-            cls_top_weight_mean=pl.col("cls_top_weight").mean(),
-        )
-        .sort(keys)
-    )
-    return {"final": final, "curve": curve, "attention": attention, "by_setup": by_setup}
-
-
-#: Figure 21's setup: |V| = 41, no MLP, no LayerNorm (the runs the flip-rate trend is read on).
-FIG21_SCOPE = "|V|=41, no MLP, no LayerNorm"
-
-
-def flip_rate_trend(final: pl.DataFrame, factor: str) -> dict[str, Any]:
-    """Mean final flip rate at the smallest and the largest value of ``factor`` (``"n_heads"`` or
-    ``"n_layers"``), the numbers of claim ``dynamics.flip_rate_decreases`` and of the title of the
-    flip-rate-by-size figure.
-
-    Read on Figure 21's setup (:data:`FIG21_SCOPE`) when the runs include it with two values of
-    ``factor``, otherwise on all runs pooled over the other factors. Returns ``{"scope",
-    "levels" (sorted values of factor), "n_runs", "low" (mean at the smallest), "high" (at the
-    largest)}``; ``low`` / ``high`` are ``None`` with fewer than two levels.
-    """
-    fig21 = final
-    if {"vocab_size", "use_mlp", "use_layernorm"} <= set(final.columns):
-        fig21 = final.filter(
-            (pl.col("vocab_size") == 41) & ~pl.col("use_mlp") & ~pl.col("use_layernorm")
-        )
-    runs, scope = fig21, FIG21_SCOPE
-    if fig21[factor].n_unique() < 2:
-        runs, scope = final, "all runs pooled"
-    levels = sorted(set(runs[factor].to_list()))
-    out: dict[str, Any] = {
-        "scope": scope, "levels": levels, "n_runs": runs.height, "low": None, "high": None
-    }  # fmt: skip
-    if len(levels) >= 2:
-        out["low"] = float(runs.filter(pl.col(factor) == levels[0])["flip_rate"].mean())
-        out["high"] = float(runs.filter(pl.col(factor) == levels[-1])["flip_rate"].mean())
-    return out

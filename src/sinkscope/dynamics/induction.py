@@ -166,7 +166,6 @@ __all__ = [
     "make_induction_data",
     "run_induction",
     "sink_mass",
-    "summarize_induction",
     "switch_mass",
     "switch_measures",
     "switched_off",
@@ -536,50 +535,3 @@ def run_induction(spec: dict) -> dict[str, pl.DataFrame]:
     if switch != SWITCHES[0]:
         tables["switches"] = pl.DataFrame(switches)
     return tables
-
-
-def summarize_induction(results: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
-    """Concatenate per-run tables and aggregate over seeds.
-
-    Returns ``final``, ``curve``, ``heads``, ``pattern`` (concatenated) and ``by_setup``: one row
-    per (attention, normalize, positional, weight_decay) with ``runs``, ``learned_runs``,
-    ``accuracy_mean``, ``sink_proportion_mean`` (layer 2, over all runs),
-    ``sink_proportion_learned`` (over runs that learned; null if none), ``mean_sink_mass`` and
-    ``idle_sink_mass`` (layer-2 mean over heads of the position-0 mass of the first-half rows).
-    ``final`` gains ``variant`` and ``idle_sink_mass``.
-    """
-    final = pl.concat([r["final"] for r in results], how="diagonal_relaxed")
-    final = final.with_columns(
-        variant=pl.struct("attention", "normalize").map_elements(
-            lambda s: variant_name(s["attention"], s["normalize"]), return_dtype=pl.String
-        )
-    )
-    heads = pl.concat([r["heads"] for r in results], how="diagonal_relaxed")
-    idle = (
-        heads.join(final.select("run_id", "n_layers"), on="run_id")
-        .filter(pl.col("layer") == pl.col("n_layers"))
-        .group_by("run_id")
-        .agg(idle_sink_mass=pl.col("idle_sink_mass").mean())
-    )
-    final = final.join(idle, on="run_id", how="left")
-    keys = ["variant", "attention", "normalize", "positional", "weight_decay"]
-    by_setup = (
-        final.group_by(keys)
-        .agg(
-            runs=pl.len(),
-            learned_runs=pl.col("learned").sum(),
-            accuracy_mean=pl.col("accuracy").mean(),
-            sink_proportion_mean=pl.col("sink_proportion").mean(),
-            sink_proportion_learned=pl.col("sink_proportion").filter(pl.col("learned")).mean(),
-            mean_sink_mass=pl.col("mean_sink_mass").mean(),
-            idle_sink_mass=pl.col("idle_sink_mass").mean(),
-        )
-        .sort(keys)
-    )
-    return {
-        "final": final.sort("run_id"),
-        "curve": pl.concat([r["curve"] for r in results], how="diagonal_relaxed"),
-        "heads": heads,
-        "pattern": pl.concat([r["pattern"] for r in results], how="diagonal_relaxed"),
-        "by_setup": by_setup,
-    }

@@ -18,9 +18,9 @@ import seaborn as sns
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from sinkscope.dynamics.classification import flip_rate_trend
 from sinkscope.dynamics.induction import loss_floor
 from sinkscope.dynamics.names import FIGURES
+from sinkscope.dynamics.summary import flip_rate_trend
 from sinkscope.plotting import Draw, legend_below, new_figure, save_figure
 
 __all__ = [
@@ -456,7 +456,7 @@ def plot_classification_flips(tables: dict[str, pl.DataFrame], out_png: PathLike
 
 def flip_trend_statement(final: pl.DataFrame) -> str:
     """The mean final flip rate at the fewest and the most heads and layers
-    (:func:`.classification.flip_rate_trend`, the numbers of claim
+    (:func:`.summary.flip_rate_trend`, the numbers of claim
     ``dynamics.flip_rate_decreases``, in its format), one line per factor, e.g. ``H 1 -> 4 (|V|=41,
     no MLP, no LayerNorm): flip rate 0.400 -> 0.100``."""
     parts = []

@@ -71,7 +71,6 @@ __all__ = [
     "loss_and_gradient",
     "objective",
     "run_value_softmax",
-    "summarize_value_softmax",
     "value_softmax_grid",
 ]
 
@@ -309,35 +308,3 @@ def run_value_softmax(spec: dict) -> dict[str, pl.DataFrame]:
     )
     timing = pl.DataFrame([{"run_id": run_id, "wall_s": time.perf_counter() - t0}])
     return {"trajectory": trajectory, "scalars": scalars, "final": final, "timing": timing}
-
-
-def summarize_value_softmax(results: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
-    """Concatenate per-run tables: ``final`` (one row per run), ``trajectory``, ``scalars`` and
-    ``by_variant`` (mean / min / max final entropy, top weight and ``||V||`` per experiment x loss
-    x activation x n x kappa over seeds, with the share of polarized runs)."""
-    final = pl.concat([r["final"] for r in results], how="diagonal_relaxed")
-    trajectory = pl.concat([r["trajectory"] for r in results], how="diagonal_relaxed")
-    scalars = pl.concat([r["scalars"] for r in results], how="diagonal_relaxed")
-    keys = ["experiment", "loss", "activation", "n", "d", "kappa", "target", "kl_sharpness"]
-    by_variant = (
-        final.group_by(keys)
-        .agg(
-            runs=pl.len(),
-            entropy_mean=pl.col("entropy").mean(),
-            entropy_max=pl.col("entropy").max(),
-            max_entropy=pl.col("max_entropy").first(),
-            top_weight_mean=pl.col("top_weight").mean(),
-            top_weight_min=pl.col("top_weight").min(),
-            v_norm_mean=pl.col("v_norm").mean(),
-            final_loss_mean=pl.col("final_loss").mean(),
-            polarized_share=pl.col("polarized").cast(pl.Float64).mean(),
-            order_preserved_mean=pl.col("order_preserved").mean(),
-        )
-        .sort(keys)
-    )
-    return {
-        "final": final.sort("run_id"),
-        "trajectory": trajectory,
-        "scalars": scalars,
-        "by_variant": by_variant,
-    }

@@ -165,7 +165,7 @@ def check_flip_rate_decreases(final: pl.DataFrame, min_difference: float) -> lis
     is lower than at the smallest by more than ``min_difference``. Fig. 21's setup (|V| = 41, no
     MLP, no LayerNorm) is used when the runs include it with both levels, otherwise all runs
     pooled over the other factors."""
-    from sinkscope.dynamics.classification import flip_rate_trend
+    from sinkscope.dynamics.summary import flip_rate_trend
 
     require(final, ["n_heads", "n_layers", "flip_rate"], "classification final")
     rows = []
