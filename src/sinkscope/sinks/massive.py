@@ -8,8 +8,9 @@ embedding output, as in :mod:`sinkscope.extraction.h5layout`):
 
 * ``median_abs``: the median of ``|X^(l)[n, t, d]|`` over every sequence ``n``, position ``t``
   (BOS included) and dimension ``d`` of the layer (exact: one layer's ``|X|`` in float32);
-* the ``top_k`` largest ``|X|`` entries with their (sequence, position, dimension), signed
-  value and ``ratio = |X| / median_abs`` (:func:`top_entries`);
+* the ``top_k`` feature dimensions with the largest ``|X|``, each with the (sequence,
+  position) of its largest entry, the signed value and ``ratio = |X| / median_abs``
+  (:func:`top_entries`);
 * ``n_massive``: entries with ``ratio >= massive_ratio`` (default 100, the lower end of Sun et
   al.'s range), how many of them sit at position 0 (the BOS / sink token), and their distinct
   positions and dimensions (:func:`layer_statistics`).
@@ -81,18 +82,22 @@ ONSET_COLUMNS: tuple[str, ...] = (
 
 
 def top_entries(abs_x: np.ndarray, top_k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Flat indices and magnitudes of the ``top_k`` largest entries of ``abs_x`` (any shape),
-    largest first; ties broken by the smaller flat index (C order: sequence, position,
-    dimension)."""
-    flat = np.asarray(abs_x).ravel()
-    k = min(int(top_k), flat.size)
-    part = np.argpartition(-flat, k - 1)[:k] if k < flat.size else np.arange(flat.size)
-    # include every entry tied with the k-th so that the tie-break is deterministic
-    cut = flat[part].min()
-    candidates = np.flatnonzero(flat >= cut)
-    order = np.lexsort((candidates, -flat[candidates].astype(np.float64)))[:k]
-    index = candidates[order]
-    return index, flat[index].astype(np.float64)
+    """The ``top_k`` feature dimensions of largest ``|X|`` and where each is largest.
+
+    ``abs_x``: ``(N, P, D)``. Per dimension ``d`` the largest entry over sequences and positions
+    (the first in C order where it ties); the dimensions are ranked by it, largest first (ties:
+    smaller ``d`` first). One row per dimension, because the largest entries of a layer are
+    otherwise copies of one (position, dimension) in every sequence (the BOS token's residual
+    stream is the same in all of them). Returns the flat indices into ``abs_x`` and the
+    magnitudes (float64).
+    """
+    a = np.asarray(abs_x)
+    n, p, d = a.shape
+    per_dim = a.reshape(n * p, d)
+    where = per_dim.argmax(axis=0)  # (D,) first row of the maximum
+    peak = per_dim[where, np.arange(d)].astype(np.float64)
+    order = np.lexsort((np.arange(d), -peak))[: min(int(top_k), d)]
+    return where[order] * d + order, peak[order]
 
 
 def layer_statistics(
@@ -103,7 +108,7 @@ def layer_statistics(
     ``x``: the layer's residual stream ``(N, P, D)`` (any float dtype; ``|x|`` is taken in
     float32, the stored dtype). Returns ``(top, stats)``: ``top`` holds arrays ``rank,
     sequence, position, dimension, value, abs_value, ratio, is_massive, at_sink`` of the
-    ``top_k`` largest entries; ``stats`` the ``LAYER_COLUMNS`` fields from ``median_abs`` on
+    ``top_k`` dimensions of :func:`top_entries`; ``stats`` the ``LAYER_COLUMNS`` fields from ``median_abs`` on
     (``massive_dimensions``: the distinct dimensions of the massive entries, space-separated).
     """
     x = np.asarray(x)
