@@ -51,7 +51,7 @@ from sinkscope.sinks.secondary import (
     secondary_tokens,
 )
 
-__all__ = ["SinkSettings", "TABLE_COLUMNS", "analyze_file", "analyze_arrays"]
+__all__ = ["TABLE_COLUMNS", "SinkSettings", "analyze_arrays", "analyze_file"]
 
 _DEFAULTS: dict[str, Any] = schema_default("sinks")
 
@@ -209,7 +209,9 @@ def _prefixes(settings: SinkSettings, n_pos: int) -> list[int]:
     """The full length first, then the distinct shorter prefixes."""
     k = settings.max_key_position
     if k >= n_pos:
-        raise ValueError(f"sinks.max_key_position = {k} needs more than the file's {n_pos} positions")
+        raise ValueError(
+            f"sinks.max_key_position = {k} needs more than the file's {n_pos} positions"
+        )
     bad = [p for p in settings.prefix_positions if not k < p <= n_pos]
     if bad:
         raise ValueError(

@@ -154,15 +154,11 @@ def onset(massive_layer: pl.DataFrame, massive_top: pl.DataFrame) -> pl.DataFram
     massive dimensions over all layers. Null ``first_*`` where no layer has one. Columns
     :data:`ONSET_COLUMNS`."""
     rows = []
-    for (model, dataset), layers in massive_layer.group_by(
-        "model", "dataset", maintain_order=True
-    ):
+    for (model, dataset), layers in massive_layer.group_by("model", "dataset", maintain_order=True):
         layers = layers.sort("layer")
         with_massive = layers.filter(pl.col("n_massive") > 0)
         best = layers.sort("max_ratio", "layer", descending=[True, False]).row(0, named=True)
-        dims = sorted(
-            {int(d) for text in with_massive["massive_dimensions"] for d in text.split()}
-        )
+        dims = sorted({int(d) for text in with_massive["massive_dimensions"] for d in text.split()})
         row: dict[str, object] = {
             "model": model,
             "dataset": dataset,

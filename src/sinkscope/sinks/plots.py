@@ -41,7 +41,11 @@ def _nearest(values: Sequence[float], target: float) -> float:
 
 
 def plot_sink_rate(
-    rate: pl.DataFrame, rate_layer: pl.DataFrame, eps: float, out_png: str | os.PathLike[str], title: str
+    rate: pl.DataFrame,
+    rate_layer: pl.DataFrame,
+    eps: float,
+    out_png: str | os.PathLike[str],
+    title: str,
 ) -> None:
     """Left: the sink rate (share of sequence x layer x head units with score > eps) against the
     key position k, pooled over layers, one line per eps (solid: full length; dashed: a prefix of
@@ -107,6 +111,7 @@ def _token_bars(ax: Axes, tokens: pl.DataFrame, label: str) -> None:
         ax.text(n, yi, f" {n}/{occ}", va="center", fontsize=7)
     ax.set_xlabel(label)
     ax.set_xlim(0, top["n_sink"].max() * 1.3)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _short(token: str, width: int = 18) -> str:
@@ -114,7 +119,11 @@ def _short(token: str, width: int = 18) -> str:
 
 
 def plot_secondary(
-    secondary: pl.DataFrame, tokens: pl.DataFrame, n_layers: int, out_png: str | os.PathLike[str], title: str
+    secondary: pl.DataFrame,
+    tokens: pl.DataFrame,
+    n_layers: int,
+    out_png: str | os.PathLike[str],
+    title: str,
 ) -> None:
     """Left: the token types that most often become secondary sinks (bars: secondary-sink
     occurrences; label: of all eligible occurrences). Right: per layer, how many secondary sinks
@@ -128,10 +137,19 @@ def plot_secondary(
     first = secondary["first_layer"].to_numpy()
     last = secondary["last_layer"].to_numpy()
     spanning = [(int(np.sum((first <= layer) & (last >= layer)))) for layer in layers]
-    appearing = np.bincount(first, minlength=n_layers)[:n_layers] if first.size else np.zeros(n_layers)
+    appearing = (
+        np.bincount(first, minlength=n_layers)[:n_layers] if first.size else np.zeros(n_layers)
+    )
     palette = sns.color_palette("colorblind")
     right.bar(layers, appearing, color=palette[1], label="appear first in this layer")
-    right.plot(layers, spanning, color=palette[0], marker="o", markersize=3, label="within their layer span")
+    right.plot(
+        layers,
+        spanning,
+        color=palette[0],
+        marker="o",
+        markersize=3,
+        label="within their layer span",
+    )
     right.set_xlabel("layer")
     right.set_ylabel("secondary sinks (sequence, position)")
     right.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -143,7 +161,10 @@ def plot_secondary(
 
 
 def plot_massive(
-    massive_layer: pl.DataFrame, massive_top: pl.DataFrame, out_png: str | os.PathLike[str], title: str
+    massive_layer: pl.DataFrame,
+    massive_top: pl.DataFrame,
+    out_png: str | os.PathLike[str],
+    title: str,
 ) -> None:
     """Per layer, the ratio of the largest |X| entries to the layer's median |X| (rank 1 to 3;
     filled marker: the entry sits at position 0, the BOS / sink token), one panel per pair,
@@ -172,7 +193,9 @@ def plot_massive(
                 layers[~sink], ratio[~sink], facecolors="white", edgecolors=[color], s=22, zorder=3
             )
     ax.axhline(threshold, color="grey", linestyle="--", linewidth=0.8)
-    ax.text(0.0, threshold, f" massive: {threshold:g} x median", va="bottom", fontsize=8, color="grey")
+    ax.text(
+        0.0, threshold, f" massive: {threshold:g} x median", va="bottom", fontsize=8, color="grey"
+    )
     ax.set_yscale("log")
     ax.set_xlabel("layer (residual stream entering the layer; 0 = embeddings)")
     ax.set_ylabel("|X| / median |X| of the layer")
@@ -186,7 +209,9 @@ def plot_massive(
     save_figure(fig, out_png)
 
 
-def plot_sink_rate_summary(rate: pl.DataFrame, eps: float, out_png: str | os.PathLike[str], title: str) -> None:
+def plot_sink_rate_summary(
+    rate: pl.DataFrame, eps: float, out_png: str | os.PathLike[str], title: str
+) -> None:
     """The sink rate at the reference ``eps`` against the key position, pooled over layers, one
     line per model and dataset (thick: pooled over the model's datasets), one panel per number
     of positions P."""
@@ -230,7 +255,9 @@ def plot_sink_rate_summary(rate: pl.DataFrame, eps: float, out_png: str | os.Pat
     save_figure(fig, out_png)
 
 
-def plot_secondary_summary(ranked: pl.DataFrame, out_png: str | os.PathLike[str], title: str) -> None:
+def plot_secondary_summary(
+    ranked: pl.DataFrame, out_png: str | os.PathLike[str], title: str
+) -> None:
     """Per model, the token types that most often become secondary sinks, pooled over datasets."""
     models = sorted(set(ranked["model"].to_list())) if ranked.height else []
     fig = new_figure(6.0 * max(1, len(models)), 4.8)
@@ -276,9 +303,5 @@ def summary_figures(
         "secondary_tokens": lambda out: plot_secondary_summary(
             summary["secondary_tokens"], out, title
         ),
-        "massive_activations": lambda out: plot_massive(
-            summary["massive_layer"], top, out, title
-        ),
+        "massive_activations": lambda out: plot_massive(summary["massive_layer"], top, out, title),
     }
-
-

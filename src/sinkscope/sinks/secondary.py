@@ -129,7 +129,7 @@ def secondary_sinks(
     share of them with a smaller cosine (1: the token most aligned with BOS), all at the first
     layer; ``n_sink_units`` counts the (layer, head) pairs above ``eps``.
     """
-    n_layers, n_seq, _, n_pos = scores.shape
+    n_layers, _n_seq, _, n_pos = scores.shape
     keep = eligible_positions(n_pos, min_queries)
     n_heads, max_score = secondary_mask(scores[..., keep], eps)
     active = n_heads > 0  # (L, N, K')
