@@ -122,6 +122,7 @@ def plot_secondary(
     secondary: pl.DataFrame,
     tokens: pl.DataFrame,
     n_layers: int,
+    eps: float,
     out_png: str | os.PathLike[str],
     title: str,
 ) -> None:
@@ -130,7 +131,6 @@ def plot_secondary(
     are within their layer span (first to last layer) and how many appear first there."""
     fig = new_figure(12.0, 4.8)
     left, right = fig.subplots(1, 2)
-    eps = float(secondary["eps"][0]) if secondary.height else float("nan")
     _token_bars(left, tokens, "secondary-sink occurrences (label: of eligible occurrences)")
     left.set_title("token types", fontsize=10)
     layers = np.arange(n_layers)
@@ -150,6 +150,7 @@ def plot_secondary(
         markersize=3,
         label="within their layer span",
     )
+    right.set_ylim(0, max(1.0, float(np.max(spanning, initial=0)) * 1.1))
     right.set_xlabel("layer")
     right.set_ylabel("secondary sinks (sequence, position)")
     right.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -166,28 +167,33 @@ def plot_massive(
     out_png: str | os.PathLike[str],
     title: str,
 ) -> None:
-    """Per layer, the ratio of the largest |X| entries to the layer's median |X| (rank 1 to 3;
-    filled marker: the entry sits at position 0, the BOS / sink token), one panel per pair,
-    with the massive threshold (dashed)."""
+    """Per layer, the ratio of the largest |X| entries to the layer's median |X| (one pair: the
+    three largest dimensions; several: the largest, colour by model, line style by dataset;
+    filled marker: the entry sits at position 0, the BOS / sink token), with the massive
+    threshold (dashed grey)."""
     keys = massive_layer.select("model", "dataset").unique(maintain_order=True).rows()
     fig = new_figure(11.0, 4.6)
     ax = fig.subplots()
     palette = sns.color_palette("colorblind")
     threshold = float(massive_layer["massive_ratio"][0])
     single = len(keys) == 1
-    for i, (model, dataset) in enumerate(keys):
+    models = sorted({model for model, _ in keys})
+    datasets = dataset_order([dataset for _, dataset in keys])
+    styles = ["-", "--", ":", "-."]
+    for model, dataset in keys:
         top = massive_top.filter((pl.col("model") == model) & (pl.col("dataset") == dataset))
         ranks = [1, 2, 3] if single else [1]
         for rank in ranks:
             part = top.filter(pl.col("rank") == rank).sort("layer")
             if part.height == 0:
                 continue
-            color = palette[(rank - 1) if single else i % len(palette)]
+            color = palette[(rank - 1) if single else models.index(model) % len(palette)]
+            style = "-" if single else styles[datasets.index(dataset) % len(styles)]
             layers = part["layer"].to_numpy()
             ratio = part["ratio"].to_numpy()
             sink = part["at_sink"].to_numpy()
             label = f"rank {rank}" if single else f"{model} / {dataset}"
-            ax.plot(layers, ratio, color=color, linewidth=1.2, label=label)
+            ax.plot(layers, ratio, color=color, linestyle=style, linewidth=1.2, label=label)
             ax.scatter(layers[sink], ratio[sink], color=color, s=22, zorder=3)
             ax.scatter(
                 layers[~sink], ratio[~sink], facecolors="white", edgecolors=[color], s=22, zorder=3
@@ -256,7 +262,7 @@ def plot_sink_rate_summary(
 
 
 def plot_secondary_summary(
-    ranked: pl.DataFrame, out_png: str | os.PathLike[str], title: str
+    ranked: pl.DataFrame, eps: float, out_png: str | os.PathLike[str], title: str
 ) -> None:
     """Per model, the token types that most often become secondary sinks, pooled over datasets."""
     models = sorted(set(ranked["model"].to_list())) if ranked.height else []
@@ -271,7 +277,6 @@ def plot_secondary_summary(
             "secondary-sink occurrences\n(label: of eligible occurrences)",
         )
         ax.set_title(model, fontsize=10)
-    eps = float(ranked["eps"][0]) if ranked.height else float("nan")
     fig.suptitle(f"{title}: token types of secondary sinks (score > eps = {eps:g})")
     save_figure(fig, out_png)
 
@@ -284,7 +289,7 @@ def pair_figures(tables: dict[str, pl.DataFrame], eps: float, title: str) -> dic
             tables["sink_rate"], tables["sink_rate_layer"], eps, out, title
         ),
         "secondary_sinks": lambda out: plot_secondary(
-            tables["secondary_sinks"], tables["secondary_tokens"], n_layers, out, title
+            tables["secondary_sinks"], tables["secondary_tokens"], n_layers, eps, out, title
         ),
         "massive_activations": lambda out: plot_massive(
             tables["massive_layer"], tables["massive_top"], out, title
@@ -301,7 +306,7 @@ def summary_figures(
     return {
         "sink_rate": lambda out: plot_sink_rate_summary(summary["sink_rate"], eps, out, title),
         "secondary_tokens": lambda out: plot_secondary_summary(
-            summary["secondary_tokens"], out, title
+            summary["secondary_tokens"], eps, out, title
         ),
         "massive_activations": lambda out: plot_massive(summary["massive_layer"], top, out, title),
     }
