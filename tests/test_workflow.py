@@ -213,9 +213,11 @@ def test_adding_a_dataset_runs_only_its_jobs(
         "summarize_geometry": 1,
         "summarize_oversmoothing": 1,
         "summarize_streaming": 1,
+        "analyze_sinks": 1,
+        "summarize_sinks": 1,
         "claims": 1,
         "all": 1,
-        "total": 16,
+        "total": 18,
     }, dry.stdout
     snakemake(tiny_run, *extra, download_dir=download_dir)
     after = {path: path.stat().st_mtime_ns for path in before}
@@ -258,6 +260,39 @@ def test_streaming_tables_of_the_tiny_run(tiny_run: Path) -> None:
         only = at.filter(pl.col("kind") == "window")["policy_vs_recompute"][0]
         sink = at.filter(pl.col("kind") == "sink")["policy_vs_recompute"]
         assert (sink < only).all() and at["n_tokens"].min() > 0
+
+
+def test_sinks_tables_of_the_tiny_run(tiny_run: Path) -> None:
+    """The sinks rule on a real model: the sink rate at BOS is the HDF5's attention recomputed
+    here (last layer, eps 0.3), the implied BOS mass is the head table's, tokens are decoded."""
+    folder = tiny_run / "results/sinks" / PAIR["model"] / PAIR["dataset"]
+    rate = pl.read_parquet(folder / "sink_rate_layer.parquet")
+    with h5layout.open_activations(
+        tiny_run / "results/activations" / PAIR["model"] / f"{PAIR['dataset']}.h5"
+    ) as f:
+        probs = np.asarray(f["attention/probs"][-1], dtype=np.float64)  # (N, H, T1, T1)
+    t1 = probs.shape[-1]
+    score0 = probs[..., :, 0].sum(axis=-1) / t1
+    last = rate.filter(
+        (pl.col("layer") == rate["layer"].max())
+        & (pl.col("n_positions") == t1)
+        & (pl.col("key_position") == 0)
+        & (pl.col("eps") == 0.3)
+    )
+    assert last["rate"].to_list() == [np.mean(score0 > 0.3)]
+    heads = pl.read_parquet(
+        tiny_run / "results/heads" / PAIR["model"] / PAIR["dataset"] / "heads_per_head.parquet"
+    ).sort("layer", "head")
+    implied = (
+        pl.read_parquet(folder / "sink_score_head.parquet")
+        .filter(pl.col("eps") == 0.3)
+        .sort("layer", "head")
+    )
+    assert np.allclose(implied["bos_mass"].to_numpy(), heads["bos_mass"].to_numpy(), atol=1e-9)
+    top = pl.read_parquet(folder / "massive_top.parquet")
+    assert top["token"].str.starts_with('"').all()  # decoded by the model's tokenizer
+    onset = pl.read_parquet(tiny_run / "results/summary/sinks/massive_onset.parquet")
+    assert onset.height == 1 and onset["model"].to_list() == [PAIR["model"]]
 
 
 def test_dynamics_outputs_of_the_tiny_run(tiny_run: Path) -> None:

@@ -184,6 +184,24 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
             f"oversmoothing.context_lengths: {too_long} exceed extraction.context_length = "
             f"{text_tokens} (every prefix T' must fit in the extracted sequences)"
         )
+    sinks = config["sinks"]
+    if sinks["max_key_position"] > text_tokens:
+        problems.append(
+            f"sinks.max_key_position: {sinks['max_key_position']} exceeds "
+            f"extraction.context_length = {text_tokens} (key positions run 0..T)"
+        )
+    too_long = [p for p in sinks["prefix_positions"] if p > text_tokens + 1]
+    if too_long:
+        problems.append(
+            f"sinks.prefix_positions: {too_long} exceed the {text_tokens + 1} positions of the "
+            f"extracted sequences (extraction.context_length + 1, BOS included)"
+        )
+    short = [p for p in sinks["prefix_positions"] if p <= sinks["max_key_position"]]
+    if short:
+        problems.append(
+            f"sinks.prefix_positions: {short} do not reach key position "
+            f"sinks.max_key_position = {sinks['max_key_position']} (need P > K)"
+        )
     streaming = config.get("streaming", {})
     if streaming.get("enabled"):
         from sinkscope.defaults import STREAMING_PARAMS

@@ -15,6 +15,7 @@ from sinkscope.dynamics import names as dynamics_names
 from sinkscope.geometry import names as geometry_names
 from sinkscope.heads import names as heads_names
 from sinkscope.oversmoothing import names as oversmoothing_names
+from sinkscope.sinks import names as sinks_names
 from sinkscope.streaming import names as streaming_names
 
 #: Figures of the head classification (sinkscope.heads), per pair: the names live in
@@ -32,6 +33,12 @@ GEOMETRY_FIGURES = geometry_names.FIGURES
 #: figures; the names live in :mod:`sinkscope.oversmoothing.names`.
 OVERSMOOTHING_TABLES = oversmoothing_names.TABLES
 OVERSMOOTHING_FIGURES = oversmoothing_names.FIGURES
+#: Sinks beyond BOS (sinkscope.sinks): the sink rate of Gu et al., secondary sinks, massive
+#: activations, per pair and in the summary; the names live in :mod:`sinkscope.sinks.names`.
+SINKS_TABLES = sinks_names.TABLES
+SINKS_FIGURES = sinks_names.FIGURES
+SINKS_SUMMARY_TABLES = sinks_names.SUMMARY_TABLES
+SINKS_SUMMARY_FIGURES = sinks_names.SUMMARY_FIGURES
 #: StreamingLLM (sinkscope.streaming), per pair, by rule, and its summary: the names live in
 #: :mod:`sinkscope.streaming.names`.
 STREAMING_POLICY_TABLES = streaming_names.POLICY_TABLES
@@ -59,13 +66,14 @@ DYNAMICS_FIGURES = dynamics_names.FIGURES
 
 
 def analysis_runs(config: Mapping[str, Any], analysis: str) -> bool:
-    """Whether ``analysis`` runs in ``config``: heads, geometry and oversmoothing always; another
+    """Whether ``analysis`` runs in ``config``: heads, geometry, oversmoothing and sinks always; another
     section when its ``enabled`` is true; a dotted ``section.part`` when both the section and the
     part are enabled (a part without ``enabled`` follows its section)."""
     section, _, part = analysis.partition(".")
     entry = config.get(section)
     enabled = entry.get("enabled") if isinstance(entry, Mapping) else None
-    runs = section in ("heads", "geometry", "oversmoothing") if enabled is None else bool(enabled)
+    always = ("heads", "geometry", "oversmoothing", "sinks")
+    runs = section in always if enabled is None else bool(enabled)
     if runs and part:
         sub = entry.get(part) if isinstance(entry, Mapping) else None
         runs = bool(sub.get("enabled", True)) if isinstance(sub, Mapping) else True
@@ -356,6 +364,7 @@ class Paths:
             for analysis, tables, figures in (
                 ("geometry", GEOMETRY_TABLES, GEOMETRY_FIGURES),
                 ("oversmoothing", OVERSMOOTHING_TABLES, OVERSMOOTHING_FIGURES),
+                ("sinks", SINKS_TABLES, SINKS_FIGURES),
             ):
                 targets += [self.table(analysis, name).format(**fill) for name in tables]
                 targets += [self.figure(analysis, name).format(**fill) for name in figures]
@@ -363,6 +372,7 @@ class Paths:
         for analysis, tables, figures in (
             ("geometry", GEOMETRY_SUMMARY_TABLES, GEOMETRY_FIGURES),
             ("oversmoothing", OVERSMOOTHING_TABLES, OVERSMOOTHING_FIGURES),
+            ("sinks", SINKS_SUMMARY_TABLES, SINKS_SUMMARY_FIGURES),
         ):
             targets += [self.summary_table(analysis, name) for name in tables]
             targets += [self.summary_figure(analysis, name) for name in figures]

@@ -220,6 +220,31 @@ def summarize_geometry(smk: Any) -> None:
     _draw(figures, smk.output)
 
 
+def analyze_sinks(smk: Any) -> None:
+    from sinkscope.paths import SINKS_TABLES
+    from sinkscope.sinks.analysis import SinkSettings, analyze_file
+    from sinkscope.sinks.plots import pair_figures
+    from sinkscope.sinks.secondary import tokenizer_decoder
+
+    settings = SinkSettings.from_config(smk.params.sinks)
+    tables = analyze_file(
+        Path(smk.input.activations), settings, tokenizer_decoder(smk.input.model_dir)
+    )
+    _write_tables(tables, smk.output, SINKS_TABLES)
+    _draw(pair_figures(tables, settings.eps, _pair_title(smk)), smk.output)
+
+
+def summarize_sinks(smk: Any) -> None:
+    from sinkscope.paths import SINKS_SUMMARY_TABLES, SINKS_TABLES
+    from sinkscope.sinks.plots import summary_figures
+    from sinkscope.sinks.summary import summarize
+
+    pairs = _read_tables(list(smk.input), SINKS_TABLES)
+    summary = summarize(pairs)
+    _write_tables(summary, smk.output, SINKS_SUMMARY_TABLES)
+    _draw(summary_figures(summary, pairs, smk.params.eps), smk.output)
+
+
 def analyze_oversmoothing(smk: Any) -> None:
     from sinkscope.oversmoothing.analysis import analyze_file
     from sinkscope.paths import OVERSMOOTHING_TABLES
@@ -495,6 +520,8 @@ STEPS: dict[str, Callable[[Any], None]] = {
     "analyze_geometry": analyze_geometry,
     "analyze_geometry_long_context": analyze_geometry_long_context,
     "summarize_geometry": summarize_geometry,
+    "analyze_sinks": analyze_sinks,
+    "summarize_sinks": summarize_sinks,
     "analyze_oversmoothing": analyze_oversmoothing,
     "summarize_oversmoothing": summarize_oversmoothing,
     "analyze_streaming": analyze_streaming,

@@ -21,6 +21,10 @@ from sinkscope.paths import (
     GEOMETRY_TABLES,
     OVERSMOOTHING_FIGURES,
     OVERSMOOTHING_TABLES,
+    SINKS_FIGURES,
+    SINKS_SUMMARY_FIGURES,
+    SINKS_SUMMARY_TABLES,
+    SINKS_TABLES,
     STREAMING_FIRST_POSITION_FIGURES,
     STREAMING_FIRST_POSITION_TABLES,
     STREAMING_POLICY_FIGURES,
@@ -81,8 +85,9 @@ PAIR_THREADS = max(1, min(2, (workflow._cores or 4) // 2))
 
 # Scheduling order (Snakemake runs the ready job of highest priority first): the model path that
 # users wait for -- prepare, cut, extract, classify heads (the first table), geometry,
-# oversmoothing, their summaries -- before the StreamingLLM evaluation and the model-free
-# experiments (§7 costs, training dynamics), whose summaries go before their remaining runs.
+# oversmoothing, their summaries, then the sinks beyond BOS -- before the StreamingLLM
+# evaluation and the model-free experiments (§7 costs, training dynamics), whose summaries go
+# before their remaining runs.
 # Every rule has an entry (a rule without one fails when the workflow is parsed).
 PRIORITY = {
     "classify_heads": 100,
@@ -90,6 +95,8 @@ PRIORITY = {
     "summarize_heads": 80,
     **dict.fromkeys(("analyze_geometry", "analyze_oversmoothing"), 70),
     **dict.fromkeys(("summarize_geometry", "summarize_oversmoothing", "claims"), 60),
+    "analyze_sinks": 55,
+    "summarize_sinks": 52,
     **dict.fromkeys(("analyze_streaming_first_positions", "analyze_geometry_long_context"), 50),
     # the longest model-free runs (1-3 minutes each) before the StreamingLLM pairs, so that none
     # of them is the last job of a run

@@ -1,0 +1,45 @@
+# Sinks beyond BOS (issue 21): the sink score and rate of Gu et al. (ICLR 2025, sail-sg), secondary
+# sinks after BOS and massive activations (Sun et al. 2024), from the activation files.
+
+
+rule analyze_sinks:
+    input:
+        activations=paths.activations,
+        model_dir=paths.model_dir,  # the tokenizer: the text of secondary-sink and massive tokens
+    output:
+        **tables_of("sinks", SINKS_TABLES),
+        **figures_of("sinks", SINKS_FIGURES, "Sinks beyond BOS"),
+    params:
+        sinks=config["sinks"],
+        extraction=EXTRACTION_SCALE,
+    priority: PRIORITY["analyze_sinks"]
+    log:
+        paths.log("analyze_sinks", "{model}/{dataset}"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    threads: 1
+    resources:
+        mem_mb=lambda wc, attempt: 4000 * attempt,
+        runtime=lambda wc, attempt: 20 * attempt,
+    script:
+        "../scripts/step.py"
+
+
+rule summarize_sinks:
+    input:
+        pair_tables("sinks", SINKS_TABLES),
+    output:
+        **summary_tables_of("sinks", SINKS_SUMMARY_TABLES),
+        **summary_figures_of("sinks", SINKS_SUMMARY_FIGURES, "Sinks beyond BOS"),
+    params:
+        eps=config["sinks"]["eps"],  # the reference threshold of the summary's sink-rate figure
+    priority: PRIORITY["summarize_sinks"]
+    log:
+        paths.log("summarize_sinks", "all"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    resources:
+        mem_mb=lambda wc, attempt: 2000 * attempt,
+        runtime=lambda wc, attempt: 10 * attempt,
+    script:
+        "../scripts/step.py"
