@@ -16,6 +16,7 @@ from sinkscope.geometry import names as geometry_names
 from sinkscope.heads import names as heads_names
 from sinkscope.oversmoothing import names as oversmoothing_names
 from sinkscope.streaming import names as streaming_names
+from sinkscope.variants import is_no_bos
 
 #: Figures of the head classification (sinkscope.heads), per pair: the names live in
 #: :mod:`sinkscope.heads.names`.
@@ -188,14 +189,20 @@ class Paths:
     def streaming_targets(
         self, pairs: list[tuple[str, str]], streaming: Mapping[str, Any]
     ) -> list[str]:
-        """Per-pair and summary outputs of the StreamingLLM analysis (when enabled)."""
+        """Per-pair and summary outputs of the StreamingLLM analysis (when enabled). A no-BOS
+        pair (:mod:`sinkscope.variants`) gets only the first-position mass, the part read from its
+        activation file: the cache policies cut their own streams (BOS first) from the corpus,
+        the same for both variants of a dataset."""
         if not streaming.get("enabled"):
             return []
         targets = []
         for model, dataset in pairs:
             fill = {"model": model, "dataset": dataset}
-            targets += [self.table("streaming", n).format(**fill) for n in STREAMING_TABLES]
-            targets += [self.figure("streaming", n).format(**fill) for n in STREAMING_FIGURES]
+            no_bos = is_no_bos(dataset)
+            tables = STREAMING_FIRST_POSITION_TABLES if no_bos else STREAMING_TABLES
+            figures = STREAMING_FIRST_POSITION_FIGURES if no_bos else STREAMING_FIGURES
+            targets += [self.table("streaming", n).format(**fill) for n in tables]
+            targets += [self.figure("streaming", n).format(**fill) for n in figures]
         targets += [self.summary_table("streaming", n) for n in STREAMING_SUMMARY_TABLES]
         targets += [self.summary_figure("streaming", n) for n in STREAMING_SUMMARY_FIGURES]
         return targets
@@ -210,12 +217,14 @@ class Paths:
     def long_context_targets(
         self, pairs: list[tuple[str, str]], config: Mapping[str, Any]
     ) -> list[str]:
-        """The long-context half-space tables (parquet and CSV) of every pair, when enabled."""
+        """The long-context half-space tables (parquet and CSV) of every pair with BOS, when
+        enabled (the test cuts its own streams from the corpus: a no-BOS pair has none)."""
         if not analysis_runs(config, "geometry.long_context"):
             return []
         return [
             self.table("geometry", name, suffix).format(model=model, dataset=dataset)
             for model, dataset in pairs
+            if not is_no_bos(dataset)
             for name in GEOMETRY_LONG_CONTEXT_TABLES
             for suffix in ("parquet", "csv")
         ]

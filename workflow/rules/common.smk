@@ -8,6 +8,9 @@ from snakemake.utils import validate
 from sinkscope.config import (
     backcopy_end_to_end_params,
     backcopy_params,
+    bos_pairs,
+    dataset_entry,
+    dataset_ids,
     extraction_scale,
     long_context_params,
     pairs,
@@ -32,6 +35,7 @@ from sinkscope.paths import (
     STREAMING_TABLES,
     Paths,
 )
+from sinkscope.variants import source_dataset
 
 
 # sinkscope's validator first: its messages name every offending key as a dotted path; then
@@ -48,7 +52,7 @@ logger.info(
 
 wildcard_constraints:
     model="|".join(map(re.escape, config["models"])),
-    dataset="|".join(map(re.escape, config["datasets"])),
+    dataset="|".join(map(re.escape, dataset_ids(config))),
     pattern="sink|diagonal",
     T=r"\d+",
     n=r"\d+",
@@ -182,9 +186,19 @@ def summary_figures_of(analysis, names, category):
 
 
 def pair_tables(analysis, names):
-    """Every pair's parquet tables of one analysis (inputs of its summary rule)."""
+    """Every BOS pair's parquet tables of one analysis (inputs of its summary rule: the pooled
+    rows and the paper's claims are about BOS; no-BOS pairs have their own per-pair outputs)."""
     return [
         paths.table(analysis, name).format(model=model, dataset=dataset)
-        for model, dataset in pairs(config)
+        for model, dataset in bos_pairs(config)
         for name in names
     ]
+
+
+def corpus_of(wildcards):
+    """The cleaned corpus a pair's sequences are cut from (a no-BOS variant: its dataset's)."""
+    dataset = source_dataset(wildcards.dataset)
+    return {
+        "documents": paths.corpus.format(dataset=dataset),
+        "provenance": paths.corpus_provenance.format(dataset=dataset),
+    }
