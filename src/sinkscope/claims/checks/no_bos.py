@@ -16,13 +16,22 @@ from typing import Any
 
 import polars as pl
 
-from sinkscope.claims.verdicts import Reading, Row, not_applicable, pct, require, row, rows_per
+from sinkscope.claims.verdicts import (
+    NOT_RUN,
+    Reading,
+    Row,
+    not_applicable,
+    pct,
+    require,
+    row,
+    rows_per,
+)
 from sinkscope.variants import NO_BOS_SUFFIX, source_dataset
 
 __all__ = ["check_first_token_becomes_sink"]
 
 _NO_PAIR = (
-    "no no-BOS pair in this config (set datasets.<name>.bos: both to extract a dataset's "
+    f"{NOT_RUN} (no no-BOS pair: set datasets.<name>.bos: both to extract a dataset's "
     "sequences without BOS too)"
 )
 
