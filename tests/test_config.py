@@ -333,7 +333,10 @@ def test_check_config_layers_files_as_snakemake_does_and_names_file_and_line(
     repo = Path(__file__).resolve().parents[1]
     base, full = str(repo / "config.yaml"), str(repo / "config" / "offline-full.yaml")
     assert main(["check-config", base, full]) == 0
-    assert "valid; 2 models x 4 datasets (10 pairs, 2 of them without BOS), N = 50" in capsys.readouterr().out
+    assert (
+        "valid; 2 models x 4 datasets (10 pairs, 2 of them without BOS), N = 50"
+        in capsys.readouterr().out
+    )
     tabbed = tmp_path / "tabbed.yaml"
     tabbed.write_text("extraction:\n\tn_sequences: 4\n")
     assert main(["check-config", base, str(tabbed)]) == 2

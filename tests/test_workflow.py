@@ -27,6 +27,7 @@ from tests.conftest import TINY, job_counts, snakemake
 REPO = Path(__file__).resolve().parents[1]
 TINY_EXTRA = REPO / "tests" / "configs" / "tiny_extra_dataset.yaml"
 PAIR = {"model": "smollm2-135m", "dataset": "alice"}
+NO_BOS = {"model": "smollm2-135m", "dataset": "alice.no-bos"}  # tiny.yaml: alice has bos: both
 RELATIVE = Paths("results")  # paths as Snakemake and the jobs' messages write them
 
 pytestmark = pytest.mark.integration
@@ -98,9 +99,10 @@ def test_bad_config_fails_before_any_job(tmp_path: Path) -> None:
 
 def test_all_outputs_exist_and_rerun_is_a_no_op(tiny_run: Path, download_dir: Path) -> None:
     paths = Paths(str(tiny_run / "results"))
-    expected = paths.all_targets([(PAIR["model"], PAIR["dataset"])])
-    expected += paths.streaming_targets([(PAIR["model"], PAIR["dataset"])], {"enabled": True})
-    expected += paths.long_context_targets([(PAIR["model"], PAIR["dataset"])], {"geometry": {}})
+    pairs = [(PAIR["model"], PAIR["dataset"]), (NO_BOS["model"], NO_BOS["dataset"])]
+    expected = paths.all_targets(pairs)
+    expected += paths.streaming_targets(pairs, {"enabled": True})
+    expected += paths.long_context_targets(pairs, {"geometry": {}})
     missing = [path for path in expected if not Path(path).exists()]
     assert not missing
     for name in HEAD_FIGURES:
@@ -175,8 +177,8 @@ def test_head_tables_match_brute_force(tiny_run: Path) -> None:
         assert row["diagonal_mass"][0] == pytest.approx(diag, abs=2e-3)
         assert row["subdiagonal_mass"][0] == pytest.approx(sub, abs=2e-3)
     summary = pl.read_parquet(tiny_run / "results/summary/head_classes.parquet")
-    assert set(summary["dataset"]) == {"alice", "all"}
-    sinks = per_head["is_sink"].mean()
+    assert set(summary["dataset"]) == {"alice", "alice.no-bos", "all"}
+    sinks = per_head["is_sink"].mean()  # the pooled row leaves the no-BOS pair out
     pooled = summary.filter(pl.col("dataset") == "all")
     assert pooled["frac_sink"][0] == pytest.approx(sinks)
     assert sinks > 0.1  # SmolLM2 has many sink heads even on 32 tokens
@@ -222,7 +224,43 @@ def test_adding_a_dataset_runs_only_its_jobs(
     assert before == after
     assert (tiny_run / "results/activations/smollm2-135m/shakespeare.h5").exists()
     summary = pl.read_parquet(tiny_run / "results/summary/head_classes.parquet")
-    assert set(summary["dataset"]) == {"alice", "shakespeare", "all"}
+    assert set(summary["dataset"]) == {"alice", "alice.no-bos", "shakespeare", "all"}
+
+
+def test_the_no_bos_pair_is_the_bos_pair_without_bos(tiny_run: Path) -> None:
+    """alice.no-bos: the BOS file's text tokens without BOS, marked in the file; its head table
+    is the brute force on a direct forward of those tokens (bos_mass = mass on position 0, the
+    first text token); the claims table compares its sink heads with the BOS pair's."""
+    results = tiny_run / "results"
+    with h5layout.open_activations(results / "activations/smollm2-135m/alice.h5") as f:
+        with_bos = f[h5layout.TOKEN_IDS][...]
+        assert f.attrs[h5layout.ATTR_BOS] == "keep"
+    with h5layout.open_activations(results / "activations/smollm2-135m/alice.no-bos.h5") as f:
+        ids = f[h5layout.TOKEN_IDS][...]
+        assert f.attrs[h5layout.ATTR_BOS] == "drop"
+        assert f.attrs[h5layout.ATTR_CONTEXT_LENGTH] == 31  # 32 positions
+    np.testing.assert_array_equal(ids, with_bos[:, 1:])
+    from sinkscope.prepare.models import load_model
+
+    model = load_model(results / "models/smollm2-135m", "float32", "eager")
+    with torch.no_grad():
+        out = model(torch.as_tensor(ids, dtype=torch.long), output_attentions=True)
+    per_head = pl.read_parquet(results / "heads/smollm2-135m/alice.no-bos/heads_per_head.parquet")
+    for layer, head in ((0, 0), (12, 4), (29, 8)):
+        attention = out.attentions[layer][:, head].double().numpy()  # (N, T, T)
+        t = attention.shape[-1] - 1
+        first = np.mean([sum(a[i, 0] for i in range(1, t + 1)) / t for a in attention])
+        row = per_head.filter((pl.col("layer") == layer) & (pl.col("head") == head))
+        assert row["bos_mass"][0] == pytest.approx(first, abs=2e-3)
+    summary = pl.read_parquet(results / "summary/head_classes.parquet")
+    frac = dict(zip(summary["dataset"], summary["frac_sink"]))
+    claims = pl.read_parquet(results / "claims.parquet")
+    (row,) = claims.filter(pl.col("claim_id") == "streaming.first_token_sink").iter_rows(named=True)
+    assert row["dataset"] == "alice.no-bos"
+    assert row["value"] == pytest.approx(frac["alice.no-bos"] / frac["alice"])
+    # the papers' claims read the BOS pair only
+    others = claims.filter(pl.col("claim_id") != "streaming.first_token_sink")
+    assert "alice.no-bos" not in set(others["dataset"])
 
 
 def test_streaming_tables_of_the_tiny_run(tiny_run: Path) -> None:

@@ -98,7 +98,10 @@ def no_bos_heads(with_bos: int, without: int, n: int = 100) -> Tables:
     def masses(k: int) -> list[tuple[float, float, float]]:
         return [SINK] * k + [OTHER] * (n - k)
 
-    tables = [head_table("m", "d1", masses(with_bos)), head_table("m", "d1.no-bos", masses(without))]
+    tables = [
+        head_table("m", "d1", masses(with_bos)),
+        head_table("m", "d1.no-bos", masses(without)),
+    ]
     return {"head_classes": summarize(tables)}
 
 
