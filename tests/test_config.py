@@ -429,6 +429,14 @@ def test_no_bos_variant_pairs_and_paths(default_config: dict) -> None:
     assert entry["source"] == config["datasets"]["shakespeare"]["source"]
 
     paths = Paths("r")
+    assert (
+        paths.corpus_inputs("shakespeare.no-bos")
+        == paths.corpus_inputs("shakespeare")
+        == {
+            "documents": "r/corpora/shakespeare/documents.parquet",
+            "provenance": "r/corpora/shakespeare/documents.json",
+        }
+    )
     config["streaming"]["enabled"] = True
     streaming = paths.streaming_targets(pairs(config), config["streaming"])
     variant = [t for t in streaming if "/shakespeare.no-bos/" in t]

@@ -16,7 +16,7 @@ from sinkscope.geometry import names as geometry_names
 from sinkscope.heads import names as heads_names
 from sinkscope.oversmoothing import names as oversmoothing_names
 from sinkscope.streaming import names as streaming_names
-from sinkscope.variants import is_no_bos
+from sinkscope.variants import is_no_bos, source_dataset
 
 #: Figures of the head classification (sinkscope.heads), per pair: the names live in
 #: :mod:`sinkscope.heads.names`.
@@ -89,6 +89,15 @@ class Paths:
     @property
     def corpus_provenance(self) -> str:
         return f"{self.root}/corpora/{{dataset}}/documents.json"
+
+    def corpus_inputs(self, dataset_id: str) -> dict[str, str]:
+        """The cleaned corpus (``documents``, ``provenance``) a pair's sequences are cut from:
+        its dataset's, for a no-BOS variant too (:func:`sinkscope.variants.source_dataset`)."""
+        dataset = source_dataset(dataset_id)
+        return {
+            "documents": self.corpus.format(dataset=dataset),
+            "provenance": self.corpus_provenance.format(dataset=dataset),
+        }
 
     @property
     def tokens(self) -> str:

@@ -35,7 +35,6 @@ from sinkscope.paths import (
     STREAMING_TABLES,
     Paths,
 )
-from sinkscope.variants import source_dataset
 
 
 # sinkscope's validator first: its messages name every offending key as a dotted path; then
@@ -194,11 +193,3 @@ def pair_tables(analysis, names):
         for name in names
     ]
 
-
-def corpus_of(wildcards):
-    """The cleaned corpus a pair's sequences are cut from (a no-BOS variant: its dataset's)."""
-    dataset = source_dataset(wildcards.dataset)
-    return {
-        "documents": paths.corpus.format(dataset=dataset),
-        "provenance": paths.corpus_provenance.format(dataset=dataset),
-    }

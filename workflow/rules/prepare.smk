@@ -39,7 +39,7 @@ rule prepare_corpus:
 
 rule cut_tokens:
     input:
-        unpack(corpus_of),
+        unpack(lambda wc: paths.corpus_inputs(wc.dataset)),
         model_dir=paths.model_dir,
     output:
         tokens=paths.tokens,
