@@ -26,7 +26,9 @@ def test_default_config_is_valid_and_gets_defaults(default_config: dict) -> None
     assert config["extraction"]["context_length"] == 256
     assert config["download_dir"] == "resources/downloads"
     assert config["models"]["smollm2-135m"]["attn_implementation"] == "eager"
-    assert len(pairs(config)) == len(config["models"]) * len(config["datasets"])
+    n_variants = sum(entry["bos"] == "both" for entry in config["datasets"].values())
+    assert n_variants == 1  # one no-BOS pair per model (datasets.<name>.bos: both)
+    assert len(pairs(config)) == len(config["models"]) * (len(config["datasets"]) + n_variants)
 
 
 def _leaves(mapping: dict, prefix: tuple = ()) -> dict[tuple, object]:
@@ -331,7 +333,10 @@ def test_check_config_layers_files_as_snakemake_does_and_names_file_and_line(
     repo = Path(__file__).resolve().parents[1]
     base, full = str(repo / "config.yaml"), str(repo / "config" / "offline-full.yaml")
     assert main(["check-config", base, full]) == 0
-    assert "valid; 2 models x 4 datasets (8 pairs), N = 50" in capsys.readouterr().out
+    assert (
+        "valid; 2 models x 4 datasets (10 pairs, 2 of them without BOS), N = 50"
+        in capsys.readouterr().out
+    )
     tabbed = tmp_path / "tabbed.yaml"
     tabbed.write_text("extraction:\n\tn_sequences: 4\n")
     assert main(["check-config", base, str(tabbed)]) == 2
@@ -388,3 +393,54 @@ def test_rule_params_are_the_entries_that_change_outputs(default_config: dict) -
         "kappa": 0.5,
         "e2e_lbfgs_iters": 9,
     }
+
+
+def test_bad_bos_value_is_named(default_config: dict) -> None:
+    """datasets.<name>.bos takes keep or both; drop alone is refused (the no-BOS pair is read
+    against its BOS pair), naming the key."""
+    default_config["datasets"]["alice"]["bos"] = "drop"
+    _expect(default_config, "datasets.alice.bos", "drop")
+
+
+def test_dataset_name_with_the_no_bos_suffix_is_named(default_config: dict) -> None:
+    default_config["datasets"]["alice.no-bos"] = default_config["datasets"].pop("alice")
+    _expect(default_config, "datasets.alice.no-bos", "'.no-bos'", "bos: both")
+
+
+def test_no_bos_variant_pairs_and_paths(default_config: dict) -> None:
+    """bos: both adds <name>.no-bos right after <name> for every model; the corpus-cut analyses
+    (StreamingLLM caches, long-context geometry) and the cross-pair summaries keep the BOS pairs;
+    the variant's rule params are its dataset's entry without the bos key."""
+    from sinkscope.config import bos_pairs, dataset_entry, dataset_ids
+    from sinkscope.paths import Paths
+
+    for entry in default_config["datasets"].values():
+        entry.pop("bos", None)
+    default_config["datasets"]["shakespeare"]["bos"] = "both"
+    config = validate_config(default_config)
+    assert config["datasets"]["alice"]["bos"] == "keep"  # the default
+    names = list(config["datasets"])
+    at = names.index("shakespeare") + 1
+    assert dataset_ids(config) == [*names[:at], "shakespeare.no-bos", *names[at:]]
+    assert pairs(config) == [(m, d) for m in config["models"] for d in dataset_ids(config)]
+    assert bos_pairs(config) == [(m, d) for m in config["models"] for d in names]
+    entry = dataset_entry(config, "shakespeare.no-bos")
+    assert "bos" not in entry and entry == dataset_entry(config, "shakespeare")
+    assert entry["source"] == config["datasets"]["shakespeare"]["source"]
+
+    paths = Paths("r")
+    assert (
+        paths.corpus_inputs("shakespeare.no-bos")
+        == paths.corpus_inputs("shakespeare")
+        == {
+            "documents": "r/corpora/shakespeare/documents.parquet",
+            "provenance": "r/corpora/shakespeare/documents.json",
+        }
+    )
+    config["streaming"]["enabled"] = True
+    streaming = paths.streaming_targets(pairs(config), config["streaming"])
+    variant = [t for t in streaming if "/shakespeare.no-bos/" in t]
+    assert variant and all("first_position_mass" in t for t in variant)
+    assert [t for t in streaming if "/shakespeare/" in t and "perplexity" in t]
+    long_context = paths.long_context_targets(pairs(config), config)
+    assert long_context and not [t for t in long_context if ".no-bos" in t]

@@ -27,6 +27,7 @@ from tests.conftest import TINY, job_counts, snakemake
 REPO = Path(__file__).resolve().parents[1]
 TINY_EXTRA = REPO / "tests" / "configs" / "tiny_extra_dataset.yaml"
 PAIR = {"model": "smollm2-135m", "dataset": "alice"}
+NO_BOS = {"model": "smollm2-135m", "dataset": "alice.no-bos"}  # tiny.yaml: alice has bos: both
 RELATIVE = Paths("results")  # paths as Snakemake and the jobs' messages write them
 
 pytestmark = pytest.mark.integration
@@ -75,14 +76,16 @@ def test_a_configfile_replaces_config_yaml_and_files_layer_left_to_right(tmp_pat
     tiny config alone, not tiny.yaml merged into config.yaml; several files layer explicitly."""
     shutil.copy(REPO / "config.yaml", tmp_path / "config.yaml")
     default = job_counts(snakemake(tmp_path, "-n").stdout)
-    assert default["extract_activations"] == 8  # 2 models x 4 corpora
+    assert default["extract_activations"] == 10  # 2 models x (4 corpora + alice without BOS)
     tiny = job_counts(snakemake(tmp_path, "-n", "--configfile", str(TINY)).stdout)
-    assert tiny["extract_activations"] == 1 and tiny["dynamics_induction_run"] == 1
+    assert (
+        tiny["extract_activations"] == 2 and tiny["dynamics_induction_run"] == 1
+    )  # with BOS, without
     layered = snakemake(tmp_path, "-n", "--configfile", str(TINY), str(TINY_EXTRA)).stdout
-    assert job_counts(layered)["extract_activations"] == 2  # tiny.yaml plus one dataset
+    assert job_counts(layered)["extract_activations"] == 3  # tiny.yaml plus one dataset
     full = ("--configfile", "config.yaml", str(REPO / "config" / "offline-full.yaml"))
     counts = job_counts(snakemake(tmp_path, "-n", *full).stdout)
-    assert counts["extract_activations"] == 8
+    assert counts["extract_activations"] == 10
     assert counts["dynamics_induction_run"] == 26 and counts["dynamics_value_softmax_run"] == 36
     assert default["dynamics_induction_run"] < counts["dynamics_induction_run"]
 
@@ -98,9 +101,10 @@ def test_bad_config_fails_before_any_job(tmp_path: Path) -> None:
 
 def test_all_outputs_exist_and_rerun_is_a_no_op(tiny_run: Path, download_dir: Path) -> None:
     paths = Paths(str(tiny_run / "results"))
-    expected = paths.all_targets([(PAIR["model"], PAIR["dataset"])])
-    expected += paths.streaming_targets([(PAIR["model"], PAIR["dataset"])], {"enabled": True})
-    expected += paths.long_context_targets([(PAIR["model"], PAIR["dataset"])], {"geometry": {}})
+    pairs = [(PAIR["model"], PAIR["dataset"]), (NO_BOS["model"], NO_BOS["dataset"])]
+    expected = paths.all_targets(pairs)
+    expected += paths.streaming_targets(pairs, {"enabled": True})
+    expected += paths.long_context_targets(pairs, {"geometry": {}})
     missing = [path for path in expected if not Path(path).exists()]
     assert not missing
     for name in HEAD_FIGURES:
@@ -175,8 +179,8 @@ def test_head_tables_match_brute_force(tiny_run: Path) -> None:
         assert row["diagonal_mass"][0] == pytest.approx(diag, abs=2e-3)
         assert row["subdiagonal_mass"][0] == pytest.approx(sub, abs=2e-3)
     summary = pl.read_parquet(tiny_run / "results/summary/head_classes.parquet")
-    assert set(summary["dataset"]) == {"alice", "all"}
-    sinks = per_head["is_sink"].mean()
+    assert set(summary["dataset"]) == {"alice", "alice.no-bos", "all"}
+    sinks = per_head["is_sink"].mean()  # the pooled row leaves the no-BOS pair out
     pooled = summary.filter(pl.col("dataset") == "all")
     assert pooled["frac_sink"][0] == pytest.approx(sinks)
     assert sinks > 0.1  # SmolLM2 has many sink heads even on 32 tokens
@@ -224,7 +228,43 @@ def test_adding_a_dataset_runs_only_its_jobs(
     assert before == after
     assert (tiny_run / "results/activations/smollm2-135m/shakespeare.h5").exists()
     summary = pl.read_parquet(tiny_run / "results/summary/head_classes.parquet")
-    assert set(summary["dataset"]) == {"alice", "shakespeare", "all"}
+    assert set(summary["dataset"]) == {"alice", "alice.no-bos", "shakespeare", "all"}
+
+
+def test_the_no_bos_pair_is_the_bos_pair_without_bos(tiny_run: Path) -> None:
+    """alice.no-bos: the BOS file's text tokens without BOS, marked in the file; its head table
+    is the brute force on a direct forward of those tokens (bos_mass = mass on position 0, the
+    first text token); the claims table compares its sink heads with the BOS pair's."""
+    results = tiny_run / "results"
+    with h5layout.open_activations(results / "activations/smollm2-135m/alice.h5") as f:
+        with_bos = f[h5layout.TOKEN_IDS][...]
+        assert f.attrs[h5layout.ATTR_BOS] == "keep"
+    with h5layout.open_activations(results / "activations/smollm2-135m/alice.no-bos.h5") as f:
+        ids = f[h5layout.TOKEN_IDS][...]
+        assert f.attrs[h5layout.ATTR_BOS] == "drop"
+        assert f.attrs[h5layout.ATTR_CONTEXT_LENGTH] == 31  # 32 positions
+    np.testing.assert_array_equal(ids, with_bos[:, 1:])
+    from sinkscope.prepare.models import load_model
+
+    model = load_model(results / "models/smollm2-135m", "float32", "eager")
+    with torch.no_grad():
+        out = model(torch.as_tensor(ids, dtype=torch.long), output_attentions=True)
+    per_head = pl.read_parquet(results / "heads/smollm2-135m/alice.no-bos/heads_per_head.parquet")
+    for layer, head in ((0, 0), (12, 4), (29, 8)):
+        attention = out.attentions[layer][:, head].double().numpy()  # (N, T, T)
+        t = attention.shape[-1] - 1
+        first = np.mean([sum(a[i, 0] for i in range(1, t + 1)) / t for a in attention])
+        row = per_head.filter((pl.col("layer") == layer) & (pl.col("head") == head))
+        assert row["bos_mass"][0] == pytest.approx(first, abs=2e-3)
+    summary = pl.read_parquet(results / "summary/head_classes.parquet")
+    frac = dict(zip(summary["dataset"], summary["frac_sink"]))
+    claims = pl.read_parquet(results / "claims.parquet")
+    (row,) = claims.filter(pl.col("claim_id") == "streaming.first_token_sink").iter_rows(named=True)
+    assert row["dataset"] == "alice.no-bos"
+    assert row["value"] == pytest.approx(frac["alice.no-bos"] / frac["alice"])
+    # the papers' claims read the BOS pair only
+    others = claims.filter(pl.col("claim_id") != "streaming.first_token_sink")
+    assert "alice.no-bos" not in set(others["dataset"])
 
 
 def test_streaming_tables_of_the_tiny_run(tiny_run: Path) -> None:
@@ -331,7 +371,11 @@ def test_a_rerun_extraction_removes_what_a_killed_one_left(
     rebuild = (activations, "--forcerun", "extract_activations", "--configfile", str(TINY))
     result = snakemake(run, *rebuild, download_dir=download_dir)
     assert job_counts(result.stderr) == {"extract_activations": 1, "total": 1}
-    assert os.listdir(run / activations.rsplit("/", 1)[0]) == ["alice.h5"]
+    # nothing left but the finished files (the tiny config also extracts alice without BOS)
+    assert sorted(os.listdir(run / activations.rsplit("/", 1)[0])) == [
+        "alice.h5",
+        "alice.no-bos.h5",
+    ]
     log = (
         run / RELATIVE.log("extract_activations", "{model}/{dataset}").format(**PAIR)
     ).read_text()

@@ -142,7 +142,7 @@ def _compare_claims(tables: Sequence[str], labels: Sequence[str] | None) -> int:
 
 
 def _check_config(paths: Sequence[str]) -> int:
-    from sinkscope.config import ConfigError, load_layered_config, pairs
+    from sinkscope.config import ConfigError, bos_pairs, load_layered_config, pairs
 
     try:
         config = load_layered_config(paths)
@@ -151,7 +151,8 @@ def _check_config(paths: Sequence[str]) -> int:
         return 2
     print(
         f"{' + '.join(paths)}: valid; {len(config['models'])} models x "
-        f"{len(config['datasets'])} datasets ({len(pairs(config))} pairs), "
+        f"{len(config['datasets'])} datasets ({len(pairs(config))} pairs, "
+        f"{len(pairs(config)) - len(bos_pairs(config))} of them without BOS), "
         f"N = {config['extraction']['n_sequences']}"
     )
     return 0

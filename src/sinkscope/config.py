@@ -26,6 +26,7 @@ import yaml
 
 from sinkscope.config_schema import load_schema
 from sinkscope.prepare.model_config import local_position_limit
+from sinkscope.variants import NO_BOS_SUFFIX, is_no_bos, no_bos_id, source_dataset
 
 
 class ConfigError(ValueError):
@@ -136,6 +137,11 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
                 )
     for name, entry in config["datasets"].items():
         source = entry["source"]
+        if is_no_bos(name):
+            problems.append(
+                f"datasets.{name}: a dataset name may not end with {NO_BOS_SUFFIX!r}, the suffix "
+                f"of no-BOS variants; rename it and set datasets.<name>.bos: both for a no-BOS pair"
+            )
         if "mediawiki" in entry["cleaning"] and source["kind"] != "registry_archive":
             problems.append(
                 f"datasets.{name}.cleaning: 'mediawiki' needs a registry_archive source"
@@ -450,6 +456,38 @@ def load_layered_config(paths: Iterable[str | Path]) -> dict[str, Any]:
         raise ConfigError(f"{' + '.join(map(str, paths))}: {error}") from error
 
 
+def dataset_ids(config: Mapping[str, Any]) -> list[str]:
+    """Every dataset id of a validated config, in config order: each dataset's name, followed by
+    its no-BOS variant ``<name>.no-bos`` where ``datasets.<name>.bos`` is ``both``
+    (:mod:`sinkscope.variants`)."""
+    ids = []
+    for name, entry in config["datasets"].items():
+        ids.append(name)
+        if entry.get("bos", "keep") == "both":
+            ids.append(no_bos_id(name))
+    return ids
+
+
+def dataset_entry(config: Mapping[str, Any], dataset_id: str) -> dict[str, Any]:
+    """The config entry a dataset id cuts its sequences from (a no-BOS variant: its dataset's),
+    without its ``bos`` key: the param of rules ``prepare_corpus`` and ``extract_activations``.
+    A pair's BOS choice is its id (and the ``bos`` of its token record), so the key, which the
+    validation fills in, leaves the params of the BOS pairs as they were before it existed
+    (Snakemake re-runs a job whose params change)."""
+    entry = dict(config["datasets"][source_dataset(dataset_id)])
+    entry.pop("bos", None)
+    return entry
+
+
 def pairs(config: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Every (model, dataset) pair the config asks for, in config order."""
+    """Every (model, dataset id) pair the config asks for, in config order, no-BOS variants
+    (:func:`dataset_ids`) included: the pairs of every analysis of the extracted sequences."""
+    return [(model, dataset) for model in config["models"] for dataset in dataset_ids(config)]
+
+
+def bos_pairs(config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The (model, dataset) pairs with BOS (:func:`pairs` without the no-BOS variants): the pairs
+    of the analyses that cut their own streams from the corpus (StreamingLLM caches, long-context
+    geometry) and of the cross-pair geometry, oversmoothing and StreamingLLM summaries, whose
+    pooled rows and claims are the paper's, about BOS."""
     return [(model, dataset) for model in config["models"] for dataset in config["datasets"]]

@@ -17,6 +17,7 @@ from sinkscope.heads import names as heads_names
 from sinkscope.oversmoothing import names as oversmoothing_names
 from sinkscope.sinks import names as sinks_names
 from sinkscope.streaming import names as streaming_names
+from sinkscope.variants import is_no_bos, source_dataset
 
 #: Figures of the head classification (sinkscope.heads), per pair: the names live in
 #: :mod:`sinkscope.heads.names`.
@@ -96,6 +97,15 @@ class Paths:
     @property
     def corpus_provenance(self) -> str:
         return f"{self.root}/corpora/{{dataset}}/documents.json"
+
+    def corpus_inputs(self, dataset_id: str) -> dict[str, str]:
+        """The cleaned corpus (``documents``, ``provenance``) a pair's sequences are cut from:
+        its dataset's, for a no-BOS variant too (:func:`sinkscope.variants.source_dataset`)."""
+        dataset = source_dataset(dataset_id)
+        return {
+            "documents": self.corpus.format(dataset=dataset),
+            "provenance": self.corpus_provenance.format(dataset=dataset),
+        }
 
     @property
     def tokens(self) -> str:
@@ -230,14 +240,20 @@ class Paths:
     def streaming_targets(
         self, pairs: list[tuple[str, str]], streaming: Mapping[str, Any]
     ) -> list[str]:
-        """Per-pair and summary outputs of the StreamingLLM analysis (when enabled)."""
+        """Per-pair and summary outputs of the StreamingLLM analysis (when enabled). A no-BOS
+        pair (:mod:`sinkscope.variants`) gets only the first-position mass, the part read from its
+        activation file: the cache policies cut their own streams (BOS first) from the corpus,
+        the same for both variants of a dataset."""
         if not streaming.get("enabled"):
             return []
         targets = []
         for model, dataset in pairs:
             fill = {"model": model, "dataset": dataset}
-            targets += [self.table("streaming", n).format(**fill) for n in STREAMING_TABLES]
-            targets += [self.figure("streaming", n).format(**fill) for n in STREAMING_FIGURES]
+            no_bos = is_no_bos(dataset)
+            tables = STREAMING_FIRST_POSITION_TABLES if no_bos else STREAMING_TABLES
+            figures = STREAMING_FIRST_POSITION_FIGURES if no_bos else STREAMING_FIGURES
+            targets += [self.table("streaming", n).format(**fill) for n in tables]
+            targets += [self.figure("streaming", n).format(**fill) for n in figures]
         targets += [self.summary_table("streaming", n) for n in STREAMING_SUMMARY_TABLES]
         targets += [self.summary_figure("streaming", n) for n in STREAMING_SUMMARY_FIGURES]
         return targets
@@ -252,12 +268,14 @@ class Paths:
     def long_context_targets(
         self, pairs: list[tuple[str, str]], config: Mapping[str, Any]
     ) -> list[str]:
-        """The long-context half-space tables (parquet and CSV) of every pair, when enabled."""
+        """The long-context half-space tables (parquet and CSV) of every pair with BOS, when
+        enabled (the test cuts its own streams from the corpus: a no-BOS pair has none)."""
         if not analysis_runs(config, "geometry.long_context"):
             return []
         return [
             self.table("geometry", name, suffix).format(model=model, dataset=dataset)
             for model, dataset in pairs
+            if not is_no_bos(dataset)
             for name in GEOMETRY_LONG_CONTEXT_TABLES
             for suffix in ("parquet", "csv")
         ]

@@ -75,7 +75,9 @@ def prepare_corpus(smk: Any) -> None:
 
 
 def cut_tokens(smk: Any) -> None:
+    """A pair's sequences; a no-BOS variant's id (``<dataset>.no-bos``) cuts them without BOS."""
     from sinkscope.prepare.tokens import prepare_tokens
+    from sinkscope.variants import bos_of
 
     extraction = smk.params.extraction
     prepare_tokens(
@@ -87,6 +89,7 @@ def cut_tokens(smk: Any) -> None:
         extraction["context_length"],
         extraction["seed"],
         Path(smk.output.tokens),
+        bos_of(smk.wildcards.dataset),
     )
 
 
@@ -431,14 +434,15 @@ def summarize_copypaste(smk: Any) -> None:
 
 def claims(smk: Any) -> None:
     from sinkscope.claims.observations import evaluate_observations
-    from sinkscope.claims.registry import evaluate_claims
+    from sinkscope.claims.registry import evaluate_claims, with_bos_only
     from sinkscope.claims.render import write_claims
     from sinkscope.claims.tolerances import resolve_tolerances
 
     tables = {key: pl.read_parquet(path) for key, path in smk.input.items()}
     table = evaluate_claims(tables, smk.params.tolerances, smk.params.models)
     near_full_rank = resolve_tolerances(smk.params.tolerances)["geometry"]["near_full_rank"]
-    observations = evaluate_observations(tables, near_full_rank)
+    # the observations are about BOS, like the papers' claims
+    observations = evaluate_observations(with_bos_only(tables), near_full_rank)
     write_claims(
         table,
         smk.output.markdown,

@@ -91,6 +91,23 @@ def heads(n: int, **counts: int) -> Tables:
     return {"head_classes": summarize([head_table("m", "d1", masses)])}
 
 
+def no_bos_heads(with_bos: int, without: int, n: int = 100) -> Tables:
+    """``head_classes`` (heads.summarize) of one model on dataset ``d1`` with ``with_bos`` sink
+    heads of ``n`` and on its no-BOS variant ``d1.no-bos`` with ``without``."""
+
+    def masses(k: int) -> list[tuple[float, float, float]]:
+        return [SINK] * k + [OTHER] * (n - k)
+
+    tables = [
+        head_table("m", "d1", masses(with_bos)),
+        head_table("m", "d1.no-bos", masses(without)),
+    ]
+    return {"head_classes": summarize(tables)}
+
+
+NO_BOS_RATIO = TOL["streaming"]["no_bos_sink_ratio_min"]
+NO_BOS_IN, NO_BOS_OUT = edges(20, lambda x: x >= NO_BOS_RATIO)
+
 SINK_FLOOR = TOL["heads"]["sink_min_fraction"]
 SINK_IN, SINK_OUT = edges(100, lambda x: x >= SINK_FLOOR)
 DIAG_LO, DIAG_HI = TOL["heads"]["diagonal_fraction_range"]
@@ -305,6 +322,14 @@ def polarized(shares: dict[tuple[str, str], float]) -> Tables:
 
 FLIPS: dict[str, Flip] = {
     "heads.sinks_common": Flip(lambda k: heads(100, sink=k, diag=1), holds=SINK_IN, fails=SINK_OUT),
+    "streaming.first_token_sink": Flip(
+        lambda k: no_bos_heads(20, k),
+        holds=NO_BOS_IN + [20, 30],
+        fails=NO_BOS_OUT + [0],
+        # no sink head at BOS: nothing to take over (no no-BOS pair at all: tests/claims/
+        # test_no_bos.py, a row that says the analysis did not run)
+        not_applicable=[lambda: no_bos_heads(0, 5)],
+    ),
     "heads.diagonals_exist_rarer": Flip(
         lambda k: heads(40, sink=10, diag=k), holds=[1, 9], fails=[0, 10, 11]
     ),

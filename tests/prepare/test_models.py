@@ -133,10 +133,38 @@ def test_configured_bos_token_id_is_used_and_recorded(no_bos_weights, corpus, tm
     with h5layout.open_activations(out) as f:
         assert f.attrs["bos_token_id"] == sep
         assert f.attrs["bos_token_source"] == "models.my-model.bos_token_id"
+        assert f.attrs[h5layout.ATTR_BOS] == "keep"
         assert (f["tokens/input_ids"][:, 0] == sep).all()
 
     streams = load_streams(prepared, corpus, {"stream_length": 16, "n_streams": 1, "seed": 0})
     assert streams.bos_token_id == sep and (streams.ids[:, 0] == sep).all()
+
+
+def test_no_bos_variant_records_the_same_text_tokens(no_bos_weights, corpus, tmp_path) -> None:
+    """prepare_tokens with bos = drop: the BOS record's token ids without column 0, recorded."""
+    from sinkscope.prepare.tokens import read_tokens
+
+    sep = WORDS.index("<sep>")
+    prepared = tmp_path / "prepared"
+    prepare_model("my-model", _entry(no_bos_weights, bos_token_id=sep), prepared, tmp_path / "dl")
+    keep = _cut(prepared, corpus, tmp_path / "keep.json")
+    drop_json = tmp_path / "drop.json"
+    drop = prepare_tokens(corpus, prepared, "my-model", "words.no-bos", 2, 8, 0, drop_json, "drop")
+    assert (keep["bos"], drop["bos"]) == ("keep", "drop")
+    assert drop["bos_token_id"] == sep and drop["block_starts"] == keep["block_starts"]
+    ids, record = read_tokens(drop_json)
+    assert ids.shape == (2, 8) and record["dataset_name"] == "words.no-bos"
+    assert ids.tolist() == [row[1:] for row in keep["token_ids"]]
+    with pytest.raises(ValueError, match="bos must be 'keep' or 'drop'"):
+        prepare_tokens(corpus, prepared, "my-model", "words", 2, 8, 0, drop_json, "both")
+
+    out = tmp_path / "act.h5"
+    entry = _entry(no_bos_weights, bos_token_id=sep)
+    extract_activations(prepared, drop_json, out, entry, SETTINGS, "c", False)
+    with h5layout.open_activations(out) as f:
+        assert f.attrs[h5layout.ATTR_BOS] == "drop"
+        assert f.attrs[h5layout.ATTR_CONTEXT_LENGTH] == 7  # T positions, 7 after position 0
+        assert f["tokens/input_ids"][:].tolist() == ids.tolist()
 
 
 def test_configured_bos_token_id_overrides_the_models_own(tmp_path, corpus) -> None:

@@ -1,4 +1,5 @@
-"""Sequence cutting is deterministic, BOS sits at position 0, and bad lengths fail early."""
+"""Sequence cutting is deterministic, BOS sits at position 0 (the no-BOS variant is the same cut
+without it), and bad lengths fail early."""
 
 from __future__ import annotations
 
@@ -21,6 +22,19 @@ def test_cut_is_deterministic_and_bos_first() -> None:
         np.testing.assert_array_equal(row[1:], stream[start : start + 32])
     assert (np.diff(starts_a) >= 32).all()
     assert (starts_a % 32 == 0).all()
+
+
+def test_no_bos_cut_is_the_bos_cut_without_its_first_column() -> None:
+    """bos = drop (the no-BOS variant): the same blocks, the same T content tokens, no BOS."""
+    stream = np.random.default_rng(5).integers(2, 500, size=3000)
+    with_bos, starts = cut_sequences(stream, 7, 40, seed=11, bos_token_id=1)
+    without, starts_drop = cut_sequences(stream, 7, 40, seed=11, bos_token_id=1, keep_bos=False)
+    assert without.shape == (7, 40) and without.dtype == np.int32
+    np.testing.assert_array_equal(starts_drop, starts)
+    np.testing.assert_array_equal(without, with_bos[:, 1:])
+    for row, start in zip(without, starts):  # against the stream itself, not the BOS cut
+        np.testing.assert_array_equal(row, stream[start : start + 40])
+    assert 1 not in without
 
 
 def test_other_seed_other_blocks() -> None:

@@ -8,6 +8,9 @@ from snakemake.utils import validate
 from sinkscope.config import (
     backcopy_end_to_end_params,
     backcopy_params,
+    bos_pairs,
+    dataset_entry,
+    dataset_ids,
     extraction_scale,
     long_context_params,
     pairs,
@@ -52,7 +55,7 @@ logger.info(
 
 wildcard_constraints:
     model="|".join(map(re.escape, config["models"])),
-    dataset="|".join(map(re.escape, config["datasets"])),
+    dataset="|".join(map(re.escape, dataset_ids(config))),
     pattern="sink|diagonal",
     T=r"\d+",
     n=r"\d+",
@@ -189,9 +192,11 @@ def summary_figures_of(analysis, names, category):
 
 
 def pair_tables(analysis, names):
-    """Every pair's parquet tables of one analysis (inputs of its summary rule)."""
+    """Every BOS pair's parquet tables of one analysis (inputs of its summary rule: the pooled
+    rows and the paper's claims are about BOS; no-BOS pairs have their own per-pair outputs)."""
     return [
         paths.table(analysis, name).format(model=model, dataset=dataset)
-        for model, dataset in pairs(config)
+        for model, dataset in bos_pairs(config)
         for name in names
     ]
+

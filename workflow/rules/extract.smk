@@ -9,7 +9,7 @@ rule extract_activations:
         activations=paths.activations,
     params:
         model_entry=lambda wc: config["models"][wc.model],
-        dataset_entry=lambda wc: config["datasets"][wc.dataset],
+        dataset_entry=lambda wc: dataset_entry(config, wc.dataset),
         extraction=config["extraction"],
     priority: PRIORITY["extract_activations"]
     log:

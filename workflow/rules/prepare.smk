@@ -24,7 +24,7 @@ rule prepare_corpus:
         documents=paths.corpus,
         provenance=paths.corpus_provenance,
     params:
-        entry=lambda wc: config["datasets"][wc.dataset],
+        entry=lambda wc: dataset_entry(config, wc.dataset),
     priority: PRIORITY["prepare_corpus"]
     log:
         paths.log("prepare_corpus", "{dataset}"),
@@ -39,9 +39,8 @@ rule prepare_corpus:
 
 rule cut_tokens:
     input:
+        unpack(lambda wc: paths.corpus_inputs(wc.dataset)),
         model_dir=paths.model_dir,
-        documents=paths.corpus,
-        provenance=paths.corpus_provenance,
     output:
         tokens=paths.tokens,
     params:

@@ -76,7 +76,7 @@ rule summarize_streaming:
         tables=pair_tables("streaming", STREAMING_TABLES),
         per_head=[
             paths.heads_table("per_head").format(model=model, dataset=dataset)
-            for model, dataset in pairs(config)
+            for model, dataset in bos_pairs(config)
         ],
     output:
         **summary_tables_of("streaming", STREAMING_SUMMARY_TABLES),

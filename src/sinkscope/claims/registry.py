@@ -67,6 +67,7 @@ from sinkscope.claims.checks.heads import (
     check_sink_heads_common,
     check_sink_prev_fraction_in_paper_range,
 )
+from sinkscope.claims.checks.no_bos import check_first_token_becomes_sink
 from sinkscope.claims.checks.oversmoothing import (
     check_approximation_every_head,
     check_approximation_most_heads,
@@ -87,6 +88,7 @@ from sinkscope.claims.checks.streaming import (
 from sinkscope.claims.names import INPUTS
 from sinkscope.claims.tolerances import resolve_tolerances
 from sinkscope.claims.verdicts import COLUMNS, NOT_RUN, SYNTHETIC, Row, Tables, row
+from sinkscope.variants import NO_BOS_SUFFIX
 
 __all__ = [
     "CLAIMS",
@@ -94,6 +96,7 @@ __all__ = [
     "TABLE_ANALYSIS",
     "Claim",
     "evaluate_claims",
+    "with_bos_only",
 ]
 
 #: Summary table key -> the analysis that writes it (the ``model`` axis of a missing table's
@@ -113,6 +116,21 @@ class Claim:
     paper_value: str
     inputs: tuple[str, ...]
     check: Callable[[Tables, Mapping[str, Any]], list[Row]]
+    #: Whether the check reads the no-BOS pairs (:mod:`sinkscope.variants`); every other check
+    #: gets its tables without them (:func:`with_bos_only`): the papers' claims are about BOS.
+    reads_no_bos: bool = False
+
+
+def with_bos_only(tables: Mapping[str, pl.DataFrame | None]) -> dict[str, pl.DataFrame | None]:
+    """``tables`` without the rows of no-BOS pairs (a ``dataset`` ending in ``.no-bos``)."""
+    return {
+        key: (
+            table.filter(~pl.col("dataset").cast(pl.String).str.ends_with(NO_BOS_SUFFIX))
+            if table is not None and "dataset" in table.columns
+            else table
+        )
+        for key, table in tables.items()
+    }
 
 
 #: Input of the value-softmax polarization claims (the runs summarized per variant).
@@ -374,6 +392,17 @@ CLAIMS: tuple[Claim, ...] = (
         ),
     ),
     Claim(
+        "streaming.first_token_sink",
+        "Without BOS, the first token becomes the sink: the heads that sink on BOS sink on the first text token instead.",
+        "StreamingLLM notes (the first tokens become sinks whatever they are); against: main study §3-§4 and Barbero et al. 2025 (BOS matters)",
+        "no number; 'the first tokens' attract the sink mass whatever their content",
+        ("head_classes",),
+        lambda tb, t: check_first_token_becomes_sink(
+            tb["head_classes"], t["streaming"]["no_bos_sink_ratio_min"]
+        ),
+        reads_no_bos=True,
+    ),
+    Claim(
         "streaming.sinks_restore",
         "Keeping a few first (sink) tokens next to the window restores the perplexity.",
         "StreamingLLM notes, 'StreamingLLM's insight' (sinks {0..k-1} + window)",
@@ -481,13 +510,15 @@ def evaluate_claims(
     if unknown:
         raise KeyError(f"claims: unknown input table(s) {unknown}; known: {sorted(TABLE_ANALYSIS)}")
     tol = resolve_tolerances(tolerances)
+    bos_only = with_bos_only(tables)
     rows: list[Row] = []
     for claim in claims:
-        missing = [key for key in claim.inputs if tables.get(key) is None]
+        given = tables if claim.reads_no_bos else bos_only
+        missing = [key for key in claim.inputs if given.get(key) is None]
         found = (
             _not_run_rows(claim, missing, models)
             if missing
-            else claim.check({k: v for k, v in tables.items() if v is not None}, tol)
+            else claim.check({k: v for k, v in given.items() if v is not None}, tol)
         ) or [_no_rows_row(claim)]
         meta = {
             "claim_id": claim.id,

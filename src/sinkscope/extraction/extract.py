@@ -381,6 +381,7 @@ def extract_activations(
         layout.ATTR_N_KV_HEADS: shape.n_kv_heads,
         layout.ATTR_HEAD_DIM: shape.head_dim,
         layout.ATTR_D_MODEL: shape.d_model,
+        layout.ATTR_BOS: token_record.get("bos", "keep"),
         layout.ATTR_BOS_TOKEN_ID: token_record["bos_token_id"],
         layout.ATTR_BOS_TOKEN_SOURCE: token_record.get("bos_token_source", "not recorded"),
         layout.ATTR_CODEC: f"{settings.codec}({settings.compression_level})",

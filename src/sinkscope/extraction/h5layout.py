@@ -2,7 +2,8 @@
 
 One file per model x dataset pair, ``results/activations/{model}/{dataset}.h5``. Symbols:
 ``L`` layers, ``N`` sequences, ``H`` query heads, ``K`` key/value heads, ``T1 = T + 1`` positions
-(position 0 is the BOS token, followed by ``T`` text tokens), ``D`` model width, ``hd`` head width.
+(position 0 is the BOS token, followed by ``T`` text tokens; in a no-BOS file, attribute
+:data:`ATTR_BOS` ``"drop"``, position 0 is the first text token), ``D`` model width, ``hd`` head width.
 The writer (``sinkscope.extraction.extract``), the readers (analyses, ``sinkscope inspect``) and the README
 all use :data:`DATASETS`; ``sinkscope inspect --layout`` prints it.
 
@@ -92,6 +93,9 @@ ATTR_SEED = "seed"
 ATTR_CONFIG_SHA256 = "config_sha256"
 ATTR_BOS_TOKEN_ID = "bos_token_id"
 ATTR_BOS_TOKEN_SOURCE = "bos_token_source"
+#: "keep" (position 0 is BOS) or "drop" (the no-BOS variant: position 0 is the first text token);
+#: a file without it kept BOS (sinkscope.variants).
+ATTR_BOS = "bos"
 ATTR_CODEC = "codec"
 #: Names of the attributes of every dataset (:class:`DatasetSpec`: description, axes, symbol).
 ATTR_DESCRIPTION = "description"
@@ -263,7 +267,11 @@ FILE_ATTRIBUTES: dict[str, str] = {
     ATTR_N_KV_HEADS: "K",
     ATTR_HEAD_DIM: "hd",
     ATTR_D_MODEL: "D",
-    ATTR_BOS_TOKEN_ID: "id of the BOS token at position 0",
+    ATTR_BOS: "'keep': position 0 is BOS, T text tokens follow; 'drop' (the no-BOS variant, "
+    "dataset id '<name>.no-bos'): the same T text tokens without BOS, position 0 is the first of "
+    "them and context_length is T - 1 (the positions after position 0); absent = 'keep'",
+    ATTR_BOS_TOKEN_ID: "id of the model's BOS token: at position 0 where bos is 'keep', left out "
+    "where it is 'drop'",
     ATTR_BOS_TOKEN_SOURCE: "where that id came from: 'models.<name>.bos_token_id' (the config), "
     "'tokenizer' or 'model config'",
     ATTR_CODEC: "HDF5 codec and level of the datasets (sinkscope.extraction.h5codec); zstd needs "

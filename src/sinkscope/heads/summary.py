@@ -15,6 +15,7 @@ import polars as pl
 from sinkscope.heads.classify import DEFAULT_THRESHOLDS, HeadClassThresholds, with_classes
 from sinkscope.heads.names import OTHER, PER_HEAD_COLUMNS, POOLED, SUMMARY_COLUMNS
 from sinkscope.heads.order import sort_pooled_last
+from sinkscope.variants import NO_BOS_SUFFIX, is_no_bos
 
 __all__ = ["pool_datasets", "summarize"]
 
@@ -76,11 +77,13 @@ def _statement(row: dict[str, Any], th: HeadClassThresholds) -> str:
     else:
         scope = f"on {row['dataset']}"
     scope += f", {row['n_sequences']} sequences, {row['n_heads']} heads"
+    # a no-BOS pair (sinkscope.variants): position 0 is the first text token
+    sink = "position 0 (the first text token; no BOS)" if is_no_bos(row["dataset"]) else "BOS"
     return (
         f"{pct(row['frac_sink'])} of heads of {row['model']} put {at_least(th.sink)} of their "
-        f"attention mass on BOS, {pct(row['frac_diagonal'])} put {at_least(th.diagonal)} on "
+        f"attention mass on {sink}, {pct(row['frac_diagonal'])} put {at_least(th.diagonal)} on "
         f"the main diagonal, and {pct(row['frac_sink_prev'])} put "
-        f"{at_least(th.sink_prev_joint)} on BOS plus the previous token with "
+        f"{at_least(th.sink_prev_joint)} on {sink} plus the previous token with "
         f"{at_least(th.sink_prev_min_part)} of that on each; {pct(row['frac_other'])} show "
         f"none of these patterns ({scope})"
     )
@@ -99,7 +102,9 @@ def summarize(
     (fractions in [0, 1]; the pattern fractions overlap, ``frac_other`` is the share of heads
     with no pattern) and ``statement`` (a sentence with the percentages). Rows are sorted by
     model, then dataset with ``"all"`` last. The pooled row classifies each head on its masses
-    averaged over datasets weighted by ``n_sequences`` (:func:`pool_datasets`).
+    averaged over datasets weighted by ``n_sequences`` (:func:`pool_datasets`); it pools the
+    datasets with BOS only: a no-BOS variant (``<name>.no-bos``, :mod:`sinkscope.variants`) has
+    its own row, whose "sink" heads put their mass on position 0, the first text token.
     """
     if not per_head_tables:
         raise ValueError("summarize needs at least one per-head table")
@@ -108,9 +113,10 @@ def summarize(
     if (per_head["dataset"] == POOLED).any():
         raise ValueError(f"dataset name {POOLED!r} is reserved for the pooled summary")
     per_head = with_classes(per_head, thresholds).select(PER_HEAD_COLUMNS)
-    n_datasets = per_head.group_by("model").agg(pl.col("dataset").n_unique().alias("n_datasets"))
+    with_bos = per_head.filter(~pl.col("dataset").str.ends_with(NO_BOS_SUFFIX))
+    n_datasets = with_bos.group_by("model").agg(pl.col("dataset").n_unique().alias("n_datasets"))
     by_dataset = per_head.with_columns(n_datasets=pl.lit(1, dtype=pl.UInt32))
-    pooled = pool_datasets(per_head, thresholds).join(n_datasets, on="model")
+    pooled = pool_datasets(with_bos, thresholds).join(n_datasets, on="model")
 
     def fractions(frame: pl.DataFrame) -> pl.DataFrame:
         return frame.group_by("model", "dataset").agg(

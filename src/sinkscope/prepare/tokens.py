@@ -7,6 +7,11 @@ are drawn without replacement by a seeded generator and kept in corpus order. Th
 is then forced at position 0 of every sequence (SmolLM2's tokenizer does not add one, Gemma's does:
 forcing it makes both behave the same and the text part identical in length); a model without one
 needs ``models.<name>.bos_token_id`` in the config.
+
+A no-BOS variant (``datasets.<name>.bos: both``, dataset id ``<name>.no-bos``; see
+:mod:`sinkscope.variants`) is cut from the same stream with the same seed, so it draws the same
+blocks: its sequences are ``[t_1 .. t_T]`` (``T`` positions), the BOS sequences ``[BOS, t_1 .. t_T]``
+without their column 0.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import numpy as np
 
 from sinkscope import __version__
 from sinkscope.io import read_json, write_json
+from sinkscope.variants import BOS_DROP, BOS_KEEP
 
 
 def token_ids_sha256(token_ids: np.ndarray) -> str:
@@ -28,12 +34,20 @@ def token_ids_sha256(token_ids: np.ndarray) -> str:
 
 
 def cut_sequences(
-    stream: np.ndarray, n_sequences: int, context_length: int, seed: int, bos_token_id: int
+    stream: np.ndarray,
+    n_sequences: int,
+    context_length: int,
+    seed: int,
+    bos_token_id: int,
+    keep_bos: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Cut ``n_sequences`` blocks of ``context_length`` tokens from ``stream``, BOS prepended.
 
     Returns ``(token_ids, block_starts)``: ``token_ids`` has shape (N, T + 1) with the BOS id in
-    column 0; ``block_starts`` are the offsets of the blocks in the stream (sorted).
+    column 0; ``block_starts`` are the offsets of the blocks in the stream (sorted). With
+    ``keep_bos=False`` (the no-BOS variant) the same blocks come without BOS: shape (N, T), equal
+    to the ``keep_bos=True`` result without its column 0 (the blocks depend only on the stream,
+    ``n_sequences``, ``context_length`` and ``seed``).
     Raises ``ValueError`` when the stream holds fewer than ``n_sequences`` blocks.
     """
     if n_sequences < 1 or context_length < 1:
@@ -49,6 +63,8 @@ def cut_sequences(
     chosen = np.sort(rng.choice(n_blocks, size=n_sequences, replace=False))
     starts = chosen * context_length
     windows = stream[starts[:, None] + np.arange(context_length)[None, :]]
+    if not keep_bos:
+        return windows.astype(np.int32), starts
     bos = np.full((n_sequences, 1), bos_token_id, dtype=np.int64)
     return np.concatenate([bos, windows], axis=1).astype(np.int32), starts
 
@@ -81,8 +97,13 @@ def prepare_tokens(
     context_length: int,
     seed: int,
     out_json: Path,
+    bos: str = BOS_KEEP,
 ) -> dict[str, Any]:
     """Tokenize one dataset for one model, cut the sequences and write them as JSON.
+
+    ``bos``: :data:`~sinkscope.variants.BOS_KEEP` (``[BOS, t_1 .. t_T]``) or
+    :data:`~sinkscope.variants.BOS_DROP` (the same ``[t_1 .. t_T]`` without BOS; the record's
+    ``bos_token_id`` is then the id that was left out), recorded as the record's ``bos``.
 
     Checks, before any model weights are loaded, that ``T + 1`` fits the model's context
     (``max_position_embeddings``), that the model has a BOS id (``models.<name>.bos_token_id``
@@ -105,11 +126,15 @@ def prepare_tokens(
             f"{shape.max_positions} positions model {model_name!r} allows"
         )
     tokenizer = load_tokenizer(prepared_model_dir)
-    bos, bos_source = resolve_bos_token_id(prepared_model_dir, tokenizer, config)
+    if bos not in (BOS_KEEP, BOS_DROP):
+        raise ValueError(f"bos must be {BOS_KEEP!r} or {BOS_DROP!r}, not {bos!r}")
+    bos_id, bos_source = resolve_bos_token_id(prepared_model_dir, tokenizer, config)
     documents = load_documents(documents_parquet)
     stream = tokenize_documents(tokenizer, documents["text"])
     try:
-        token_ids, starts = cut_sequences(stream, n_sequences, context_length, seed, bos)
+        token_ids, starts = cut_sequences(
+            stream, n_sequences, context_length, seed, bos_id, keep_bos=bos == BOS_KEEP
+        )
     except ValueError as error:
         raise ValueError(
             f"dataset {dataset_name!r} tokenized by {model_name!r}: {error}; lower "
@@ -122,7 +147,8 @@ def prepare_tokens(
         "n_sequences": n_sequences,
         "context_length": context_length,
         "seed": seed,
-        "bos_token_id": bos,
+        "bos": bos,
+        "bos_token_id": bos_id,
         "bos_token_source": bos_source,
         "stream_length": int(stream.size),
         "block_starts": starts.tolist(),
@@ -136,7 +162,8 @@ def prepare_tokens(
 
 
 def read_tokens(path: Path) -> tuple[np.ndarray, dict[str, Any]]:
-    """Token ids (N, T + 1) int32 and the record they came with; the hash is re-checked."""
+    """Token ids (N, T + 1) int32 (no-BOS variant: (N, T)) and the record they came with; the
+    hash is re-checked. A record without ``bos`` (written before the key existed) kept BOS."""
     record = read_json(path)
     token_ids = np.asarray(record["token_ids"], dtype=np.int32)
     if token_ids_sha256(token_ids) != record["token_ids_sha256"]:
