@@ -1012,13 +1012,15 @@ def test_softmax_sinks_emerge() -> None:
     def setup(softmax: float, raw: float) -> pl.DataFrame:
         return pl.DataFrame(
             {
-                "variant": ["softmax", "sigmoid_raw", "sigmoid_norm"],
-                "attention": ["softmax", "sigmoid", "sigmoid"],
-                "normalize": [True, False, True],
+                "variant": ["softmax", "sigmoid_raw", "sigmoid_norm", "softmax+gate_head"],
+                "attention": ["softmax", "sigmoid", "sigmoid", "softmax"],
+                "normalize": [True, False, True, True],
+                "switch": ["none", "none", "none", "gate_head"],
                 "positional": "rope",
                 "weight_decay": 0.2,
                 "runs": 3,
-                "sink_proportion_mean": [softmax, raw, 0.9],
+                # a softmax head with another switch is not Table 1's softmax
+                "sink_proportion_mean": [softmax, raw, 0.9, 0.0],
             }
         )
 
@@ -1032,6 +1034,71 @@ def test_softmax_sinks_emerge() -> None:
     ]
     only_softmax = setup(0.5, 0.0).filter(pl.col("variant") == "softmax")
     assert verdicts(DC.check_softmax_sinks_emerge(only_softmax, 0.1, 0.05)) == [V.NOT_APPLICABLE]
+
+
+def test_other_switch_replaces_sink_on_planted_setups() -> None:
+    """Issue 20's claim: per switch and setup, against softmax at the same PE and lambda, the
+    sink-head share and the first-half BOS share fall by the tolerances while the accuracy
+    stays; a switch that loses the task fails, a reference that did not learn decides nothing."""
+    tolerances = (0.25, 0.125, 0.0625)  # exact in binary: the boundaries are tested exactly
+
+    def by_setup(*switched: tuple[str, float, float, float, int]) -> pl.DataFrame:
+        rows = [("none", 0.75, 0.875, 1.0, 1)] + list(switched)
+        return pl.DataFrame(
+            {
+                "variant": [f"softmax+{r[0]}" if r[0] != "none" else "softmax" for r in rows],
+                "attention": "softmax",
+                "switch": [r[0] for r in rows],
+                "positional": "rope",
+                "weight_decay": 0.0,
+                "runs": 1,
+                "learned_runs": [r[4] for r in rows],
+                "accuracy_mean": [r[3] for r in rows],
+                "sink_proportion_mean": [r[1] for r in rows],
+                "idle_bos_share": [r[2] for r in rows],
+                "idle_switch_mass": [0.0] + [0.6] * len(switched),
+            }
+        )
+
+    table = by_setup(
+        ("sink_logit", 0.5, 0.75, 0.9375, 1),  # exactly at every tolerance: reproduced
+        ("gate_head", 0.75, 0.25, 1.0, 1),  # BOS share falls, sink heads do not
+        ("softpick", 0.0, 0.0, 0.5, 0),  # no sink, but the task is lost
+        ("kv_bias", 0.125, 0.8125, 1.0, 1),  # sink heads fall, the BOS share barely
+    )
+    rows = DC.check_other_switch_replaces_sink(table, *tolerances)
+    assert [r["setting"].split(",")[0] for r in rows] == [
+        "softmax+gate_head",
+        "softmax+kv_bias",
+        "softmax+sink_logit",
+        "softmax+softpick",
+    ]
+    assert verdicts(rows) == [
+        V.NOT_REPRODUCED,
+        V.NOT_REPRODUCED,
+        V.REPRODUCED,
+        V.NOT_REPRODUCED,
+    ]
+    assert [r["value"] for r in rows] == pytest.approx([0.0, 0.625, 0.25, 0.75])
+    assert "accuracy +0.50" in rows[3]["reason"] and "0/1 runs learned" in rows[3]["reason"]
+    # the softmax reference did not learn: nothing to compare with
+    lost = table.with_columns(
+        learned_runs=pl.when(pl.col("switch") == "none").then(0).otherwise(pl.col("learned_runs"))
+    )
+    assert set(verdicts(DC.check_other_switch_replaces_sink(lost, *tolerances))) == {
+        V.NOT_APPLICABLE
+    }
+    # no softmax reference at this setup, or no switch run at all
+    other_pe = table.with_columns(
+        positional=pl.when(pl.col("switch") == "none")
+        .then(pl.lit("none"))
+        .otherwise(pl.col("positional"))
+    )
+    assert set(verdicts(DC.check_other_switch_replaces_sink(other_pe, *tolerances))) == {
+        V.NOT_APPLICABLE
+    }
+    alone = DC.check_other_switch_replaces_sink(by_setup(), *tolerances)
+    assert verdicts(alone) == [V.NOT_APPLICABLE] and "select: switch" in alone[0]["reason"]
 
 
 def test_flip_rate_decreases() -> None:

@@ -293,10 +293,38 @@ def sink_proportions(pair: tuple[float, float]) -> Tables:
             "variant": ["softmax", "sigmoid_raw", "sigmoid_norm"],
             "attention": ["softmax", "sigmoid", "sigmoid"],
             "normalize": [True, False, True],
+            "switch": "none",
             "positional": "rope",
             "weight_decay": 0.2,
             "runs": 3,
             "sink_proportion_mean": [softmax, raw, 0.9],
+        }
+    )
+    return {"dynamics_induction_by_setup": frame}
+
+
+SWITCH_SINK_DROP = TOL["dynamics"]["switch_min_sink_share_drop"]
+SWITCH_SHARE_DROP = TOL["dynamics"]["switch_min_bos_share_drop"]
+SWITCH_ACCURACY_DROP = TOL["dynamics"]["switch_max_accuracy_drop"]
+
+
+def switch_drops(drops: tuple[float, float, float]) -> Tables:
+    """A softmax run and a softmax+sink_logit run at the same setup whose sink-head share,
+    first-half BOS share and accuracy are lower by ``drops``."""
+    sink, share, accuracy = drops
+    frame = pl.DataFrame(
+        {
+            "variant": ["softmax", "softmax+sink_logit"],
+            "attention": "softmax",
+            "switch": ["none", "sink_logit"],
+            "positional": "rope",
+            "weight_decay": 0.0,
+            "runs": 1,
+            "learned_runs": 1,
+            "accuracy_mean": [1.0, 1.0 - accuracy],
+            "sink_proportion_mean": [0.75, 0.75 - sink],
+            "idle_bos_share": [0.9, 0.9 - share],
+            "idle_switch_mass": [0.0, 0.5],
         }
     )
     return {"dynamics_induction_by_setup": frame}
@@ -483,6 +511,31 @@ FLIPS: dict[str, Flip] = {
                     "dynamics_induction_by_setup"
                 ].filter(pl.col("variant") == "softmax")
             }
+        ],
+    ),
+    "dynamics.other_switch_replaces_sink": Flip(
+        switch_drops,
+        holds=[
+            (SWITCH_SINK_DROP + 0.01, SWITCH_SHARE_DROP + 0.01, SWITCH_ACCURACY_DROP - 0.01),
+            (0.75, 0.9, 0.0),
+        ],
+        fails=[
+            (SWITCH_SINK_DROP - 0.01, 0.9, 0.0),
+            (0.75, SWITCH_SHARE_DROP - 0.01, 0.0),
+            (0.75, 0.9, SWITCH_ACCURACY_DROP + 0.01),
+            (0.0, 0.0, 0.0),
+        ],
+        not_applicable=[
+            lambda: {
+                "dynamics_induction_by_setup": switch_drops((0.5, 0.5, 0.0))[
+                    "dynamics_induction_by_setup"
+                ].filter(pl.col("switch") == "none")
+            },
+            lambda: {
+                "dynamics_induction_by_setup": switch_drops((0.5, 0.5, 0.0))[
+                    "dynamics_induction_by_setup"
+                ].with_columns(learned_runs=pl.Series([0, 1]))
+            },
         ],
     ),
     "dynamics.flip_rate_decreases": Flip(

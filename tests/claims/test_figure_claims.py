@@ -593,6 +593,7 @@ def _by_setup(shares: dict[tuple[str, str, float], float]) -> pl.DataFrame:
                 "variant": variant,
                 "attention": attention[variant][0],
                 "normalize": attention[variant][1],
+                "switch": "none",
                 "positional": pe,
                 "weight_decay": wd,
                 "runs": 2,

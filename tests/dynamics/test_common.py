@@ -23,31 +23,50 @@ def test_select_specs_uses_defaults_and_rejects_unknown_keys() -> None:
     assert select_specs(specs, {}, defaults) == specs
     with pytest.raises(KeyError, match="colour"):
         select_specs(specs, {"colour": ["red"]}, defaults)
+    # a listed value that no job of the grid has is a typo (or another scale's value)
+    with pytest.raises(KeyError, match=r"loss: no job of the grid has \['sqaure'\]"):
+        select_specs(specs, {"loss": ["square", "sqaure"]}, defaults)
 
 
 def test_dynamics_jobs_of_the_default_and_paper_scales() -> None:
     default = dynamics_jobs({})
     assert {part: len(jobs) for part, jobs in default.items()} == {
         "value_softmax": 36,
-        "induction": 26,
+        "induction": 36,
         "classification": 18,
     }
     assert all(spec["id"] == run for jobs in default.values() for run, spec in jobs.items())
+    # Table 1's 26 runs keep their ids; each other switch is a softmax run of the same setups
+    switched = [spec for spec in default["induction"].values() if "switch" in spec]
+    assert len(switched) == 10
+    assert {s["switch"] for s in switched} == set(grids.SWITCHES[1:])
+    assert all(
+        s["attention"] == "softmax" and s["positional"] == "rope" and s["seed"] == 0
+        for s in switched
+    )
+    assert "softmax-pe=rope-wd=0.0-seed=0-" in " ".join(default["induction"])
+    paper = dynamics_jobs({"induction": {"scale": "paper"}})["induction"]
+    assert len(paper) == 198 + 5 * 3 * 2 * 3
     off = dynamics_jobs({"enabled": False})
     assert all(not jobs for jobs in off.values())
+    softmax = {"attention": ["softmax"], "positional": ["rope"]}
     one = dynamics_jobs(
         {
-            "induction": {"select": {"attention": ["softmax"], "positional": ["rope"]}},
+            "induction": {"select": {**softmax, "switch": ["none"]}},
             "classification": {"enabled": False},
         }
     )
     assert len(one["induction"]) == 2 and not one["classification"]
+    # softmax selects its other switches too (the same softmax head with another switch)
+    assert len(dynamics_jobs({"induction": {"select": softmax}})["induction"]) == 12
 
 
 def test_bad_dynamics_sections_are_rejected_naming_the_key(default_config: dict) -> None:
     for section, key in (
         ({"induction": {"overrides": {"colour": 1}}}, "dynamics.induction.overrides"),
         ({"induction": {"overrides": {"attention": "nope"}}}, "dynamics.induction.overrides"),
+        ({"induction": {"overrides": {"switch": "softpik"}}}, "induction.overrides: switch"),
+        ({"induction": {"select": {"switch": ["softpik"]}}}, 'induction.select: "switch'),
         ({"induction": {"overrides": {"pos_init_std": 0.0}}}, "induction.overrides: pos_init_std"),
         ({"induction": {"overrides": {"lr": -1e-3}}}, "induction.overrides: lr"),
         ({"induction": {"overrides": {"epochs": 2.5}}}, "induction.overrides: epochs"),
@@ -91,7 +110,7 @@ def test_grids_are_torch_free_and_re_exported() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split()
-    assert out == ["26", "False"]
+    assert out == ["36", "False"]
     from sinkscope.dynamics import classification, common, induction, value_softmax
 
     assert induction.PAPER_INDUCTION is grids.PAPER_INDUCTION
@@ -109,6 +128,7 @@ def test_dynamics_rule_paths_and_minutes() -> None:
         "curve": "R/dynamics/induction/runs/{run}/curve.parquet",
         "heads": "R/dynamics/induction/runs/{run}/heads.parquet",
         "pattern": "R/dynamics/induction/runs/{run}/pattern.parquet",
+        "switches": "R/dynamics/induction/runs/{run}/switches.parquet",
         "timing": "R/dynamics/induction/runs/{run}/timing.json",
     }
     inputs = paths.dynamics_summary_inputs({"induction": {"b": {}, "a": {}}})
@@ -141,7 +161,7 @@ def test_dynamics_rule_paths_and_minutes() -> None:
     ]
     assert out["classification"]["table_curve_csv"] == "R/dynamics/classification/curve.csv"
     assert out["induction"]["figure_sinks"] == "report:R/dynamics/induction/sinks.png"
-    assert len(calls) == 12  # 5 value-softmax + 4 induction + 3 classification figures
+    assert len(calls) == 13  # 5 value-softmax + 5 induction + 3 classification figures
     rules = Path(__file__).parents[2] / "workflow" / "rules"
     for path, kwargs in calls:
         assert kwargs["category"] == "C"

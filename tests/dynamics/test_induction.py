@@ -155,8 +155,8 @@ def test_model_variants_build_and_grids() -> None:
             logits, atts = model(x)
             assert logits.shape == (5, 13, 101 if distinct else 51) and len(atts) == 2
     default, paper = induction_grid("default"), induction_grid("paper")
-    assert len({s["id"] for s in default}) == len(default) == 26
-    assert len({s["id"] for s in paper}) == len(paper) == 11 * 3 * 2 * 3
+    assert len({s["id"] for s in default}) == len(default) == 26 + 5 * 2
+    assert len({s["id"] for s in paper}) == len(paper) == 11 * 3 * 2 * 3 + 5 * 3 * 2 * 3
     assert [s["id"] for s in default] == [s["id"] for s in induction_grid("default")]
     small = induction_grid("default", {"n_train": 640})
     assert all(s["n_train"] == 640 for s in small)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import polars as pl
 import pytest
 import torch
 
@@ -293,7 +294,7 @@ def test_tiny_run_per_switch_trains_and_measures_its_switch(switch: str) -> None
     train = out["curve"]["train_loss"].drop_nans().to_list()
     assert len(train) == 4 and train[-1] < train[0] - 0.05  # the loss decreases
     final = out["final"].row(0, named=True)
-    assert final["switch"] == switch and out["final"].columns[-1] == "switch"
+    assert final["switch"] == switch
     table = out["switches"]
     assert table.columns == [
         "run_id",
@@ -318,9 +319,44 @@ def test_tiny_run_per_switch_trains_and_measures_its_switch(switch: str) -> None
     assert idle["bos_mass"].to_list() == pytest.approx(heads["idle_sink_mass"].to_list())
 
 
-def test_a_run_without_switch_has_the_tables_of_table_1() -> None:
+def test_a_run_without_switch_measures_softmax_switch_mass_zero() -> None:
+    """Table 1's softmax run writes the same tables, with switch "none": its rows are
+    distributions, so its switch mass is 0 and its BOS share equals its BOS mass."""
     out = run_induction({**TINY, "n_train": 64, "id": "plain"})
-    assert set(out) == {"final", "curve", "heads", "pattern", "timing"}
-    assert "switch" not in out["final"].columns
+    assert set(out) == {"final", "curve", "heads", "pattern", "switches", "timing"}
+    assert out["final"]["switch"].to_list() == [SWITCHES[0]]
+    table = out["switches"]
+    assert table["switch_mass"].abs().max() < 1e-6
+    assert (table["bos_share"] - table["bos_mass"]).abs().max() < 1e-6
     x, _ = make_induction_data(3, 0)
     assert len(InductionTransformer(TINY)(x)[1]) == 2
+
+
+def test_summary_compares_each_switch_with_softmax_and_draws_them(tmp_path) -> None:
+    """``by_setup`` keeps each switch apart from Table 1's softmax at the same setup; its
+    layer-2 switch columns are the means of the runs' ``switches`` tables (recomputed here by
+    hand), and the switches figure draws one panel per variant (a placeholder without one)."""
+    from sinkscope.dynamics.plots import figures
+    from sinkscope.dynamics.summary import SWITCH_MEASURES, summarize_induction
+
+    small = {**TINY, "n_train": 256}
+    runs = [run_induction({**small, "id": "plain"})]  # two layers (Table 2)
+    runs += [run_induction({**small, "switch": s, "id": s}) for s in ("sink_logit", "gate_head")]
+    summary = summarize_induction(runs)
+    by_setup = summary["by_setup"]
+    assert by_setup["variant"].to_list() == ["softmax", "softmax+gate_head", "softmax+sink_logit"]
+    assert by_setup["switch"].to_list() == ["none", "gate_head", "sink_logit"]
+    for run in runs:
+        run_id = run["final"]["run_id"][0]
+        layer2 = run["switches"].filter(pl.col("layer") == 2)
+        got = summary["final"].filter(pl.col("run_id") == run_id).row(0, named=True)
+        for rows, measure in SWITCH_MEASURES:
+            expected = layer2.filter(pl.col("rows") == rows)[measure].to_list()
+            assert got[f"{rows}_{measure}"] == pytest.approx(sum(expected) / len(expected))
+    assert summary["by_setup"].filter(pl.col("switch") == "none")["idle_switch_mass"][0] < 1e-6
+    assert set(summary["switches"]["variant"]) == set(by_setup["variant"])
+    figures("induction", summary)["switches"](tmp_path / "switches.png")
+    assert (tmp_path / "switches.png").stat().st_size > 10_000
+    alone = summarize_induction(runs[:1])
+    figures("induction", alone)["switches"](tmp_path / "none.png")
+    assert (tmp_path / "none.png").stat().st_size > 0

@@ -51,6 +51,7 @@ from sinkscope.claims.checks.costs import (
 from sinkscope.claims.checks.dynamics import (
     check_flip_rate_decreases,
     check_logistic_polarizes,
+    check_other_switch_replaces_sink,
     check_softmax_sinks_emerge,
     check_square_does_not_polarize,
     check_unnormalized_do_not_polarize,
@@ -450,6 +451,20 @@ CLAIMS: tuple[Claim, ...] = (
             tb["dynamics_induction_by_setup"],
             t["dynamics"]["softmax_min_sink_proportion"],
             t["dynamics"]["unnormalized_max_sink_proportion"],
+        ),
+    ),
+    Claim(
+        "dynamics.other_switch_replaces_sink",
+        "When a softmax head has another way to switch off, the BOS sink share falls while the task is still solved.",
+        "Main study §6, Prop. 6.1 (the sink is the head's attention switch); issue 20's prediction",
+        "not stated by the papers: derived from the thesis (gpt-oss sinks, gated attention, "
+        "softpick and a key/value bias as the other switches)",
+        ("dynamics_induction_by_setup",),
+        lambda tb, t: check_other_switch_replaces_sink(
+            tb["dynamics_induction_by_setup"],
+            t["dynamics"]["switch_min_sink_share_drop"],
+            t["dynamics"]["switch_min_bos_share_drop"],
+            t["dynamics"]["switch_max_accuracy_drop"],
         ),
     ),
     Claim(

@@ -23,6 +23,7 @@ __all__ = [
     "DYNAMICS_PARTS",
     "DYNAMICS_RUNTIME_MIN",
     "LOSS_POSITIONS",
+    "NO_SWITCH",
     "PAPER_CLASSIFICATION",
     "PAPER_INDUCTION",
     "POSITIONAL",
@@ -47,11 +48,17 @@ ATTENTION_FUNCTIONS = ("softmax", "sigmoid", "elu", "elu_elu", "mlp", "linear")
 #: The ``switch`` values of a softmax head of the induction model (issue 20,
 #: :mod:`.switches`): ``"none"`` (Table 1's softmax) first.
 SWITCHES = ("none", "sink_logit", "gate_head", "gate_element", "softpick", "kv_bias")
+#: The ``switch`` of a head without another switch than its sink.
+NO_SWITCH = SWITCHES[0]
 
 
 def digest(values: Mapping[str, Any]) -> str:
     """8 hex digits of a mapping's sorted items: the size/override part of a job id."""
     return hashlib.sha256(repr(sorted(values.items())).encode()).hexdigest()[:8]
+
+
+def _hashable(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
 
 
 def select_specs(
@@ -60,12 +67,19 @@ def select_specs(
     defaults: Mapping[str, Any] | None = None,
 ) -> list[dict]:
     """The specs whose value of every key in ``where`` (the spec's own, else ``defaults``') is one
-    of the listed values (a config's ``select``); an unknown key raises ``KeyError`` naming it."""
+    of the listed values (a config's ``select``); an unknown key, or a value no spec of the grid
+    has (a typo, or a value of another scale), raises ``KeyError`` naming it."""
     defaults = defaults or {}
     known = set(defaults).union(*(spec.keys() for spec in specs))
     unknown = sorted(set(where) - known)
     if unknown:
         raise KeyError(f"select keys {unknown} are not spec keys; known: {sorted(known)}")
+    for key, values in where.items():
+        present = {_hashable(spec.get(key, defaults.get(key))) for spec in specs}
+        absent = [v for v in values if _hashable(v) not in present]
+        if absent:
+            shown = sorted(map(str, present))
+            raise KeyError(f"{key}: no job of the grid has {absent}; the grid has {shown}")
     return [
         spec
         for spec in specs
@@ -229,6 +243,7 @@ PAPER_INDUCTION: dict[str, Any] = {
     "weight_decay": 0.0,
     "loss_positions": "all",
     "seed": 0,
+    "switch": SWITCHES[0],
     "threads": 1,
     "curve_every": 20,
 }
@@ -244,6 +259,13 @@ def induction_spec(spec: Mapping[str, Any]) -> dict:
         raise ValueError(f"unknown positional encoding {full['positional']!r}")
     if full["attention"] == "softmax":
         full["normalize"] = True
+    if full["switch"] not in SWITCHES:
+        raise ValueError(f"switch: unknown {full['switch']!r}; expected one of {SWITCHES}")
+    if full["switch"] != SWITCHES[0] and full["attention"] != "softmax":
+        raise ValueError(
+            f"switch: {full['switch']!r} gives a softmax head another switch; attention "
+            f"{full['attention']!r} takes only switch {SWITCHES[0]!r}"
+        )
     if full["loss_positions"] not in LOSS_POSITIONS:
         raise ValueError(f"loss_positions must be one of {LOSS_POSITIONS}")
     if full["hidden"] % full["n_heads"]:
@@ -251,18 +273,22 @@ def induction_spec(spec: Mapping[str, Any]) -> dict:
     return full
 
 
-def variant_name(attention: str, normalize: bool) -> str:
-    """``softmax`` or ``<attention>_norm`` / ``<attention>_raw`` (Table 1's two variants)."""
-    return attention if attention == "softmax" else f"{attention}_{'norm' if normalize else 'raw'}"
+def variant_name(attention: str, normalize: bool, switch: str = SWITCHES[0]) -> str:
+    """``softmax`` or ``<attention>_norm`` / ``<attention>_raw`` (Table 1's two variants), and
+    ``softmax+<switch>`` for a softmax head with another switch (:mod:`.switches`)."""
+    if attention != "softmax":
+        return f"{attention}_{'norm' if normalize else 'raw'}"
+    return attention if switch == SWITCHES[0] else f"{attention}+{switch}"
 
 
 def _induction_with_id(spec: dict) -> dict:
-    """``spec`` with a stable ``id``: variant, PE, lambda, seed, and a digest of everything else."""
-    keys = ("attention", "normalize", "positional", "weight_decay", "seed")
+    """``spec`` with a stable ``id``: variant (with its switch), PE, lambda, seed, and a digest of
+    everything else."""
+    keys = ("attention", "normalize", "positional", "weight_decay", "seed", "switch")
     full = induction_spec(spec)
     name = "-".join(
         [
-            variant_name(full["attention"], full["normalize"]),
+            variant_name(full["attention"], full["normalize"], full["switch"]),
             f"pe={full['positional']}",
             f"wd={full['weight_decay']}",
             f"seed={full['seed']}",
@@ -284,9 +310,12 @@ def induction_grid(scale: str = "default", overrides: dict | None = None) -> lis
 
     * ``"paper"``: Table 2 size (100k sequences, 10 epochs, batch 256, lr 1e-3) over the full
       grid: 11 attention variants x PE in {none, absolute, rope} x lambda in {0, 0.2} x seeds
-      {0, 1, 2} (198 jobs).
+      {0, 1, 2} (198 jobs), and softmax with each other switch of :data:`SWITCHES` on the same
+      PE x lambda x seeds (90 jobs).
     * ``"default"``: :data:`DEFAULT_SIZE` with seed 0 over 11 variants x lambda in {0, 0.2} with
-      RoPE, plus softmax x lambda x PE in {none, absolute} (26 jobs of 2-3 min on one core).
+      RoPE, plus softmax x lambda x PE in {none, absolute} (26 jobs of 2-3 min on one core), and
+      softmax with each other switch x lambda with RoPE (10 jobs): every switch gets the budget,
+      seed and task of the softmax run it is compared with.
 
     ``overrides`` (e.g. a smaller size) are merged into every spec before the id is made; an
     unknown key raises ``KeyError``.
@@ -297,8 +326,15 @@ def induction_grid(scale: str = "default", overrides: dict | None = None) -> lis
         raise KeyError(f"unknown induction keys {unknown}; known: {sorted(PAPER_INDUCTION)}")
     if scale == "paper":
         combos = [
-            (att, norm, pe, wd, seed)
+            (att, norm, pe, wd, seed, SWITCHES[0])
             for att, norm in ATTENTION_VARIANTS
+            for pe in POSITIONAL
+            for wd in (0.0, 0.2)
+            for seed in (0, 1, 2)
+        ]
+        combos += [
+            ("softmax", True, pe, wd, seed, switch)
+            for switch in SWITCHES[1:]
             for pe in POSITIONAL
             for wd in (0.0, 0.2)
             for seed in (0, 1, 2)
@@ -306,9 +342,18 @@ def induction_grid(scale: str = "default", overrides: dict | None = None) -> lis
         size: dict[str, Any] = {}
     elif scale == "default":
         combos = [
-            (att, norm, "rope", wd, 0) for att, norm in ATTENTION_VARIANTS for wd in (0.0, 0.2)
+            (att, norm, "rope", wd, 0, SWITCHES[0])
+            for att, norm in ATTENTION_VARIANTS
+            for wd in (0.0, 0.2)
         ]
-        combos += [("softmax", True, pe, wd, 0) for pe in ("none", "absolute") for wd in (0.0, 0.2)]
+        combos += [
+            ("softmax", True, pe, wd, 0, SWITCHES[0])
+            for pe in ("none", "absolute")
+            for wd in (0.0, 0.2)
+        ]
+        combos += [
+            ("softmax", True, "rope", wd, 0, switch) for switch in SWITCHES[1:] for wd in (0.0, 0.2)
+        ]
         size = {**DEFAULT_SIZE}
     else:
         raise ValueError(f"unknown scale {scale!r}; expected 'default' or 'paper'")
@@ -320,11 +365,13 @@ def induction_grid(scale: str = "default", overrides: dict | None = None) -> lis
                 "positional": pe,
                 "weight_decay": wd,
                 "seed": seed,
+                # a run without a switch keeps the spec (and id) it had before switches existed
+                **({"switch": switch} if switch != SWITCHES[0] else {}),
                 **size,
                 **overrides,
             }
         )
-        for att, norm, pe, wd, seed in combos
+        for att, norm, pe, wd, seed, switch in combos
     ]
     ids = [s["id"] for s in specs]
     if len(set(ids)) != len(ids):

@@ -112,7 +112,7 @@ Other switches (issue 20, ``switch_mass`` / ``switched_off``)
     ``>= OFF_THRESHOLD = 0.5``: most of its unit goes nowhere. An induction head that parks its
     first-half rows (row off mass ~1) and copies on the induction rows (~0) is off on the
     former and on on the latter whatever the threshold between; uniform causal attention is off
-    on rows 0 and 1 only (BOS mass 1 and 1/2). Runs with a switch add the ``switches`` table:
+    on rows 0 and 1 only (BOS mass 1 and 1/2). Every run writes the ``switches`` table:
     per (layer, head) and row set (the first-half rows, which have nothing to copy, and the
     induction rows), the mean BOS mass, the mean switch mass, the share of rows switched off and
     the mean *BOS share*, BOS's part of the mass the row does deliver (``BOS mass / (1 - switch
@@ -147,6 +147,7 @@ from sinkscope.dynamics.grids import (
     induction_spec,
     variant_name,
 )
+from sinkscope.dynamics.names import IDLE_ROWS, INDUCTION_ROWS
 
 __all__ = [
     "ATTENTION_VARIANTS",
@@ -370,12 +371,11 @@ def run_induction(spec: dict) -> dict[str, pl.DataFrame]:
     * ``timing`` - one row: ``wall_s`` and ``wall_cpu_s`` (process CPU time; the run uses one
       thread). The only table that differs between two identical runs.
 
-    With a ``switch`` other than ``"none"`` (module docstring, *Other switches*) ``final`` ends
-    with a ``switch`` column and a sixth table is added:
-
-    * ``switches`` - per (layer, head) and ``rows`` (``"idle"``: the first-half rows 1..m,
-      ``"induction"``: the induction positions), over the evaluation sequences:
-      ``bos_mass``, ``switch_mass``, ``off_share`` and ``bos_share`` (:func:`switch_measures`).
+    * ``switches`` - per (layer, head) and ``rows`` (:data:`IDLE_ROWS`: the first-half rows
+      1..m, :data:`INDUCTION_ROWS`: the induction positions), over the evaluation sequences:
+      ``bos_mass``, ``switch_mass``, ``off_share`` and ``bos_share`` (:func:`switch_measures`;
+      module docstring, *Other switches*). For a head without a switch the switch mass is the
+      row mass it leaves over (0 for softmax).
 
     All tables carry the spec's ``id`` as ``run_id``. A progress bar goes to stderr.
     """
@@ -450,27 +450,25 @@ def run_induction(spec: dict) -> dict[str, pl.DataFrame]:
                 }
             )
     heads_df = pl.DataFrame(heads)
-    switch = cfg.get("switch", SWITCHES[0])
     switches: list[dict] = []
-    if switch != SWITCHES[0]:
-        idle = torch.zeros_like(m_eval)
-        idle[:, 1 : (cfg["seq_len"] - 1) // 2 + 1] = True
-        for layer, att in enumerate(atts, start=1):
-            for rows, marked in (("idle", idle), ("induction", m_eval)):
-                bos, mass, off, share = switch_measures(att.detach(), marked)
-                switches += [
-                    {
-                        "run_id": run_id,
-                        "layer": layer,
-                        "head": h,
-                        "rows": rows,
-                        "bos_mass": float(bos[h]),
-                        "switch_mass": float(mass[h]),
-                        "off_share": float(off[h]),
-                        "bos_share": float(share[h]),
-                    }
-                    for h in range(att.shape[1])
-                ]
+    idle = torch.zeros_like(m_eval)
+    idle[:, 1 : (cfg["seq_len"] - 1) // 2 + 1] = True
+    for layer, att in enumerate(atts, start=1):
+        for rows, marked in ((IDLE_ROWS, idle), (INDUCTION_ROWS, m_eval)):
+            bos, mass, off, share = switch_measures(att.detach(), marked)
+            switches += [
+                {
+                    "run_id": run_id,
+                    "layer": layer,
+                    "head": h,
+                    "rows": rows,
+                    "bos_mass": float(bos[h]),
+                    "switch_mass": float(mass[h]),
+                    "off_share": float(off[h]),
+                    "bos_share": float(share[h]),
+                }
+                for h in range(att.shape[1])
+            ]
     dist = attention_mass(atts[-1].detach())
     H, T = dist.shape[1], dist.shape[2]
     frames = []
@@ -502,7 +500,6 @@ def run_induction(spec: dict) -> dict[str, pl.DataFrame]:
                 "sink_proportion": float(last["is_sink"].mean()),
                 "mean_sink_mass": float(last["sink_mass"].mean()),
                 "steps": step,
-                **({"switch": switch} if switch != SWITCHES[0] else {}),
             }
         ]
     )
@@ -525,13 +522,11 @@ def run_induction(spec: dict) -> dict[str, pl.DataFrame]:
             "eval_accuracy": pl.Float64,
         },
     ).with_columns(run_id=pl.lit(run_id))
-    tables = {
+    return {
         "final": final,
         "curve": curve_df,
         "heads": heads_df,
         "pattern": pattern,
+        "switches": pl.DataFrame(switches),
         "timing": timing,
     }
-    if switch != SWITCHES[0]:
-        tables["switches"] = pl.DataFrame(switches)
-    return tables

@@ -8,7 +8,7 @@ part's outputs from these names, :mod:`sinkscope.dynamics.grids` reads :data:`PA
 
 from __future__ import annotations
 
-__all__ = ["FIGURES", "PARTS", "RUN_TABLES", "SUMMARY_TABLES"]
+__all__ = ["FIGURES", "IDLE_ROWS", "INDUCTION_ROWS", "PARTS", "RUN_TABLES", "SUMMARY_TABLES"]
 
 #: The parts of the ``dynamics`` config section, in workflow order: the gradient flow of
 #: ``L(V phi(a))`` (Theorem 3.3), the induction task (Tables 1-2) and the classification task
@@ -21,7 +21,7 @@ RUN_TABLES: dict[str, tuple[str, ...]] = dict(
         PARTS,
         (
             ("final", "trajectory", "scalars"),
-            ("final", "curve", "heads", "pattern"),
+            ("final", "curve", "heads", "pattern", "switches"),
             ("final", "curve", "attention"),
         ),
         strict=True,
@@ -33,7 +33,7 @@ SUMMARY_TABLES: dict[str, tuple[str, ...]] = dict(
         PARTS,
         (
             ("final", "by_variant", "trajectory", "scalars"),
-            ("final", "by_setup", "curve", "heads", "pattern"),
+            ("final", "by_setup", "curve", "heads", "pattern", "switches"),
             ("final", "by_setup", "curve", "attention"),
         ),
         strict=True,
@@ -45,9 +45,13 @@ FIGURES: dict[str, tuple[str, ...]] = dict(
         PARTS,
         (
             ("polarization", "losses", "activations", "tied", "regression"),
-            ("sinks", "accuracy", "patterns", "curves"),
+            ("sinks", "accuracy", "patterns", "curves", "switches"),
             ("flips", "flips_by_size", "attention"),
         ),
         strict=True,
     )
 )
+#: The ``rows`` of the induction ``switches`` table: the first-half rows 1..m, which have nothing
+#: to copy (a head is idle there), and the induction rows (issue 20's comparison of the two).
+IDLE_ROWS = "idle"
+INDUCTION_ROWS = "induction"

@@ -18,8 +18,9 @@ import seaborn as sns
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from sinkscope.dynamics.induction import loss_floor
-from sinkscope.dynamics.names import FIGURES
+from sinkscope.dynamics.grids import NO_SWITCH
+from sinkscope.dynamics.induction import OFF_THRESHOLD, loss_floor
+from sinkscope.dynamics.names import FIGURES, IDLE_ROWS, INDUCTION_ROWS
 from sinkscope.dynamics.summary import flip_rate_trend
 from sinkscope.plotting import Draw, legend_below, new_figure, save_figure
 
@@ -34,6 +35,7 @@ __all__ = [
     "plot_induction_curves",
     "plot_induction_patterns",
     "plot_induction_sinks",
+    "plot_induction_switches",
     "plot_vs_activations",
     "plot_vs_losses",
     "plot_vs_polarization",
@@ -43,6 +45,8 @@ __all__ = [
 ]
 
 PathLike = str | os.PathLike[str]
+#: The colour of the switch figure's heads (one series: the fill tells the rows apart).
+SWITCH_COLOR = "#3b528b"
 Plot = Callable[[dict[str, pl.DataFrame], PathLike], None]
 
 
@@ -405,6 +409,78 @@ def plot_induction_curves(tables: dict[str, pl.DataFrame], out_png: PathLike) ->
     save_figure(fig, out_png)
 
 
+@_or_placeholder
+def plot_induction_switches(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
+    """Issue 20: every softmax head's switch side by side. One panel per variant (softmax
+    without a switch first, then each switch of :mod:`.switches`) and row per (positional
+    encoding, weight decay) with a switch run; each layer-2 head of each seed is a point at its
+    mean BOS mass (x) and mean switch mass (y): filled on the first-half rows (nothing to copy),
+    hollow on the induction rows. Points on or above the dotted line ``x + y = OFF_THRESHOLD``
+    are heads that most rows turn off (BOS plus switch); a switch that replaces the sink moves
+    the filled points from the lower right (BOS) to the upper left (switch)."""
+    switches, final = tables["switches"], tables["final"]
+    switched = final.filter(pl.col("switch") != NO_SWITCH)
+    if switched.is_empty():
+        raise MissingRuns("no induction run with another switch (dynamics.induction.select)")
+    setups = switched.select("positional", "weight_decay").unique().sort(pl.all())
+    variants = sorted(
+        set(final.filter(pl.col("attention") == "softmax")["variant"].to_list()),
+        key=lambda v: (v != "softmax", v),
+    )
+    fig = new_figure(1.0 + 2.3 * len(variants), 0.8 + 2.4 * setups.height)
+    axes = fig.subplots(setups.height, len(variants), squeeze=False, sharex=True, sharey=True)
+    for i, setup in enumerate(setups.iter_rows(named=True)):
+        for j, variant in enumerate(variants):
+            ax = axes[i, j]
+            runs = final.filter(
+                (pl.col("variant") == variant)
+                & (pl.col("positional") == setup["positional"])
+                & (pl.col("weight_decay") == setup["weight_decay"])
+            )
+            ax.plot([0, OFF_THRESHOLD], [OFF_THRESHOLD, 0], ls=":", color="0.5", lw=1)
+            ax.plot([0, 1], [1, 0], ls="-", color="0.85", lw=1)
+            if runs.is_empty():
+                ax.set_title(f"{variant}\nnot run", fontsize=8)
+                continue
+            last = int(runs["n_layers"].max())
+            heads = switches.filter(
+                pl.col("run_id").is_in(runs["run_id"].implode()) & (pl.col("layer") == last)
+            )
+            for rows, filled in ((IDLE_ROWS, True), (INDUCTION_ROWS, False)):
+                part = heads.filter(pl.col("rows") == rows)
+                ax.scatter(
+                    part["bos_mass"],
+                    part["switch_mass"],
+                    s=22,
+                    marker="o",
+                    facecolors=SWITCH_COLOR if filled else "none",
+                    edgecolors=SWITCH_COLOR,
+                    linewidths=1.0,
+                    label="first-half rows" if filled else "induction rows",
+                )
+            learned = int(runs["learned"].sum())
+            title = (
+                f"{variant}\nacc {runs['accuracy'].mean():.2f}, "
+                f"sink heads {runs['sink_proportion'].mean():.2f}"
+            )
+            if learned < runs.height:
+                title += f"\nnot learned ({learned}/{runs.height})"
+            ax.set_title(title, fontsize=8, color="black" if learned == runs.height else "red")
+            ax.set_xlim(-0.03, 1.03)
+            ax.set_ylim(-0.03, 1.03)
+        axes[i, 0].set_ylabel(
+            f"PE={setup['positional']}, lambda={setup['weight_decay']:g}\nswitch mass"
+        )
+    for ax in axes[-1]:
+        ax.set_xlabel("BOS mass")
+    legend_below(fig, axes.flat, ncols=2)
+    fig.suptitle(
+        f"Layer-2 heads: BOS mass vs switch mass (dotted: off mass {OFF_THRESHOLD:g}; "
+        "red title: a run did not learn)"
+    )
+    save_figure(fig, out_png)
+
+
 # --------------------------------------------------------------------------- classification
 
 
@@ -557,6 +633,7 @@ PLOTS: dict[str, dict[str, Plot]] = {
         "accuracy": plot_induction_accuracy,
         "patterns": plot_induction_patterns,
         "curves": plot_induction_curves,
+        "switches": plot_induction_switches,
     },
     "classification": {
         "flips": plot_classification_flips,

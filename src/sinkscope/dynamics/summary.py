@@ -14,16 +14,28 @@ from typing import Any
 import polars as pl
 
 from sinkscope.dynamics.grids import variant_name
-from sinkscope.dynamics.names import PARTS
+from sinkscope.dynamics.names import IDLE_ROWS, INDUCTION_ROWS, PARTS
 
 __all__ = [
     "FIG21_SCOPE",
     "SUMMARIZE",
+    "SWITCH_MEASURES",
     "flip_rate_trend",
     "summarize_classification",
     "summarize_induction",
     "summarize_value_softmax",
 ]
+
+
+#: The (rows, measure) pairs of the ``switches`` table that ``summarize_induction`` averages over
+#: the last layer's heads per run (columns ``<rows>_<measure>`` of ``final`` and ``by_setup``).
+SWITCH_MEASURES: tuple[tuple[str, str], ...] = (
+    (IDLE_ROWS, "bos_share"),
+    (IDLE_ROWS, "switch_mass"),
+    (INDUCTION_ROWS, "switch_mass"),
+    (IDLE_ROWS, "off_share"),
+    (INDUCTION_ROWS, "off_share"),
+)
 
 
 def summarize_value_softmax(results: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
@@ -61,28 +73,46 @@ def summarize_value_softmax(results: list[dict[str, pl.DataFrame]]) -> dict[str,
 def summarize_induction(results: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
     """Concatenate per-run tables and aggregate over seeds.
 
-    Returns ``final``, ``curve``, ``heads``, ``pattern`` (concatenated) and ``by_setup``: one row
-    per (attention, normalize, positional, weight_decay) with ``runs``, ``learned_runs``,
-    ``accuracy_mean``, ``sink_proportion_mean`` (layer 2, over all runs),
-    ``sink_proportion_learned`` (over runs that learned; null if none), ``mean_sink_mass`` and
-    ``idle_sink_mass`` (layer-2 mean over heads of the position-0 mass of the first-half rows).
-    ``final`` gains ``variant`` and ``idle_sink_mass``.
+    Returns ``final``, ``curve``, ``heads``, ``pattern`` (concatenated), ``switches`` (the runs'
+    per-head switch measures with each run's ``variant``, ``positional``, ``weight_decay``,
+    ``seed``, ``accuracy`` and ``learned``) and ``by_setup``: one row per (attention, normalize,
+    switch, positional, weight_decay) with ``runs``, ``learned_runs``, ``accuracy_mean``,
+    ``sink_proportion_mean`` (layer 2, over all runs), ``sink_proportion_learned`` (over runs
+    that learned; null if none), ``mean_sink_mass`` and ``idle_sink_mass`` (layer-2 mean over
+    heads of the position-0 mass of the first-half rows), and the layer-2 means of the switch
+    measures (:func:`sinkscope.dynamics.induction.switch_measures`): ``idle_bos_share``,
+    ``idle_switch_mass``, ``induction_switch_mass``, ``idle_off_share``,
+    ``induction_off_share``. ``final`` gains ``variant``, ``idle_sink_mass`` and those five.
     """
     final = pl.concat([r["final"] for r in results], how="diagonal_relaxed")
     final = final.with_columns(
-        variant=pl.struct("attention", "normalize").map_elements(
-            lambda s: variant_name(s["attention"], s["normalize"]), return_dtype=pl.String
+        variant=pl.struct("attention", "normalize", "switch").map_elements(
+            lambda s: variant_name(s["attention"], s["normalize"], s["switch"]),
+            return_dtype=pl.String,
         )
     )
     heads = pl.concat([r["heads"] for r in results], how="diagonal_relaxed")
+    last_layer = final.select("run_id", "n_layers")
     idle = (
-        heads.join(final.select("run_id", "n_layers"), on="run_id")
+        heads.join(last_layer, on="run_id")
         .filter(pl.col("layer") == pl.col("n_layers"))
         .group_by("run_id")
         .agg(idle_sink_mass=pl.col("idle_sink_mass").mean())
     )
-    final = final.join(idle, on="run_id", how="left")
-    keys = ["variant", "attention", "normalize", "positional", "weight_decay"]
+    switches = pl.concat([r["switches"] for r in results], how="diagonal_relaxed")
+    layer2 = (
+        switches.join(last_layer, on="run_id")
+        .filter(pl.col("layer") == pl.col("n_layers"))
+        .group_by("run_id")
+        .agg(
+            **{
+                f"{rows}_{measure}": pl.col(measure).filter(pl.col("rows") == rows).mean()
+                for rows, measure in SWITCH_MEASURES
+            }
+        )
+    )
+    final = final.join(idle, on="run_id", how="left").join(layer2, on="run_id", how="left")
+    keys = ["variant", "attention", "normalize", "switch", "positional", "weight_decay"]
     by_setup = (
         final.group_by(keys)
         .agg(
@@ -93,14 +123,17 @@ def summarize_induction(results: list[dict[str, pl.DataFrame]]) -> dict[str, pl.
             sink_proportion_learned=pl.col("sink_proportion").filter(pl.col("learned")).mean(),
             mean_sink_mass=pl.col("mean_sink_mass").mean(),
             idle_sink_mass=pl.col("idle_sink_mass").mean(),
+            **{f"{r}_{m}": pl.col(f"{r}_{m}").mean() for r, m in SWITCH_MEASURES},
         )
         .sort(keys)
     )
+    run_columns = ["run_id", "variant", "positional", "weight_decay", "seed", "accuracy", "learned"]
     return {
         "final": final.sort("run_id"),
         "curve": pl.concat([r["curve"] for r in results], how="diagonal_relaxed"),
         "heads": heads,
         "pattern": pl.concat([r["pattern"] for r in results], how="diagonal_relaxed"),
+        "switches": switches.join(final.select(run_columns), on="run_id", how="left"),
         "by_setup": by_setup,
     }
 

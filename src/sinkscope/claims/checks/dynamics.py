@@ -21,6 +21,7 @@ from sinkscope.claims.verdicts import (
     row,
     rows_per,
 )
+from sinkscope.dynamics.grids import NO_SWITCH
 
 # sinkscope.geometry, .oversmoothing and .costs import torch: the checks that use their helpers
 # import them when they run, so importing this module (and rendering the claims that need none of
@@ -29,6 +30,7 @@ from sinkscope.claims.verdicts import (
 __all__ = [
     "check_flip_rate_decreases",
     "check_logistic_polarizes",
+    "check_other_switch_replaces_sink",
     "check_softmax_sinks_emerge",
     "check_square_does_not_polarize",
     "check_unnormalized_do_not_polarize",
@@ -116,12 +118,16 @@ def check_softmax_sinks_emerge(
         "variant",
         "attention",
         "normalize",
+        "switch",
         "positional",
         "weight_decay",
         "runs",
         "sink_proportion_mean",
     ]
     require(by_setup, cols, "induction by_setup")
+    # Table 1's attention functions only: a softmax head with another switch is claim
+    # dynamics.other_switch_replaces_sink's
+    by_setup = by_setup.filter(pl.col("switch") == NO_SWITCH)
 
     def reading(r: Mapping[str, Any]) -> Reading:
         part = r["part"]
@@ -155,6 +161,95 @@ def check_softmax_sinks_emerge(
         ),
         f"softmax >= {softmax_min_sink_proportion:g} and every un-normalised variant <= "
         f"{unnormalized_max_sink_proportion:g}",
+        reading,
+    )
+
+
+def check_other_switch_replaces_sink(
+    by_setup: pl.DataFrame,
+    min_sink_share_drop: float,
+    min_bos_share_drop: float,
+    max_accuracy_drop: float,
+) -> list[Row]:
+    """Issue 20's prediction from the main study's thesis (§6, Proposition 6.1: a sink is the
+    head's attention switch): a softmax head that has another switch (:mod:`sinkscope.dynamics.
+    switches`) needs BOS less, so against softmax at the same positional encoding and weight
+    decay (same seeds, steps and task) the layer-2 sink-head share falls by at least
+    ``min_sink_share_drop``, the mean BOS share of the first-half rows (BOS's part of the mass a
+    row delivers, the rows with nothing to copy) by at least ``min_bos_share_drop``, while the
+    induction accuracy drops by at most ``max_accuracy_drop``.
+
+    One row per (switch, positional encoding, weight decay). A switch that does not keep the
+    accuracy is "not reproduced" (the prediction includes that the task is still solved); a
+    setup whose softmax runs did not all learn has no reference and is not applicable.
+    """
+    require(by_setup, ["attention", "switch"], "induction by_setup")
+    softmax = by_setup.filter(pl.col("attention") == "softmax")
+    test = (
+        f"vs softmax: sink-head share -{min_sink_share_drop:g} or more, first-half BOS share "
+        f"-{min_bos_share_drop:g} or more, accuracy -{max_accuracy_drop:g} at most"
+    )
+
+    def reading(r: Mapping[str, Any]) -> Reading:
+        setting = f"{r['variant']}, positional={r['positional']}, weight_decay={r['weight_decay']}"
+        base = softmax.filter(
+            (pl.col("switch") == NO_SWITCH)
+            & (pl.col("positional") == r["positional"])
+            & (pl.col("weight_decay") == r["weight_decay"])
+        )
+        if base.height == 0:
+            return not_applicable(setting, "no softmax run without a switch at this setup")
+        b = base.row(0, named=True)
+        if b["learned_runs"] < b["runs"]:
+            return not_applicable(setting, "the softmax reference did not learn the task")
+        sink_drop = b["sink_proportion_mean"] - r["sink_proportion_mean"]
+        share_drop = b["idle_bos_share"] - r["idle_bos_share"]
+        accuracy_drop = b["accuracy_mean"] - r["accuracy_mean"]
+        learned = f"{r['learned_runs']}/{r['runs']} runs learned"
+        return Reading(
+            setting,
+            f"sink heads {b['sink_proportion_mean']:.2f} -> {r['sink_proportion_mean']:.2f}; "
+            f"first-half BOS share {b['idle_bos_share']:.2f} -> {r['idle_bos_share']:.2f}; "
+            f"accuracy {b['accuracy_mean']:.2f} -> {r['accuracy_mean']:.2f}",
+            sink_drop,
+            sink_drop >= min_sink_share_drop
+            and share_drop >= min_bos_share_drop
+            and accuracy_drop <= max_accuracy_drop,
+            f"drops: sink-head share {sink_drop:+.2f}, first-half BOS share {share_drop:+.2f}, "
+            f"accuracy {accuracy_drop:+.2f} ({learned}; first-half switch mass "
+            f"{r['idle_switch_mass']:.2f})",
+        )
+
+    switched = softmax.filter(pl.col("switch") != NO_SWITCH)
+    if switched.height == 0:
+        return [
+            row(
+                SYNTHETIC,
+                "-",
+                "softmax with another switch",
+                "n/a",
+                None,
+                test,
+                None,
+                "no run with a switch in this config (dynamics.induction.select: switch)",
+            )
+        ]
+    cols = [
+        "variant",
+        "positional",
+        "weight_decay",
+        "runs",
+        "learned_runs",
+        "accuracy_mean",
+        "sink_proportion_mean",
+        "idle_bos_share",
+        "idle_switch_mass",
+    ]
+    require(by_setup, cols, "induction by_setup")
+    switched = switched.sort("switch", "positional", "weight_decay")
+    return rows_per(
+        ({"model": SYNTHETIC, "dataset": "-", **r} for r in switched.iter_rows(named=True)),
+        test,
         reading,
     )
 
