@@ -78,15 +78,15 @@ def test_a_configfile_replaces_config_yaml_and_files_layer_left_to_right(tmp_pat
     default = job_counts(snakemake(tmp_path, "-n").stdout)
     assert default["extract_activations"] == 10  # 2 models x (4 corpora + alice without BOS)
     tiny = job_counts(snakemake(tmp_path, "-n", "--configfile", str(TINY)).stdout)
-    assert (
-        tiny["extract_activations"] == 2 and tiny["dynamics_induction_run"] == 1
-    )  # with BOS, without
+    # alice with BOS and without; the tiny induction run is softmax and, beside it, softmax with
+    # each of its 5 other switches
+    assert tiny["extract_activations"] == 2 and tiny["dynamics_induction_run"] == 6
     layered = snakemake(tmp_path, "-n", "--configfile", str(TINY), str(TINY_EXTRA)).stdout
     assert job_counts(layered)["extract_activations"] == 3  # tiny.yaml plus one dataset
     full = ("--configfile", "config.yaml", str(REPO / "config" / "offline-full.yaml"))
     counts = job_counts(snakemake(tmp_path, "-n", *full).stdout)
     assert counts["extract_activations"] == 10
-    assert counts["dynamics_induction_run"] == 26 and counts["dynamics_value_softmax_run"] == 36
+    assert counts["dynamics_induction_run"] == 36 and counts["dynamics_value_softmax_run"] == 36
     assert default["dynamics_induction_run"] < counts["dynamics_induction_run"]
 
 
@@ -345,7 +345,7 @@ def test_dynamics_outputs_of_the_tiny_run(tiny_run: Path) -> None:
     config = load_config(TINY)
     paths = Paths(str(tiny_run / "results"))
     targets = paths.dynamics_targets(config["dynamics"])
-    assert len(targets) == 3 + 2 * (4 + 5 + 4) + (5 + 4 + 3)
+    assert len(targets) == 3 + 2 * (4 + 6 + 4) + (5 + 5 + 3)
     assert not [path for path in targets if not Path(path).exists()]
     for part, runs in dynamics_jobs(config["dynamics"]).items():
         final = pl.read_parquet(paths.dynamics_table(part, "final"))
@@ -354,7 +354,7 @@ def test_dynamics_outputs_of_the_tiny_run(tiny_run: Path) -> None:
         timing = read_json(paths.dynamics_timing(part))
         assert [row["spec"]["id"] for row in timing] == sorted(runs)
         assert all(row["wall_s"] > 0 for row in timing)
-    (run,) = dynamics_jobs(config["dynamics"])["induction"]
+    (run,) = [run for run in dynamics_jobs(config["dynamics"])["induction"] if "+" not in run]
     log = (tiny_run / paths.log("dynamics_induction_run", run)).read_text()
     assert "10/10" in log  # the progress bar went to the job's log
 
