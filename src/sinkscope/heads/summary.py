@@ -13,10 +13,24 @@ from typing import Any
 import polars as pl
 
 from sinkscope.heads.classify import DEFAULT_THRESHOLDS, HeadClassThresholds, with_classes
-from sinkscope.heads.names import OTHER, PER_HEAD_COLUMNS, POOLED, SUMMARY_COLUMNS
+from sinkscope.heads.names import (
+    LEARNED_SINK_MASS,
+    OTHER,
+    PER_HEAD_COLUMNS,
+    POOLED,
+    SUMMARY_COLUMNS,
+)
 from sinkscope.heads.order import sort_pooled_last
 
 __all__ = ["pool_datasets", "summarize"]
+
+
+def _with_learned_sink_mass(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with a null ``learned_sink_mass`` where it has none (a table written before the
+    column existed; models without learned sinks have it, null)."""
+    if LEARNED_SINK_MASS in frame.columns:
+        return frame
+    return frame.with_columns(pl.lit(None, dtype=pl.Float64).alias(LEARNED_SINK_MASS))
 
 
 def _check_per_head(frame: pl.DataFrame) -> None:
@@ -36,9 +50,11 @@ def pool_datasets(
 
     Each head's masses are averaged over datasets weighted by ``n_sequences`` (so the result is
     the mean over all pooled sequences); ``bos_mass_std`` is the pooled population standard
-    deviation over all sequences; flags and label are recomputed from the pooled masses. The
+    deviation over all sequences; flags and label are recomputed from the pooled masses.
+    ``learned_sink_mass`` is pooled the same way, and is null where any dataset's is null. The
     result has the per-head columns with ``dataset`` set to ``"all"``.
     """
+    per_head = _with_learned_sink_mass(per_head)
     _check_per_head(per_head)
     weight = pl.col("n_sequences").cast(pl.Float64)
 
@@ -53,6 +69,10 @@ def pool_datasets(
             wmean(pl.col("bos_mass_std") ** 2 + pl.col("bos_mass") ** 2).alias("_bos_sq"),
             wmean(pl.col("diagonal_mass")).alias("diagonal_mass"),
             wmean(pl.col("subdiagonal_mass")).alias("subdiagonal_mass"),
+            pl.when(pl.col(LEARNED_SINK_MASS).is_null().any())
+            .then(pl.lit(None, dtype=pl.Float64))
+            .otherwise(wmean(pl.col(LEARNED_SINK_MASS)))
+            .alias(LEARNED_SINK_MASS),
         )
         .with_columns(
             dataset=pl.lit(POOLED),
@@ -103,7 +123,10 @@ def summarize(
     """
     if not per_head_tables:
         raise ValueError("summarize needs at least one per-head table")
-    per_head = pl.concat([t.select(PER_HEAD_COLUMNS) for t in per_head_tables], how="vertical")
+    per_head = pl.concat(
+        [_with_learned_sink_mass(t).select(PER_HEAD_COLUMNS) for t in per_head_tables],
+        how="vertical",
+    )
     _check_per_head(per_head)
     if (per_head["dataset"] == POOLED).any():
         raise ValueError(f"dataset name {POOLED!r} is reserved for the pooled summary")
