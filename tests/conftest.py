@@ -109,9 +109,7 @@ def extracted(request, tmp_path: Path):
     return extract_tiny(request.param, tmp_path)
 
 
-def extract_tiny(
-    family: str, tmp_path: Path
-) -> tuple[str, Path, torch.nn.Module, np.ndarray]:
+def extract_tiny(family: str, tmp_path: Path) -> tuple[str, Path, torch.nn.Module, np.ndarray]:
     """A tiny random model of ``family`` (:func:`tiny_config`), saved, prepared and extracted in
     ``tmp_path`` (3 sequences of 21 positions, float32): ``(family, file, reloaded model, ids)``."""
     from transformers import AutoModelForCausalLM

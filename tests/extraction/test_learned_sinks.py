@@ -35,6 +35,14 @@ def _rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     return np.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
 
 
+def _project(hidden: np.ndarray, linear: torch.nn.Linear, heads: int, hd: int) -> np.ndarray:
+    """``hidden @ W^T + b`` in float64, split into heads: (N, heads, T1, hd)."""
+    n, t1, _ = hidden.shape
+    w = linear.weight.detach().double().numpy()
+    b = linear.bias.detach().double().numpy()
+    return (hidden @ w.T + b).reshape(n, t1, heads, hd).transpose(0, 2, 1, 3)
+
+
 def _reference_softmax(model: torch.nn.Module, ids: np.ndarray) -> list[np.ndarray]:
     """Per layer, softmax([q k^T / sqrt(hd) + mask, s_h]) in float64 from the inputs each
     attention module receives in a plain forward: (N, H, T1, T1 + 1), the sink last."""
@@ -62,13 +70,8 @@ def _reference_softmax(model: torch.nn.Module, ids: np.ndarray) -> list[np.ndarr
         hidden, cos, sin = (t.double().numpy() for t in inputs[index])
         n, t1, _ = hidden.shape
 
-        def project(linear: torch.nn.Linear, heads: int, h=hidden) -> np.ndarray:
-            w = linear.weight.detach().double().numpy()
-            b = linear.bias.detach().double().numpy()
-            return (h @ w.T + b).reshape(n, t1, heads, hd).transpose(0, 2, 1, 3)
-
-        q = _rotate(project(attention.q_proj, n_heads), cos[:, None], sin[:, None])
-        k = _rotate(project(attention.k_proj, n_kv), cos[:, None], sin[:, None])
+        q = _rotate(_project(hidden, attention.q_proj, n_heads, hd), cos[:, None], sin[:, None])
+        k = _rotate(_project(hidden, attention.k_proj, n_kv, hd), cos[:, None], sin[:, None])
         k = np.repeat(k, n_heads // n_kv, axis=1)
         scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(hd)
         query, key = np.arange(t1)[:, None], np.arange(t1)[None, :]

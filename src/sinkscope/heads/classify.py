@@ -169,7 +169,9 @@ def learned_sink_masses(sink_probs: np.ndarray) -> np.ndarray:
     ``attention/sink_probs``), any float dtype; returns float64 ``(N, H)``."""
     sink_probs = np.asarray(sink_probs)
     if sink_probs.ndim != 3 or sink_probs.shape[-1] < 3:
-        raise ValueError(f"sink probs must have shape (N, H, T1) with T1 >= 3, got {sink_probs.shape}")
+        raise ValueError(
+            f"sink probs must have shape (N, H, T1) with T1 >= 3, got {sink_probs.shape}"
+        )
     mass = sink_probs[..., 1:].sum(axis=-1, dtype=np.float64) / (sink_probs.shape[-1] - 1)
     if not np.all(np.isfinite(mass)):
         raise ValueError(f"non-finite {LEARNED_SINK_MASS} (NaN or inf in the sink probs)")
@@ -315,7 +317,7 @@ def classify_file(
                 f"{h5_path}: attribute {ATTR_N_SEQUENCES}={n_attr} but {ATTENTION_PROBS} holds "
                 f"{n_seq} sequences"
             )
-        sink_ds = handle[ATTENTION_SINK_PROBS] if ATTENTION_SINK_PROBS in handle else None
+        sink_ds = handle.get(ATTENTION_SINK_PROBS)  # only files of models with learned sinks
         selected = range(n_layers) if layers is None else [int(layer) for layer in layers]
         for layer in selected:
             if not 0 <= layer < n_layers:
