@@ -156,3 +156,18 @@ def test_sink_probabilities_is_the_missing_row_mass() -> None:
     rows = torch.tensor([[[[0.25, 0.5, 0.0], [1.0, 0.0, 0.0], [0.6, 0.4, 1e-9]]]])
     np.testing.assert_allclose(sink_probabilities(rows).numpy(), [[[0.25, 0.0, 0.0]]], atol=1e-8)
     assert sink_probabilities(rows).dtype == torch.float64
+
+
+def test_the_other_families_checks_hold_for_gpt_oss(gpt_oss, tmp_path: Path) -> None:
+    """X and A against a plain forward, Z and the values against the model's own modules (float32
+    and a bfloat16 forward, whose norms transformers keeps in float32 for GptOss), W_VO's reader."""
+    from tests.extraction import test_extract as generic
+
+    generic.test_stored_tensors_match_a_plain_forward(gpt_oss)
+    generic.test_recomputed_z_and_values_equal_the_models_own(gpt_oss)
+    generic.test_recomputed_z_and_values_follow_a_bfloat16_forward(gpt_oss, tmp_path)
+    generic.test_w_vo_reader_matches_factors(gpt_oss)
+    with h5layout.open_activations(tmp_path / "bf16.h5") as f:  # the bfloat16 file
+        rows = f[h5layout.ATTENTION_PROBS][...].astype(np.float64).sum(axis=-1)
+        p_sink = f[h5layout.ATTENTION_SINK_PROBS][...].astype(np.float64)
+        np.testing.assert_allclose(rows + p_sink, 1.0, rtol=0, atol=1e-6)
