@@ -119,3 +119,20 @@ def test_a_tiny_gpt_oss_extraction_gets_the_column(tmp_path: Path) -> None:
     got = per_head.sort("layer", "head")[LEARNED_SINK_MASS].to_numpy().reshape(expected.shape)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-7)
     assert expected.min() > 0.01
+
+
+def test_summary_reports_the_mean_learned_sink_mass(tmp_path: Path) -> None:
+    probs, sinks = planted_layer()
+    with_sinks, without = tmp_path / "sinks.h5", tmp_path / "plain.h5"
+    _write_with_sinks(with_sinks, probs[None], sinks[None], "a")
+    write_h5(without, probs[None], "plain-model", "a")
+    summary = summarize([classify_file(with_sinks)[1], classify_file(without)[1]])
+    rows = {(r["model"], r["dataset"]): r for r in summary.iter_rows(named=True)}
+    expected = np.mean([closed_form(s)[0] for s in SINK_LOGITS])
+    for dataset in ("a", "all"):
+        row = rows[("toy-model", dataset)]
+        assert row["mean_learned_sink_mass"] == pytest.approx(expected, rel=2e-3)
+        assert f"{100 * expected:.1f}% of each row to their learned sinks" in row["statement"]
+        plain = rows[("plain-model", dataset)]
+        assert plain["mean_learned_sink_mass"] is None
+        assert "learned sinks" not in plain["statement"]

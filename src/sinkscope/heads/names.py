@@ -84,5 +84,6 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "frac_diagonal",
     "frac_sink_prev",
     "frac_other",
+    "mean_learned_sink_mass",
     "statement",
 )

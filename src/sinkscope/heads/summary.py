@@ -96,13 +96,19 @@ def _statement(row: dict[str, Any], th: HeadClassThresholds) -> str:
     else:
         scope = f"on {row['dataset']}"
     scope += f", {row['n_sequences']} sequences, {row['n_heads']} heads"
+    learned = row["mean_learned_sink_mass"]
+    sinks = (
+        ""
+        if learned is None
+        else f"; the heads give on average {pct(learned)} of each row to their learned sinks"
+    )
     return (
         f"{pct(row['frac_sink'])} of heads of {row['model']} put {at_least(th.sink)} of their "
         f"attention mass on BOS, {pct(row['frac_diagonal'])} put {at_least(th.diagonal)} on "
         f"the main diagonal, and {pct(row['frac_sink_prev'])} put "
         f"{at_least(th.sink_prev_joint)} on BOS plus the previous token with "
         f"{at_least(th.sink_prev_min_part)} of that on each; {pct(row['frac_other'])} show "
-        f"none of these patterns ({scope})"
+        f"none of these patterns{sinks} ({scope})"
     )
 
 
@@ -117,7 +123,8 @@ def summarize(
     Columns: ``model, dataset, n_datasets, n_sequences, n_heads, frac_sink, frac_diagonal,
     frac_sink_prev, frac_other``
     (fractions in [0, 1]; the pattern fractions overlap, ``frac_other`` is the share of heads
-    with no pattern) and ``statement`` (a sentence with the percentages). Rows are sorted by
+    with no pattern), ``mean_learned_sink_mass`` (the heads' mean ``learned_sink_mass``; null for
+    a model without learned sinks) and ``statement`` (a sentence with the percentages). Rows are sorted by
     model, then dataset with ``"all"`` last. The pooled row classifies each head on its masses
     averaged over datasets weighted by ``n_sequences`` (:func:`pool_datasets`).
     """
@@ -145,6 +152,7 @@ def summarize(
             pl.col("is_diagonal").mean().alias("frac_diagonal"),
             pl.col("is_sink_prev").mean().alias("frac_sink_prev"),
             (pl.col("head_class") == OTHER).mean().alias("frac_other"),
+            pl.col(LEARNED_SINK_MASS).mean().alias("mean_learned_sink_mass"),
         )
 
     summary = sort_pooled_last(
