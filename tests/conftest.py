@@ -58,7 +58,7 @@ SETTINGS = ExtractionSettings(
 
 
 def tiny_config(family: str):
-    from transformers import Gemma3TextConfig, GPT2Config, LlamaConfig
+    from transformers import Gemma3TextConfig, GPT2Config, GptOssConfig, LlamaConfig
 
     if family == "llama":
         return LlamaConfig(
@@ -85,15 +85,37 @@ def tiny_config(family: str):
             sliding_window=8,
             bos_token_id=2,
         )
+    if family == "gpt_oss":  # learned per-head sinks; alternating sliding-window and full layers
+        return GptOssConfig(
+            vocab_size=97,
+            hidden_size=48,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=12,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            sliding_window=8,
+            max_position_embeddings=64,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            bos_token_id=1,
+        )
     return GPT2Config(vocab_size=97, n_embd=48, n_layer=2, n_head=4, n_positions=64, bos_token_id=0)
 
 
 @pytest.fixture(params=["llama", "gemma3", "gpt2"])
 def extracted(request, tmp_path: Path):
+    return extract_tiny(request.param, tmp_path)
+
+
+def extract_tiny(family: str, tmp_path: Path) -> tuple[str, Path, torch.nn.Module, np.ndarray]:
+    """A tiny random model of ``family`` (:func:`tiny_config`), saved, prepared and extracted in
+    ``tmp_path`` (3 sequences of 21 positions, float32): ``(family, file, reloaded model, ids)``."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(tiny_config(request.param))
+    model = AutoModelForCausalLM.from_config(tiny_config(family))
     with torch.no_grad():  # break the symmetric init so that norms and biases matter
         for param in model.parameters():
             param.add_(0.05 * torch.randn_like(param))
@@ -105,14 +127,14 @@ def extracted(request, tmp_path: Path):
         "attn_implementation": "eager",
     }
     prepared = tmp_path / "prepared"
-    prepare_model(request.param, entry, prepared, tmp_path / "downloads")
+    prepare_model(family, entry, prepared, tmp_path / "downloads")
     rng = np.random.default_rng(0)
     ids = rng.integers(3, 97, size=(3, 21)).astype(np.int32)
     ids[:, 0] = model.config.bos_token_id
     tokens = tmp_path / "tokens.json"
     write_json(
         {
-            "model_name": request.param,
+            "model_name": family,
             "dataset_name": "random",
             "seed": 0,
             "bos_token_id": int(ids[0, 0]),
@@ -125,7 +147,7 @@ def extracted(request, tmp_path: Path):
     out = tmp_path / "act.h5"
     extract_activations(prepared, tokens, out, entry, SETTINGS, "cfg", progress=False)
     reference = load_model(prepared, "float32", "eager")
-    return request.param, out, reference, ids
+    return family, out, reference, ids
 
 
 # --- the real Snakemake DAG on the tiny config (one real model, one real corpus, 2 x 32 tokens)

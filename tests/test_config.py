@@ -109,7 +109,9 @@ def test_schema_default_is_what_the_validator_fills_in(default_config: dict) -> 
 
 def test_paper_config_is_valid(repo) -> None:
     config = load_config(repo / "config" / "paper.yaml")
-    assert {"gpt2", "llama-3.1-8b", "gemma-7b", "mistral-7b"} <= set(config["models"])
+    assert {"gpt2", "llama-3.1-8b", "gemma-7b", "mistral-7b", "gpt-oss-20b"} <= set(
+        config["models"]
+    )
     assert all(entry["source"]["kind"] == "hub" for entry in config["datasets"].values())
 
 

@@ -67,8 +67,8 @@ def test_report_captions_are_valid_restructuredtext() -> None:
 def test_paper_config_dry_run(tmp_path: Path) -> None:
     result = snakemake(tmp_path, "-n", "--configfile", str(REPO / "config" / "paper.yaml"))
     assert "extract_activations" in result.stdout
-    # 6 models x 4 datasets
-    assert job_counts(result.stdout)["extract_activations"] == 24
+    # 7 models x 4 datasets
+    assert job_counts(result.stdout)["extract_activations"] == 28
 
 
 def test_a_configfile_replaces_config_yaml_and_files_layer_left_to_right(tmp_path: Path) -> None:

@@ -50,7 +50,8 @@ def describe_file(handle: h5py.File) -> str:
         lines.append(f"  {key}: {value}")
     lines += ["", "Datasets:"]
     missing = missing_datasets(handle)
-    for spec in h5layout.DATASETS:
+    present_conditional = [s for s in h5layout.CONDITIONAL_DATASETS if s.name in handle]
+    for spec in (*h5layout.DATASETS, *present_conditional):
         if spec.name in missing:
             lines.append(f"  {spec.name}: MISSING")
             continue

@@ -98,6 +98,7 @@ def test_planted_heads_masses_and_labels() -> None:
         "diagonal_mass",
         "subdiagonal_mass",
         "sink_prev_mass",
+        "learned_sink_mass",
         "is_sink",
         "is_diagonal",
         "is_sink_prev",

@@ -184,7 +184,7 @@ def test_paper_config_is_pinned_and_valid() -> None:
     exception (no public record of its Parquet branch's commit) is named in the file."""
     paper = REPO / "config" / "paper.yaml"
     entries = find_hub_revisions(paper.read_text(), str(paper))
-    assert len(entries) == 10
+    assert len(entries) == 11
     open_ = {e.key: e.revision for e in entries if not e.pinned}
     assert open_ == {"datasets.tinyshakespeare.source.revision": "refs/convert/parquet"}
     assert "tiny_shakespeare\n# is the exception" in paper.read_text()

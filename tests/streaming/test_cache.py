@@ -71,7 +71,9 @@ class BruteForce:
                 self.delta[a, b] = (pk - pq) - (pos[b] - pos[a])
         self.inv_freqs = evaluator.inv_freqs
 
-    def attention(self, module, query, key, value, attention_mask, scaling=None, **kwargs):
+    def attention(
+        self, module, query, key, value, attention_mask, scaling=None, s_aux=None, **kwargs
+    ):
         layer = module.layer_idx
         inv = self.inv_freqs[layer].double()
         angles = self.delta[..., None] * inv  # (A, B, hd/2)
@@ -83,7 +85,12 @@ class BruteForce:
         q = query.reshape(batch, key.shape[1], group, q_len, hd)
         scores = torch.einsum("nkgad,nkabd->nkgab", q, k_pair) * scaling
         scores = scores.masked_fill(~self.visible[layer], float("-inf"))
+        if s_aux is not None:  # gpt-oss: one more logit per head, dropped after the softmax
+            sink = s_aux.reshape(1, key.shape[1], group, 1, 1).expand(*scores.shape[:-1], 1)
+            scores = torch.cat([scores, sink.to(scores.dtype)], dim=-1)
         probs = torch.softmax(scores.float(), dim=-1).to(query.dtype)
+        if s_aux is not None:
+            probs = probs[..., :-1]
         out = torch.matmul(probs, value[:, :, None]).reshape(batch, heads, q_len, hd)
         return out.transpose(1, 2).contiguous(), None
 
@@ -115,7 +122,7 @@ POLICIES = [
 ]
 
 
-@pytest.mark.parametrize("family", ["llama", "gemma3"])
+@pytest.mark.parametrize("family", ["llama", "gemma3", "gpt_oss"])
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.name)
 def test_cache_matches_brute_force(family, policy):
     model = tiny_model(family)
@@ -134,11 +141,13 @@ def test_cache_matches_brute_force(family, policy):
     assert (ours[:, t0:] - dense[:, t0:]).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("family", ["llama", "gemma3"])
+@pytest.mark.parametrize("family", ["llama", "gemma3", "gpt_oss"])
 def test_policies_with_a_window_as_long_as_the_stream_equal_dense(family):
     ids = streams(tiny_model(family))
-    expected = {attn: reference_nll(tiny_model(family, attn), ids) for attn in ("eager", "sdpa")}
-    torch.testing.assert_close(expected["eager"], expected["sdpa"], rtol=0, atol=1e-5)
+    kernels = ("eager",) if family == "gpt_oss" else ("eager", "sdpa")  # GptOss: no SDPA
+    expected = {attn: reference_nll(tiny_model(family, attn), ids) for attn in kernels}
+    for attn in kernels:
+        torch.testing.assert_close(expected["eager"], expected[attn], rtol=0, atol=1e-5)
     evaluator = StreamingEvaluator(tiny_model(family), chunk_size=16)
     states = evaluator.sink_states(7, 4)
     for policy in (

@@ -9,6 +9,11 @@ The normed attention input ``Z`` and the value vectors are not stored: they are 
 :func:`~sinkscope.extraction.h5layout.read_values` (schema 2). The layout is defined in
 :mod:`sinkscope.extraction.h5layout`.
 
+Models whose heads have a learned sink logit (gpt-oss's ``self_attn.sinks``: one logit per head,
+appended to every row's scores, softmaxed with them and dropped, so a row of ``A`` sums to
+``1 - p_sink``; :func:`has_learned_sinks`) also get ``attention/sink_probs``, each head's ``p_sink``
+per query (:func:`sink_probabilities`); other models' files have no such dataset.
+
 The forward pass runs the transformer body only (no full-vocabulary logits) with eager attention,
 in batches; ``X`` comes from ``output_hidden_states``, ``A`` from ``output_attentions``, and the
 post-attention residual from a forward hook on the layer's pre-MLP norm. Everything is cast to its storage dtype on the device (half the
@@ -268,6 +273,36 @@ def rms_norm_cast(norm: torch.nn.Module, eps: float, gain_offset: float) -> str:
     return best
 
 
+def has_learned_sinks(model: torch.nn.Module) -> bool:
+    """Whether every layer's attention has a learned per-head sink logit: a tensor ``sinks`` of
+    shape ``(H,)`` on its attention module (transformers' ``GptOssAttention``), which eager
+    attention appends as one more column of each row's scores before the softmax and then drops.
+
+    A model where only some layers have one is refused (the dataset is per layer).
+    """
+    n_heads = model_shape(model.config).n_heads
+    found = []
+    for layer in decoder_layers(model):
+        attention = getattr(layer, "self_attn", None)
+        sinks = getattr(attention, "sinks", None)
+        found.append(isinstance(sinks, torch.Tensor) and tuple(sinks.shape) == (n_heads,))
+    if any(found) and not all(found):
+        raise ValueError(
+            f"{type(model).__name__}: only layers {[i for i, f in enumerate(found) if f]} have "
+            "learned attention sinks; sinkscope stores attention/sink_probs for all layers or none"
+        )
+    return bool(found) and all(found)
+
+
+def sink_probabilities(probs: torch.Tensor) -> torch.Tensor:
+    """Each row's probability of the learned sink, ``p_sink = 1 - sum_k A[q, k]``, for attention
+    probabilities ``probs`` ``(B, H, T1, T1)`` whose sink column was dropped after the softmax
+    (gpt-oss: ``softmax([scores, s_h])[..., :-1]``). Summed in float64, clamped to [0, 1] (float
+    rounding of an almost-full row); shape ``(B, H, T1)``, float64.
+    """
+    return (1.0 - probs.to(torch.float64).sum(dim=-1)).clamp_(0.0, 1.0)
+
+
 def _to_storage(tensor: torch.Tensor, dtype: str, name: str) -> np.ndarray:
     """Cast on the device (float16 halves the bytes copied), then copy to the host."""
     if dtype == "float16" and tensor.numel():
@@ -282,10 +317,13 @@ def _to_storage(tensor: torch.Tensor, dtype: str, name: str) -> np.ndarray:
 
 
 def _create_datasets(
-    handle: h5py.File, sizes: Mapping[str, int], settings: ExtractionSettings
+    handle: h5py.File,
+    sizes: Mapping[str, int],
+    settings: ExtractionSettings,
+    specs: tuple[layout.DatasetSpec, ...] = layout.DATASETS,
 ) -> dict[str, h5py.Dataset]:
     created = {}
-    for spec in layout.DATASETS:
+    for spec in specs:
         dtype = spec.fixed_dtype or settings.storage_dtypes[spec.dtype_key]
         kwargs = h5codec.dataset_filters(
             settings.codec, settings.compression_level, np.dtype(dtype).itemsize
@@ -344,6 +382,12 @@ def extract_activations(
         )
     arch = architecture_of(model)
     shape = model_shape(model.config)
+    learned_sinks = has_learned_sinks(model)
+    specs = layout.DATASETS + (
+        tuple(s for s in layout.CONDITIONAL_DATASETS if s.name == layout.ATTENTION_SINK_PROBS)
+        if learned_sinks
+        else ()
+    )
     n_seq, t1 = token_ids.shape
     sizes = {
         "layer": shape.n_layers,
@@ -401,7 +445,7 @@ def extract_activations(
     with atomic_path(out_h5) as tmp, h5py.File(tmp, "w") as handle:
         for key, value in attrs.items():
             handle.attrs[key] = value
-        datasets = _create_datasets(handle, sizes, settings)
+        datasets = _create_datasets(handle, sizes, settings, specs)
         datasets[layout.TOKEN_IDS][...] = token_ids
         _write_weights(model, datasets, shape.n_layers)
         body = base_model(model)
@@ -431,7 +475,7 @@ def extract_activations(
                         use_cache=False,
                     )
                 with clock.stage("to_host"):
-                    arrays = _host_arrays(out, capture, settings, shape.n_layers)
+                    arrays = _host_arrays(out, capture, settings, shape.n_layers, learned_sinks)
                 del out
                 if pending is not None:  # at most one batch is being written
                     with clock.stage("write_wait"):
@@ -481,9 +525,15 @@ def _write_weights(
 
 
 def _host_arrays(
-    out: Any, capture: LayerCapture, settings: ExtractionSettings, n_layers: int
+    out: Any,
+    capture: LayerCapture,
+    settings: ExtractionSettings,
+    n_layers: int,
+    learned_sinks: bool = False,
 ) -> list[tuple[str, int, np.ndarray]]:
-    """Every layer's tensors of one batch, cast to their storage dtypes and copied to the host."""
+    """Every layer's tensors of one batch, cast to their storage dtypes and copied to the host
+    (with ``learned_sinks``, also each head's sink probability per query,
+    :func:`sink_probabilities`)."""
     dtypes = settings.storage_dtypes
     arrays: list[tuple[str, int, np.ndarray]] = []
     for index in range(n_layers):
@@ -498,6 +548,12 @@ def _host_arrays(
             (layout.ATTENTION_RESIDUAL_UPDATE, update, "activations"),
         ):
             arrays.append((name, index, _to_storage(tensor, dtypes[key], f"{name} layer {index}")))
+        if learned_sinks:
+            name = layout.ATTENTION_SINK_PROBS
+            p_sink = sink_probabilities(probs)
+            arrays.append(
+                (name, index, _to_storage(p_sink, dtypes["attention"], f"{name} layer {index}"))
+            )
     return arrays
 
 

@@ -18,6 +18,12 @@ Zstandard by default, :mod:`sinkscope.extraction.h5codec`): h5py reads them afte
 (this module does it), and :func:`open_activations` names the filter and the package when the
 running HDF5 cannot decode one.
 
+A dataset of :data:`CONDITIONAL_DATASETS` is written only for the models its ``condition``
+names (``attention/sink_probs``: models whose heads have a learned sink logit, e.g. gpt-oss);
+readers test ``name in handle`` and treat its absence as "this model has no such quantity". Such
+a dataset adds to the layout without changing the schema version: every file of another model is
+unchanged and stays readable.
+
 Every dataset carries the attributes ``description``, ``axes`` and ``symbol`` (the paper's name); the
 file carries the provenance attributes listed in :data:`FILE_ATTRIBUTES`. Files are written under a
 temporary name and renamed when complete, and the root attribute ``complete`` is set last, so a file
@@ -50,6 +56,7 @@ SCHEMA_VERSION = 2
 TOKEN_IDS = "tokens/input_ids"
 RESIDUAL_X = "residual/X"
 ATTENTION_PROBS = "attention/probs"
+ATTENTION_SINK_PROBS = "attention/sink_probs"
 ATTENTION_RESIDUAL_UPDATE = "attention/residual_update"
 WEIGHT_W_V = "weights/W_V"
 WEIGHT_B_V = "weights/b_V"
@@ -113,6 +120,8 @@ class DatasetSpec:
     symbol: str
     description: str
     chunk_axes: tuple[str, ...]  # axes kept whole in one chunk; the others get chunk size 1
+    #: for a dataset of :data:`CONDITIONAL_DATASETS`: the models it is written for ("" = all)
+    condition: str = ""
 
     @property
     def fixed_dtype(self) -> str | None:
@@ -144,7 +153,8 @@ DATASETS: tuple[DatasetSpec, ...] = (
         ("layer", "sequence", "head", "query", "key"),
         "attention",
         "A^(l,h)",
-        "Attention probabilities (softmax output, causal: zero above the diagonal, rows sum to 1).",
+        "Attention probabilities (softmax output, causal: zero above the diagonal, rows sum to 1; "
+        "for a model with learned sinks, rows sum to 1 - attention/sink_probs).",
         ("head", "query", "key"),
     ),
     DatasetSpec(
@@ -200,6 +210,33 @@ DATASETS: tuple[DatasetSpec, ...] = (
         ("d_model",),
     ),
 )
+
+
+#: Datasets written only for the models their ``condition`` names; readers must cope with their
+#: absence (``name in handle``). Not in :data:`DATASETS`, whose datasets every file has.
+CONDITIONAL_DATASETS: tuple[DatasetSpec, ...] = (
+    DatasetSpec(
+        ATTENTION_SINK_PROBS,
+        ("layer", "sequence", "head", "query"),
+        "attention",
+        "p_sink^(l,h)",
+        "Probability each query row gives to its head's learned sink logit s_h (softmax over "
+        "[scores, s_h], the sink's entry then dropped, as in gpt-oss): 1 - sum_k A[q, k] of the "
+        "forward's attention/probs, summed in float64 before storage rounding.",
+        ("head", "query"),
+        condition="models whose attention has a learned per-head sink logit (self_attn.sinks, "
+        "e.g. transformers' GptOss)",
+    ),
+)
+
+
+def spec_of(name: str) -> DatasetSpec:
+    """The spec of the stored dataset ``name`` (of :data:`DATASETS` or
+    :data:`CONDITIONAL_DATASETS`)."""
+    for spec in (*DATASETS, *CONDITIONAL_DATASETS):
+        if spec.name == name:
+            return spec
+    raise KeyError(f"{name!r} is not a dataset of the {FORMAT} layout")
 
 
 @dataclass(frozen=True)
@@ -426,6 +463,11 @@ def describe_layout() -> str:
         dtype = spec.fixed_dtype or f"extraction.storage_dtypes.{spec.dtype_key}"
         lines.append(f"  {spec.name}  ({', '.join(spec.axes)})  [{dtype}]  {spec.symbol}")
         lines.append(f"      {spec.description}")
+    lines += ["", "Stored only for some models (absent otherwise):"]
+    for spec in CONDITIONAL_DATASETS:
+        dtype = spec.fixed_dtype or f"extraction.storage_dtypes.{spec.dtype_key}"
+        lines.append(f"  {spec.name}  ({', '.join(spec.axes)})  [{dtype}]  {spec.symbol}")
+        lines.append(f"      {spec.description} Written for: {spec.condition}.")
     lines += ["", "Recomputed on reading (not stored):"]
     for derived in DERIVED:
         lines.append(

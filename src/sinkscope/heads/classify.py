@@ -18,6 +18,16 @@ the BOS column and the diagonal. Over the remaining rows ``i = 1..T`` (total mas
     subdiagonal_mass = (1/T) sum_{i=2..T} A[i, i-1]
     sink_prev_mass   = bos_mass + subdiagonal_mass
 
+For a model with learned attention sinks (gpt-oss: a per-head logit ``s_h`` appended to every
+row's scores, softmaxed with them and dropped, so row ``i`` sums to ``1 - p_sink[i]``), the file's
+``attention/sink_probs`` gives ``p_sink`` and::
+
+    learned_sink_mass = (1/T) sum_{i=1..T} p_sink[i]
+
+over the same rows as ``bos_mass`` (null for models without learned sinks). It is reported
+beside the masses, not used by the flags: a head that parks its mass on its sink puts less on
+BOS, and the thresholds stay the paper's fractions of the whole row.
+
 Row 1's sub-diagonal entry ``A[1, 0]`` *is* the BOS column: it counts towards ``bos_mass`` only,
 so the two parts of ``sink_prev_mass`` are disjoint and nothing is counted twice. Masses are
 computed in float64 whatever the stored dtype (the activation files hold float16).
@@ -51,6 +61,7 @@ import polars as pl
 from sinkscope.config_schema import schema_default
 from sinkscope.extraction.h5layout import (
     ATTENTION_PROBS,
+    ATTENTION_SINK_PROBS,
     ATTR_DATASET_NAME,
     ATTR_MODEL_NAME,
     ATTR_N_SEQUENCES,
@@ -60,6 +71,7 @@ from sinkscope.extraction.h5layout import (
 from sinkscope.heads.names import (
     DIAGONAL,
     FLAG_COLUMNS,
+    LEARNED_SINK_MASS,
     OTHER,
     PER_HEAD_COLUMNS,
     SINK,
@@ -74,6 +86,7 @@ __all__ = [
     "classify",
     "classify_file",
     "head_table_for_layer",
+    "learned_sink_masses",
     "with_classes",
 ]
 
@@ -150,6 +163,21 @@ def attention_masses(probs: np.ndarray) -> dict[str, np.ndarray]:
     return masses
 
 
+def learned_sink_masses(sink_probs: np.ndarray) -> np.ndarray:
+    """Per-sequence, per-head ``learned_sink_mass`` (module docstring): the mean of ``p_sink``
+    over query rows ``1..T``. ``sink_probs``: ``(N, H, T1)`` (one layer of
+    ``attention/sink_probs``), any float dtype; returns float64 ``(N, H)``."""
+    sink_probs = np.asarray(sink_probs)
+    if sink_probs.ndim != 3 or sink_probs.shape[-1] < 3:
+        raise ValueError(
+            f"sink probs must have shape (N, H, T1) with T1 >= 3, got {sink_probs.shape}"
+        )
+    mass = sink_probs[..., 1:].sum(axis=-1, dtype=np.float64) / (sink_probs.shape[-1] - 1)
+    if not np.all(np.isfinite(mass)):
+        raise ValueError(f"non-finite {LEARNED_SINK_MASS} (NaN or inf in the sink probs)")
+    return mass
+
+
 def classify(
     bos: np.ndarray | float,
     diag: np.ndarray | float,
@@ -184,7 +212,11 @@ def classify(
 
 
 def with_classes(frame: pl.DataFrame, thresholds: HeadClassThresholds) -> pl.DataFrame:
-    """(Re)compute ``sink_prev_mass``, the flags and ``head_class`` from the mass columns."""
+    """(Re)compute ``sink_prev_mass``, the flags and ``head_class`` from the mass columns; a table
+    without a ``learned_sink_mass`` column (a model without learned sinks, a table written before
+    the column existed) gets it as null."""
+    if LEARNED_SINK_MASS not in frame.columns:
+        frame = frame.with_columns(pl.lit(None, dtype=pl.Float64).alias(LEARNED_SINK_MASS))
     frame = frame.with_columns(sink_prev_mass=pl.col("bos_mass") + pl.col("subdiagonal_mass")).drop(
         [*FLAG_COLUMNS, "head_class"], strict=False
     )
@@ -201,18 +233,31 @@ def with_classes(frame: pl.DataFrame, thresholds: HeadClassThresholds) -> pl.Dat
 
 
 def head_table_for_layer(
-    layer: int, probs: np.ndarray, thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS
+    layer: int,
+    probs: np.ndarray,
+    thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS,
+    sink_probs: np.ndarray | None = None,
 ) -> pl.DataFrame:
     """One row per (layer, head, sequence) of one layer's attention ``probs`` ``(N, H, T1, T1)``.
 
     Columns: ``layer, head, sequence`` (Int64), ``bos_mass, diagonal_mass, subdiagonal_mass,
-    sink_prev_mass`` (Float64), ``is_sink, is_diagonal, is_sink_prev`` (Boolean), ``head_class``
-    (String). Rows are ordered by head, then sequence.
+    sink_prev_mass, learned_sink_mass`` (Float64; the last from ``sink_probs`` ``(N, H, T1)``,
+    null without), ``is_sink, is_diagonal, is_sink_prev`` (Boolean), ``head_class`` (String).
+    Rows are ordered by head, then sequence.
     """
     masses = attention_masses(probs)
     n_seq, n_heads = masses["bos_mass"].shape
     # (N, H) -> (H, N) so that rows run over sequences within each head.
     columns = {name: values.T.ravel() for name, values in masses.items()}
+    if sink_probs is None:
+        sink_column = pl.Series(LEARNED_SINK_MASS, [None] * (n_heads * n_seq), dtype=pl.Float64)
+    else:
+        if tuple(sink_probs.shape) != tuple(np.shape(probs)[:3]):
+            raise ValueError(
+                f"sink probs of shape {tuple(sink_probs.shape)} do not match attention probs "
+                f"{tuple(np.shape(probs))}"
+            )
+        sink_column = pl.Series(LEARNED_SINK_MASS, learned_sink_masses(sink_probs).T.ravel())
     flags, labels = classify(
         columns["bos_mass"], columns["diagonal_mass"], columns["subdiagonal_mass"], thresholds
     )
@@ -222,6 +267,7 @@ def head_table_for_layer(
             "head": np.repeat(np.arange(n_heads, dtype=np.int64), n_seq),
             "sequence": np.tile(np.arange(n_seq, dtype=np.int64), n_heads),
             **columns,
+            LEARNED_SINK_MASS: sink_column,
             **flags,
             "head_class": pl.Series(labels, dtype=pl.String),
         }
@@ -246,6 +292,8 @@ def classify_file(
     is_diagonal, is_sink_prev, head_class``. Masses are means over sequences, ``bos_mass_std`` is
     the population standard deviation (ddof=0) of ``bos_mass`` over sequences, and flags and
     label are recomputed from the averaged masses (not a vote over per-sequence labels).
+    ``learned_sink_mass`` (after ``sink_prev_mass``) is the mean over sequences of each
+    sequence's :func:`learned_sink_masses` where the file has ``attention/sink_probs``, else null.
     """
     per_sequence: list[pl.DataFrame] = []
     per_head: list[pl.DataFrame] = []
@@ -269,11 +317,13 @@ def classify_file(
                 f"{h5_path}: attribute {ATTR_N_SEQUENCES}={n_attr} but {ATTENTION_PROBS} holds "
                 f"{n_seq} sequences"
             )
+        sink_ds = handle.get(ATTENTION_SINK_PROBS)  # only files of models with learned sinks
         selected = range(n_layers) if layers is None else [int(layer) for layer in layers]
         for layer in selected:
             if not 0 <= layer < n_layers:
                 raise ValueError(f"{h5_path}: layer {layer} out of range [0, {n_layers})")
-            table = head_table_for_layer(layer, probs_ds[layer], thresholds)
+            sinks = None if sink_ds is None else sink_ds[layer]
+            table = head_table_for_layer(layer, probs_ds[layer], thresholds, sinks)
             per_sequence.append(table)
             per_head.append(
                 table.group_by("layer", "head", maintain_order=True).agg(
@@ -282,6 +332,7 @@ def classify_file(
                     pl.col("bos_mass").std(ddof=0).alias("bos_mass_std"),
                     pl.col("diagonal_mass").mean(),
                     pl.col("subdiagonal_mass").mean(),
+                    pl.col(LEARNED_SINK_MASS).mean(),
                 )
             )
     if not per_sequence:

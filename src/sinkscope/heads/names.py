@@ -13,6 +13,7 @@ __all__ = [
     "FIGURES",
     "FLAG_COLUMNS",
     "HEAD_CLASSES",
+    "LEARNED_SINK_MASS",
     "MASS_COLUMNS",
     "OTHER",
     "PER_HEAD_COLUMNS",
@@ -53,6 +54,9 @@ FIGURES = ("mass_heatmaps", "class_map")
 SUMMARY = "head_classes"
 
 MASS_COLUMNS: tuple[str, ...] = ("bos_mass", "diagonal_mass", "subdiagonal_mass", "sink_prev_mass")
+#: Mean probability of the head's learned sink logit (gpt-oss's ``self_attn.sinks``) over the rows
+#: ``bos_mass`` averages; null for a model without learned sinks. Not used by the flags.
+LEARNED_SINK_MASS = "learned_sink_mass"
 FLAG_COLUMNS: tuple[str, ...] = ("is_sink", "is_diagonal", "is_sink_prev")
 PER_HEAD_COLUMNS: tuple[str, ...] = (
     "model",
@@ -65,6 +69,7 @@ PER_HEAD_COLUMNS: tuple[str, ...] = (
     "diagonal_mass",
     "subdiagonal_mass",
     "sink_prev_mass",
+    LEARNED_SINK_MASS,
     *FLAG_COLUMNS,
     "head_class",
 )
@@ -79,5 +84,6 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "frac_diagonal",
     "frac_sink_prev",
     "frac_other",
+    "mean_learned_sink_mass",
     "statement",
 )

@@ -13,11 +13,25 @@ from typing import Any
 import polars as pl
 
 from sinkscope.heads.classify import DEFAULT_THRESHOLDS, HeadClassThresholds, with_classes
-from sinkscope.heads.names import OTHER, PER_HEAD_COLUMNS, POOLED, SUMMARY_COLUMNS
+from sinkscope.heads.names import (
+    LEARNED_SINK_MASS,
+    OTHER,
+    PER_HEAD_COLUMNS,
+    POOLED,
+    SUMMARY_COLUMNS,
+)
 from sinkscope.heads.order import sort_pooled_last
 from sinkscope.variants import NO_BOS_SUFFIX, is_no_bos
 
 __all__ = ["pool_datasets", "summarize"]
+
+
+def _with_learned_sink_mass(frame: pl.DataFrame) -> pl.DataFrame:
+    """``frame`` with a null ``learned_sink_mass`` where it has none (a table written before the
+    column existed; models without learned sinks have it, null)."""
+    if LEARNED_SINK_MASS in frame.columns:
+        return frame
+    return frame.with_columns(pl.lit(None, dtype=pl.Float64).alias(LEARNED_SINK_MASS))
 
 
 def _check_per_head(frame: pl.DataFrame) -> None:
@@ -37,9 +51,11 @@ def pool_datasets(
 
     Each head's masses are averaged over datasets weighted by ``n_sequences`` (so the result is
     the mean over all pooled sequences); ``bos_mass_std`` is the pooled population standard
-    deviation over all sequences; flags and label are recomputed from the pooled masses. The
+    deviation over all sequences; flags and label are recomputed from the pooled masses.
+    ``learned_sink_mass`` is pooled the same way, and is null where any dataset's is null. The
     result has the per-head columns with ``dataset`` set to ``"all"``.
     """
+    per_head = _with_learned_sink_mass(per_head)
     _check_per_head(per_head)
     weight = pl.col("n_sequences").cast(pl.Float64)
 
@@ -54,6 +70,10 @@ def pool_datasets(
             wmean(pl.col("bos_mass_std") ** 2 + pl.col("bos_mass") ** 2).alias("_bos_sq"),
             wmean(pl.col("diagonal_mass")).alias("diagonal_mass"),
             wmean(pl.col("subdiagonal_mass")).alias("subdiagonal_mass"),
+            pl.when(pl.col(LEARNED_SINK_MASS).is_null().any())
+            .then(pl.lit(None, dtype=pl.Float64))
+            .otherwise(wmean(pl.col(LEARNED_SINK_MASS)))
+            .alias(LEARNED_SINK_MASS),
         )
         .with_columns(
             dataset=pl.lit(POOLED),
@@ -79,13 +99,19 @@ def _statement(row: dict[str, Any], th: HeadClassThresholds) -> str:
     scope += f", {row['n_sequences']} sequences, {row['n_heads']} heads"
     # a no-BOS pair (sinkscope.variants): position 0 is the first text token
     sink = "position 0 (the first text token; no BOS)" if is_no_bos(row["dataset"]) else "BOS"
+    learned = row["mean_learned_sink_mass"]
+    sinks = (
+        ""
+        if learned is None
+        else f"; the heads give on average {pct(learned)} of each row to their learned sinks"
+    )
     return (
         f"{pct(row['frac_sink'])} of heads of {row['model']} put {at_least(th.sink)} of their "
         f"attention mass on {sink}, {pct(row['frac_diagonal'])} put {at_least(th.diagonal)} on "
         f"the main diagonal, and {pct(row['frac_sink_prev'])} put "
         f"{at_least(th.sink_prev_joint)} on {sink} plus the previous token with "
         f"{at_least(th.sink_prev_min_part)} of that on each; {pct(row['frac_other'])} show "
-        f"none of these patterns ({scope})"
+        f"none of these patterns{sinks} ({scope})"
     )
 
 
@@ -100,15 +126,19 @@ def summarize(
     Columns: ``model, dataset, n_datasets, n_sequences, n_heads, frac_sink, frac_diagonal,
     frac_sink_prev, frac_other``
     (fractions in [0, 1]; the pattern fractions overlap, ``frac_other`` is the share of heads
-    with no pattern) and ``statement`` (a sentence with the percentages). Rows are sorted by
-    model, then dataset with ``"all"`` last. The pooled row classifies each head on its masses
+    with no pattern), ``mean_learned_sink_mass`` (the heads' mean ``learned_sink_mass``; null for
+    a model without learned sinks) and ``statement`` (a sentence with the percentages). Rows are
+    sorted by model, then dataset with ``"all"`` last. The pooled row classifies each head on its masses
     averaged over datasets weighted by ``n_sequences`` (:func:`pool_datasets`); it pools the
     datasets with BOS only: a no-BOS variant (``<name>.no-bos``, :mod:`sinkscope.variants`) has
     its own row, whose "sink" heads put their mass on position 0, the first text token.
     """
     if not per_head_tables:
         raise ValueError("summarize needs at least one per-head table")
-    per_head = pl.concat([t.select(PER_HEAD_COLUMNS) for t in per_head_tables], how="vertical")
+    per_head = pl.concat(
+        [_with_learned_sink_mass(t).select(PER_HEAD_COLUMNS) for t in per_head_tables],
+        how="vertical",
+    )
     _check_per_head(per_head)
     if (per_head["dataset"] == POOLED).any():
         raise ValueError(f"dataset name {POOLED!r} is reserved for the pooled summary")
@@ -128,6 +158,7 @@ def summarize(
             pl.col("is_diagonal").mean().alias("frac_diagonal"),
             pl.col("is_sink_prev").mean().alias("frac_sink_prev"),
             (pl.col("head_class") == OTHER).mean().alias("frac_other"),
+            pl.col(LEARNED_SINK_MASS).mean().alias("mean_learned_sink_mass"),
         )
 
     summary = sort_pooled_last(

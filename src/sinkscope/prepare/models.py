@@ -72,6 +72,8 @@ ARCHITECTURES: dict[str, Architecture] = {
     "gemma2": Architecture("gemma", "input_layernorm", "pre_feedforward_layernorm", 1.0, True),
     "gemma3_text": Architecture("gemma", "input_layernorm", "pre_feedforward_layernorm", 1.0, True),
     "gpt2": Architecture("gpt2", "ln_1", "ln_2", 0.0, False, fused_qkv=True),
+    # learned per-head attention sinks (self_attn.sinks): sinkscope.extraction.extract
+    "gpt_oss": Architecture("llama", "input_layernorm", "post_attention_layernorm", 0.0, False),
 }
 
 

@@ -363,6 +363,7 @@ def streaming_attention_forward(
     dropout: float = 0.0,
     softcap: float | None = None,
     streaming_cache: StreamingCache | None = None,
+    s_aux: torch.Tensor | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Eager attention over the entries a :class:`StreamingCache` layer returned.
@@ -370,7 +371,9 @@ def streaming_attention_forward(
     The same math as transformers' eager attention (scores in the model dtype, softmax in float32),
     with the policy mask of :meth:`StreamingCache.attention_inputs` instead of the model's mask,
     and the scores against the stored sinks computed with the query re-rotated to its in-cache
-    position. ``query`` is ``(B, H, Q, hd)``, ``key``/``value`` ``(B, K, Kv, hd)``.
+    position. ``query`` is ``(B, H, Q, hd)``, ``key``/``value`` ``(B, K, Kv, hd)``. ``s_aux``:
+    a learned sink logit per head (gpt-oss's ``sinks``), softmaxed with each row's scores and
+    dropped, as transformers' eager attention of that model does.
     """
     if streaming_cache is None:
         raise ValueError(
@@ -394,7 +397,12 @@ def streaming_attention_forward(
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     scores = scores.masked_fill(~visible, float("-inf"))
-    probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    if s_aux is None:
+        probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    else:
+        sink = s_aux.to(scores.dtype).reshape(1, n_kv, group, 1, 1).expand(*scores.shape[:-1], 1)
+        combined = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1, dtype=torch.float32)
+        probs = combined[..., :-1].to(query.dtype)
     out = torch.matmul(probs, v)  # (B, K, g, Q, hd)
     out = out.reshape(batch, n_heads, q_len, head_dim).transpose(1, 2).contiguous()
     return out, probs.reshape(batch, n_heads, q_len, -1)
