@@ -142,7 +142,9 @@ def test_failing_job_is_reported_failed_and_retried(
     slurm_cluster: dict[str, str], download_dir: Path, tmp_path: Path
 ) -> None:
     failing = tmp_path / "too_many_sequences.yaml"
-    failing.write_text(TINY.read_text().replace("n_sequences: 2", "n_sequences: 100000"))
+    # one failing job (the tiny config's no-BOS pair would be a second cut_tokens job failing)
+    text = TINY.read_text().replace("n_sequences: 2", "n_sequences: 100000")
+    failing.write_text(text.replace("bos: both", "bos: keep"))
     result = run_slurm(tmp_path / "run", slurm_cluster, failing, download_dir)
     output = result.stdout + result.stderr
     assert result.returncode not in (0, 124, 137), output[-5000:]  # failed, not hung
