@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import polars as pl
-import torch
 
 from sinkscope.costs import names as cost_names
 from sinkscope.io import remove_stale_partials, write_table
@@ -94,6 +93,8 @@ def cut_tokens(smk: Any) -> None:
 
 
 def extract_activations(smk: Any) -> None:
+    import torch
+
     from sinkscope.extraction.extract import ExtractionSettings, config_digest
     from sinkscope.extraction.extract import extract_activations as extract
 
