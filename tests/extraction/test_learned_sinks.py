@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from sinkscope.extraction import h5layout
+from sinkscope.extraction import h5layout, h5read
 from sinkscope.extraction.extract import has_learned_sinks, sink_probabilities
 from sinkscope.prepare.models import decoder_layers
 from tests.conftest import extract_tiny
@@ -119,7 +119,7 @@ def test_head_decomposition_with_learned_sinks(gpt_oss) -> None:
     _, path, model, _ = gpt_oss
     with h5layout.open_activations(path) as f:
         for index, layer in enumerate(decoder_layers(model)):
-            values = h5layout.read_values(f, index, slice(None))
+            values = h5read.read_values(f, index, slice(None))
             group = int(f.attrs["n_heads"]) // int(f.attrs["n_kv_heads"])
             values = np.repeat(values, group, axis=1)
             probs = f[h5layout.ATTENTION_PROBS][index]
