@@ -43,6 +43,7 @@ from sinkscope.io import partial_siblings
 from sinkscope.prepare.models import ModelShape, architecture_of, decoder_layers, load_model
 from sinkscope.prepare.tokens import token_ids_sha256
 from tests.conftest import REPO, SETTINGS
+from tests.extraction.conftest import forward_with_hooks
 
 
 def test_stored_tensors_match_a_plain_forward(extracted) -> None:
@@ -128,12 +129,7 @@ def _hooked_forward(
         handles.append(getattr(layer, arch.input_norm).register_forward_hook(keep_z))
         projection = layer.attn.c_attn if arch.fused_qkv else layer.self_attn.v_proj
         handles.append(projection.register_forward_hook(keep_v))
-    try:
-        with torch.no_grad():
-            model(torch.as_tensor(ids, dtype=torch.long), use_cache=False)
-    finally:
-        for handle in handles:
-            handle.remove()
+    forward_with_hooks(model, ids, handles)
     return z, v
 
 
