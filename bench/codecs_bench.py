@@ -26,7 +26,7 @@ import h5py
 import hdf5plugin
 import numpy as np
 
-from sinkscope.extraction import h5codec, h5layout
+from sinkscope.extraction import h5codec, h5layout, h5read
 
 KINDS = (h5layout.ATTENTION_PROBS, h5layout.RESIDUAL_X, h5layout.ATTENTION_RESIDUAL_UPDATE)
 #: the extraction's own encoders (sinkscope.extraction.h5codec) at the levels measured
@@ -97,7 +97,7 @@ def measure_threaded(
     array: np.ndarray, chunks: tuple[int, ...], codec: str, level: int, folder: Path
 ) -> dict[str, float]:
     """The extraction's encoder (:func:`sinkscope.extraction.h5codec.encode_chunk` in a thread pool,
-    ``write_direct_chunk``) and the analyses' reader (:func:`sinkscope.extraction.h5layout.read_layer`), on
+    ``write_direct_chunk``) and the analyses' reader (:func:`sinkscope.extraction.h5read.read_layer`), on
     every core this process may use; the result is checked against h5py's own reader."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -119,7 +119,7 @@ def measure_threaded(
     started = time.perf_counter()
     with h5py.File(path, "r") as handle:
         back = np.stack(
-            [h5layout.read_layer(handle["a"], i, threads=threads) for i in range(array.shape[0])]
+            [h5read.read_layer(handle["a"], i, threads=threads) for i in range(array.shape[0])]
         )
     read = time.perf_counter() - started
     with h5py.File(path, "r") as handle:

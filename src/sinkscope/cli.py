@@ -68,7 +68,7 @@ def describe_file(handle: h5py.File) -> str:
         shape = tuple(sizes[axis] for axis in derived.axes)
         lines.append(
             f"  {derived.name}  {shape} float32  axes=({','.join(derived.axes)})  "
-            f"h5layout.{derived.reader}()"
+            f"h5read.{derived.reader}()"
         )
     norm = ", ".join(
         f"{key}={h5layout.read_attr(handle, key)}"

@@ -3,7 +3,7 @@
 What is checked against an independent recomputation (a plain transformers forward without hooks,
 or the model's own modules):
 * X = hidden_states[l], A = the attention probabilities;
-* Z and the value vectors, recomputed from X by ``h5layout.read_Z`` / ``read_values`` (schema 2
+* Z and the value vectors, recomputed from X by ``h5read.read_Z`` / ``read_values`` (schema 2
   stores neither), equal what the model's input norm and value projection output in a hooked
   forward, in float32 and in a bfloat16 forward (whose roundings ``input_norm`` reproduces);
 * the value vectors equal Z W_V^T + b_V with the stored per-head weights (GQA expanded);
@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import torch
 
-from sinkscope.extraction import h5layout
+from sinkscope.extraction import h5layout, h5read
 from sinkscope.extraction.extract import (
     CPU_BATCH_BUDGET_BYTES,
     _to_storage,
@@ -43,6 +43,7 @@ from sinkscope.io import partial_siblings
 from sinkscope.prepare.models import ModelShape, architecture_of, decoder_layers, load_model
 from sinkscope.prepare.tokens import token_ids_sha256
 from tests.conftest import REPO, SETTINGS
+from tests.extraction.conftest import forward_with_hooks
 
 
 def test_stored_tensors_match_a_plain_forward(extracted) -> None:
@@ -73,7 +74,7 @@ def test_z_values_and_head_decomposition(extracted) -> None:
         for index, layer in enumerate(layers):
             x = torch.as_tensor(f["residual/X"][index])
             norm = layer.ln_1 if family == "gpt2" else layer.input_layernorm
-            z = h5layout.read_Z(f, index, slice(None))
+            z = h5read.read_Z(f, index, slice(None))
             np.testing.assert_allclose(z, norm(x).numpy(), rtol=1e-5, atol=1e-5)
             w_v, b_v = f["weights/W_V"][index], f["weights/b_V"][index]
             w_o = f["weights/W_O"][index]
@@ -81,7 +82,7 @@ def test_z_values_and_head_decomposition(extracted) -> None:
             group = n_heads // n_kv
             np.testing.assert_allclose(
                 values[:, ::group],
-                h5layout.read_values(f, index, slice(None)),
+                h5read.read_values(f, index, slice(None)),
                 rtol=1e-4,
                 atol=1e-5,
             )
@@ -128,12 +129,7 @@ def _hooked_forward(
         handles.append(getattr(layer, arch.input_norm).register_forward_hook(keep_z))
         projection = layer.attn.c_attn if arch.fused_qkv else layer.self_attn.v_proj
         handles.append(projection.register_forward_hook(keep_v))
-    try:
-        with torch.no_grad():
-            model(torch.as_tensor(ids, dtype=torch.long), use_cache=False)
-    finally:
-        for handle in handles:
-            handle.remove()
+    forward_with_hooks(model, ids, handles)
     return z, v
 
 
@@ -143,17 +139,17 @@ def test_recomputed_z_and_values_equal_the_models_own(extracted) -> None:
     z_ref, v_ref = _hooked_forward(model, ids)
     with h5layout.open_activations(path) as f:
         for layer in range(int(f.attrs["n_layers"])):
-            z = h5layout.read_Z(f, layer, slice(None))
+            z = h5read.read_Z(f, layer, slice(None))
             assert z.dtype == np.float32 and z.shape == tuple(z_ref[layer].shape)
             np.testing.assert_allclose(z, z_ref[layer].numpy(), rtol=1e-5, atol=1e-6)
-            values = h5layout.read_values(f, layer, slice(None))
+            values = h5read.read_values(f, layer, slice(None))
             assert values.dtype == np.float32 and values.shape == tuple(v_ref[layer].shape)
             np.testing.assert_allclose(values, v_ref[layer].numpy(), rtol=1e-5, atol=1e-6)
             # blocks, prefixes and a given z give the same numbers
-            part = h5layout.read_Z(f, layer, slice(1, 3), stop=7)
+            part = h5read.read_Z(f, layer, slice(1, 3), stop=7)
             np.testing.assert_array_equal(part, z[1:3, :7])
             np.testing.assert_array_equal(
-                h5layout.read_values(f, layer, slice(1, 3), stop=7, z=part), values[1:3, :, :7]
+                h5read.read_values(f, layer, slice(1, 3), stop=7, z=part), values[1:3, :, :7]
             )
 
 
@@ -171,11 +167,11 @@ def test_recomputed_z_and_values_follow_a_bfloat16_forward(extracted, tmp_path: 
     with h5layout.open_activations(out) as f:
         assert f.attrs["dtype"] == "bfloat16"
         for layer in range(int(f.attrs["n_layers"])):
-            z, expected = h5layout.read_Z(f, layer, slice(None)), z_ref[layer].float().numpy()
+            z, expected = h5read.read_Z(f, layer, slice(None)), z_ref[layer].float().numpy()
             # the norm is elementwise after one reduction: equal but for rare ties (1 ulp)
             assert np.mean(z == expected) > 0.99
             np.testing.assert_allclose(z, expected, rtol=ulp, atol=0)
-            values = h5layout.read_values(f, layer, slice(None))
+            values = h5read.read_values(f, layer, slice(None))
             expected = v_ref[layer].float().numpy()
             # the projection's float32 accumulation order is the kernel's: within 1 ulp
             assert np.mean(values == expected) > 0.9
@@ -183,7 +179,7 @@ def test_recomputed_z_and_values_follow_a_bfloat16_forward(extracted, tmp_path: 
             # without the roundings (a float32 forward's formula) far fewer entries agree
             args = (f["weights/norm_gain"][layer], f["weights/norm_bias"][layer])
             kind, eps = str(f.attrs["input_norm"]), float(f.attrs["input_norm_eps"])
-            unrounded = h5layout.input_norm(f["residual/X"][layer], *args, kind, eps)
+            unrounded = h5read.input_norm(f["residual/X"][layer], *args, kind, eps)
             assert np.mean(unrounded == z_ref[layer].float().numpy()) < 0.5
 
 
@@ -199,7 +195,7 @@ def test_file_documents_itself(extracted) -> None:
         assert f.attrs["input_norm_eps"] > 0
         assert (np.abs(f["weights/norm_bias"][...]).max() > 0) == (family == "gpt2")
         for derived in h5layout.DERIVED:  # recomputed, never stored
-            assert derived.name not in f and hasattr(h5layout, derived.reader)
+            assert derived.name not in f and hasattr(h5read, derived.reader)
         for key in h5layout.FILE_ATTRIBUTES:
             if key != "complete":
                 assert key in f.attrs, key
@@ -246,7 +242,7 @@ def test_truncated_and_foreign_files_are_rejected(extracted, tmp_path: Path) -> 
         h5layout.open_activations(broken) as f,
         pytest.raises(h5layout.ActivationFileError, match="input_norm_eps"),
     ):
-        h5layout.read_Z(f, 0, slice(None))
+        h5read.read_Z(f, 0, slice(None))
 
 
 @pytest.mark.parametrize("extracted", ["llama"], indirect=True)
@@ -327,12 +323,12 @@ def test_a_killed_extraction_leaves_no_partial_file_after_the_rerun(
 def test_w_vo_reader_matches_factors(extracted) -> None:
     _, path, _, _ = extracted
     with h5layout.open_activations(path) as f:
-        product = h5layout.w_vo(f, 0)
+        product = h5read.w_vo(f, 0)
         w_o, w_v = f["weights/W_O"][0], f["weights/W_V"][0]
         np.testing.assert_allclose(product[1], w_o[1] @ w_v[1], rtol=1e-6, atol=1e-8)
         gain = f["weights/norm_gain"][0]
         np.testing.assert_allclose(
-            h5layout.w_vo(f, 0, with_norm_gain=True)[1],
+            h5read.w_vo(f, 0, with_norm_gain=True)[1],
             (w_o[1] @ w_v[1]) * gain[None, :],
             rtol=1e-6,
             atol=1e-8,
@@ -403,11 +399,11 @@ def test_round_to_dtype_matches_torch_casts() -> None:
     a = np.concatenate([a, ties])
     for dtype in ("bfloat16", "float16", "float32"):
         expected = torch.from_numpy(a).to(getattr(torch, dtype)).double().numpy()
-        np.testing.assert_array_equal(h5layout.round_to_dtype(a, dtype), expected, err_msg=dtype)
+        np.testing.assert_array_equal(h5read.round_to_dtype(a, dtype), expected, err_msg=dtype)
     with pytest.raises(ValueError, match="float8"):
-        h5layout.round_to_dtype(a, "float8")
+        h5read.round_to_dtype(a, "float8")
     with pytest.raises(ValueError, match="input_norm 'batch'"):
-        h5layout.input_norm(a[None], np.ones(a.size), np.zeros(a.size), "batch", 1e-6)
+        h5read.input_norm(a[None], np.ones(a.size), np.zeros(a.size), "batch", 1e-6)
 
 
 def test_rms_norm_cast_is_measured_on_the_module() -> None:

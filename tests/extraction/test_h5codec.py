@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from sinkscope.config import ConfigError, validate_config
-from sinkscope.extraction import h5codec, h5layout
+from sinkscope.extraction import h5codec, h5layout, h5read
 from sinkscope.extraction.extract import extract_activations
 
 
@@ -72,7 +72,7 @@ def test_every_dataset_round_trips_under_every_codec(extracted, tmp_path: Path) 
                 for name in h5layout.PER_LAYER_DATASETS:
                     for layer in range(handle[name].shape[0]):
                         np.testing.assert_array_equal(
-                            h5layout.read_layer(handle[name], layer, threads=2),
+                            h5read.read_layer(handle[name], layer, threads=2),
                             reference[name][layer],
                             err_msg=f"{codec} {name} layer {layer}",
                         )

@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 import torch
 
-from sinkscope.extraction import h5layout
+from sinkscope.extraction import h5layout, h5read
 from sinkscope.extraction.extract import has_learned_sinks, sink_probabilities
 from sinkscope.prepare.models import decoder_layers
 from tests.conftest import extract_tiny
+from tests.extraction.conftest import forward_with_hooks
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +57,7 @@ def _reference_softmax(model: torch.nn.Module, ids: np.ndarray) -> list[np.ndarr
             inputs[index] = (hidden.detach(), cos.detach(), sin.detach())
 
         handles.append(layer.self_attn.register_forward_pre_hook(keep, with_kwargs=True))
-    try:
-        with torch.no_grad():
-            model(torch.as_tensor(ids, dtype=torch.long), use_cache=False)
-    finally:
-        for handle in handles:
-            handle.remove()
+    forward_with_hooks(model, ids, handles)
     config = model.config
     n_heads, n_kv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
     references = []
@@ -119,7 +115,7 @@ def test_head_decomposition_with_learned_sinks(gpt_oss) -> None:
     _, path, model, _ = gpt_oss
     with h5layout.open_activations(path) as f:
         for index, layer in enumerate(decoder_layers(model)):
-            values = h5layout.read_values(f, index, slice(None))
+            values = h5read.read_values(f, index, slice(None))
             group = int(f.attrs["n_heads"]) // int(f.attrs["n_kv_heads"])
             values = np.repeat(values, group, axis=1)
             probs = f[h5layout.ATTENTION_PROBS][index]

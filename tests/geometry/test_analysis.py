@@ -11,7 +11,8 @@ import polars as pl
 import pytest
 
 from sinkscope.claims.checks.geometry import geometry_statements
-from sinkscope.extraction.h5layout import open_activations, read_values, read_Z
+from sinkscope.extraction.h5layout import open_activations
+from sinkscope.extraction.h5read import read_values, read_Z
 from sinkscope.geometry import plots as gplots
 from sinkscope.geometry.analysis import N_WORST, TABLE_COLUMNS, analyze_file
 from sinkscope.geometry.halfspace import halfspace_margin

@@ -16,10 +16,10 @@ import polars as pl
 import pytest
 import torch
 
-from sinkscope.extraction.h5layout import (
+from sinkscope.extraction.h5layout import open_activations
+from sinkscope.extraction.h5read import (
     BLOCK_LAYER_FRACTION,
     default_block_size,
-    open_activations,
     read_values,
     read_Z,
     sequence_layer_bytes,

@@ -5,8 +5,8 @@ attention probabilities per head (``A``) and the attention block's update of the
 once per file, the per-head value and output maps (``W_V``, ``W_O``), the input norms' gains and
 biases and, as attributes, the norm's kind, epsilon and rounding (:func:`input_norm_settings`).
 The normed attention input ``Z`` and the value vectors are not stored: they are functions of
-``X`` and these weights, recomputed by :func:`sinkscope.extraction.h5layout.read_Z` and
-:func:`~sinkscope.extraction.h5layout.read_values` (schema 2). The layout is defined in
+``X`` and these weights, recomputed by :func:`sinkscope.extraction.h5read.read_Z` and
+:func:`~sinkscope.extraction.h5read.read_values` (schema 2). The layout is defined in
 :mod:`sinkscope.extraction.h5layout`.
 
 Models whose heads have a learned sink logit (gpt-oss's ``self_attn.sinks``: one logit per head,
@@ -50,7 +50,7 @@ import torch
 from tqdm import tqdm
 
 from sinkscope import __version__
-from sinkscope.extraction import h5codec
+from sinkscope.extraction import h5codec, h5read
 from sinkscope.extraction import h5layout as layout
 from sinkscope.io import atomic_path, sha256_json
 from sinkscope.prepare.models import (
@@ -205,7 +205,7 @@ def capture_hooks(model: torch.nn.Module) -> Iterator[LayerCapture]:
 
 def input_norm_settings(model: torch.nn.Module) -> dict[str, Any]:
     """File attributes ``input_norm``, ``input_norm_eps``, ``input_norm_cast`` of the model's
-    attention input norms (:func:`sinkscope.extraction.h5layout.input_norm` recomputes ``Z`` with them).
+    attention input norms (:func:`sinkscope.extraction.h5read.input_norm` recomputes ``Z`` with them).
 
     ``torch.nn.LayerNorm`` (GPT-2) is ``"layer"`` (it rounds its output once: ``"after_gain"``);
     the RMS norms of Llama-style models and Gemma are ``"rms"``, and where they round in a 16-bit
@@ -241,7 +241,7 @@ def rms_norm_cast(norm: torch.nn.Module, eps: float, gain_offset: float) -> str:
     """Where an RMS norm module rounds in a 16-bit forward: ``"before_gain"`` (``LlamaRMSNorm``:
     ``w * norm(x).to(dtype)``) or ``"after_gain"`` (``Gemma3RMSNorm``: ``(norm(x) * (1 + w))
     .to(dtype)``), found by running a bfloat16 copy of the module on a fixed probe and comparing
-    its output with :func:`sinkscope.extraction.h5layout.input_norm` under each cast.
+    its output with :func:`sinkscope.extraction.h5read.input_norm` under each cast.
 
     The cast that reproduces the module (at least 99 % of the entries bit for bit, as the
     extraction tests require of ``Z``) is returned; when both do (a gain that rounding commutes
@@ -260,7 +260,7 @@ def rms_norm_cast(norm: torch.nn.Module, eps: float, gain_offset: float) -> str:
     x, bias = probe.float().numpy(), np.zeros_like(gain)
     agreement = {
         cast: float(
-            np.mean(layout.input_norm(x, gain, bias, "rms", eps, cast, "bfloat16") == output)
+            np.mean(h5read.input_norm(x, gain, bias, "rms", eps, cast, "bfloat16") == output)
         )
         for cast in layout.NORM_CASTS
     }
@@ -268,7 +268,7 @@ def rms_norm_cast(norm: torch.nn.Module, eps: float, gain_offset: float) -> str:
     if agreement[best] < 0.99:
         raise ValueError(
             f"{type(norm).__name__}: no input_norm_cast reproduces its bfloat16 output "
-            f"(agreement {agreement}); sinkscope.extraction.h5layout.input_norm needs a new case"
+            f"(agreement {agreement}); sinkscope.extraction.h5read.input_norm needs a new case"
         )
     return best
 

@@ -2,7 +2,7 @@
 
 The extraction compresses chunks itself, in a pool of threads, and hands the bytes to HDF5 with
 ``write_direct_chunk`` (HDF5 compresses one chunk at a time on one core); the analyses' block
-reader (:func:`sinkscope.extraction.h5layout.read_layer`) decodes raw chunks the same way. The bytes are
+reader (:func:`sinkscope.extraction.h5read.read_layer`) decodes raw chunks the same way. The bytes are
 exactly what the dataset's declared HDF5 filter pipeline produces, so any HDF5 reader decodes
 them: h5py with ``import hdf5plugin`` (which registers Zstandard and the other filters it
 ships), command-line tools (``h5ls``, ``h5dump``) with ``HDF5_PLUGIN_PATH`` set to

@@ -24,10 +24,12 @@ from sinkscope.extraction.h5layout import (
     RESIDUAL_X,
     TOKEN_IDS,
     WEIGHT_W_O,
-    InputProjection,
-    default_block_size,
     open_activations,
     read_attr,
+)
+from sinkscope.extraction.h5read import (
+    InputProjection,
+    default_block_size,
     read_layer,
     release_freed_memory,
 )

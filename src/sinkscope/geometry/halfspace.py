@@ -55,7 +55,7 @@ upper bound). The set is declared to lie in an open half-space iff ``margin > HA
 1e-9``: float64 round-off of the dot products of unit vectors is below ``d * eps ~ 1e-13``, four
 orders of magnitude smaller, while any set that holds only with margin ``< 1e-9`` is degenerate
 for all practical purposes (``Z`` is recomputed in float32 from ``X`` by
-:func:`~sinkscope.extraction.h5layout.read_Z`; schema-1 files stored it in float16, relative rounding
+:func:`~sinkscope.extraction.h5read.read_Z`; schema-1 files stored it in float16, relative rounding
 ``2^-11 ~ 4.9e-4``: compare the margin with such roundings to judge robustness). A zero vector
 in the set (``z_i == z_0`` exactly, e.g. a repeated BOS token in layer 0 of a model without
 absolute positions) makes the set infeasible by definition.

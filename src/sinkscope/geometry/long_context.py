@@ -63,7 +63,7 @@ def attention_inputs(model: torch.nn.Module, ids: torch.Tensor) -> list[np.ndarr
     ``hidden_states[l]`` is the residual stream entering layer ``l`` and ``Z^(l) =
     norm_l(hidden_states[l])`` is computed by that layer's own input-norm module
     (``Architecture.input_norm``: ``input_layernorm``, GPT-2's ``ln_1``), i.e. the paper's §3
-    attention input with the learnable gain (``Z`` of :meth:`sinkscope.extraction.h5layout.InputProjection.Z`).
+    attention input with the learnable gain (``Z`` of :meth:`sinkscope.extraction.h5read.InputProjection.Z`).
     Returns one ``(B, T1, D)`` float32 array per layer.
     """
     from sinkscope.prepare.models import architecture_of, base_model, decoder_layers

@@ -7,7 +7,7 @@
    are per key/value head: the query heads that share one have identical value matrices, so
    pooling over query heads would only repeat each matrix ``H / K`` times. Value vectors are
    recomputed in float32 from the stored float32 residual stream and weights
-   (:func:`~sinkscope.extraction.h5layout.read_values`; schema 1 stored them in float16, relative rounding
+   (:func:`~sinkscope.extraction.h5read.read_values`; schema 1 stored them in float16, relative rounding
    ``2^-11``, already well below the ``1e-3`` tolerance).
 
 2. Hard attention switch (§6, Proposition 6.1, Theorem C.1, Remark C.4): the norm of a head's

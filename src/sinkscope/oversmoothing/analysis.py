@@ -30,7 +30,7 @@ Uniformity ``u`` (eq. 12).
 Head map ``W`` (§5 "composition of learnable normalization scaling, value matrix and output
 projection").
     The theory's ``Z`` is the *gain-free* normalised input ``Z~ = Z / norm_gain`` (``Z`` from
-    :func:`~sinkscope.extraction.h5layout.read_Z`)
+    :func:`~sinkscope.extraction.h5read.read_Z`)
     (``= RMS(X)`` for RMSNorm models), and ``W = W_O[h] W_V[h] diag(norm_gain)`` acts on it, so
     ``W Z~ = W_O[h] W_V[h] Z`` exactly. The value bias is part of the value map: the update is the
     affine ``W Z~ A^T + c 1^T`` with ``c = W_O[h] b_V[h]`` (rows of any attention matrix sum to 1,
@@ -163,10 +163,12 @@ from sinkscope.extraction.h5layout import (
     WEIGHT_NORM_GAIN,
     WEIGHT_W_O,
     WEIGHT_W_V,
-    InputProjection,
-    default_block_size,
     open_activations,
     read_attr,
+)
+from sinkscope.extraction.h5read import (
+    InputProjection,
+    default_block_size,
     read_layer,
     release_freed_memory,
 )
@@ -226,7 +228,7 @@ class _LayerData:
 
     ``x`` ``(N, stop, D)`` float32 and ``update`` ``(N, stop, D)`` and ``probs``
     ``(N, H, stop, stop)`` as stored, ``values`` ``(N, K, stop, k)`` float32 (recomputed once,
-    :func:`~sinkscope.extraction.h5layout.read_values`). About one layer's stored data: each dataset is
+    :func:`~sinkscope.extraction.h5read.read_values`). About one layer's stored data: each dataset is
     decompressed once per layer instead of once per pass.
     """
 
@@ -281,7 +283,7 @@ def _block(
 
     Keys: ``x``, ``update`` ``(B, stop, D)``, ``probs`` ``(B, H, stop, stop)``, ``values``
     ``(B, H, stop, k)`` (expanded to query heads), ``sequences`` (the slice) and, with
-    ``with_z``, ``z`` ``(B, stop, D)`` (:meth:`~sinkscope.extraction.h5layout.InputProjection.Z`).
+    ``with_z``, ``z`` ``(B, stop, D)`` (:meth:`~sinkscope.extraction.h5read.InputProjection.Z`).
     """
     x = data.x[sequences]
     block: dict[str, Any] = {

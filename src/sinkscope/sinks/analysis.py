@@ -2,8 +2,8 @@
 (:func:`analyze_file`).
 
 Streams over the layers of the file; within a layer the attention maps are read a block of
-sequences at a time (:func:`sinkscope.extraction.h5layout.read_layer`, block size
-:func:`~sinkscope.extraction.h5layout.default_block_size`) and reduced to their sink scores
+sequences at a time (:func:`sinkscope.extraction.h5read.read_layer`, block size
+:func:`~sinkscope.extraction.h5read.default_block_size`) and reduced to their sink scores
 (``(N, H, P)`` per layer, kept for the secondary sinks), and the residual stream of the layer is
 read once for its norms, cosines with BOS and largest entries (one layer's ``|X|``: the exact
 median of :mod:`sinkscope.sinks.massive`). Peak memory: one layer's residual stream, one block
@@ -27,12 +27,10 @@ from sinkscope.extraction.h5layout import (
     ATTR_MODEL_NAME,
     RESIDUAL_X,
     TOKEN_IDS,
-    default_block_size,
     open_activations,
     read_attr,
-    read_layer,
-    release_freed_memory,
 )
+from sinkscope.extraction.h5read import default_block_size, read_layer, release_freed_memory
 from sinkscope.geometry.alignment import blocks, bos_cosines
 from sinkscope.geometry.values import row_norms
 from sinkscope.sinks.massive import LAYER_COLUMNS, TOP_COLUMNS, layer_statistics
