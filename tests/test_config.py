@@ -22,7 +22,7 @@ from tests.conftest import TINY, snakemake
 
 def test_default_config_is_valid_and_gets_defaults(default_config: dict) -> None:
     config = validate_config(default_config)
-    assert config["extraction"]["n_sequences"] == 12  # the short default run
+    assert config["extraction"]["n_sequences"] == 10  # the short default run
     assert config["extraction"]["context_length"] == 256
     assert config["download_dir"] == "resources/downloads"
     assert config["models"]["smollm2-135m"]["attn_implementation"] == "eager"
