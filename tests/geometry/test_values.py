@@ -8,10 +8,10 @@ import numpy as np
 import polars as pl
 import pytest
 
+from sinkscope.geometry.alignment import relative_bos_norm
 from sinkscope.geometry.halfspace import rank_from_singular_values
 from sinkscope.geometry.values import (
     RANK_RTOL,
-    relative_bos_norm,
     relative_rank,
     value_output_norms,
     vo_classes,

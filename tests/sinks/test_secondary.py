@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sinkscope.geometry.alignment import bos_cosines
-from sinkscope.geometry.values import row_norms
+from sinkscope.geometry.alignment import bos_cosines, row_norms
 from sinkscope.sinks.analysis import SinkSettings, analyze_arrays
 from sinkscope.sinks.rate import sink_scores
 from sinkscope.sinks.secondary import (

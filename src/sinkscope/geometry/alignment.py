@@ -48,6 +48,8 @@ __all__ = [
     "cosine_rows",
     "histogram_quantiles",
     "middle_layers",
+    "relative_bos_norm",
+    "row_norms",
 ]
 
 #: Number of equal histogram bins of the cosines on [-1, 1] (bin width 2/2048 = 2^-10).
@@ -293,3 +295,23 @@ def bos_max_statement(reading: Mapping[str, Any]) -> str:
         f"{FIRST_TEXT_POSITION} (the first text token after BOS) in {b['n_mid_max_at_first']}/"
         f"{b['n_middle']} middle layers; {pct} of the middle layers' cosines are > 0"
     )
+
+
+def row_norms(a: np.ndarray) -> np.ndarray:
+    """Euclidean norms over the last axis, computed in float64 block by block (any float dtype)."""
+    a = np.asarray(a)
+    out = np.empty(a.shape[:-1], dtype=np.float64)
+    for block in blocks(a.shape[0]):
+        out[block] = np.linalg.norm(a[block].astype(np.float64), axis=-1)
+    return out
+
+
+def relative_bos_norm(norms: np.ndarray) -> np.ndarray:
+    """``norms[..., 0] / median(norms[..., 1:])``: BOS norm relative to the other tokens' median.
+
+    ``norms``: ``(..., T1)`` with position 0 the BOS token. NaN where the median is 0.
+    """
+    a = np.asarray(norms, dtype=np.float64)
+    median = np.median(a[..., 1:], axis=-1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(median > 0, a[..., 0] / np.where(median > 0, median, 1.0), np.nan)

@@ -33,7 +33,15 @@ from sinkscope.extraction.h5read import (
     read_layer,
     release_freed_memory,
 )
-from sinkscope.geometry.alignment import COSINE_BINS, SPACES, blocks, bos_cosines, cosine_rows
+from sinkscope.geometry.alignment import (
+    COSINE_BINS,
+    SPACES,
+    blocks,
+    bos_cosines,
+    cosine_rows,
+    relative_bos_norm,
+    row_norms,
+)
 from sinkscope.geometry.halfspace import (
     ATTEND_THRESHOLD,
     PAIR_KEY,
@@ -43,9 +51,7 @@ from sinkscope.geometry.halfspace import (
 )
 from sinkscope.geometry.names import ALL_TOKENS, ATTENDING, BOS_MINUS_TOKEN, POINT_SETS, POOLED
 from sinkscope.geometry.values import (
-    relative_bos_norm,
     relative_rank,
-    row_norms,
     value_output_factor,
     value_output_norms,
 )

@@ -12,11 +12,13 @@
 
 2. Hard attention switch (§6, Proposition 6.1, Theorem C.1, Remark C.4): the norm of a head's
    BOS value-output vector ``W_O^h (W_V^h z_0 + b_V^h)`` relative to the median over the other
-   tokens (:func:`value_output_norms`, :func:`relative_bos_norm`; the theory assumes
+   tokens (:func:`value_output_norms`,
+   :func:`sinkscope.geometry.alignment.relative_bos_norm`; the theory assumes
    ``W_VO x_0 = 0`` for sink heads), compared between sink and other heads by
    :func:`sink_value_norm_effect` (ratio of medians with a bootstrap interval over heads) and
    summarised per head group by :func:`vo_classes`, and the BOS residual-stream norm relative to
-   the other tokens (massive activations, :func:`row_norms`), per layer.
+   the other tokens (massive activations,
+   :func:`sinkscope.geometry.alignment.row_norms`), per layer.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import numpy as np
 import polars as pl
 import torch
 
-from sinkscope.geometry.alignment import blocks
 from sinkscope.geometry.halfspace import rank_from_singular_values, torch_threads
 from sinkscope.geometry.names import POOLED
 from sinkscope.heads.names import CLASS_LEGEND_NAMES
@@ -42,9 +43,7 @@ __all__ = [
     "EFFECT_SCHEMA",
     "RANK_RTOL",
     "VO_GROUP_DEFINITIONS",
-    "relative_bos_norm",
     "relative_rank",
-    "row_norms",
     "sink_value_norm_effect",
     "value_norm_statement",
     "value_output_factor",
@@ -120,26 +119,6 @@ def value_output_norms(
         vo_norms = torch.stack(vo, dim=1)
     kv_of_head = np.arange(n_heads) // group
     return value_norms.numpy()[:, kv_of_head], vo_norms.numpy()
-
-
-def relative_bos_norm(norms: np.ndarray) -> np.ndarray:
-    """``norms[..., 0] / median(norms[..., 1:])``: BOS norm relative to the other tokens' median.
-
-    ``norms``: ``(..., T1)`` with position 0 the BOS token. NaN where the median is 0.
-    """
-    a = np.asarray(norms, dtype=np.float64)
-    median = np.median(a[..., 1:], axis=-1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(median > 0, a[..., 0] / np.where(median > 0, median, 1.0), np.nan)
-
-
-def row_norms(a: np.ndarray) -> np.ndarray:
-    """Euclidean norms over the last axis, computed in float64 block by block (any float dtype)."""
-    a = np.asarray(a)
-    out = np.empty(a.shape[:-1], dtype=np.float64)
-    for block in blocks(a.shape[0]):
-        out[block] = np.linalg.norm(a[block].astype(np.float64), axis=-1)
-    return out
 
 
 #: Columns of :func:`sink_value_norm_effect`.

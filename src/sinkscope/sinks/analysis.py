@@ -31,8 +31,7 @@ from sinkscope.extraction.h5layout import (
     read_attr,
 )
 from sinkscope.extraction.h5read import default_block_size, read_layer, release_freed_memory
-from sinkscope.geometry.alignment import blocks, bos_cosines
-from sinkscope.geometry.values import row_norms
+from sinkscope.geometry.alignment import blocks, bos_cosines, row_norms
 from sinkscope.sinks.massive import LAYER_COLUMNS, TOP_COLUMNS, layer_statistics
 from sinkscope.sinks.rate import (
     RATE_COLUMNS,

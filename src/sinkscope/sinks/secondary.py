@@ -12,7 +12,7 @@ first and last layer where some head is a sink at it, the number of such layers
 (``n_layers``: how many layers it persists; ``n_layers == last - first + 1`` when it never
 pauses), the most heads of one layer and the largest score, and at its first layer whether its
 residual stream is special: its norm relative to the median of the other tokens
-(:func:`sinkscope.geometry.values.relative_bos_norm` applied to the position) and its cosine
+(:func:`sinkscope.geometry.alignment.relative_bos_norm` applied to the position) and its cosine
 with BOS (:func:`sinkscope.geometry.alignment.bos_cosines`) against the other tokens' cosines.
 :func:`secondary_tokens` counts, per token id, how often its eligible occurrences become
 secondary sinks.
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from sinkscope.geometry.values import relative_bos_norm
+from sinkscope.geometry.alignment import relative_bos_norm
 
 __all__ = [
     "SECONDARY_COLUMNS",
@@ -120,7 +120,7 @@ def secondary_sinks(
     """The secondary sinks of one file (module docstring), one row per (sequence, position).
 
     ``scores``: ``(L, N, H, P)`` sink scores; ``token_ids``: ``(N, P)``; ``norms``:
-    ``(L, N, P)`` residual-stream norms (:func:`sinkscope.geometry.values.row_norms`);
+    ``(L, N, P)`` residual-stream norms (:func:`sinkscope.geometry.alignment.row_norms`);
     ``cosines``: ``(L, N, P - 1)`` cosines with BOS of positions ``1..P-1``
     (:func:`sinkscope.geometry.alignment.bos_cosines`). ``decode``: token texts (default: the
     id in angle brackets). Columns :data:`SECONDARY_COLUMNS` without ``model``/``dataset``:
