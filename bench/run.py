@@ -50,7 +50,7 @@ from sinkscope.extraction import h5layout
 from sinkscope.extraction.extract import ExtractionSettings, extract_activations
 from sinkscope.paths import Paths
 from sinkscope.prepare.models import PROVENANCE_FILE, base_model, load_model
-from sinkscope.prepare.tokens import prepare_tokens, read_tokens
+from sinkscope.prepare.tokens import prepare_tokens, read_tokens, tokenize_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
@@ -155,10 +155,16 @@ def cut(work: Path, model: str, dataset: str, n: int, t: int) -> Path:
     documents = Path(PATHS.corpus.format(dataset=dataset))
     if not documents.exists():
         raise SystemExit(f"{documents}: corpus missing; run the default pipeline first")
+    provenance = Path(PATHS.corpus_provenance.format(dataset=dataset))
+    stream = Path(PATHS.token_stream.format(model=model, dataset=dataset))
+    if not stream.exists():  # the workflow's, else one of this bench's own
+        stream = work / "tokens" / f"{model}_{dataset}.stream.npz"
+        if not stream.exists():
+            tokenize_corpus(documents, provenance, model_dir(model), model, dataset, stream)
     out = work / "tokens" / f"{model}_{dataset}_N{n}_T{t}.json"
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
-        prepare_tokens(documents, model_dir(model), model, dataset, n, t, 0, out)
+        prepare_tokens(stream, provenance, model_dir(model), model, dataset, n, t, 0, out)
     return out
 
 

@@ -16,7 +16,7 @@ import yaml
 from sinkscope.extraction.extract import ExtractionSettings, extract_activations
 from sinkscope.io import write_json
 from sinkscope.prepare.models import load_model, prepare_model
-from sinkscope.prepare.tokens import token_ids_sha256
+from sinkscope.prepare.tokens import token_ids_sha256, tokenize_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = REPO / "tests" / "configs" / "tiny.yaml"
@@ -148,6 +148,14 @@ def extract_tiny(family: str, tmp_path: Path) -> tuple[str, Path, torch.nn.Modul
     extract_activations(prepared, tokens, out, entry, SETTINGS, "cfg", progress=False)
     reference = load_model(prepared, "float32", "eager")
     return family, out, reference, ids
+
+
+def token_stream(prepared: Path, documents: Path, out: Path) -> tuple[Path, Path]:
+    """Tokenize a prepared corpus (``documents.parquet``, its ``documents.json`` beside it) with a
+    prepared model as rule tokenize_corpus does; returns ``(stream file, corpus provenance)``."""
+    provenance = documents.with_suffix(".json")
+    tokenize_corpus(documents, provenance, prepared, prepared.name, documents.parent.name, out)
+    return out, provenance
 
 
 # --- the real Snakemake DAG on the tiny config (one real model, one real corpus, 2 x 32 tokens)

@@ -432,10 +432,10 @@ def test_no_bos_variant_pairs_and_paths(default_config: dict) -> None:
 
     paths = Paths("r")
     assert (
-        paths.corpus_inputs("shakespeare.no-bos")
-        == paths.corpus_inputs("shakespeare")
+        paths.token_stream_inputs("m", "shakespeare.no-bos")
+        == paths.token_stream_inputs("m", "shakespeare")
         == {
-            "documents": "r/corpora/shakespeare/documents.parquet",
+            "stream": "r/tokens/m/shakespeare.stream.npz",
             "provenance": "r/corpora/shakespeare/documents.json",
         }
     )

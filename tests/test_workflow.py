@@ -204,6 +204,7 @@ def test_adding_a_dataset_runs_only_its_jobs(
     counts = job_counts(dry.stdout)
     assert counts == {
         "prepare_corpus": 1,
+        "tokenize_corpus": 1,
         "cut_tokens": 1,
         "extract_activations": 1,
         "classify_heads": 1,
@@ -221,7 +222,7 @@ def test_adding_a_dataset_runs_only_its_jobs(
         "summarize_sinks": 1,
         "claims": 1,
         "all": 1,
-        "total": 18,
+        "total": 19,
     }, dry.stdout
     snakemake(tiny_run, *extra, download_dir=download_dir)
     after = {path: path.stat().st_mtime_ns for path in before}

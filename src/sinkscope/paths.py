@@ -98,18 +98,25 @@ class Paths:
     def corpus_provenance(self) -> str:
         return f"{self.root}/corpora/{{dataset}}/documents.json"
 
-    def corpus_inputs(self, dataset_id: str) -> dict[str, str]:
-        """The cleaned corpus (``documents``, ``provenance``) a pair's sequences are cut from:
-        its dataset's, for a no-BOS variant too (:func:`sinkscope.variants.source_dataset`)."""
-        dataset = source_dataset(dataset_id)
-        return {
-            "documents": self.corpus.format(dataset=dataset),
-            "provenance": self.corpus_provenance.format(dataset=dataset),
-        }
-
     @property
     def tokens(self) -> str:
         return f"{self.root}/tokens/{{model}}/{{dataset}}.json"
+
+    @property
+    def token_stream(self) -> str:
+        """The corpus ``{dataset}`` tokenized by ``{model}``'s tokenizer (rule tokenize_corpus);
+        ``{dataset}`` is a configured dataset, never a no-BOS id."""
+        return f"{self.root}/tokens/{{model}}/{{dataset}}.stream.npz"
+
+    def token_stream_inputs(self, model: str, dataset_id: str) -> dict[str, str]:
+        """The token stream (``stream``) a pair's sequences and streams are cut from and its
+        corpus' provenance (``provenance``, whose ``text_sha256`` the stream must match): its
+        dataset's, for a no-BOS variant too (:func:`sinkscope.variants.source_dataset`)."""
+        dataset = source_dataset(dataset_id)
+        return {
+            "stream": self.token_stream.format(model=model, dataset=dataset),
+            "provenance": self.corpus_provenance.format(dataset=dataset),
+        }
 
     # extraction
     @property

@@ -73,6 +73,19 @@ def prepare_corpus(smk: Any) -> None:
     )
 
 
+def tokenize_corpus(smk: Any) -> None:
+    from sinkscope.prepare.tokens import tokenize_corpus as tokenize
+
+    tokenize(
+        Path(smk.input.documents),
+        Path(smk.input.provenance),
+        Path(smk.input.model_dir),
+        smk.wildcards.model,
+        smk.wildcards.dataset,
+        Path(smk.output.stream),
+    )
+
+
 def cut_tokens(smk: Any) -> None:
     """A pair's sequences; a no-BOS variant's id (``<dataset>.no-bos``) cuts them without BOS."""
     from sinkscope.prepare.tokens import prepare_tokens
@@ -80,7 +93,8 @@ def cut_tokens(smk: Any) -> None:
 
     extraction = smk.params.extraction
     prepare_tokens(
-        Path(smk.input.documents),
+        Path(smk.input.stream),
+        Path(smk.input.provenance),
         Path(smk.input.model_dir),
         smk.wildcards.model,
         smk.wildcards.dataset,
@@ -193,7 +207,8 @@ def analyze_geometry_long_context(smk: Any) -> None:
     settings = smk.params.long_context
     table = halfspace_long_context(
         smk.input.model_dir,
-        smk.input.documents,
+        smk.input.stream,
+        smk.input.provenance,
         n_sequences=settings["n_sequences"],
         seq_len=settings["seq_len"],
         seed=smk.params.stream_seed,
@@ -304,7 +319,8 @@ def analyze_streaming(smk: Any) -> None:
     model, dataset = smk.wildcards.model, smk.wildcards.dataset
     tables = evaluate_pair(
         smk.input.model_dir,
-        smk.input.documents,
+        smk.input.stream,
+        smk.input.provenance,
         {**smk.params.params, "model_name": model, "dataset_name": dataset},
     )
     _write_tables(tables, smk.output, STREAMING_POLICY_TABLES)
@@ -319,7 +335,8 @@ def analyze_streaming_recompute(smk: Any) -> None:
     model, dataset = smk.wildcards.model, smk.wildcards.dataset
     tables = recompute_pair(
         smk.input.model_dir,
-        smk.input.documents,
+        smk.input.stream,
+        smk.input.provenance,
         smk.input.nll_by_position,
         smk.input.settings,
         {**smk.params.params, "model_name": model, "dataset_name": dataset},
@@ -518,6 +535,7 @@ STEPS: dict[str, Callable[[Any], None]] = {
     "summarize_copypaste": summarize_copypaste,
     "prepare_model": prepare_model,
     "prepare_corpus": prepare_corpus,
+    "tokenize_corpus": tokenize_corpus,
     "cut_tokens": cut_tokens,
     "extract_activations": extract_activations,
     "classify_heads": classify_heads,

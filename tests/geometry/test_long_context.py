@@ -45,7 +45,7 @@ from sinkscope.geometry.summary import long_context_table, summarize
 from sinkscope.plotting import figure_problems
 from sinkscope.prepare.corpora import prepare_corpus
 from sinkscope.prepare.models import decoder_layers, prepare_model
-from tests.conftest import TINY, snakemake_command, tiny_config
+from tests.conftest import TINY, snakemake_command, tiny_config, token_stream
 
 
 def _long_rows(z: np.ndarray, model: str = "m", dataset: str = "d") -> pl.DataFrame:
@@ -232,7 +232,7 @@ def _save_tiny_model(folder: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+def tiny_setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path, Path]:
     root = tmp_path_factory.mktemp("long-context")
     _save_tiny_model(root / "weights")
     rng = np.random.default_rng(0)
@@ -242,15 +242,17 @@ def tiny_setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Pa
     corpus = root / "corpus" / "documents.parquet"
     prepare_corpus("words", {"source": {"kind": "local", "path": str(root / "text.txt")}}, corpus,
                    root / "downloads")  # fmt: skip
-    return root, root / "prepared", corpus
+    stream, provenance = token_stream(root / "prepared", corpus, root / "stream.npz")
+    return root, root / "prepared", stream, provenance
 
 
 def test_seq_len_beyond_the_positions_names_the_config_key(tiny_setup, tmp_path: Path) -> None:
     """Checked from the model's config before the weights or the corpus are read (a missing
     corpus does not get in the way)."""
-    _, prepared, _ = tiny_setup
+    _, prepared, _, _ = tiny_setup
+    missing = (tmp_path / "missing.npz", tmp_path / "missing.json")
     with pytest.raises(ValueError) as raised:
-        halfspace_long_context(prepared, tmp_path / "missing.parquet", 1, 200, 0, "tiny", "words")
+        halfspace_long_context(prepared, *missing, 1, 200, 0, "tiny", "words")
     assert str(raised.value) == (
         "geometry.long_context.seq_len = 200 exceeds the 128 positions of tiny (its "
         "max_position_embeddings); set it to at most 128"
@@ -268,7 +270,7 @@ def _tiny_config(root: Path, long_context: dict) -> dict:
 def test_the_config_check_refuses_a_seq_len_beyond_a_local_models_positions(tiny_setup) -> None:
     """A local model's config.json is read by the config check, before any job; only the limit
     counts (seq_len <= d_model + 1 is allowed: its rows say trivially_separable)."""
-    root, _, _ = tiny_setup
+    root, _, _, _ = tiny_setup
     with pytest.raises(ConfigError) as raised:
         validate_config(_tiny_config(root, {"n_sequences": 1, "seq_len": 200}))
     assert (
@@ -285,25 +287,25 @@ def test_more_sequences_than_the_corpus_holds_fail_before_the_forward(
     """400 words = 400 tokens hold 400 // 39 = 10 streams of 40 tokens (BOS + 39)."""
     from sinkscope.geometry import long_context
 
-    _, prepared, corpus = tiny_setup
+    _, prepared, stream, provenance = tiny_setup
 
     def no_forward(*args: object) -> None:
         raise AssertionError("the model was run")
 
     monkeypatch.setattr(long_context, "attention_inputs", no_forward)
     with pytest.raises(ValueError) as raised:
-        halfspace_long_context(prepared, corpus, 11, 40, 0, "tiny", "words")
+        halfspace_long_context(prepared, stream, provenance, 11, 40, 0, "tiny", "words")
     assert str(raised.value).startswith(
         "geometry.long_context.n_sequences = 11 exceeds the 10 sequences of 40 tokens that corpus "
-        f"words holds ({corpus}: blocks of 39 tokens after BOS); set it to at most 10 or lower "
+        f"words holds ({stream}: blocks of 39 tokens after BOS); set it to at most 10 or lower "
         "geometry.long_context.seq_len"
     )
     with pytest.raises(AssertionError, match="the model was run"):  # 10 fit
-        halfspace_long_context(prepared, corpus, 10, 40, 0, "tiny", "words")
+        halfspace_long_context(prepared, stream, provenance, 10, 40, 0, "tiny", "words")
 
 
 def test_the_rule_on_a_tiny_model(tiny_setup, tmp_path: Path) -> None:
-    root, prepared, corpus = tiny_setup
+    root, prepared, stream, provenance = tiny_setup
     config = _tiny_config(root, {"n_sequences": 2, "seq_len": 40})
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     target = "results/geometry/tiny/words/halfspace_long_context.parquet"
@@ -327,7 +329,7 @@ def test_the_rule_on_a_tiny_model(tiny_setup, tmp_path: Path) -> None:
     log = tmp_path / "results/logs/analyze_geometry_long_context/tiny/words.log"
     assert "half-space solves" in log.read_text()
     # the same numbers as a direct call on the same streams (StreamingLLM's default seed, 0)
-    direct = halfspace_long_context(prepared, corpus, 2, 40, 0, "tiny", "words")
+    direct = halfspace_long_context(prepared, stream, provenance, 2, 40, 0, "tiny", "words")
     assert direct.equals(table)
 
     # the figure shows both tests, with the claim's numbers, and stays readable

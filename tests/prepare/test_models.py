@@ -8,6 +8,7 @@ against a hub cache laid out by hand in ``tmp_path``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -24,7 +26,7 @@ from sinkscope.extraction.extract import extract_activations
 from sinkscope.prepare.corpora import prepare_corpus
 from sinkscope.prepare.models import prepare_model, read_provenance
 from sinkscope.prepare.tokens import prepare_tokens
-from tests.conftest import REPO, SETTINGS, TINY, snakemake_command
+from tests.conftest import REPO, SETTINGS, TINY, snakemake_command, token_stream
 
 WORDS = [
     "[UNK]",
@@ -89,8 +91,11 @@ def _entry(weights: Path, **extra) -> dict:
     }
 
 
-def _cut(prepared: Path, corpus: Path, out: Path) -> dict:
-    return prepare_tokens(corpus, prepared, "my-model", "words", 2, 8, 0, out)
+def _cut(
+    prepared: Path, corpus: Path, out: Path, dataset: str = "words", bos: str = "keep"
+) -> dict:
+    stream, provenance = token_stream(prepared, corpus, out.with_suffix(".stream.npz"))
+    return prepare_tokens(stream, provenance, prepared, "my-model", dataset, 2, 8, 0, out, bos)
 
 
 # --- a model without a BOS token
@@ -136,7 +141,9 @@ def test_configured_bos_token_id_is_used_and_recorded(no_bos_weights, corpus, tm
         assert f.attrs[h5layout.ATTR_BOS] == "keep"
         assert (f["tokens/input_ids"][:, 0] == sep).all()
 
-    streams = load_streams(prepared, corpus, {"stream_length": 16, "n_streams": 1, "seed": 0})
+    stream, provenance = token_stream(prepared, corpus, tmp_path / "stream.npz")
+    p = {"stream_length": 16, "n_streams": 1, "seed": 0}
+    streams = load_streams(prepared, stream, provenance, p)
     assert streams.bos_token_id == sep and (streams.ids[:, 0] == sep).all()
 
 
@@ -149,14 +156,14 @@ def test_no_bos_variant_records_the_same_text_tokens(no_bos_weights, corpus, tmp
     prepare_model("my-model", _entry(no_bos_weights, bos_token_id=sep), prepared, tmp_path / "dl")
     keep = _cut(prepared, corpus, tmp_path / "keep.json")
     drop_json = tmp_path / "drop.json"
-    drop = prepare_tokens(corpus, prepared, "my-model", "words.no-bos", 2, 8, 0, drop_json, "drop")
+    drop = _cut(prepared, corpus, drop_json, "words.no-bos", "drop")
     assert (keep["bos"], drop["bos"]) == ("keep", "drop")
     assert drop["bos_token_id"] == sep and drop["block_starts"] == keep["block_starts"]
     ids, record = read_tokens(drop_json)
     assert ids.shape == (2, 8) and record["dataset_name"] == "words.no-bos"
     assert ids.tolist() == [row[1:] for row in keep["token_ids"]]
     with pytest.raises(ValueError, match="bos must be 'keep' or 'drop'"):
-        prepare_tokens(corpus, prepared, "my-model", "words", 2, 8, 0, drop_json, "both")
+        _cut(prepared, corpus, drop_json, "words", "both")
 
     out = tmp_path / "act.h5"
     entry = _entry(no_bos_weights, bos_token_id=sep)
@@ -165,6 +172,101 @@ def test_no_bos_variant_records_the_same_text_tokens(no_bos_weights, corpus, tmp
         assert f.attrs[h5layout.ATTR_BOS] == "drop"
         assert f.attrs[h5layout.ATTR_CONTEXT_LENGTH] == 7  # T positions, 7 after position 0
         assert f["tokens/input_ids"][:].tolist() == ids.tolist()
+
+
+# --- the token stream of a corpus (rule tokenize_corpus), read by every job that cuts from it
+
+
+def _prepared_with_sep(weights: Path, tmp_path: Path) -> Path:
+    prepared = tmp_path / "prepared"
+    entry = _entry(weights, bos_token_id=WORDS.index("<sep>"))
+    prepare_model("my-model", entry, prepared, tmp_path / "downloads")
+    return prepared
+
+
+def test_the_stream_file_is_the_corpus_tokenized(no_bos_weights, corpus, tmp_path) -> None:
+    """Read with numpy alone, the stream is tokenize_documents on the corpus' documents (an
+    independent recomputation), with what identifies it; no temporary file is left."""
+    from sinkscope import __version__
+    from sinkscope.io import read_json
+    from sinkscope.prepare.corpora import load_documents
+    from sinkscope.prepare.models import load_tokenizer
+    from sinkscope.prepare.tokens import tokenize_documents
+
+    prepared = _prepared_with_sep(no_bos_weights, tmp_path)
+    stream, provenance = token_stream(prepared, corpus, tmp_path / "words.stream.npz")
+    with np.load(stream, allow_pickle=False) as archive:
+        assert sorted(archive.files) == ["ids", "meta"]
+        ids, meta = archive["ids"], json.loads(archive["meta"].item())
+    tokenizer = load_tokenizer(prepared)
+    expected = tokenize_documents(tokenizer, load_documents(corpus)["text"])
+    assert ids.dtype == np.dtype("<i4") and expected.size > 100
+    np.testing.assert_array_equal(ids, expected)
+    assert meta == {
+        "model_name": "prepared",
+        "dataset_name": "prepared",
+        "tokenizer": type(tokenizer).__name__,
+        "vocab_size": len(WORDS),
+        "text_sha256": read_json(provenance)["text_sha256"],
+        "n_tokens": int(expected.size),
+        "ids_sha256": hashlib.sha256(expected.astype("<i4").tobytes()).hexdigest(),
+        "sinkscope_version": __version__,
+    }
+    assert sorted(path.name for path in tmp_path.iterdir() if "partial" in path.name) == []
+
+
+def test_cut_from_the_stream_is_the_cut_of_the_tokenized_corpus(
+    no_bos_weights, corpus, tmp_path
+) -> None:
+    """prepare_tokens on the stream file: the sequences of cut_sequences on the corpus tokenized
+    afresh, with and without BOS, and the record's stream length and corpus hash."""
+    from sinkscope.io import read_json
+    from sinkscope.prepare.corpora import load_documents
+    from sinkscope.prepare.models import load_tokenizer
+    from sinkscope.prepare.tokens import cut_sequences, token_ids_sha256, tokenize_documents
+
+    prepared = _prepared_with_sep(no_bos_weights, tmp_path)
+    sep = WORDS.index("<sep>")
+    tokenized = tokenize_documents(load_tokenizer(prepared), load_documents(corpus)["text"])
+    for dataset, bos in (("words", "keep"), ("words.no-bos", "drop")):
+        record = _cut(prepared, corpus, tmp_path / f"{dataset}.json", dataset, bos)
+        ids, starts = cut_sequences(tokenized, 2, 8, 0, sep, keep_bos=bos == "keep")
+        assert record["token_ids"] == ids.tolist()
+        assert record["block_starts"] == starts.tolist()
+        assert record["token_ids_sha256"] == token_ids_sha256(ids)
+        assert record["stream_length"] == tokenized.size
+        assert record["dataset_sha256"] == read_json(corpus.with_suffix(".json"))["text_sha256"]
+
+
+def test_a_stale_or_wrong_stream_is_refused(no_bos_weights, corpus, tmp_path) -> None:
+    """A stream of another corpus text, with ids that do not match their hash or of another
+    vocabulary: refused with an error naming the file, before anything is cut."""
+    from sinkscope.io import read_json, write_json
+    from sinkscope.prepare.tokens import read_token_stream
+
+    prepared = _prepared_with_sep(no_bos_weights, tmp_path)
+    stream, provenance = token_stream(prepared, corpus, tmp_path / "words.stream.npz")
+    ids, _ = read_token_stream(stream, provenance, len(WORDS))
+    assert ids.dtype == np.int64
+    other = tmp_path / "other" / "documents.json"
+    write_json({**read_json(provenance), "text_sha256": "0" * 64}, other)
+    out = tmp_path / "tokens.json"
+    with pytest.raises(ValueError) as raised:
+        prepare_tokens(stream, other, prepared, "my-model", "words", 2, 8, 0, out)
+    assert str(raised.value).startswith(f"{stream}: tokenized from a corpus with text_sha256 ")
+    assert f"not the one of {other} ({'0' * 64}); re-run tokenize_corpus" in str(raised.value)
+    assert not out.exists()
+    vocabulary = f"^{stream}: tokenized with a vocabulary of {len(WORDS)} tokens"
+    with pytest.raises(ValueError, match=vocabulary):
+        read_token_stream(stream, provenance, len(WORDS) + 1)
+    with np.load(stream) as archive:
+        meta = archive["meta"]
+        tampered = archive["ids"].copy()
+    tampered[0] += 1
+    with open(stream, "wb") as handle:
+        np.savez(handle, ids=tampered, meta=meta)
+    with pytest.raises(ValueError, match=f"^{stream}: token ids do not match their recorded"):
+        read_token_stream(stream, provenance)
 
 
 def test_configured_bos_token_id_overrides_the_models_own(tmp_path, corpus) -> None:

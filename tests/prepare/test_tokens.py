@@ -86,7 +86,8 @@ def test_context_longer_than_the_model_allows_fails_before_loading(tmp_path) -> 
     prepare_model("tiny", entry, prepared, tmp_path)
     with pytest.raises(ValueError, match=r"extraction.context_length = 64 \(\+1 for BOS\) exceeds"):
         prepare_tokens(
-            tmp_path / "no-corpus.parquet",
+            tmp_path / "no-stream.npz",
+            tmp_path / "no-corpus.json",
             prepared,
             "tiny",
             "none",

@@ -18,7 +18,7 @@ def test_more_streams_than_the_corpus_holds_fail_before_the_model_is_loaded(
     """400 words = 400 tokens hold 400 // 39 = 10 streams of 40 tokens (BOS + 39)."""
     import sinkscope.prepare.models
 
-    _, prepared, corpus = tiny_setup
+    _, prepared, stream, provenance = tiny_setup
 
     def no_model(*args: object) -> None:
         raise AssertionError("the model was loaded")
@@ -26,10 +26,10 @@ def test_more_streams_than_the_corpus_holds_fail_before_the_model_is_loaded(
     monkeypatch.setattr(sinkscope.prepare.models, "load_model", no_model)
     params = {"stream_length": 40, "n_streams": 11, "threads": None}
     with pytest.raises(ValueError) as raised:
-        evaluate_pair(prepared, corpus, params)
+        evaluate_pair(prepared, stream, provenance, params)
     assert str(raised.value) == (
         f"{N_STREAMS_KEY} = 11 exceeds the 10 sequences of 40 tokens that corpus corpus holds "
-        f"({corpus}: blocks of 39 tokens after BOS); set it to at most 10 or lower "
+        f"({stream}: blocks of 39 tokens after BOS); set it to at most 10 or lower "
         f"{STREAM_LENGTH_KEY}"
     )
     assert (N_STREAMS_KEY, STREAM_LENGTH_KEY) == (
@@ -38,13 +38,14 @@ def test_more_streams_than_the_corpus_holds_fail_before_the_model_is_loaded(
     )
     named = {"stream_length": 40, "n_streams": 11, "seed": 0, "dataset_name": "words"}
     with pytest.raises(ValueError, match="that corpus words holds"):
-        load_streams(prepared, corpus, named)
+        load_streams(prepared, stream, provenance, named)
     with pytest.raises(AssertionError, match="the model was loaded"):  # 10 fit
-        load_streams(prepared, corpus, {**named, "n_streams": 10})
+        load_streams(prepared, stream, provenance, {**named, "n_streams": 10})
 
 
 def test_the_streams_of_a_corpus_that_holds_them(tiny_setup) -> None:  # noqa: F811
-    _, prepared, corpus = tiny_setup
-    streams = load_streams(prepared, corpus, {"stream_length": 40, "n_streams": 10, "seed": 0})
+    _, prepared, stream, provenance = tiny_setup
+    p = {"stream_length": 40, "n_streams": 10, "seed": 0}
+    streams = load_streams(prepared, stream, provenance, p)
     assert tuple(streams.ids.shape) == (10, 40) and len(streams.offsets) == 10
     assert (streams.ids[:, 0] == streams.bos_token_id).all()

@@ -87,14 +87,23 @@ PAIR_THREADS = max(1, min(2, (workflow._cores or 4) // 2))
 
 
 # Scheduling order (Snakemake runs the ready job of highest priority first): the model path that
-# users wait for -- prepare, cut, extract, classify heads (the first table), geometry,
+# users wait for -- prepare, tokenize, cut, extract, classify heads (the first table), geometry,
 # oversmoothing, their summaries, then the sinks beyond BOS -- before the StreamingLLM
 # evaluation and the model-free experiments (§7 costs, training dynamics), whose summaries go
 # before their remaining runs.
 # Every rule has an entry (a rule without one fails when the workflow is parsed).
 PRIORITY = {
     "classify_heads": 100,
-    **dict.fromkeys(("prepare_model", "prepare_corpus", "cut_tokens", "extract_activations"), 90),
+    **dict.fromkeys(
+        (
+            "prepare_model",
+            "prepare_corpus",
+            "tokenize_corpus",
+            "cut_tokens",
+            "extract_activations",
+        ),
+        90,
+    ),
     "summarize_heads": 80,
     **dict.fromkeys(("analyze_geometry", "analyze_oversmoothing"), 70),
     **dict.fromkeys(("summarize_geometry", "summarize_oversmoothing", "claims"), 60),

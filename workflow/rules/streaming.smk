@@ -7,8 +7,8 @@
 
 rule analyze_streaming:
     input:
+        unpack(lambda wc: paths.token_stream_inputs(wc.model, wc.dataset)),
         model_dir=paths.model_dir,
-        documents=paths.corpus,
     output:
         **tables_of("streaming", STREAMING_POLICY_TABLES),
         **figures_of("streaming", STREAMING_POLICY_FIGURES, "StreamingLLM caches"),
@@ -29,8 +29,8 @@ rule analyze_streaming:
 
 rule analyze_streaming_recompute:
     input:
+        unpack(lambda wc: paths.token_stream_inputs(wc.model, wc.dataset)),
         model_dir=paths.model_dir,
-        documents=paths.corpus,
         nll_by_position=paths.table("streaming", "nll_by_position"),
         settings=paths.table("streaming", "settings"),
     output:

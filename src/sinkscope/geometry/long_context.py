@@ -85,7 +85,8 @@ def attention_inputs(model: torch.nn.Module, ids: torch.Tensor) -> list[np.ndarr
 
 def halfspace_long_context(
     prepared_model_dir: str | os.PathLike[str],
-    documents_parquet: str | os.PathLike[str],
+    token_stream: str | os.PathLike[str],
+    corpus_provenance: str | os.PathLike[str],
     n_sequences: int,
     seq_len: int,
     seed: int,
@@ -150,7 +151,8 @@ def halfspace_long_context(
     with torch_threads(int(threads)):
         streams = load_streams(
             prepared_model_dir,
-            documents_parquet,
+            token_stream,
+            corpus_provenance,
             {
                 "stream_length": int(seq_len),
                 "n_streams": int(n_sequences),

@@ -5,5 +5,6 @@
 * :mod:`.models` - model and tokenizer loading (offline packages or the hub), BOS handling, shapes.
 * :mod:`.model_config` - the ``config.json`` facts read with and without transformers (torch-free).
 * :mod:`.revisions` - pinning hub models and datasets to commit revisions (``sinkscope pin``).
-* :mod:`.tokens` - tokenized, BOS-prefixed sequences of a (model, dataset) pair, cached as ``.npy``.
+* :mod:`.tokens` - a corpus tokenized once per model (an ``.npz`` stream) and the BOS-prefixed
+  sequences of a (model, dataset) pair cut from it (JSON).
 """

@@ -12,11 +12,20 @@ A no-BOS variant (``datasets.<name>.bos: both``, dataset id ``<name>.no-bos``; s
 :mod:`sinkscope.variants`) is cut from the same stream with the same seed, so it draws the same
 blocks: its sequences are ``[t_1 .. t_T]`` (``T`` positions), the BOS sequences ``[BOS, t_1 .. t_T]``
 without their column 0.
+
+The stream is made once per model and corpus (:func:`tokenize_corpus`, rule ``tokenize_corpus``)
+and read by every job that cuts sequences or streams from it (:func:`read_token_stream`): this
+module's :func:`prepare_tokens`, the StreamingLLM streams and the long-context geometry test.
+Its file is one uncompressed ``.npz`` that numpy reads without this package: ``ids`` (the stream,
+little-endian int32) and ``meta`` (a 0-d string array holding a JSON object: model, dataset,
+tokenizer, ``vocab_size``, the corpus' ``text_sha256``, ``n_tokens``, ``ids_sha256``,
+``sinkscope_version``), e.g. ``json.loads(numpy.load(path)["meta"].item())``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -24,8 +33,11 @@ from typing import Any
 import numpy as np
 
 from sinkscope import __version__
-from sinkscope.io import read_json, write_json
+from sinkscope.io import atomic_path, read_json, write_json
 from sinkscope.variants import BOS_DROP, BOS_KEEP
+
+#: The dtype of a token stream file's ids: every vocabulary of the workflow fits int32 (checked).
+STREAM_DTYPE = np.dtype("<i4")
 
 
 def token_ids_sha256(token_ids: np.ndarray) -> str:
@@ -88,8 +100,76 @@ def tokenize_documents(tokenizer: Any, texts: Iterable[str], batch_size: int = 2
     return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
 
 
-def prepare_tokens(
+def tokenize_corpus(
     documents_parquet: Path,
+    corpus_provenance: Path,
+    prepared_model_dir: Path,
+    model_name: str,
+    dataset_name: str,
+    out_npz: Path,
+) -> dict[str, Any]:
+    """Tokenize one corpus with one model's tokenizer (:func:`tokenize_documents`) and write the
+    stream with what identifies it (the module docstring's ``.npz``), atomically; returns the
+    ``meta`` record. ``corpus_provenance`` is the corpus' ``documents.json`` (its ``text_sha256``
+    is recorded). Raises ``ValueError`` when an id does not fit :data:`STREAM_DTYPE`."""
+    from sinkscope.prepare.corpora import load_documents
+    from sinkscope.prepare.models import load_tokenizer
+
+    tokenizer = load_tokenizer(prepared_model_dir)
+    stream = tokenize_documents(tokenizer, load_documents(documents_parquet)["text"])
+    limits = np.iinfo(STREAM_DTYPE)
+    if stream.size and (stream.min() < 0 or stream.max() > limits.max):
+        raise ValueError(
+            f"{model_name!r} tokenized {dataset_name!r} into ids outside 0..{limits.max} "
+            f"({stream.min()}..{stream.max()}): they do not fit {STREAM_DTYPE}"
+        )
+    ids = stream.astype(STREAM_DTYPE)
+    meta = {
+        "model_name": model_name,
+        "dataset_name": dataset_name,
+        "tokenizer": type(tokenizer).__name__,
+        "vocab_size": len(tokenizer),
+        "text_sha256": read_json(corpus_provenance)["text_sha256"],
+        "n_tokens": int(ids.size),
+        "ids_sha256": token_ids_sha256(ids),
+        "sinkscope_version": __version__,
+    }
+    with atomic_path(out_npz) as tmp, open(tmp, "wb") as handle:
+        np.savez(handle, ids=ids, meta=np.array(json.dumps(meta, sort_keys=True)))
+    return meta
+
+
+def read_token_stream(
+    path: Path, corpus_provenance: Path, vocab_size: int | None = None
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """The token stream of :func:`tokenize_corpus` (int64) and its ``meta`` record.
+
+    Refused with a ``ValueError`` naming ``path`` when its ids do not match their sha256, when it
+    was tokenized from another text than the corpus of ``corpus_provenance`` (its
+    ``documents.json``: a stale or wrong stream) or, with ``vocab_size``, by a tokenizer of
+    another size."""
+    with np.load(path, allow_pickle=False) as archive:
+        ids = archive["ids"]
+        meta = json.loads(archive["meta"].item())
+    if token_ids_sha256(ids) != meta["ids_sha256"]:
+        raise ValueError(f"{path}: token ids do not match their recorded sha256")
+    corpus_sha = read_json(corpus_provenance)["text_sha256"]
+    if meta["text_sha256"] != corpus_sha:
+        raise ValueError(
+            f"{path}: tokenized from a corpus with text_sha256 {meta['text_sha256']}, not the "
+            f"one of {corpus_provenance} ({corpus_sha}); re-run tokenize_corpus"
+        )
+    if vocab_size is not None and meta["vocab_size"] != vocab_size:
+        raise ValueError(
+            f"{path}: tokenized with a vocabulary of {meta['vocab_size']} tokens, this model's "
+            f"tokenizer has {vocab_size}; re-run tokenize_corpus"
+        )
+    return ids.astype(np.int64), meta
+
+
+def prepare_tokens(
+    token_stream: Path,
+    corpus_provenance: Path,
     prepared_model_dir: Path,
     model_name: str,
     dataset_name: str,
@@ -99,7 +179,8 @@ def prepare_tokens(
     out_json: Path,
     bos: str = BOS_KEEP,
 ) -> dict[str, Any]:
-    """Tokenize one dataset for one model, cut the sequences and write them as JSON.
+    """Cut one pair's sequences from its corpus' token stream (:func:`read_token_stream`) and
+    write them as JSON.
 
     ``bos``: :data:`~sinkscope.variants.BOS_KEEP` (``[BOS, t_1 .. t_T]``) or
     :data:`~sinkscope.variants.BOS_DROP` (the same ``[t_1 .. t_T]`` without BOS; the record's
@@ -110,7 +191,6 @@ def prepare_tokens(
     where set, else its own: :func:`sinkscope.prepare.models.bos_token_id`) inside its vocabulary, and
     that the corpus holds enough tokens; the errors name the config keys to change.
     """
-    from sinkscope.prepare.corpora import load_documents
     from sinkscope.prepare.models import (
         load_config,
         load_tokenizer,
@@ -129,8 +209,7 @@ def prepare_tokens(
     if bos not in (BOS_KEEP, BOS_DROP):
         raise ValueError(f"bos must be {BOS_KEEP!r} or {BOS_DROP!r}, not {bos!r}")
     bos_id, bos_source = resolve_bos_token_id(prepared_model_dir, tokenizer, config)
-    documents = load_documents(documents_parquet)
-    stream = tokenize_documents(tokenizer, documents["text"])
+    stream, meta = read_token_stream(token_stream, corpus_provenance, len(tokenizer))
     try:
         token_ids, starts = cut_sequences(
             stream, n_sequences, context_length, seed, bos_id, keep_bos=bos == BOS_KEEP
@@ -140,7 +219,6 @@ def prepare_tokens(
             f"dataset {dataset_name!r} tokenized by {model_name!r}: {error}; lower "
             "extraction.n_sequences or extraction.context_length, or use a larger corpus"
         ) from error
-    corpus = read_json(Path(documents_parquet).with_suffix(".json"))
     record = {
         "model_name": model_name,
         "dataset_name": dataset_name,
@@ -152,7 +230,7 @@ def prepare_tokens(
         "bos_token_source": bos_source,
         "stream_length": int(stream.size),
         "block_starts": starts.tolist(),
-        "dataset_sha256": corpus["text_sha256"],
+        "dataset_sha256": meta["text_sha256"],
         "token_ids_sha256": token_ids_sha256(token_ids),
         "sinkscope_version": __version__,
         "token_ids": token_ids.tolist(),

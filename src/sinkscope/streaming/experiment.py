@@ -91,15 +91,18 @@ def _region_stats(
 
 def evaluate_pair(
     prepared_model_dir: str | Path,
-    documents_parquet: str | Path,
+    token_stream: str | Path,
+    corpus_provenance: str | Path,
     params: Mapping[str, Any] | None = None,
 ) -> dict[str, pl.DataFrame]:
     """Streaming NLL of one model on one corpus under every policy of
     :func:`~sinkscope.streaming.cache.build_policies`.
 
+    The streams are cut from ``token_stream``, the corpus tokenized by the model (rule
+    tokenize_corpus), checked against ``corpus_provenance`` (:func:`load_streams`).
     ``params`` override :data:`sinkscope.defaults.STREAMING_PARAMS`; ``model_name``/
     ``dataset_name`` default to the folder names (``results/models/{model}``,
-    ``results/corpora/{dataset}/documents.parquet``). The model is loaded in float32 with eager
+    ``results/corpora/{dataset}/documents.json``). The model is loaded in float32 with eager
     attention and switched to :func:`~sinkscope.streaming.cache.streaming_attention_forward`
     (eager math plus the policy mask and sink rotation).
 
@@ -126,12 +129,12 @@ def evaluate_pair(
     import json
 
     p = {**STREAMING_PARAMS, **dict(params or {})}
-    model_name, dataset_name = pair_names(p, prepared_model_dir, documents_parquet)
+    model_name, dataset_name = pair_names(p, prepared_model_dir, corpus_provenance)
     threads_before = torch.get_num_threads()
     if p["threads"]:
         torch.set_num_threads(int(p["threads"]))
     try:
-        streams = load_streams(prepared_model_dir, documents_parquet, p)
+        streams = load_streams(prepared_model_dir, token_stream, corpus_provenance, p)
         neutral_id = _resolve_neutral_token(streams.tokenizer, p["neutral_token"])
         ids, length = streams.ids, int(p["stream_length"])
         evaluator = StreamingEvaluator(streams.model, chunk_size=int(p["chunk_size"]))

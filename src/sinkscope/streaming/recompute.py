@@ -86,7 +86,8 @@ def _check_same_streams(settings: pl.DataFrame, offsets: Sequence[int], length: 
 
 def recompute_pair(
     prepared_model_dir: str | Path,
-    documents_parquet: str | Path,
+    token_stream: str | Path,
+    corpus_provenance: str | Path,
     nll_by_position: str | Path | pl.DataFrame,
     settings: str | Path | pl.DataFrame,
     params: Mapping[str, Any] | None = None,
@@ -116,7 +117,7 @@ def recompute_pair(
     ``dataset`` columns.
     """
     p = {**STREAMING_PARAMS, **dict(params or {})}
-    model_name, dataset_name = pair_names(p, prepared_model_dir, documents_parquet)
+    model_name, dataset_name = pair_names(p, prepared_model_dir, corpus_provenance)
     nll_table = _as_frame(nll_by_position)
     nll_source = "nll_by_position" if isinstance(nll_by_position, pl.DataFrame) else nll_by_position
     _check_nll_table(nll_table, nll_source)  # before the model is loaded
@@ -126,7 +127,7 @@ def recompute_pair(
     if p["threads"]:
         torch.set_num_threads(int(p["threads"]))
     try:
-        streams = load_streams(prepared_model_dir, documents_parquet, p)
+        streams = load_streams(prepared_model_dir, token_stream, corpus_provenance, p)
         _check_same_streams(settings_table, streams.offsets, length, settings)
         evaluator = StreamingEvaluator(streams.model, chunk_size=int(p["chunk_size"]))
         rows, times = _recompute_rows(

@@ -1,6 +1,7 @@
 """The token streams of one model x corpus pair, shared by every StreamingLLM computation.
 
-:func:`load_streams` loads the prepared model and cuts the same streams for the cache evaluation
+:func:`load_streams` loads the prepared model and cuts the same streams from the corpus' token
+stream (rule tokenize_corpus) for the cache evaluation
 (:func:`sinkscope.streaming.experiment.evaluate_pair`), the re-computation baseline
 (:func:`sinkscope.streaming.recompute.recompute_pair`) and the geometry analysis' long-context
 test; :func:`pair_names` and :func:`with_names` name a pair's tables.
@@ -45,12 +46,15 @@ class Streams:
 
 def load_streams(
     prepared_model_dir: str | Path,
-    documents_parquet: str | Path,
+    token_stream: str | Path,
+    corpus_provenance: str | Path,
     p: Mapping[str, Any],
     keys: tuple[str, str] = (N_STREAMS_KEY, STREAM_LENGTH_KEY),
 ) -> Streams:
     """Load the model (float32, eager) and cut ``n_streams`` streams of ``stream_length`` tokens
-    (BOS first) from the corpus with ``seed``: the same streams for every caller
+    (BOS first) with ``seed`` from the corpus' token stream (rule tokenize_corpus, read by
+    :func:`sinkscope.prepare.tokens.read_token_stream` against ``corpus_provenance``, the
+    corpus' ``documents.json``): the same streams for every caller
     (:func:`sinkscope.streaming.experiment.evaluate_pair`,
     :func:`sinkscope.streaming.recompute.recompute_pair`).
 
@@ -58,21 +62,19 @@ def load_streams(
     ``n_streams`` streams of that length, naming the config keys of the count and the length
     (``keys``, by default :data:`N_STREAMS_KEY` and :data:`STREAM_LENGTH_KEY`) and the dataset
     (:func:`pair_names`)."""
-    from sinkscope.prepare.corpora import load_documents
     from sinkscope.prepare.models import load_model, load_tokenizer, resolve_bos_token_id
-    from sinkscope.prepare.tokens import cut_sequences, tokenize_documents
+    from sinkscope.prepare.tokens import cut_sequences, read_token_stream
 
     tokenizer = load_tokenizer(Path(prepared_model_dir))
-    documents = load_documents(Path(documents_parquet))
-    stream = tokenize_documents(tokenizer, documents["text"])
+    stream, _ = read_token_stream(Path(token_stream), Path(corpus_provenance), len(tokenizer))
     length, n_streams = int(p["stream_length"]), int(p["n_streams"])
     n_blocks = stream.size // (length - 1)
     if n_blocks < n_streams:
         n_key, length_key = keys
-        _, dataset = pair_names(p, prepared_model_dir, documents_parquet)
+        _, dataset = pair_names(p, prepared_model_dir, corpus_provenance)
         raise ValueError(
             f"{n_key} = {n_streams} exceeds the {n_blocks} sequences of {length} tokens that "
-            f"corpus {dataset} holds ({documents_parquet}: blocks of {length - 1} tokens after "
+            f"corpus {dataset} holds ({token_stream}: blocks of {length - 1} tokens after "
             f"BOS); set it to at most {n_blocks} or lower {length_key}"
         )
     model = load_model(Path(prepared_model_dir), "float32", "eager")
@@ -82,12 +84,12 @@ def load_streams(
     return Streams(model, tokenizer, ids, [int(s) for s in starts], int(bos))
 
 
-def pair_names(p: Mapping[str, Any], prepared_model_dir: str | Path, documents_parquet: str | Path):
+def pair_names(p: Mapping[str, Any], prepared_model_dir: str | Path, corpus_provenance: str | Path):
     """``(model, dataset)`` names of a pair's tables: ``model_name``/``dataset_name`` of ``p``,
     else the folder names (``results/models/{model}``,
-    ``results/corpora/{dataset}/documents.parquet``)."""
+    ``results/corpora/{dataset}/documents.json``)."""
     model_name = str(p.get("model_name") or Path(prepared_model_dir).name)
-    dataset_name = str(p.get("dataset_name") or Path(documents_parquet).parent.name)
+    dataset_name = str(p.get("dataset_name") or Path(corpus_provenance).parent.name)
     return model_name, dataset_name
 
 
