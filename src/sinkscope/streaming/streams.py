@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
-import torch
+
+if TYPE_CHECKING:  # torch loads with the model (first_positions imports this module without it)
+    import torch
 
 __all__ = [
     "N_STREAMS_KEY",
@@ -62,6 +64,8 @@ def load_streams(
     ``n_streams`` streams of that length, naming the config keys of the count and the length
     (``keys``, by default :data:`N_STREAMS_KEY` and :data:`STREAM_LENGTH_KEY`) and the dataset
     (:func:`pair_names`)."""
+    import torch
+
     from sinkscope.prepare.models import load_model, load_tokenizer, resolve_bos_token_id
     from sinkscope.prepare.tokens import cut_sequences, read_token_stream
 
