@@ -22,13 +22,13 @@ from tests.conftest import TINY, snakemake
 
 def test_default_config_is_valid_and_gets_defaults(default_config: dict) -> None:
     config = validate_config(default_config)
-    assert config["extraction"]["n_sequences"] == 10  # the short default run
+    assert config["extraction"]["n_sequences"] == 8  # the short default run
     assert config["extraction"]["context_length"] == 256
     assert config["download_dir"] == "resources/downloads"
     assert config["models"]["smollm2-135m"]["attn_implementation"] == "eager"
     n_variants = sum(entry["bos"] == "both" for entry in config["datasets"].values())
-    assert n_variants == 1  # one no-BOS pair per model (datasets.<name>.bos: both)
-    assert len(pairs(config)) == len(config["models"]) * (len(config["datasets"]) + n_variants)
+    assert n_variants == 0  # the short run has BOS pairs only; offline-full adds alice.no-bos
+    assert len(pairs(config)) == len(config["models"]) * len(config["datasets"])
 
 
 def _leaves(mapping: dict, prefix: tuple = ()) -> dict[tuple, object]:
@@ -59,6 +59,9 @@ def test_offline_full_sets_back_every_scaled_down_key_to_its_default(repo) -> No
     bare["extraction"]["n_sequences"] = 50  # paper: 50 sequences per dataset (no default)
     defaults = validate_config(bare)
     defaults["streaming"]["params"] = dict(STREAMING_PARAMS)
+    # the overlay's datasets entries add the no-BOS pair (not a default to restore)
+    assert overlay.pop("datasets") == {"alice": {"bos": "both"}}
+    assert full["datasets"]["alice"]["bos"] == "both"
     scaled = set(_leaves(overlay))
     for path in scaled:
         expected = defaults
