@@ -76,7 +76,7 @@ def test_a_configfile_replaces_config_yaml_and_files_layer_left_to_right(tmp_pat
     tiny config alone, not tiny.yaml merged into config.yaml; several files layer explicitly."""
     shutil.copy(REPO / "config.yaml", tmp_path / "config.yaml")
     default = job_counts(snakemake(tmp_path, "-n").stdout)
-    assert default["extract_activations"] == 10  # 2 models x (4 corpora + alice without BOS)
+    assert default["extract_activations"] == 8  # 2 models x 4 corpora, BOS pairs only
     tiny = job_counts(snakemake(tmp_path, "-n", "--configfile", str(TINY)).stdout)
     # alice with BOS and without; the tiny induction run is softmax and, beside it, softmax with
     # each of its 5 other switches
@@ -85,7 +85,7 @@ def test_a_configfile_replaces_config_yaml_and_files_layer_left_to_right(tmp_pat
     assert job_counts(layered)["extract_activations"] == 3  # tiny.yaml plus one dataset
     full = ("--configfile", "config.yaml", str(REPO / "config" / "offline-full.yaml"))
     counts = job_counts(snakemake(tmp_path, "-n", *full).stdout)
-    assert counts["extract_activations"] == 10
+    assert counts["extract_activations"] == 10  # 2 models x (4 corpora + alice without BOS)
     assert counts["dynamics_induction_run"] == 36 and counts["dynamics_value_softmax_run"] == 36
     assert default["dynamics_induction_run"] < counts["dynamics_induction_run"]
 
