@@ -179,6 +179,7 @@ def default_settings(batch_size: int | str, overlap: str = "off") -> ExtractionS
         storage_dtypes=config["storage_dtypes"],
         compression_level=config["compression_level"],
         codec=config["codec"],
+        uncompressed=tuple(config["uncompressed"]),
         device="cpu",
         overlap_writes=overlap,
     )
@@ -514,8 +515,12 @@ def bench_pair(work: Path, model: str, sizes: dict[str, Any], overlap_too: bool)
     gc.collect()
     print(f"[{model}] extraction", flush=True)
     settings = default_settings(batch, "off")
+    # twice, keeping the least disturbed run, as for the plain forward (the machine is shared)
     h5 = extract(work, model, tokens, "serial", settings)
-    profiles = {"serial": file_profile(h5)}
+    first = file_profile(h5)
+    h5 = extract(work, model, tokens, "serial", settings)
+    profiles = {"serial": min(first, file_profile(h5), key=lambda profile: profile["total"])}
+    profiles["serial"]["totals_of_both_runs"] = [first["total"], file_profile(h5)["total"]]
     before = dataclasses.replace(settings, codec=BEFORE_CODEC[0], compression_level=BEFORE_CODEC[1])
     h5_before = extract(work, model, tokens, "before", before)
     profiles[f"serial, {BEFORE_CODEC[0]}({BEFORE_CODEC[1]}) as before"] = file_profile(h5_before)
@@ -762,6 +767,11 @@ def report(results: dict[str, Any]) -> str:
         )
     lines += ["", "## 1. Capture overhead", ""]
     lines += [
+        (
+            "The plain forward is the fastest of three runs and the serial extraction the faster "
+            "of two (the least disturbed runs on a shared machine); the other rows are single runs."
+        ),
+        "",
         (
             "| model | N × T | batch | plain SDPA forward (min) | eager forward | eager + attentions"
             " & hidden states | extraction | forward | to host | compress | write I/O | "

@@ -119,6 +119,7 @@ def extract_activations(smk: Any) -> None:
         storage_dtypes=extraction["storage_dtypes"],
         compression_level=extraction["compression_level"],
         codec=extraction["codec"],
+        uncompressed=tuple(extraction["uncompressed"]),
         device=extraction["device"],
         overlap_writes=extraction.get("overlap_writes", "auto"),
     )

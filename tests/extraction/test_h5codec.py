@@ -78,6 +78,61 @@ def test_every_dataset_round_trips_under_every_codec(extracted, tmp_path: Path) 
                         )
 
 
+def test_uncompressed_kinds_are_stored_raw_and_read_back_bit_for_bit(
+    extracted, tmp_path: Path, default_config: dict
+) -> None:
+    """``extraction.uncompressed`` (the config's default: residual and activations): those kinds'
+    datasets carry no filter, the others the codec; every dataset equals the all-zstd file's."""
+    _, path, _, _ = extracted
+    from tests.conftest import SETTINGS
+
+    entry = {"dtype": "float32", "attn_implementation": "eager"}
+    kinds = tuple(default_config["extraction"]["uncompressed"])
+    assert kinds == ("residual", "activations")
+    files = {}
+    for tag, uncompressed in (("all", ()), ("mixed", kinds)):
+        settings = dataclasses.replace(SETTINGS, codec="zstd", uncompressed=uncompressed)
+        files[tag] = tmp_path / f"{tag}.h5"
+        extract_activations(
+            path.parent / "prepared",
+            path.parent / "tokens.json",
+            files[tag],
+            entry,
+            settings,
+            "c",
+            False,
+        )
+    with (
+        h5layout.open_activations(files["all"]) as reference,
+        h5layout.open_activations(files["mixed"]) as handle,
+    ):
+        assert handle.attrs["codec"] == "zstd(1); uncompressed: residual, activations"
+        raw = {spec.name for spec in h5layout.DATASETS if spec.dtype_key in kinds}
+        assert raw == {h5layout.RESIDUAL_X, h5layout.ATTENTION_RESIDUAL_UPDATE}
+        for spec in h5layout.DATASETS:
+            ds = handle[spec.name]
+            expected = () if spec.name in raw else h5codec.PIPELINES["zstd"]
+            if spec.name not in raw and ds.dtype.itemsize == 1:
+                expected = (h5codec.FILTER_ZSTD,)
+            assert h5codec.pipeline(ds) == expected, spec.name
+            np.testing.assert_array_equal(ds[...], reference[spec.name][...], err_msg=spec.name)
+        for name in h5layout.PER_LAYER_DATASETS:
+            for layer in range(handle[name].shape[0]):
+                np.testing.assert_array_equal(
+                    h5read.read_layer(handle[name], layer, threads=2),
+                    reference[name][layer],
+                    err_msg=f"{name} layer {layer}",
+                )
+    assert files["mixed"].stat().st_size > files["all"].stat().st_size  # raw bytes: no free lunch
+
+
+def test_an_unknown_uncompressed_kind_is_rejected_naming_the_key(default_config: dict) -> None:
+    config = copy.deepcopy(default_config)
+    config["extraction"]["uncompressed"] = ["residual", "logits"]
+    with pytest.raises(ConfigError, match=r"extraction.*uncompressed.*logits"):
+        validate_config(config)
+
+
 def test_unknown_codec_and_bad_level_are_rejected_naming_the_key(default_config: dict) -> None:
     config = copy.deepcopy(default_config)
     config["extraction"]["codec"] = "blosc"

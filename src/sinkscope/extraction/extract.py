@@ -75,7 +75,9 @@ class ExtractionSettings:
 
     ``batch_size``: sequences per forward pass, or ``"auto"`` (:func:`auto_batch_size`);
     ``overlap_writes``: ``"auto"`` (on for a GPU, off on the CPU), ``"on"`` or ``"off"``;
-    ``codec`` and ``compression_level``: the HDF5 codec of the datasets (:mod:`sinkscope.extraction.h5codec`).
+    ``codec`` and ``compression_level``: the HDF5 codec of the datasets (:mod:`sinkscope.extraction.h5codec`);
+    ``uncompressed``: the kinds of tensor (keys of ``storage_dtypes``) stored without it
+    (the config's ``extraction.uncompressed``; empty here: the codec applies to every dataset).
     """
 
     batch_size: int | str
@@ -84,6 +86,20 @@ class ExtractionSettings:
     device: str = "auto"
     overlap_writes: str = "auto"
     codec: str = h5codec.DEFAULT_CODEC
+    uncompressed: tuple[str, ...] = ()
+
+    def dataset_codec(self, spec: layout.DatasetSpec) -> tuple[str, int]:
+        """``(codec, level)`` of one dataset: ``("none", 0)`` for a kind in ``uncompressed``."""
+        if spec.dtype_key in self.uncompressed:
+            return "none", 0
+        return self.codec, self.compression_level
+
+    def describe_codecs(self) -> str:
+        """The file's ``codec`` attribute, e.g. ``zstd(1); uncompressed: residual, activations``."""
+        text = f"{self.codec}({self.compression_level})"
+        return text + (
+            f"; uncompressed: {', '.join(self.uncompressed)}" if self.uncompressed else ""
+        )
 
 
 # bytes one batch may hold: on the CPU a fixed budget (the host arrays of a batch), on a GPU this
@@ -325,9 +341,7 @@ def _create_datasets(
     created = {}
     for spec in specs:
         dtype = spec.fixed_dtype or settings.storage_dtypes[spec.dtype_key]
-        kwargs = h5codec.dataset_filters(
-            settings.codec, settings.compression_level, np.dtype(dtype).itemsize
-        )
+        kwargs = h5codec.dataset_filters(*settings.dataset_codec(spec), np.dtype(dtype).itemsize)
         dataset = handle.create_dataset(
             spec.name,
             shape=layout.dataset_shape(spec, sizes),
@@ -428,7 +442,7 @@ def extract_activations(
         layout.ATTR_BOS: token_record.get("bos", "keep"),
         layout.ATTR_BOS_TOKEN_ID: token_record["bos_token_id"],
         layout.ATTR_BOS_TOKEN_SOURCE: token_record.get("bos_token_source", "not recorded"),
-        layout.ATTR_CODEC: f"{settings.codec}({settings.compression_level})",
+        layout.ATTR_CODEC: settings.describe_codecs(),
         layout.ATTR_POST_ATTENTION_NORM: arch.post_attention_norm,
         **input_norm_settings(model),
     }
@@ -581,11 +595,11 @@ def _write_arrays(
         dataset = datasets[name]
         if array.dtype != dataset.dtype or array.shape[1:] != dataset.chunks[2:]:
             raise RuntimeError(f"{name}: batch {array.dtype} {array.shape} does not fit {dataset}")
-        jobs += [(dataset, index, start + row, array[row]) for row in range(array.shape[0])]
-    codec, level = settings.codec, settings.compression_level
-    encoded = pool.map(lambda job: h5codec.encode_chunk(job[3], codec, level), jobs)
+        codec = settings.dataset_codec(layout.spec_of(name))
+        jobs += [(dataset, index, start + row, array[row], codec) for row in range(array.shape[0])]
+    encoded = pool.map(lambda job: h5codec.encode_chunk(job[3], *job[4]), jobs)
     io_seconds = 0.0
-    for (dataset, index, sequence, chunk), payload in zip(jobs, encoded, strict=True):
+    for (dataset, index, sequence, chunk, _codec), payload in zip(jobs, encoded, strict=True):
         io_started = time.perf_counter()
         offset = (index, sequence) + (0,) * (chunk.ndim)
         dataset.id.write_direct_chunk(offset, payload)

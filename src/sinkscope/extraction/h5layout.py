@@ -23,7 +23,9 @@ the one reader every analysis uses (:data:`DERIVED` documents them; the norm's k
 rounding are file attributes). Files of schema 1 (which stored both) are rejected.
 
 The datasets are compressed with the codec the file's ``codec`` attribute names (shuffle +
-Zstandard by default, :mod:`sinkscope.extraction.h5codec`): h5py reads them after ``import hdf5plugin``
+Zstandard by default, :mod:`sinkscope.extraction.h5codec`), except the kinds it lists as
+uncompressed (by default the residual stream and the attention updates, which Zstandard barely
+shrinks); each dataset's own filter pipeline says which. h5py reads them after ``import hdf5plugin``
 (this module does it), and :func:`open_activations` names the filter and the package when the
 running HDF5 cannot decode one.
 
@@ -324,8 +326,9 @@ FILE_ATTRIBUTES: dict[str, str] = {
     "where it is 'drop'",
     ATTR_BOS_TOKEN_SOURCE: "where that id came from: 'models.<name>.bos_token_id' (the config), "
     "'tokenizer' or 'model config'",
-    ATTR_CODEC: "HDF5 codec and level of the datasets (sinkscope.extraction.h5codec); zstd needs "
-    "`import hdf5plugin` before h5py reads the file",
+    ATTR_CODEC: "HDF5 codec and level of the datasets (sinkscope.extraction.h5codec), then the "
+    "kinds of tensor stored without it (extraction.uncompressed); zstd needs `import hdf5plugin` "
+    "before h5py reads the file",
     ATTR_POST_ATTENTION_NORM: "True where the attention output is normed before the residual add",
     ATTR_INPUT_NORM: "the layers' input norm: 'rms' (x / sqrt(mean(x^2) + eps)) or 'layer' "
     "((x - mean) / sqrt(var + eps)); read_Z recomputes Z from residual/X with it",
