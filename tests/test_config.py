@@ -412,6 +412,25 @@ def test_dataset_name_with_the_no_bos_suffix_is_named(default_config: dict) -> N
     _expect(default_config, "datasets.alice.no-bos", "'.no-bos'", "bos: both")
 
 
+def test_wildcard_patterns_match_exactly_the_configured_ids(default_config: dict) -> None:
+    """The rules' wildcard constraints: the pair rules' dataset pattern matches every dataset id
+    (a no-BOS id too), the corpus rules' (tokenize_corpus) only the corpora; dots are literal."""
+    import re
+
+    from sinkscope.config import corpus_ids, dataset_ids, id_pattern
+
+    default_config["datasets"]["shakespeare"]["bos"] = "both"
+    default_config["datasets"]["a.b"] = default_config["datasets"]["alice"]
+    config = validate_config(default_config)
+    dataset, corpus = id_pattern(dataset_ids(config)), id_pattern(corpus_ids(config))
+    for name in config["datasets"]:
+        assert re.fullmatch(dataset, name) and re.fullmatch(corpus, name)
+    assert re.fullmatch(dataset, "shakespeare.no-bos")
+    assert not re.fullmatch(corpus, "shakespeare.no-bos")
+    assert not re.fullmatch(corpus, "aXb") and not re.fullmatch(dataset, "alice2")
+    assert corpus_ids(config) == list(config["datasets"])
+
+
 def test_no_bos_variant_pairs_and_paths(default_config: dict) -> None:
     """bos: both adds <name>.no-bos right after <name> for every model; the corpus-cut analyses
     (StreamingLLM caches, long-context geometry) and the cross-pair summaries keep the BOS pairs;

@@ -17,6 +17,7 @@ from __future__ import annotations
 import codecs
 import copy
 import json
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -466,6 +467,18 @@ def dataset_ids(config: Mapping[str, Any]) -> list[str]:
         if entry.get("bos", "keep") == "both":
             ids.append(no_bos_id(name))
     return ids
+
+
+def corpus_ids(config: Mapping[str, Any]) -> list[str]:
+    """The ids of the corpora of a validated config: the datasets' own names, never a no-BOS id
+    (a no-BOS variant reads its dataset's corpus and token stream)."""
+    return list(config["datasets"])
+
+
+def id_pattern(ids: Iterable[str]) -> str:
+    """A Snakemake wildcard constraint that matches exactly these ids (escaped alternatives):
+    ``id_pattern(["alice", "a.b"])`` matches ``alice`` and ``a.b``, not ``aXb``."""
+    return "|".join(map(re.escape, ids))
 
 
 def dataset_entry(config: Mapping[str, Any], dataset_id: str) -> dict[str, Any]:

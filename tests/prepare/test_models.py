@@ -267,6 +267,15 @@ def test_a_stale_or_wrong_stream_is_refused(no_bos_weights, corpus, tmp_path) ->
         np.savez(handle, ids=tampered, meta=meta)
     with pytest.raises(ValueError, match=f"^{stream}: token ids do not match their recorded"):
         read_token_stream(stream, provenance)
+    for damaged in (stream.read_bytes()[: stream.stat().st_size // 2], b"not an npz"):
+        stream.write_bytes(damaged)  # truncated (an interrupted copy) or another file
+        with pytest.raises(
+            ValueError, match=f"^{stream}: not a readable token stream .*tokenize_corpus"
+        ):
+            read_token_stream(stream, provenance)
+    stream.unlink()
+    with pytest.raises(ValueError, match=f"^{stream}: not a readable token stream"):
+        read_token_stream(stream, provenance)
 
 
 def test_configured_bos_token_id_overrides_the_models_own(tmp_path, corpus) -> None:

@@ -1,5 +1,4 @@
 # Config validation and the target list. Runs when the workflow is parsed, before any job.
-import re
 
 from snakemake.logging import logger
 from snakemake.utils import validate
@@ -10,8 +9,10 @@ from sinkscope.config import (
     backcopy_params,
     bos_pairs,
     dataset_entry,
+    corpus_ids,
     dataset_ids,
     extraction_scale,
+    id_pattern,
     long_context_params,
     pairs,
     streaming_params,
@@ -54,8 +55,8 @@ logger.info(
 
 
 wildcard_constraints:
-    model="|".join(map(re.escape, config["models"])),
-    dataset="|".join(map(re.escape, dataset_ids(config))),
+    model=id_pattern(config["models"]),
+    dataset=id_pattern(dataset_ids(config)),
     pattern="sink|diagonal",
     T=r"\d+",
     n=r"\d+",

@@ -46,7 +46,7 @@ rule tokenize_corpus:
     output:
         stream=paths.token_stream,
     wildcard_constraints:
-        dataset="|".join(map(re.escape, config["datasets"])),  # a no-BOS id reads its source's
+        dataset=id_pattern(corpus_ids(config)),  # a no-BOS id reads its source's
     priority: PRIORITY["tokenize_corpus"]
     log:
         paths.log("tokenize_corpus", "{model}/{dataset}"),

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -144,13 +145,20 @@ def read_token_stream(
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """The token stream of :func:`tokenize_corpus` (int64) and its ``meta`` record.
 
-    Refused with a ``ValueError`` naming ``path`` when its ids do not match their sha256, when it
+    Refused with a ``ValueError`` naming ``path`` when it is not a readable ``.npz`` (truncated,
+    damaged, another file), when its ids do not match their sha256, when it
     was tokenized from another text than the corpus of ``corpus_provenance`` (its
     ``documents.json``: a stale or wrong stream) or, with ``vocab_size``, by a tokenizer of
     another size."""
-    with np.load(path, allow_pickle=False) as archive:
-        ids = archive["ids"]
-        meta = json.loads(archive["meta"].item())
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            ids = archive["ids"]
+            meta = json.loads(archive["meta"].item())
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+        raise ValueError(
+            f"{path}: not a readable token stream ({type(error).__name__}: {error}); delete it "
+            "and re-run tokenize_corpus"
+        ) from error
     if token_ids_sha256(ids) != meta["ids_sha256"]:
         raise ValueError(f"{path}: token ids do not match their recorded sha256")
     corpus_sha = read_json(corpus_provenance)["text_sha256"]
