@@ -78,3 +78,12 @@ def test_the_labels_are_the_claims_number_formats() -> None:
     (row,) = SC.check_eviction_raises_perplexity(sink_heads, 2.0)
     assert row["measured"] == "perplexity x2.31 vs dense"
     assert row["reason"].endswith("multiplies perplexity by 2.31")
+
+
+def test_figure_titles_count_streams_in_words() -> None:
+    """One stream is "1 stream", not "1 streams" (the short run's scale)."""
+    from sinkscope.streaming.plots import _n_streams
+
+    for n, words in ((1, "1 stream x"), (2, "2 streams x")):
+        settings = pl.DataFrame({"n_streams": [n], "stream_length": [256]})
+        assert _n_streams({"settings": settings}) == f" ({words} 256 tokens)"

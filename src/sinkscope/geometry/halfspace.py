@@ -81,6 +81,7 @@ from sinkscope.geometry.names import (
     LONG_CONTEXT_POINT_SETS,
     POINT_SETS,
 )
+from sinkscope.text import plural
 
 __all__ = [
     "ATTEND_THRESHOLD",
@@ -94,7 +95,6 @@ __all__ = [
     "halfspace_margin",
     "long_context_counts",
     "long_context_statement",
-    "plural",
     "rank_from_singular_values",
     "representability_counts",
     "representability_statement",
@@ -569,11 +569,6 @@ def long_context_statement(counts: Mapping[str, Any]) -> str:
     if r["min_margin"] is not None:
         text += f"; smallest margin {r['min_margin']:.3g}"
     return text
-
-
-def plural(n: int, word: str) -> str:
-    """``n`` and ``word``, with a plural ``s`` unless ``n == 1`` (``1 dataset``, ``2 datasets``)."""
-    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def representability_statement(counts: Mapping[str, Any]) -> str:

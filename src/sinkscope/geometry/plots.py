@@ -25,7 +25,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from sinkscope.geometry.alignment import FIRST_TEXT_POSITION, bos_max_readings
-from sinkscope.geometry.halfspace import long_context_counts, plural, representability_counts
+from sinkscope.geometry.halfspace import long_context_counts, representability_counts
 from sinkscope.geometry.long_context import LONG_CONTEXT_COLUMNS
 from sinkscope.geometry.names import (
     ALL_TOKENS,
@@ -38,6 +38,7 @@ from sinkscope.geometry.values import RANK_RTOL, sink_value_norm_effect
 from sinkscope.heads.names import SINK
 from sinkscope.heads.order import dataset_order as _dataset_order
 from sinkscope.plotting import CLASS_COLORS, DPI, MAX_FIGURE_PIXELS, Draw, new_figure, save_figure
+from sinkscope.text import plural
 
 __all__ = [
     "bos_alignment_figure",

@@ -34,6 +34,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
 from sinkscope.plotting import Draw, legend_below, new_figure, save_figure
 from sinkscope.streaming.summary import eviction_label, recovered_label
+from sinkscope.text import plural
 
 __all__ = [
     "KIND_COLORS",
@@ -212,7 +213,7 @@ def plot_nll_by_position(
 def _n_streams(tables: Mapping[str, pl.DataFrame]) -> str:
     if isinstance(tables, Mapping) and "settings" in tables and tables["settings"].height:
         row = tables["settings"].row(0, named=True)
-        return f" ({row['n_streams']} streams x {row['stream_length']} tokens)"
+        return f" ({plural(row['n_streams'], 'stream')} x {row['stream_length']} tokens)"
     return ""
 
 
