@@ -321,6 +321,10 @@ _FIG7_MARKERS: dict[str, dict[str, object]] = {
 }
 
 
+#: Fig. 7's log axis: errors below this (exact zeros included) are drawn at it
+FIG7_FLOOR = 1e-9
+
+
 def plot_head_errors(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) -> None:
     """Fig. 7: ``|rho - rho_hat|`` per head at the largest context length, for ``X`` (blue) and
     ``X + WZ`` (orange); heads ordered from the first to the last layer; one row per pair."""
@@ -337,15 +341,25 @@ def plot_head_errors(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) ->
         index = panel_layout.head_index(frame)
         # X: small filled dots; X+WZ: larger hollow rings around them, so a head whose two
         # errors coincide shows a dot inside a ring and no marker hides the other
-        ax.plot(index, frame["abs_err_x"], **_FIG7_MARKERS["x"], label="$X$")
-        ax.plot(index, frame["abs_err_xwz"], **_FIG7_MARKERS["xwz"], label="$X+WZ$")
+        # log scale: X's errors are float rounding (~1e-8), X+WZ's up to ~0.1; a linear axis
+        # drew the former on the axis line
+        ax.plot(index, frame["abs_err_x"].clip(FIG7_FLOOR), **_FIG7_MARKERS["x"], label="$X$")
+        ax.plot(
+            index, frame["abs_err_xwz"].clip(FIG7_FLOOR), **_FIG7_MARKERS["xwz"], label="$X+WZ$"
+        )
         top = float(max(frame["abs_err_x"].max(), frame["abs_err_xwz"].max()))
         if top > 0.05:
             ax.axhline(0.1, color="k", ls=":", lw=0.8)
             bound_drawn = True
         panel_layout.layer_ticks(ax, frame, layout.panel_width)
-        panel_layout.axis_labels(layout, ax, panel_layout.LAYER_AXIS_LABEL, r"$|\rho - \hat\rho|$")
-        ax.set_ylim(bottom=0)
+        panel_layout.axis_labels(
+            layout,
+            ax,
+            panel_layout.LAYER_AXIS_LABEL,
+            rf"$|\rho - \hat\rho|$ (log; below {FIG7_FLOOR:.0e} at {FIG7_FLOOR:.0e})",
+        )
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=FIG7_FLOOR / 2)
         ax.set_title(
             f"{panel_layout.label(frame, model, dataset)}\n"
             f"max {frame['abs_err_x'].max():.2g} ($X$), "
