@@ -107,6 +107,16 @@ CLASS_COLORS: dict[str, str] = {
 }
 
 
+def contrasting_line_color(fill: str) -> str:
+    """Black or white, whichever stands out on ``fill`` (WCAG relative luminance, threshold 0.18):
+    the median line of a box filled with the indigo of sink+previous heads is white."""
+    linear = [
+        c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in mcolors.to_rgb(fill)
+    ]
+    luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    return "white" if luminance < 0.18 else "black"
+
+
 def new_figure(width: float, height: float) -> Figure:
     """A pyplot-free figure with an Agg canvas (no global state; deterministic size and dpi)."""
     fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")

@@ -37,7 +37,15 @@ from sinkscope.geometry.names import (
 from sinkscope.geometry.values import RANK_RTOL, sink_value_norm_effect
 from sinkscope.heads.names import SINK
 from sinkscope.heads.order import dataset_order as _dataset_order
-from sinkscope.plotting import CLASS_COLORS, DPI, MAX_FIGURE_PIXELS, Draw, new_figure, save_figure
+from sinkscope.plotting import (
+    CLASS_COLORS,
+    DPI,
+    MAX_FIGURE_PIXELS,
+    Draw,
+    contrasting_line_color,
+    new_figure,
+    save_figure,
+)
 from sinkscope.text import plural
 
 __all__ = [
@@ -128,7 +136,7 @@ def _draw_boxes(
         patch_artist=True,
         manage_ticks=False,
         boxprops={"facecolor": color, "edgecolor": "black", "linewidth": 0.6, "alpha": 0.85},
-        medianprops={"color": "black", "linewidth": 1.0},
+        medianprops={"color": contrasting_line_color(color), "linewidth": 1.2},
         whiskerprops={"color": "black", "linewidth": 0.6},
         capprops={"color": "black", "linewidth": 0.6},
     )
