@@ -46,6 +46,18 @@ def test_encoded_chunks_decode_through_hdf5_own_pipeline(
         np.testing.assert_array_equal(decoded.reshape(chunk.shape), chunk)
 
 
+def _assert_threaded_reader_equal(handle: h5py.File, reference: h5py.File, label: str) -> None:
+    """Every layer of every per-layer dataset, read by the analyses' threaded reader from
+    ``handle``, equals h5py's own read of ``reference``."""
+    for name in h5layout.PER_LAYER_DATASETS:
+        for layer in range(handle[name].shape[0]):
+            np.testing.assert_array_equal(
+                h5read.read_layer(handle[name], layer, threads=2),
+                reference[name][layer],
+                err_msg=f"{label} {name} layer {layer}",
+            )
+
+
 def test_every_dataset_round_trips_under_every_codec(extracted, tmp_path: Path) -> None:
     """The same extraction under zstd, gzip and no codec: every dataset equal bit for bit, read
     by h5py's own reader and by the analyses' threaded reader."""
@@ -69,13 +81,7 @@ def test_every_dataset_round_trips_under_every_codec(extracted, tmp_path: Path) 
                     ds, ref = handle[spec.name], reference[spec.name]
                     assert h5codec.pipeline(ds)[-1] in (h5codec.FILTER_ZSTD, h5codec.FILTER_DEFLATE)
                     np.testing.assert_array_equal(ds[...], ref[...], err_msg=f"{codec} {spec.name}")
-                for name in h5layout.PER_LAYER_DATASETS:
-                    for layer in range(handle[name].shape[0]):
-                        np.testing.assert_array_equal(
-                            h5read.read_layer(handle[name], layer, threads=2),
-                            reference[name][layer],
-                            err_msg=f"{codec} {name} layer {layer}",
-                        )
+                _assert_threaded_reader_equal(handle, reference, codec)
 
 
 def test_uncompressed_kinds_are_stored_raw_and_read_back_bit_for_bit(
@@ -116,13 +122,7 @@ def test_uncompressed_kinds_are_stored_raw_and_read_back_bit_for_bit(
                 expected = (h5codec.FILTER_ZSTD,)
             assert h5codec.pipeline(ds) == expected, spec.name
             np.testing.assert_array_equal(ds[...], reference[spec.name][...], err_msg=spec.name)
-        for name in h5layout.PER_LAYER_DATASETS:
-            for layer in range(handle[name].shape[0]):
-                np.testing.assert_array_equal(
-                    h5read.read_layer(handle[name], layer, threads=2),
-                    reference[name][layer],
-                    err_msg=f"{name} layer {layer}",
-                )
+        _assert_threaded_reader_equal(handle, reference, "mixed")
     assert files["mixed"].stat().st_size > files["all"].stat().st_size  # raw bytes: no free lunch
 
 
