@@ -53,6 +53,7 @@ SETTINGS = ExtractionSettings(
         "weights": "float32",
     },
     compression_level=1,
+    uncompressed=(),  # every dataset through the codec: the tiny files exercise its round trip
     device="cpu",
 )
 

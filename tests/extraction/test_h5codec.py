@@ -14,7 +14,7 @@ import pytest
 
 from sinkscope.config import ConfigError, validate_config
 from sinkscope.extraction import h5codec, h5layout, h5read
-from sinkscope.extraction.extract import extract_activations
+from sinkscope.extraction.extract import ExtractionSettings, extract_activations
 
 
 @pytest.mark.parametrize(
@@ -124,6 +124,14 @@ def test_uncompressed_kinds_are_stored_raw_and_read_back_bit_for_bit(
             np.testing.assert_array_equal(ds[...], reference[spec.name][...], err_msg=spec.name)
         _assert_threaded_reader_equal(handle, reference, "mixed")
     assert files["mixed"].stat().st_size > files["all"].stat().st_size  # raw bytes: no free lunch
+
+
+def test_settings_built_without_a_codec_follow_the_config_defaults(default_config: dict) -> None:
+    """A caller that builds :class:`ExtractionSettings` by hand gets the files the default config
+    writes: the same codec and the same raw kinds."""
+    settings = ExtractionSettings(batch_size=1, storage_dtypes={}, compression_level=1)
+    assert settings.codec == default_config["extraction"]["codec"]
+    assert settings.uncompressed == tuple(default_config["extraction"]["uncompressed"])
 
 
 def test_an_unknown_uncompressed_kind_is_rejected_naming_the_key(default_config: dict) -> None:

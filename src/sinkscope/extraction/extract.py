@@ -50,6 +50,7 @@ import torch
 from tqdm import tqdm
 
 from sinkscope import __version__
+from sinkscope.config_schema import schema_default
 from sinkscope.extraction import h5codec, h5read
 from sinkscope.extraction import h5layout as layout
 from sinkscope.io import atomic_path, sha256_json
@@ -77,7 +78,8 @@ class ExtractionSettings:
     ``overlap_writes``: ``"auto"`` (on for a GPU, off on the CPU), ``"on"`` or ``"off"``;
     ``codec`` and ``compression_level``: the HDF5 codec of the datasets (:mod:`sinkscope.extraction.h5codec`);
     ``uncompressed``: the kinds of tensor (keys of ``storage_dtypes``) stored without it
-    (the config's ``extraction.uncompressed``; empty here: the codec applies to every dataset).
+    (``()``: the codec applies to every dataset). ``codec`` and ``uncompressed`` default to the
+    config schema's defaults.
     """
 
     batch_size: int | str
@@ -85,8 +87,8 @@ class ExtractionSettings:
     compression_level: int
     device: str = "auto"
     overlap_writes: str = "auto"
-    codec: str = h5codec.DEFAULT_CODEC
-    uncompressed: tuple[str, ...] = ()
+    codec: str = schema_default("extraction", "codec")
+    uncompressed: tuple[str, ...] = tuple(schema_default("extraction", "uncompressed"))
 
     def dataset_codec(self, spec: layout.DatasetSpec) -> tuple[str, int]:
         """``(codec, level)`` of one dataset: ``("none", 0)`` for a kind in ``uncompressed``."""

@@ -30,7 +30,6 @@ import zstandard
 from h5py import h5z
 
 CODECS = ("zstd", "gzip", "none")
-DEFAULT_CODEC = "zstd"
 #: compression level bounds per codec (the config's ``extraction.compression_level``)
 LEVELS: Mapping[str, tuple[int, int]] = {"zstd": (1, 22), "gzip": (0, 9), "none": (0, 22)}
 
