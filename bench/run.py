@@ -1016,6 +1016,30 @@ def _per_core_by_kind(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
     }
 
 
+def stored_bytes(
+    shape: dict[str, Any], n_sequences: int, positions: int, storage_dtypes: dict[str, str]
+) -> dict[str, int]:
+    """Bytes of each dataset of ``codec_bench.KINDS`` (those that grow with the model and the
+    context) in its stored dtype, for a model of ``shape`` (``n_layers``, ``n_heads``, ``d_model``)
+    over ``n_sequences`` x ``positions`` (BOS included): the product of the dataset's axes
+    (:data:`sinkscope.extraction.h5layout.DATASETS`)."""
+    sizes = {
+        "layer": shape["n_layers"],
+        "sequence": n_sequences,
+        "head": shape["n_heads"],
+        "position": positions,
+        "query": positions,
+        "key": positions,
+        "d_model": shape["d_model"],
+    }
+    out = {}
+    for name in codec_bench.KINDS:
+        spec = h5layout.spec_of(name)
+        itemsize = np.dtype(storage_dtypes[spec.dtype_key]).itemsize
+        out[name] = int(np.prod([sizes[axis] for axis in spec.axes])) * itemsize
+    return out
+
+
 def projection(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Bytes, file size and extraction time of the paper's models at N x T = 50 x 256 on a GPU
     node, from this run's measured zstd ratios and per-core encoding throughput of each tensor
@@ -1028,14 +1052,11 @@ def projection(results: dict[str, Any]) -> list[dict[str, Any]]:
     per_core = _per_core_by_kind(zstd)
     per_core_gzip = _per_core_by_kind(_threaded_rows(pair, "gzip(1)"))
     uncompressed = set(default_config()["extraction"]["uncompressed"])
+    storage_dtypes = default_config()["extraction"]["storage_dtypes"]
     out = []
     for name, shape in PAPER_SHAPES.items():
-        L, H, D = shape["n_layers"], shape["n_heads"], shape["d_model"]
-        raw = {  # stored dtypes: attention float16, X float32, updates float16
-            h5layout.ATTENTION_PROBS: L * PAPER_N * H * PAPER_T1**2 * 2,
-            h5layout.RESIDUAL_X: L * PAPER_N * PAPER_T1 * D * 4,
-            h5layout.ATTENTION_RESIDUAL_UPDATE: L * PAPER_N * PAPER_T1 * D * 2,
-        }
+        L, D = shape["n_layers"], shape["d_model"]
+        raw = stored_bytes(shape, PAPER_N, PAPER_T1, storage_dtypes)
         encoded = {
             k: n for k, n in raw.items() if h5layout.spec_of(k).dtype_key not in uncompressed
         }
