@@ -15,7 +15,9 @@ measured in the same run (the machines this runs on are shared and noisy):
 4. scaling in T: extraction, analyses and file size for a doubling series of T, growth exponents;
 5. DAG overhead: snakemake no-op re-run and the dry-run of a 10 models x 6 datasets config.
 
-Writes ``bench/results.json`` and regenerates ``BENCHMARKS.md`` (``--json``, ``--markdown``);
+Writes ``bench/results.json`` and regenerates ``BENCHMARKS.md`` (``--json``, ``--markdown``;
+written by ``bench/report.py``, with section 6's codecs from ``bench/codecs_bench.py`` and
+section 7's GPU projection from ``bench/projection.py``; sizes and targets in ``bench/settings.py``);
 work files go to ``results/bench/work`` (``--work``; deleted at the end unless ``--keep``). Needs
 the prepared default models (``results/models/*``) and corpora (``results/corpora/*``) of the
 default run; the analyses are also run on its activation files of the bench's dataset where they
@@ -27,7 +29,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import functools
 import gc
 import json
 import os
@@ -44,50 +45,22 @@ import h5py
 import numpy as np
 import torch
 import yaml
+from report import report  # bench/report.py
+from settings import (  # bench/settings.py
+    ANALYSES,
+    BEFORE_CODEC,
+    FULL,
+    PATHS,
+    PYTHON,
+    QUICK,
+    REPO,
+    default_config,
+)
 
-from sinkscope.config import load_config
 from sinkscope.extraction import h5layout
 from sinkscope.extraction.extract import ExtractionSettings, extract_activations
-from sinkscope.paths import Paths
 from sinkscope.prepare.models import PROVENANCE_FILE, base_model, load_model
 from sinkscope.prepare.tokens import prepare_tokens, read_tokens, tokenize_corpus
-
-REPO = Path(__file__).resolve().parents[1]
-PYTHON = sys.executable
-#: The default run's config and outputs (the workflow's own reader and path templates).
-CONFIG_FILE = REPO / "config.yaml"
-PATHS = Paths(str(REPO / "results"))
-ANALYSES = ("classify_heads", "analyze_geometry", "analyze_oversmoothing")
-TARGETS = {
-    "capture": 1.5,
-    "storage": 0.40,
-    "analysis_time": 1.0,
-    "analysis_rss": 2.0,
-    "noop": 5.0,
-    "analysis_vs_gzip": 1.0,  # issue 17: reading the new codec is no slower than gzip's files
-}
-#: the codec of the files before issue 17, measured beside the default in the same run
-BEFORE_CODEC = ("gzip", 1)
-
-FULL = {
-    "models": ["smollm2-135m", "gemma3-270m"],
-    "dataset": "alice",
-    "n_sequences": 16,
-    "context_length": 256,
-    "scaling_model": "smollm2-135m",
-    "scaling_n": 4,
-    "scaling_T": [64, 128, 256, 512],
-}
-QUICK = {
-    "models": ["smollm2-135m"],
-    "dataset": "alice",
-    "n_sequences": 4,
-    "context_length": 64,
-    "scaling_model": "smollm2-135m",
-    "scaling_n": 2,
-    "scaling_T": [32, 64, 128],
-}
-
 
 # --------------------------------------------------------------------------- machine
 
@@ -136,12 +109,6 @@ def machine() -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-@functools.cache
-def default_config() -> dict[str, Any]:
-    """config.yaml read and validated as the workflow reads it (defaults filled in)."""
-    return load_config(CONFIG_FILE)
 
 
 def model_dir(name: str) -> Path:
@@ -299,33 +266,6 @@ def storage(h5: Path) -> dict[str, Any]:
     }
 
 
-def _rss_target_row(label: str, analysis: dict[str, Any]) -> str:
-    """The peak-RSS target row of one analysis run."""
-    value = analysis["peak_increase_over_layer"]
-    return (
-        f"| peak RSS above imports / one layer's data, {label} | {value:.2f}× | "
-        f"≤ {TARGETS['analysis_rss']}× | {_ok(value, TARGETS['analysis_rss'])} |"
-    )
-
-
-def _storage_target_rows(label: str, storage_row: dict[str, Any]) -> list[str]:
-    """The storage target, read both ways: against every tensor the file provides (the stored
-    ones and Z and V, which the readers recompute exactly) and against the stored ones alone."""
-    rows = []
-    for key, what in (
-        ("ratio", "raw fp32 of the tensors it provides (stored + recomputed Z, V)"),
-        ("ratio_stored", "raw fp32 of the stored tensors alone"),
-    ):
-        value = storage_row.get(key)
-        if value is None:
-            continue
-        rows.append(
-            f"| HDF5 file / {what}, {label} | {value:.2f}× | ≤ {TARGETS['storage']}× | "
-            f"{_ok(value, TARGETS['storage'])} |"
-        )
-    return rows
-
-
 def default_run_files(sizes: dict[str, Any]) -> dict[str, Path]:
     """The default run's files of the bench's dataset (N = 50, T = 256) that this code reads;
     files of another schema are reported and skipped."""
@@ -385,24 +325,6 @@ def default_run_analyses(work: Path, files: dict[str, Path]) -> dict[str, Any]:
 def fit_exponent(xs: list[float], ys: list[float]) -> float:
     """Least-squares slope of log y on log x."""
     return float(np.polyfit(np.log(xs), np.log(ys), 1)[0])
-
-
-def fit_quadratic(xs: list[float], ys: list[float]) -> dict[str, float]:
-    """Least-squares ``y = a + b T + c T^2`` and the T where the quadratic term equals the linear.
-
-    With only a few points of a doubling series the log-log slope mixes the fixed cost (model
-    loading, weights, process start), the per-token cost (projections, MLP, rows of X, Z, ...)
-    and the per-token-pair cost (attention maps); the three coefficients separate them.
-    """
-    t = np.asarray(xs, dtype=np.float64)
-    design = np.stack([np.ones_like(t), t, t * t], axis=1)
-    (a, b, c), *_ = np.linalg.lstsq(design, np.asarray(ys, dtype=np.float64), rcond=None)
-    return {
-        "a": float(a),
-        "b": float(b),
-        "c": float(c),
-        "crossover_T": float(b / c) if c > 0 else None,
-    }
 
 
 # --------------------------------------------------------------------------- encodings
@@ -684,450 +606,6 @@ def bench_dag(work: Path) -> dict[str, Any]:
     else:
         result["dry_run_10x6_summary"] = (done.stdout + done.stderr)[-1200:]
     return result
-
-
-# --------------------------------------------------------------------------- report
-
-
-def _mib(n: float) -> str:
-    return f"{n / 2**20:.1f} MiB"
-
-
-def _ok(value: float | None, target: float) -> str:
-    if value is None:
-        return "not measured"
-    return "meets" if value <= target else "MISSES"
-
-
-def report(results: dict[str, Any]) -> str:
-    m = results["machine"]
-    lines = [
-        "# Benchmarks",
-        "",
-        "Regenerated by `.venv/bin/python bench/run.py"
-        + (" --quick" if results["quick"] else "")
-        + "` (`make bench`); raw numbers in `bench/results.json`. Every ratio is taken against a",
-        "baseline measured in the same run on the same machine. The machine is shared with other",
-        "jobs and noisy: expect ±15 % between runs.",
-        "",
-        "## Machine",
-        "",
-        (
-            f"- CPU: {m['cpu']}, {m['cores_visible']} cores visible, torch threads "
-            f"{m['torch_threads']}; RAM {m['ram_gib']} GiB; GPU: {m['gpu'] or 'none'}"
-        ),
-        (
-            f"- Python {m['python']}, torch {m['torch']}, transformers {m['transformers']}, "
-            f"h5py {m['h5py']} (HDF5 {m['hdf5']})"
-        ),
-        (
-            f"- git commit {m['git_commit']}, {m['date_utc']} UTC, load average at start "
-            f"{m['load_average_at_start']:.2f}"
-        ),
-        "- GPU row: empty — no GPU was available to this run.",
-        "",
-        "## Targets",
-        "",
-        "| measure | value | target | |",
-        "|---|---|---|---|",
-    ]
-    for pair in results["pairs"]:
-        model = pair["model"]
-        lines.append(
-            f"| capture overhead, {model} (extraction / plain SDPA forward) | "
-            f"{pair['capture_ratio']:.2f}× | ≤ {TARGETS['capture']}× | "
-            f"{_ok(pair['capture_ratio'], TARGETS['capture'])} |"
-        )
-        lines += _storage_target_rows(model, pair["storage"])
-        for step, a in pair["analyses"].items():
-            lines.append(
-                f"| {step} time / extraction time, {model} | {a['time_ratio']:.2f}× | "
-                f"≤ {TARGETS['analysis_time']}× | {_ok(a['time_ratio'], TARGETS['analysis_time'])} |"
-            )
-            lines.append(_rss_target_row(f"{step}, {model}", a))
-            if "ratio_to_before_codec" in a:
-                lines.append(
-                    f"| {step} time on the new file / on the {pair['before_codec']} file, "
-                    f"{model} | {a['ratio_to_before_codec']:.2f}× | "
-                    f"≤ {TARGETS['analysis_vs_gzip']}× | "
-                    f"{_ok(a['ratio_to_before_codec'], TARGETS['analysis_vs_gzip'])} |"
-                )
-    for model, row in results.get("default_run_files", {}).items():
-        lines += _storage_target_rows(f"{model}, default run's file (N = {row['N']})", row)
-    for model, row in results.get("default_run_analyses", {}).items():
-        for step, a in row["analyses"].items():
-            label = f"{step}, {model}, default run's file (N = {row['N']})"
-            lines.append(_rss_target_row(label, a))
-    dag = results.get("dag")
-    if dag:
-        lines.append(
-            "| snakemake no-op re-run, default config | "
-            + (f"{dag['noop_rerun_seconds']:.1f} s" if dag["noop_rerun_seconds"] else "—")
-            + f" | ≤ {TARGETS['noop']} s | {_ok(dag['noop_rerun_seconds'], TARGETS['noop'])} |"
-        )
-    lines += ["", "## 1. Capture overhead", ""]
-    lines += [
-        (
-            "The plain forward is the fastest of three runs and the serial extraction the faster "
-            "of two (the least disturbed runs on a shared machine); the other rows are single runs."
-        ),
-        "",
-        (
-            "| model | N × T | batch | plain SDPA forward (min) | eager forward | eager + attentions"
-            " & hidden states | extraction | forward | to host | compress | write I/O | "
-            "write wait | ratio |"
-        ),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for pair in results["pairs"]:
-        for mode, prof in pair["extraction"].items():
-            lines.append(
-                f"| {pair['model']} ({mode}) | {pair['n_sequences']} × {pair['context_length']} | "
-                f"{pair['batch_size']} | {min(pair['plain_sdpa_forward_seconds']):.1f} s | "
-                f"{pair['eager_forward_seconds']:.1f} s | "
-                f"{pair['eager_forward_with_outputs_seconds']:.1f} s | {prof['total']:.1f} s | "
-                f"{prof.get('forward', 0):.1f} s | {prof.get('to_host', 0):.1f} s | "
-                f"{prof.get('write', 0) - prof.get('write_io', 0):.1f} s | "
-                f"{prof.get('write_io', 0):.1f} s | {prof.get('write_wait', 0):.1f} s | "
-                f"{prof['total'] / min(pair['plain_sdpa_forward_seconds']):.2f}× |"
-            )
-    if not results["machine"]["gpu"]:
-        lines.append("| GPU | not measured: no GPU was available | | | | | | | | | | | |")
-    lines.append("")
-    lines += ["", "## 2. Storage (bytes on disk / same tensors as raw float32)", ""]
-    lines += [
-        (
-            "The raw float32 total counts every tensor the file provides, including those "
-            "recomputed on reading (`Z`, values: stored bytes 0), so that schemas compare on the "
-            "same tensors; in brackets, the file against the stored datasets alone."
-        ),
-        "",
-    ]
-    lines += ["| dataset | dtype | " + " | ".join(p["model"] for p in results["pairs"]) + " |"]
-    lines += ["|---|---|" + "---|" * len(results["pairs"])]
-    for name in results["pairs"][0]["storage"]["datasets"]:
-        cells = []
-        for pair in results["pairs"]:
-            row = pair["storage"]["datasets"][name]
-            cells.append(f"{row['ratio']:.3f} ({_mib(row['stored_bytes'])})")
-        dtype = results["pairs"][0]["storage"]["datasets"][name]["dtype"]
-        lines.append(f"| `{name}` | {dtype} | " + " | ".join(cells) + " |")
-    lines.append(
-        "| **file** | | "
-        + " | ".join(
-            f"**{p['storage']['ratio']:.3f}** ({_mib(p['storage']['file_bytes'])} of "
-            f"{_mib(p['storage']['raw_fp32_bytes'])}; stored alone "
-            f"{p['storage'].get('ratio_stored', p['storage']['ratio']):.3f})"
-            for p in results["pairs"]
-        )
-        + " |"
-    )
-    for model, row in results.get("default_run_files", {}).items():
-        lines.append(
-            f"| **default run's file** `{row['path']}` (N = {row['N']}, T = {row['T']}) | | "
-            + " | ".join(
-                f"**{row['ratio']:.3f}** ({_mib(row['file_bytes'])})" if p["model"] == model else ""
-                for p in results["pairs"]
-            )
-            + " |"
-        )
-    encodings = results["pairs"][0].get("attention_encodings")
-    if encodings:
-        lines += [
-            "",
-            (
-                f"Attention maps in other encodings ({results['pairs'][0]['model']}, two layers; "
-                "ratio to raw float32 maps, max abs error of a decoded probability against the "
-                "stored float16):"
-            ),
-            "",
-            "| encoding | ratio | write time | max abs error |",
-            "|---|---|---|---|",
-        ]
-        for row in encodings:
-            if "encoding" in row:
-                lines.append(
-                    f"| {row['encoding']} | {row['ratio_to_raw_fp32']:.3f} | "
-                    f"{row['write_seconds']:.2f} s | {row['max_abs_error_vs_stored_float16']:.1e} |"
-                )
-    lines += ["", "## 3. Analysis throughput", ""]
-    lines += [
-        (
-            "| model | analysis | wall | / extraction | peak RSS | RSS after imports | "
-            "peak − imports | one layer's data, stored dtype / fp32 | (peak − imports) / layer, stored / fp32 |"
-        ),
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    for pair in results["pairs"]:
-        for step, a in pair["analyses"].items():
-            lines.append(
-                f"| {pair['model']} | {step} | {a['seconds']:.1f} s | {a['time_ratio']:.2f}× | "
-                f"{_mib(a['peak_rss'])} | {_mib(a['rss_after_imports'])} | "
-                f"{_mib(a['peak_rss'] - a['rss_after_imports'])} | {_mib(pair['one_layer_bytes'])}"
-                f" / {_mib(pair['one_layer_fp32_bytes'])} | {a['peak_increase_over_layer']:.2f}× / "
-                f"{(a['peak_rss'] - a['rss_after_imports']) / pair['one_layer_fp32_bytes']:.2f}× |"
-            )
-    for model, row in results.get("default_run_analyses", {}).items():
-        for step, a in row["analyses"].items():
-            lines.append(
-                f"| {model}, default run's file (N = {row['N']}, T = {row['T']}) | {step} | "
-                f"{a['seconds']:.1f} s | — | {_mib(a['peak_rss'])} | "
-                f"{_mib(a['rss_after_imports'])} | {_mib(a['peak_rss'] - a['rss_after_imports'])}"
-                f" | {_mib(row['one_layer_bytes'])} / {_mib(row['one_layer_fp32_bytes'])} | "
-                f"{a['peak_increase_over_layer']:.2f}× / "
-                f"{(a['peak_rss'] - a['rss_after_imports']) / row['one_layer_fp32_bytes']:.2f}× |"
-            )
-    lines += [
-        "",
-        (
-            "One layer's data: the stored per-layer datasets in their stored dtypes / every "
-            "per-layer tensor the file provides (stored or recomputed: X, A, ATTN(Z), Z, V) "
-            "as float32."
-        ),
-    ]
-    scaling = results.get("scaling")
-    if scaling:
-        lines += [
-            "",
-            f"## 4. Scaling in T ({scaling['model']}, N = {scaling['n_sequences']})",
-            "",
-            "| T | plain forward | extraction | file | " + " | ".join(ANALYSES) + " |",
-            "|---|---|---|---|" + "---|" * len(ANALYSES),
-        ]
-        for row in scaling["rows"]:
-            lines.append(
-                f"| {row['T']} | {row['plain_sdpa_forward_seconds']:.2f} s | "
-                f"{row['extraction_seconds']:.2f} s | {_mib(row['file_bytes'])} | "
-                + " | ".join(f"{row[f'{step}_seconds']:.2f} s" for step in ANALYSES)
-                + " |"
-            )
-        lines += [
-            "",
-            "Growth exponents (slope of log y on log T; all points / the upper half):",
-            "",
-        ]
-        ts = [row["T"] for row in scaling["rows"]]
-        for key, value in scaling["exponents"].items():
-            fit = fit_quadratic(ts, [row[key] for row in scaling["rows"]])
-            unit = 2**20 if key == "file_bytes" else 1.0
-            label = "MiB" if key == "file_bytes" else "s"
-            crossover = (
-                f"quadratic term = linear term at T ≈ {fit['crossover_T']:.0f}"
-                if fit["crossover_T"] and fit["b"] > 0
-                else "no positive linear + quadratic split (noise)"
-            )
-            lines.append(
-                f"- {key}: {value['all']:.2f} / {value['upper']:.2f}; fit {fit['a'] / unit:.3g} "
-                f"+ {fit['b'] / unit:.3g}·T + {fit['c'] / unit:.3g}·T² {label}; {crossover}"
-            )
-    if dag:
-        lines += ["", "## 5. DAG overhead", ""]
-        lines.append(f"- dry-run, default config: {dag['default_dry_run_seconds']:.1f} s")
-        if dag["noop_rerun_seconds"] is not None:
-            lines.append(
-                f"- no-op re-run, default config, targets {' '.join(dag['noop_targets'])}: "
-                f"{dag['noop_rerun_seconds']:.1f} s"
-            )
-        else:
-            lines.append(f"- no-op re-run: {dag['noop_note']}")
-        if dag.get("dry_run_10x6_seconds") is not None:
-            lines.append(
-                f"- dry-run, 10 models × 6 datasets (every job pending): "
-                f"{dag['dry_run_10x6_seconds']:.1f} s"
-            )
-        else:
-            lines.append("- dry-run, 10 models × 6 datasets: failed (see results.json)")
-    lines += codec_section(results)
-    lines += projection_section(results)
-    lines += ["", f"Whole benchmark: {results.get('bench_seconds', 0) / 60:.1f} min."]
-    notes = results.get("notes")
-    if notes:
-        lines += ["", notes]
-    return "\n".join(lines) + "\n"
-
-
-# --------------------------------------------------------------------------- codecs, projection
-
-#: Shapes of the paper's hub models (config.json of each: layers, query heads, width) for the
-#: projection of section 7; N x T as in the paper.
-PAPER_SHAPES = {
-    "Llama-3.1-8B": {"n_layers": 32, "n_heads": 32, "d_model": 4096, "params": 8.0e9},
-    "Gemma-7B": {"n_layers": 28, "n_heads": 16, "d_model": 3072, "params": 8.5e9},
-    "gpt2-xl": {"n_layers": 48, "n_heads": 25, "d_model": 1600, "params": 1.56e9},
-}
-PAPER_N, PAPER_T1 = 50, 257
-#: CPUs per extraction job that the SLURM profile requests (read from the profile itself)
-PROFILE_EXTRACTION_CPUS = int(
-    yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())["set-threads"][
-        "extract_activations"
-    ]
-)
-#: Assumptions of the forward-time and copy estimates (an H100/H200-class node), stated in the
-#: table: sustained bf16 throughput of an eager forward, device-to-host bandwidth, file system.
-GPU_TFLOPS, D2H_GB_S, FS_GB_S = 200.0, 10.0, 1.0
-
-
-def codec_section(results: dict[str, Any]) -> list[str]:
-    pair = next((p for p in results["pairs"] if "codecs" in p), None)
-    if pair is None:
-        return []
-    rows = pair["codecs"]["rows"]
-    lines = [
-        "",
-        (
-            f"## 6. HDF5 codecs on the real tensors ({pair['model']}, 2 layers × N = "
-            f"{pair['n_sequences']} × T = {pair['context_length']})"
-        ),
-        "",
-        (
-            "`bench/codecs_bench.py`: every candidate through h5py's filter pipeline on one thread "
-            "(per-core figures; Blosc with `BLOSC_NTHREADS=1`), then the extraction's own threaded "
-            "encoder and the analyses' threaded reader on every core. Ratio: bytes on disk / bytes in "
-            "the stored dtype; MB/s of stored-dtype bytes. Every row round-trips bit for bit."
-        ),
-        "",
-        "| codec | " + " | ".join(f"`{k}` ratio / write / read" for k in codec_bench.KINDS) + " |",
-        "|---|" + "---|" * len(codec_bench.KINDS),
-    ]
-    by_codec: dict[str, dict[str, dict[str, Any]]] = {}
-    for row in rows:
-        by_codec.setdefault(row["codec"], {})[row["kind"]] = row
-    for codec, kinds in by_codec.items():
-        cells = [
-            f"{kinds[k]['ratio']:.3f} / {kinds[k]['write_mb_s']:.0f} / {kinds[k]['read_mb_s']:.0f}"
-            for k in codec_bench.KINDS
-        ]
-        lines.append(f"| {codec} | " + " | ".join(cells) + " |")
-    return lines
-
-
-def _threaded_rows(pair: dict[str, Any], codec: str) -> dict[str, dict[str, Any]]:
-    return {
-        row["kind"]: row
-        for row in pair["codecs"]["rows"]
-        if row["codec"].startswith(f"{codec} sinkscope")
-    }
-
-
-def _per_core_by_kind(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
-    """Each kind's encoding throughput per thread (MB/s of stored bytes)."""
-    return {
-        kind: r["write_mb_s"] / int(r["path"].split(", ")[1].split()[0]) for kind, r in rows.items()
-    }
-
-
-def stored_bytes(
-    shape: dict[str, Any], n_sequences: int, positions: int, storage_dtypes: dict[str, str]
-) -> dict[str, int]:
-    """Bytes of each dataset of ``codec_bench.KINDS`` (those that grow with the model and the
-    context) in its stored dtype, for a model of ``shape`` (``n_layers``, ``n_heads``, ``d_model``)
-    over ``n_sequences`` x ``positions`` (BOS included): the product of the dataset's axes
-    (:data:`sinkscope.extraction.h5layout.DATASETS`)."""
-    sizes = {
-        "layer": shape["n_layers"],
-        "sequence": n_sequences,
-        "head": shape["n_heads"],
-        "position": positions,
-        "query": positions,
-        "key": positions,
-        "d_model": shape["d_model"],
-    }
-    out = {}
-    for name in codec_bench.KINDS:
-        spec = h5layout.spec_of(name)
-        itemsize = np.dtype(storage_dtypes[spec.dtype_key]).itemsize
-        out[name] = int(np.prod([sizes[axis] for axis in spec.axes])) * itemsize
-    return out
-
-
-def projection(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Bytes, file size and extraction time of the paper's models at N x T = 50 x 256 on a GPU
-    node, from this run's measured zstd ratios and per-core encoding throughput of each tensor
-    kind, with the default config's ``extraction.uncompressed`` kinds stored raw (no encoding,
-    ratio 1); the ``gzip(1)`` column compresses every kind, as before Zstandard."""
-    pair = next((p for p in results["pairs"] if "codecs" in p), None)
-    if pair is None:
-        return []
-    zstd = _threaded_rows(pair, "zstd(1)")
-    per_core = _per_core_by_kind(zstd)
-    per_core_gzip = _per_core_by_kind(_threaded_rows(pair, "gzip(1)"))
-    uncompressed = set(default_config()["extraction"]["uncompressed"])
-    storage_dtypes = default_config()["extraction"]["storage_dtypes"]
-    out = []
-    for name, shape in PAPER_SHAPES.items():
-        L, D = shape["n_layers"], shape["d_model"]
-        raw = stored_bytes(shape, PAPER_N, PAPER_T1, storage_dtypes)
-        encoded = {
-            k: n for k, n in raw.items() if h5layout.spec_of(k).dtype_key not in uncompressed
-        }
-        stored = sum(raw.values())
-        on_disk = sum(n * (zstd[k]["ratio"] if k in encoded else 1.0) for k, n in raw.items())
-        tokens = PAPER_N * PAPER_T1
-        attention_flops = 4 * L * PAPER_N * PAPER_T1**2 * D  # QK^T and AV
-        forward_s = (2 * shape["params"] * tokens + attention_flops) / (GPU_TFLOPS * 1e12)
-        encode_one_core_s = sum(n / 1e6 / per_core[k] for k, n in encoded.items())
-        gzip_one_core_s = sum(n / 1e6 / per_core_gzip[k] for k, n in raw.items())
-        out.append(
-            {
-                "model": name,
-                "stored_gb": stored / 1e9,
-                "file_gb": on_disk / 1e9,
-                "forward_s": forward_s,
-                "copy_s": stored / (D2H_GB_S * 1e9),
-                "encode_s": encode_one_core_s / PROFILE_EXTRACTION_CPUS,
-                "encode_one_core_s": encode_one_core_s,
-                "encode_gzip_s": gzip_one_core_s / PROFILE_EXTRACTION_CPUS,
-                "write_s": on_disk / (FS_GB_S * 1e9),
-                "encoded_gb": sum(encoded.values()) / 1e9,
-            }
-        )
-    return out
-
-
-def projection_section(results: dict[str, Any]) -> list[str]:
-    rows = projection(results)
-    if not rows:
-        return []
-    lines = [
-        "",
-        f"## 7. Projection: the paper's models on a GPU node (N × T = {PAPER_N} × {PAPER_T1 - 1})",
-        "",
-        (
-            "From this run's zstd(1) ratios and per-core encoding throughput of each tensor kind "
-            "(section 6); the kinds of the default `extraction.uncompressed` "
-            f"({', '.join(default_config()['extraction']['uncompressed'])}) stored raw, so only "
-            f"{rows[0]['encoded_gb']:.1f} of Llama's {rows[0]['stored_gb']:.1f} GB are encoded; "
-            f"forward at an assumed {GPU_TFLOPS:.0f} TFLOP/s sustained (eager attention, bf16), "
-            f"device-to-host copies at {D2H_GB_S:.0f} GB/s, the file written at {FS_GB_S:.0f} GB/s "
-            f"(a parallel file system per client). Encoding with the {PROFILE_EXTRACTION_CPUS} CPUs "
-            "that `profiles/slurm` requests per extraction job "
-            "(`set-threads: extract_activations`); on a GPU the encoding and writing of batch b "
-            "overlap the forward of batch b + 1 (`extraction.overlap_writes: auto`), so the "
-            "extraction takes about the largest of the columns, not their sum."
-        ),
-        "",
-        (
-            "| model | stored bytes | file | forward | device → host | encode, 1 core | "
-            f"encode, {PROFILE_EXTRACTION_CPUS} cores | write | bound by | gzip(1) instead, "
-            f"{PROFILE_EXTRACTION_CPUS} cores |"
-        ),
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        stages = {
-            "forward": r["forward_s"],
-            "copies": r["copy_s"],
-            "encoding": r["encode_s"],
-            "file system": r["write_s"],
-        }
-        bound = max(stages, key=stages.get)
-        lines.append(
-            f"| {r['model']} | {r['stored_gb']:.1f} GB | {r['file_gb']:.1f} GB | "
-            f"{r['forward_s']:.1f} s | {r['copy_s']:.1f} s | {r['encode_one_core_s']:.0f} s | "
-            f"{r['encode_s']:.1f} s | {r['write_s']:.1f} s | {bound} | "
-            f"{r['encode_gzip_s']:.0f} s |"
-        )
-    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

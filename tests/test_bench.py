@@ -1,6 +1,6 @@
-"""bench/run.py, section 7: the projection's bytes are the bytes an extraction writes (checked on a
-real tiny extraction and against the issue's hand count for Llama-3.1-8B), and its times follow
-from planted ratios and throughputs."""
+"""bench/projection.py, section 7 of BENCHMARKS.md: the projection's bytes are the bytes an
+extraction writes (checked on a real tiny extraction and against the issue's hand count for
+Llama-3.1-8B), and its times follow from planted ratios and throughputs."""
 
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
 
 
 @pytest.fixture(scope="module")
-def bench_run():
-    sys.path.insert(0, str(BENCH))  # run.py imports its sibling codecs_bench
+def bench_projection():
+    sys.path.insert(0, str(BENCH))  # projection.py imports its siblings settings and codecs_bench
     try:
-        spec = importlib.util.spec_from_file_location("sinkscope_bench_run", BENCH / "run.py")
+        spec = importlib.util.spec_from_file_location(
+            "sinkscope_bench_projection", BENCH / "projection.py"
+        )
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         yield module
@@ -28,7 +30,9 @@ def bench_run():
         sys.path.remove(str(BENCH))
 
 
-def test_stored_bytes_equal_the_datasets_of_a_real_extraction(bench_run, tmp_path: Path) -> None:
+def test_stored_bytes_equal_the_datasets_of_a_real_extraction(
+    bench_projection, tmp_path: Path
+) -> None:
     """The model's own dimensions (not the file's) give each dataset's bytes in the file."""
     from tests.conftest import SETTINGS, extract_tiny
 
@@ -38,16 +42,18 @@ def test_stored_bytes_equal_the_datasets_of_a_real_extraction(bench_run, tmp_pat
         "n_heads": model.config.num_attention_heads,
         "d_model": model.config.hidden_size,
     }
-    projected = bench_run.stored_bytes(shape, ids.shape[0], ids.shape[1], SETTINGS.storage_dtypes)
+    projected = bench_projection.stored_bytes(
+        shape, ids.shape[0], ids.shape[1], SETTINGS.storage_dtypes
+    )
     with h5py.File(path, "r") as handle:
-        written = {name: handle[name].nbytes for name in bench_run.codec_bench.KINDS}
+        written = {name: handle[name].nbytes for name in bench_projection.codec_bench.KINDS}
     assert projected == written
 
 
-def test_llama_attention_maps_are_the_hand_counted_bytes(bench_run) -> None:
+def test_llama_attention_maps_are_the_hand_counted_bytes(bench_projection) -> None:
     """32 layers x 50 sequences x 32 heads x 257^2 float16 probabilities: ~6.8 GB (issue 17)."""
-    bytes_ = bench_run.stored_bytes(
-        bench_run.PAPER_SHAPES["Llama-3.1-8B"],
+    bytes_ = bench_projection.stored_bytes(
+        bench_projection.PAPER_SHAPES["Llama-3.1-8B"],
         50,
         257,
         {"attention": "float16", "residual": "float32", "activations": "float16"},
@@ -57,12 +63,12 @@ def test_llama_attention_maps_are_the_hand_counted_bytes(bench_run) -> None:
     assert bytes_[h5layout.ATTENTION_RESIDUAL_UPDATE] == 32 * 50 * 257 * 4096 * 2
 
 
-def test_projection_follows_planted_ratios_and_throughputs(bench_run) -> None:
+def test_projection_follows_planted_ratios_and_throughputs(bench_projection) -> None:
     """zstd halves the attention maps at 100 MB/s per thread; the default raw kinds are neither
     encoded nor shrunk; gzip encodes every kind at 10 MB/s per thread."""
     threads = 4
     rows = []
-    for kind in bench_run.codec_bench.KINDS:
+    for kind in bench_projection.codec_bench.KINDS:
         for codec, mb_s in (("zstd(1)", 100.0), ("gzip(1)", 10.0)):
             rows.append(
                 {
@@ -74,22 +80,22 @@ def test_projection_follows_planted_ratios_and_throughputs(bench_run) -> None:
                 }
             )
     results = {"pairs": [{"model": "m", "codecs": {"rows": rows}}]}
-    config = bench_run.default_config()["extraction"]
+    config = bench_projection.default_config()["extraction"]
     assert set(config["uncompressed"]) == {"residual", "activations"}
-    for row in bench_run.projection(results):
-        raw = bench_run.stored_bytes(
-            bench_run.PAPER_SHAPES[row["model"]],
-            bench_run.PAPER_N,
-            bench_run.PAPER_T1,
+    for row in bench_projection.projection(results):
+        raw = bench_projection.stored_bytes(
+            bench_projection.PAPER_SHAPES[row["model"]],
+            bench_projection.PAPER_N,
+            bench_projection.PAPER_T1,
             config["storage_dtypes"],
         )
         attention = raw[h5layout.ATTENTION_PROBS]
         total = sum(raw.values())
-        cpus = bench_run.PROFILE_EXTRACTION_CPUS
+        cpus = bench_projection.PROFILE_EXTRACTION_CPUS
         assert row["stored_gb"] == pytest.approx(total / 1e9)
         assert row["file_gb"] == pytest.approx((total - attention / 2) / 1e9)
         assert row["encoded_gb"] == pytest.approx(attention / 1e9)
         assert row["encode_one_core_s"] == pytest.approx(attention / 1e6 / 100.0)
         assert row["encode_s"] == pytest.approx(attention / 1e6 / 100.0 / cpus)
         assert row["encode_gzip_s"] == pytest.approx(total / 1e6 / 10.0 / cpus)
-        assert row["write_s"] == pytest.approx(row["file_gb"] / bench_run.FS_GB_S)
+        assert row["write_s"] == pytest.approx(row["file_gb"] / bench_projection.FS_GB_S)
