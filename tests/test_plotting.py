@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import matplotlib.colors as mcolors
 import numpy as np
 import pytest
 
@@ -42,6 +43,45 @@ def test_figure_problems_finds_each_problem() -> None:
     big = new_figure(MAX_FIGURE_PIXELS / DPI + 1.0, 3.0)
     big.subplots()
     assert any("px" in p for p in figure_problems(big))
+    # a title wider than the figure is cut off; a log axis's labels of ticks outside the view
+    # (kept by matplotlib, never drawn) are not a problem
+    fig = new_figure(4.0, 3.0)
+    ax = fig.subplots()
+    ax.plot([1, 10, 100], [1, 2, 3])
+    ax.set_xscale("log")
+    ax.set_title("a short title")
+    assert figure_problems(fig) == []
+    ax.set_title(r"$\mathrm{" + "x" * 120 + "}$")  # mathtext: cannot be wrapped
+    assert any("runs off the figure" in p for p in figure_problems(fig))
+
+
+def test_save_figure_rewraps_titles_that_run_off_the_figure(tmp_path: Path) -> None:
+    """A title printing counts for many layers or datasets is wrapped to fit around its centre,
+    every word kept; a mathtext title is left as it is (and refused if it does not fit)."""
+    from sinkscope.plotting import wrap_overflowing_titles
+
+    title = "a title with the counts of every layer, " * 4
+    fig = new_figure(4.0, 3.0)
+    ax = fig.subplots()
+    ax.set_title(title)
+    fig.suptitle("model x dataset " * 12)
+    wrap_overflowing_titles(fig)
+    assert figure_problems(fig) == []
+    assert ax.get_title().count("\n") >= 2
+    assert ax.get_title().split() == title.split()
+    save_figure(fig, tmp_path / "wrapped.png")
+    assert (tmp_path / "wrapped.png").read_bytes()[:8] == PNG_SIGNATURE
+    # a rotated label is wrapped against the figure's height
+    fig = new_figure(6.0, 2.0)
+    ax = fig.subplots()
+    ax.set_ylabel("fraction of attention mass (mean over query rows 1..T)")
+    assert figure_problems(fig) == []
+    assert "\n" in ax.get_ylabel()
+    fig = new_figure(4.0, 3.0)
+    fig.suptitle(r"$\mathrm{" + "x" * 120 + "}$")
+    with pytest.raises(ValueError, match="runs off the figure"):
+        save_figure(fig, tmp_path / "math.png")
+    assert not (tmp_path / "math.png").exists()
 
 
 def test_class_colours_stay_apart_for_colour_blind_readers() -> None:
@@ -126,3 +166,39 @@ def test_box_medians_contrast_with_their_fill() -> None:
     assert contrasting_line_color(CLASS_COLORS[SINK_PREV]) == "white"
     assert contrasting_line_color(CLASS_COLORS[SINK]) == "black"
     assert contrasting_line_color("white") == "black" and contrasting_line_color("black") == "white"
+
+
+@pytest.mark.parametrize(("height", "flat"), [(0.0, False), (0.0, True), (0.4, False)])
+def test_box_medians_show_on_the_fill_and_on_the_white_axes(height: float, flat: bool) -> None:
+    """A box of every class colour, drawn with :func:`median_line_props`: the pixels of its median
+    differ from what lies under them, the fill (a tall box) or the white axes (a box of no height,
+    where a bare white median on the indigo fill vanished), also when drawn as a flat box (the
+    median in the fill colour)."""
+    from sinkscope.plotting import median_line_props
+
+    for name, fill in CLASS_COLORS.items():
+        fig = new_figure(2.0, 2.0)
+        ax = fig.subplots()
+        stats = {"med": 0.5, "q1": 0.5 - height / 2, "q3": 0.5 + height / 2, "fliers": []}
+        stats |= {"whislo": stats["q1"], "whishi": stats["q3"]}
+        ax.bxp(
+            [stats],
+            positions=[0.0],
+            widths=0.5,
+            patch_artist=True,
+            showfliers=False,
+            manage_ticks=False,
+            boxprops={"facecolor": fill, "edgecolor": "black", "linewidth": 0.6},
+            medianprops=median_line_props(fill, flat=flat),
+        )
+        ax.set_xlim(-1.0, 1.0)
+        ax.set_ylim(0.0, 1.0)
+        ax.set_axis_off()
+        fig.canvas.draw()
+        image = np.asarray(fig.canvas.buffer_rgba())[..., :3] / 255.0
+        rows = image.shape[0]
+        x, y = (int(v) for v in ax.transData.transform((0.0, 0.5)))
+        under = np.array(mcolors.to_rgb(fill) if height else (1.0, 1.0, 1.0))
+        band = image[rows - y - 3 : rows - y + 3, x]  # the median's rows at the box centre
+        contrast = np.abs(band - under).sum(axis=1).max()
+        assert contrast > 1.0, (name, fill, height, contrast)

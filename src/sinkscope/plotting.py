@@ -21,15 +21,20 @@ from __future__ import annotations
 
 import itertools
 import os
+import textwrap
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import matplotlib.colors as mcolors
 import numpy as np
+from matplotlib import patheffects
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
 from matplotlib.figure import Figure
 from matplotlib.legend import Legend
+from matplotlib.text import Text
+from matplotlib.transforms import Bbox
 
 from sinkscope.heads.names import CLASS_LEGEND_NAMES, DIAGONAL, OTHER, SINK, SINK_PREV
 from sinkscope.io import atomic_path
@@ -47,8 +52,10 @@ __all__ = [
     "cvd_min_distance",
     "figure_problems",
     "is_colorblind_safe",
+    "median_line_props",
     "new_figure",
     "save_figure",
+    "wrap_overflowing_titles",
 ]
 
 #: One figure of a rule, bound to its tables: draws it into the PNG path given. Every stage's
@@ -117,6 +124,27 @@ def contrasting_line_color(fill: str) -> str:
     return "white" if luminance < 0.18 else "black"
 
 
+def median_line_props(fill: str, flat: bool = False, linewidth: float = 1.2) -> dict[str, Any]:
+    """``medianprops`` of a box filled with ``fill``: a line in :func:`contrasting_line_color`,
+    edged in the opposite colour, so that it shows on the fill and on the white axes. A ``flat``
+    box (no visible height: one sequence, equal quartiles) is its median alone, so its line
+    takes the fill colour, edged in black, twice as wide: the legend's colours still tell the
+    boxes apart."""
+    if flat:
+        color, edge, linewidth = fill, "black", 2 * linewidth
+    else:
+        color = contrasting_line_color(fill)
+        edge = "black" if color == "white" else "white"
+    return {
+        "color": color,
+        "linewidth": linewidth,
+        "path_effects": [
+            patheffects.Stroke(linewidth=2 * linewidth, foreground=edge),
+            patheffects.Normal(),
+        ],
+    }
+
+
 def new_figure(width: float, height: float) -> Figure:
     """A pyplot-free figure with an Agg canvas (no global state; deterministic size and dpi)."""
     fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
@@ -124,12 +152,51 @@ def new_figure(width: float, height: float) -> Figure:
     return fig
 
 
+def wrap_overflowing_titles(fig: Figure, rounds: int = 3) -> None:
+    """Re-wrap each title, axis label or legend text of ``fig`` that runs off the figure at the
+    longest line that fits around its centre (along its direction: a rotated label against the
+    figure's height), so that titles which print counts stay whole for any number of layers,
+    models or datasets. Texts with mathtext (``$``) are left as they are. Draws ``fig``."""
+    for _ in range(rounds):
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+        size = fig.get_size_inches() * fig.dpi
+        changed = False
+        for text in _titles_and_labels(fig):
+            content = text.get_text()
+            if not content.strip() or "$" in content:
+                continue
+            box = text.get_window_extent(renderer)
+            if _inside(box, size):
+                continue
+            vertical = round(text.get_rotation()) % 180 == 90
+            low, high, extent = (box.y0, box.y1, size[1]) if vertical else (box.x0, box.x1, size[0])
+            centre = (low + high) / 2
+            room = 2 * min(centre, extent - centre) - 8.0
+            lines = content.split("\n")
+            longest = max(len(line) for line in lines)
+            max_chars = max(12, int(longest * room / (high - low)))
+            wrapped = "\n".join(textwrap.fill(line, max_chars) for line in lines)
+            if wrapped != content:
+                text.set_text(wrapped)
+                changed = True
+        if not changed:
+            return
+
+
+def _inside(box: Bbox, size: np.ndarray) -> bool:
+    """Whether window extent ``box`` lies within a figure of ``size`` pixels (1 px of slack)."""
+    canvas = Bbox.from_bounds(0, 0, size[0], size[1]).padded(1.0)
+    return bool(canvas.contains(box.x0, box.y0) and canvas.contains(box.x1, box.y1))
+
+
 def save_figure(fig: Figure, out_png: str | os.PathLike[str]) -> None:
     """Write ``fig`` atomically as PNG and release it.
 
     Every figure of the package is written here, so the readability rules hold for all of them:
-    a figure for which :func:`figure_problems` reports anything is refused with a ``ValueError``
-    naming the file and the problems, and nothing is written.
+    a figure for which :func:`figure_problems` reports anything (after re-wrapping the titles that
+    run off it) is refused with a ``ValueError`` naming the file and the problems, and nothing is
+    written.
     """
     try:
         problems = figure_problems(fig)
@@ -236,15 +303,32 @@ def _visible_labels(ax: Axes, axis: str) -> list[object]:
     return [t for t in labels if t.get_visible() and t.get_text().strip()]
 
 
+def _titles_and_labels(fig: Figure) -> list[Text]:
+    """The texts of ``fig`` but its tick labels (those of ticks outside the view are kept but
+    never drawn; :func:`figure_problems` checks tick labels apart): titles, axis labels, legends,
+    free texts."""
+    ticks = {
+        id(label)
+        for ax in fig.axes
+        for axis in (ax.xaxis, ax.yaxis)
+        for label in [*axis.get_ticklabels(which="both"), axis.get_offset_text()]
+    }
+    return [text for text in fig.findobj(Text) if id(text) not in ticks]
+
+
 def figure_problems(fig: Figure) -> list[str]:
-    """Readability problems of ``fig`` (empty list: none). Draws the figure once.
+    """Readability problems of ``fig`` (empty list: none), after re-wrapping the titles and
+    labels that run off it (:func:`wrap_overflowing_titles`, which draws the figure).
 
     Checks: every colour map of an image or mesh is colour-blind safe; no side exceeds
     :data:`MAX_FIGURE_PIXELS`; no legend (of an axes or of the figure) overlaps any axes;
-    the tick labels of each axis keep :data:`MIN_TICK_LABEL_GAP_PX` apart.
+    the tick labels of each axis keep :data:`MIN_TICK_LABEL_GAP_PX` apart; every title, label
+    and legend text lies inside the figure (one that cannot be wrapped, e.g. mathtext, is cut
+    off).
     """
     problems: list[str] = []
     width, height = fig.get_size_inches() * fig.dpi
+    wrap_overflowing_titles(fig)
     if max(width, height) > MAX_FIGURE_PIXELS:
         problems.append(f"figure is {width:.0f} x {height:.0f} px (> {MAX_FIGURE_PIXELS})")
     fig.canvas.draw()
@@ -263,6 +347,10 @@ def figure_problems(fig: Figure) -> list[str]:
             if _overlap(box, ax.get_window_extent(renderer)):
                 title = legend.get_title().get_text() or legend.texts[0].get_text()
                 problems.append(f"legend {title!r} covers axes {index} ({ax.get_title()!r})")
+    for text in _titles_and_labels(fig):
+        visible = text.get_visible() and text.get_text().strip()
+        if visible and not _inside(text.get_window_extent(renderer), np.array([width, height])):
+            problems.append(f"text {text.get_text()[:60]!r} runs off the figure")
     for index, ax in enumerate(fig.axes):
         for axis in ("x", "y"):
             boxes = [t.get_window_extent(renderer) for t in _visible_labels(ax, axis)]
