@@ -28,6 +28,7 @@ HEAD_FIGURES = heads_names.FIGURES
 #: summary; the names live in :mod:`sinkscope.geometry.names`.
 GEOMETRY_TABLES = geometry_names.TABLES
 GEOMETRY_LONG_CONTEXT_TABLES = geometry_names.LONG_CONTEXT_TABLES
+GEOMETRY_LONG_CONTEXT_FIGURES = geometry_names.LONG_CONTEXT_FIGURES
 GEOMETRY_SUMMARY_TABLES = geometry_names.SUMMARY_TABLES
 GEOMETRY_FIGURES = geometry_names.FIGURES
 #: Oversmoothing (sinkscope.oversmoothing): the same tables per pair and in the summary, and the
@@ -275,17 +276,25 @@ class Paths:
     def long_context_targets(
         self, pairs: list[tuple[str, str]], config: Mapping[str, Any]
     ) -> list[str]:
-        """The long-context half-space tables (parquet and CSV) of every pair with BOS, when
-        enabled (the test cuts its own streams from the corpus: a no-BOS pair has none)."""
+        """The long-context half-space tables (parquet and CSV) and figure of every pair with
+        BOS, when enabled (the test cuts its own streams from the corpus: a no-BOS pair has
+        none)."""
         if not analysis_runs(config, "geometry.long_context"):
             return []
-        return [
-            self.table("geometry", name, suffix).format(model=model, dataset=dataset)
-            for model, dataset in pairs
-            if not is_no_bos(dataset)
-            for name in GEOMETRY_LONG_CONTEXT_TABLES
-            for suffix in ("parquet", "csv")
-        ]
+        targets = []
+        for model, dataset in pairs:
+            if is_no_bos(dataset):
+                continue
+            targets += [
+                self.table("geometry", name, suffix).format(model=model, dataset=dataset)
+                for name in GEOMETRY_LONG_CONTEXT_TABLES
+                for suffix in ("parquet", "csv")
+            ]
+            targets += [
+                self.figure("geometry", name).format(model=model, dataset=dataset)
+                for name in GEOMETRY_LONG_CONTEXT_FIGURES
+            ]
+        return targets
 
     # training dynamics of the companion paper (no model): per-run tables, summaries, figures
     def dynamics_run_table(self, part: str, name: str) -> str:

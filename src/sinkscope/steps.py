@@ -203,6 +203,7 @@ def analyze_geometry(smk: Any) -> None:
 def analyze_geometry_long_context(smk: Any) -> None:
     from sinkscope.geometry.long_context import halfspace_long_context
     from sinkscope.geometry.names import LONG_CONTEXT_TABLE
+    from sinkscope.geometry.plots import long_context_figures
     from sinkscope.paths import GEOMETRY_LONG_CONTEXT_TABLES
 
     settings = smk.params.long_context
@@ -218,6 +219,8 @@ def analyze_geometry_long_context(smk: Any) -> None:
         threads=smk.threads,
     )
     _write_tables({LONG_CONTEXT_TABLE: table}, smk.output, GEOMETRY_LONG_CONTEXT_TABLES)
+    title = f"{smk.wildcards.model} on {smk.wildcards.dataset}: Prop. 4.1 on long sequences"
+    _draw(long_context_figures(table, title), smk.output)
 
 
 def summarize_geometry(smk: Any) -> None:

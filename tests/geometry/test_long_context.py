@@ -14,6 +14,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import matplotlib.colors as mcolors
 import numpy as np
 import polars as pl
 import pytest
@@ -332,8 +333,24 @@ def test_the_rule_on_a_tiny_model(tiny_setup, tmp_path: Path) -> None:
     direct = halfspace_long_context(prepared, stream, provenance, 2, 40, 0, "tiny", "words")
     assert direct.equals(table)
 
-    # the figure shows both tests, with the claim's numbers, and stays readable
+    # the pair's own figure: the long-context panel alone, titled with the claim's counts
     long_counts = long_context_counts(table).row(0, named=True)
+    png = tmp_path / "results/geometry/tiny/words/halfspace_long_context.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    fig, pair_counts = gplots.halfspace_long_context_figure(table, "t")
+    assert figure_problems(fig) == []
+    (ax,) = fig.axes
+    assert "T'=39 > d_model=16" in ax.get_title()
+    assert f"{long_counts['n_pairs']}, of which {long_counts['n_trivial']} trivially" in (
+        ax.get_title()
+    )
+    assert pair_counts.row(0, named=True) == long_counts
+    # 2 sequences per layer: boxes of some height; one sequence: flat, each median in its set's colour
+    one = table.filter(pl.col("sequence") == 0)
+    fig, _ = gplots.halfspace_long_context_figure(one, "t")
+    colours = {mcolors.to_hex(line.get_color()) for line in fig.axes[0].lines}
+    assert {mcolors.to_hex(gplots._SET_COLORS[n]) for n in LONG_CONTEXT_POINT_SETS} <= colours
+    # the summary figure shows both tests, with the claim's numbers, and stays readable
     fig, counts = gplots.halfspace_margins_figure(_trivial_short("tiny"), "t", table)
     assert figure_problems(fig) == []
     assert len(fig.axes) == 2
@@ -390,4 +407,6 @@ def test_switching_the_long_context_off_removes_its_tables_from_the_summary() ->
     assert paths.long_context_targets(pairs, on) == [
         "results/geometry/m/d/halfspace_long_context.parquet",
         "results/geometry/m/d/halfspace_long_context.csv",
+        "results/geometry/m/d/halfspace_long_context.png",
     ]
+    assert paths.long_context_targets([("m", "d.no-bos")], on) == []

@@ -20,6 +20,7 @@ from sinkscope.config import (
 )
 from sinkscope.paths import (
     GEOMETRY_FIGURES,
+    GEOMETRY_LONG_CONTEXT_FIGURES,
     GEOMETRY_LONG_CONTEXT_TABLES,
     GEOMETRY_SUMMARY_TABLES,
     GEOMETRY_TABLES,

@@ -35,6 +35,7 @@ rule analyze_geometry_long_context:
         model_dir=paths.model_dir,
     output:
         **tables_of("geometry", GEOMETRY_LONG_CONTEXT_TABLES),
+        **figures_of("geometry", GEOMETRY_LONG_CONTEXT_FIGURES, "Sink geometry"),
     params:
         long_context=long_context_params(config),
         stream_seed=streaming_params(config)["seed"],  # the StreamingLLM streams' cut

@@ -17,6 +17,7 @@ __all__ = [
     "BASIS_LONG_CONTEXT",
     "BOS_MINUS_TOKEN",
     "FIGURES",
+    "LONG_CONTEXT_FIGURES",
     "LONG_CONTEXT_POINT_SETS",
     "LONG_CONTEXT_TABLE",
     "LONG_CONTEXT_TABLES",
@@ -41,6 +42,8 @@ TABLES = (
 #: Proposition 4.1 on long sequences (T' > d_model, rule analyze_geometry_long_context; its own
 #: model forward, no activation file), per pair; read by the geometry summary when enabled.
 LONG_CONTEXT_TABLES = ("halfspace_long_context",)
+#: Its figure: the pair's long-context margins (the summary's half-space figure pools them per model).
+LONG_CONTEXT_FIGURES = ("halfspace_long_context",)
 #: Tables of the summary (rule ``summarize_geometry``): the keys of
 #: :func:`~sinkscope.geometry.summary.summarize`, and ``statements``
 #: (:func:`sinkscope.claims.checks.geometry.geometry_statements`).

@@ -42,7 +42,7 @@ from sinkscope.plotting import (
     DPI,
     MAX_FIGURE_PIXELS,
     Draw,
-    contrasting_line_color,
+    median_line_props,
     new_figure,
     save_figure,
 )
@@ -124,22 +124,34 @@ def _box_stats(values: np.ndarray) -> dict[str, Any]:
     }
 
 
+#: A box lower than this share of the values' range drawn in one call is flat: its median alone.
+FLAT_BOX_FRACTION = 0.01
+
+
 def _draw_boxes(
     ax: Axes, stats: list[dict[str, Any]], positions: Sequence[float], width: float, color: str
 ) -> None:
-    ax.bxp(
-        stats,
-        positions=list(positions),
-        widths=width,
-        showfliers=False,
-        showmeans=False,
-        patch_artist=True,
-        manage_ticks=False,
-        boxprops={"facecolor": color, "edgecolor": "black", "linewidth": 0.6, "alpha": 0.85},
-        medianprops={"color": contrasting_line_color(color), "linewidth": 1.2},
-        whiskerprops={"color": "black", "linewidth": 0.6},
-        capprops={"color": "black", "linewidth": 0.6},
-    )
+    """Boxes in ``color``; the flat ones (:data:`FLAT_BOX_FRACTION`) as a median line in that
+    colour (:func:`~sinkscope.plotting.median_line_props`)."""
+    span = max(s["whishi"] for s in stats) - min(s["whislo"] for s in stats)
+    flat = [s["q3"] - s["q1"] <= FLAT_BOX_FRACTION * span for s in stats]
+    for is_flat in (False, True):
+        chosen = [k for k, f in enumerate(flat) if f == is_flat]
+        if not chosen:
+            continue
+        ax.bxp(
+            [stats[k] for k in chosen],
+            positions=[positions[k] for k in chosen],
+            widths=width,
+            showfliers=False,
+            showmeans=False,
+            patch_artist=True,
+            manage_ticks=False,
+            boxprops={"facecolor": color, "edgecolor": "black", "linewidth": 0.6, "alpha": 0.85},
+            medianprops=median_line_props(color, flat=is_flat),
+            whiskerprops={"color": "black", "linewidth": 0.6},
+            capprops={"color": "black", "linewidth": 0.6},
+        )
 
 
 def _layer_ticks(ax: Axes, layers: Sequence[int]) -> None:
@@ -223,7 +235,7 @@ def bos_alignment_figure(
             f"{model}: {', '.join(_dataset_label(d, n_datasets) for d in datasets)} "
             f"({_scope(sub)})\nmax < {bound:g} in {b['n_below_all']} of {b['n_layers']} layers "
             f"over all positions (whisker tops), in {b['n_below_from2']} of {b['n_layers']} over "
-            f"positions >= 2 (crosses); middle layers {b['middle_first']}..{b['middle_last']}: "
+            f"positions >= 2 (crosses)\nmiddle layers {b['middle_first']}..{b['middle_last']}: "
             f"max {_fmt(b['mid_max_all'])} (all positions) / {_fmt(b['mid_max_from2'])} "
             f"(positions >= 2)\n"
             f"the whisker top is position {FIRST_TEXT_POSITION} (first text token after BOS) in "
@@ -325,6 +337,56 @@ def _margin_boxes(ax: Axes, sub: pl.DataFrame, sets: Sequence[str]) -> None:
 LONG_PREFIX = "long_"
 
 
+def _long_context_panel(ax: Axes, sub: pl.DataFrame, counts: dict[str, Any]) -> None:
+    """One model's long-context margins (Prop. 4.1 at T' > d_model) on ``ax``, titled with its
+    :func:`~sinkscope.geometry.halfspace.long_context_counts` row ``counts``."""
+    _margin_boxes(ax, sub, LONG_CONTEXT_POINT_SETS)
+    datasets = _dataset_order(sub["dataset"].to_list())
+    if counts["n_nontrivial"]:
+        verdict = (
+            f"both sets in an open half-space (every sink pattern representable) in "
+            f"{counts['n_representable_nontrivial']} of {counts['n_nontrivial']} non-trivial "
+            f"pairs ({100 * counts['frac_representable_nontrivial']:.1f}%)"
+        )
+    else:
+        verdict = "none non-trivial: the test cannot fail (not applicable)"
+    ax.set_title(
+        f"{sub['model'][0]}: {', '.join(datasets)}, long context (N={counts['n_sequences']} seq, "
+        f"T'={counts['seq_len'] - 1} > d_model={counts['dim']}; decides the claim)\n"
+        f"(layer, seq) pairs: {counts['n_pairs']}, of which {counts['n_trivial']} trivially "
+        f"separable; {verdict}",
+        fontsize=9,
+    )
+
+
+def halfspace_long_context_figure(table: pl.DataFrame, title: str) -> tuple[Figure, pl.DataFrame]:
+    """The long-context half-space figure of one pair and its counts
+    (:func:`plot_halfspace_long_context`)."""
+    frame = _concat(table, [*LONG_CONTEXT_COLUMNS])
+    counts = long_context_counts(frame)
+    (row,) = counts.iter_rows(named=True)
+    n_layers = int(frame["layer"].n_unique())
+    fig = new_figure(min(19.5, max(9.0, 0.5 * n_layers + 5.0)), 4.7)
+    ax = fig.subplots(1, 1)
+    _long_context_panel(ax, frame, row)
+    fig.suptitle(title)
+    return fig, counts
+
+
+def plot_halfspace_long_context(
+    table: pl.DataFrame, out_png: str | os.PathLike[str], title: str
+) -> pl.DataFrame:
+    """Proposition 4.1 on long sequences (T' > d_model, where the test can fail) for one pair:
+    per layer, the margins ``gamma`` of the two point sets that need no attention (``z_0 - z_i``
+    and all tokens; box = quartiles over sequences, whiskers = min/max, circles = non-trivial
+    cases). ``table``: :func:`~sinkscope.geometry.long_context.halfspace_long_context`. Returns
+    the counts of its title (:func:`~sinkscope.geometry.halfspace.long_context_counts`), the
+    numbers the claim ``geometry.sink_representable`` pools over the model's datasets."""
+    fig, counts = halfspace_long_context_figure(table, title)
+    save_figure(fig, out_png)
+    return counts
+
+
 def halfspace_margins_figure(
     tables: Tables, title: str, long_context: Tables | None = None
 ) -> tuple[Figure, pl.DataFrame]:
@@ -367,25 +429,8 @@ def halfspace_margins_figure(
         r = counts.filter(pl.col("model") == model).row(0, named=True)
         if is_long:
             assert long_frame is not None
-            sub = long_frame.filter(pl.col("model") == model)
-            _margin_boxes(ax, sub, LONG_CONTEXT_POINT_SETS)
             lc = {c: r[LONG_PREFIX + c] for c in long_counts.columns if c != "model"}
-            datasets = _dataset_order(sub["dataset"].to_list())
-            if lc["n_nontrivial"]:
-                verdict = (
-                    f"both sets in an open half-space (every sink pattern representable) in "
-                    f"{lc['n_representable_nontrivial']} of {lc['n_nontrivial']} non-trivial "
-                    f"pairs ({100 * lc['frac_representable_nontrivial']:.1f}%)"
-                )
-            else:
-                verdict = "none non-trivial: the test cannot fail (not applicable)"
-            ax.set_title(
-                f"{model}: {', '.join(datasets)}, long context (N={lc['n_sequences']} seq, "
-                f"T'={lc['seq_len'] - 1} > d_model={lc['dim']}; decides the claim)\n"
-                f"(layer, seq) pairs: {lc['n_pairs']}, of which {lc['n_trivial']} trivially "
-                f"separable; {verdict}",
-                fontsize=9,
-            )
+            _long_context_panel(ax, long_frame.filter(pl.col("model") == model), lc)
             continue
         sub = frame.filter(pl.col("model") == model)
         _margin_boxes(ax, sub, [BOS_MINUS_TOKEN, ATTENDING, ALL_TOKENS])
@@ -687,6 +732,12 @@ def pair_figures(tables: dict[str, pl.DataFrame], title: str) -> dict[str, Draw]
             tables["bos_residual_norm"], out, title
         ),
     }
+
+
+def long_context_figures(table: pl.DataFrame, title: str) -> dict[str, Draw]:
+    """The figure of rule ``analyze_geometry_long_context``
+    (:data:`sinkscope.geometry.names.LONG_CONTEXT_FIGURES`) from its table."""
+    return {"halfspace_long_context": lambda out: plot_halfspace_long_context(table, out, title)}
 
 
 def summary_figures(
