@@ -152,11 +152,12 @@ def new_figure(width: float, height: float) -> Figure:
     return fig
 
 
-def wrap_overflowing_titles(fig: Figure, rounds: int = 3) -> None:
+def wrap_overflowing_titles(fig: Figure, rounds: int = 3) -> bool:
     """Re-wrap each title, axis label or legend text of ``fig`` that runs off the figure at the
     longest line that fits around its centre (along its direction: a rotated label against the
     figure's height), so that titles which print counts stay whole for any number of layers,
-    models or datasets. Texts with mathtext (``$``) are left as they are. Draws ``fig``."""
+    models or datasets. Texts with mathtext (``$``) are left as they are. Draws ``fig``; returns
+    whether it is drawn as it stands (nothing re-wrapped in the last round)."""
     for _ in range(rounds):
         fig.canvas.draw()
         renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
@@ -181,7 +182,8 @@ def wrap_overflowing_titles(fig: Figure, rounds: int = 3) -> None:
                 text.set_text(wrapped)
                 changed = True
         if not changed:
-            return
+            return True
+    return False
 
 
 def _inside(box: Bbox, size: np.ndarray) -> bool:
@@ -328,10 +330,11 @@ def figure_problems(fig: Figure) -> list[str]:
     """
     problems: list[str] = []
     width, height = fig.get_size_inches() * fig.dpi
-    wrap_overflowing_titles(fig)
+    drawn = wrap_overflowing_titles(fig)
     if max(width, height) > MAX_FIGURE_PIXELS:
         problems.append(f"figure is {width:.0f} x {height:.0f} px (> {MAX_FIGURE_PIXELS})")
-    fig.canvas.draw()
+    if not drawn:
+        fig.canvas.draw()
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     for ax in fig.axes:
         for artist in [*ax.images, *ax.collections]:
