@@ -71,6 +71,17 @@ def test_save_figure_rewraps_titles_that_run_off_the_figure(tmp_path: Path) -> N
     assert ax.get_title().split() == title.split()
     save_figure(fig, tmp_path / "wrapped.png")
     assert (tmp_path / "wrapped.png").read_bytes()[:8] == PNG_SIGNATURE
+    # a legend entry with mathtext: broken at spaces, never inside $...$
+    fig = new_figure(6.0, 3.0)
+    ax = fig.subplots()
+    label = r"after adding the attention update: $\rho(X + U)$ (at layer + 0.5), " * 2
+    ax.plot([0, 1], [0, 1], label=label)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    assert figure_problems(fig) == []
+    (entry,) = ax.get_legend().get_texts()
+    text = entry.get_text()
+    assert "\n" in text and any(r"$\rho(X + U)$" in line for line in text.split("\n"))
+    assert entry.get_text().split() == label.split()
     # a rotated label is wrapped against the figure's height
     fig = new_figure(6.0, 2.0)
     ax = fig.subplots()

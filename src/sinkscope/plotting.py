@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import itertools
 import os
-import textwrap
+import re
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -156,16 +157,18 @@ def wrap_overflowing_titles(fig: Figure, rounds: int = 3) -> bool:
     """Re-wrap each title, axis label or legend text of ``fig`` that runs off the figure at the
     longest line that fits around its centre (along its direction: a rotated label against the
     figure's height), so that titles which print counts stay whole for any number of layers,
-    models or datasets. Texts with mathtext (``$``) are left as they are. Draws ``fig``; returns
+    models or datasets; mathtext (``$...$``) is never split. Draws ``fig``; returns
     whether it is drawn as it stands (nothing re-wrapped in the last round)."""
     for _ in range(rounds):
-        fig.canvas.draw()
+        with warnings.catch_warnings():  # a provisional layout; the checked draw warns itself
+            warnings.filterwarnings("ignore", "constrained_layout not applied", UserWarning)
+            fig.canvas.draw()
         renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
         size = fig.get_size_inches() * fig.dpi
         changed = False
         for text in _titles_and_labels(fig):
             content = text.get_text()
-            if not content.strip() or "$" in content:
+            if not content.strip():
                 continue
             box = text.get_window_extent(renderer)
             if _inside(box, size):
@@ -177,13 +180,29 @@ def wrap_overflowing_titles(fig: Figure, rounds: int = 3) -> bool:
             lines = content.split("\n")
             longest = max(len(line) for line in lines)
             max_chars = max(12, int(longest * room / (high - low)))
-            wrapped = "\n".join(textwrap.fill(line, max_chars) for line in lines)
+            wrapped = "\n".join(_wrap_line(line, max_chars) for line in lines)
             if wrapped != content:
                 text.set_text(wrapped)
                 changed = True
         if not changed:
             return True
     return False
+
+
+#: A word of a line: a mathtext group ``$...$`` with what is glued to it, or a run of non-spaces.
+_WORD = re.compile(r"(?:[^\s$]*\$[^$]*\$)+[^\s$]*|\S+")
+
+
+def _wrap_line(line: str, max_chars: int) -> str:
+    """``line`` broken at spaces into lines of at most ``max_chars`` characters where the words
+    allow (a longer word stays whole), never inside a mathtext group."""
+    out: list[str] = []
+    for word in _WORD.findall(line):
+        if out and len(out[-1]) + 1 + len(word) <= max_chars:
+            out[-1] += " " + word
+        else:
+            out.append(word)
+    return "\n".join(out)
 
 
 def _inside(box: Bbox, size: np.ndarray) -> bool:
