@@ -609,11 +609,11 @@ def _by_setup(shares: dict[tuple[str, str, float], float]) -> pl.DataFrame:
 def _sink_cells(fig: Figure) -> dict[tuple[str, str, float], str]:
     """``(variant, positional, weight_decay) -> drawn cell text`` of the induction sinks figure."""
     cells = {}
-    for ax in fig.axes:
-        if not ax.get_title().startswith("lambda = "):
-            continue
+    panels = [ax for ax in fig.axes if ax.get_title().startswith("lambda = ")]
+    # the panels share their columns: the bottom one names them
+    variants = [t.get_text() for t in panels[-1].get_xticklabels()]
+    for ax in panels:
         wd = float(ax.get_title().removeprefix("lambda = "))
-        variants = [t.get_text() for t in ax.get_xticklabels()]
         pes = [t.get_text() for t in ax.get_yticklabels()]
         for text in ax.texts:
             x, y = text.get_position()

@@ -269,8 +269,9 @@ def _grid_panels(
     variants = sorted(set(by["variant"].to_list()), key=lambda v: (v != "softmax", v))
     pes = [p for p in ("none", "absolute", "rope") if p in set(by["positional"].to_list())]
     wds = sorted(set(by["weight_decay"].to_list()))
-    fig = new_figure(max(8.0, 1.5 + 0.75 * len(variants) * len(wds)), 2.4 + 0.8 * len(pes))
-    axes = np.atleast_1d(fig.subplots(1, len(wds), squeeze=False)[0])
+    # one row per weight decay: the full grid (16 attention functions) fits the width of a page
+    fig = new_figure(max(8.0, 2.5 + 0.75 * len(variants)), (1.3 + 0.8 * len(pes)) * len(wds) + 1.6)
+    axes = np.atleast_1d(fig.subplots(len(wds), 1, squeeze=False)[:, 0])
     for ax, wd in zip(axes, wds, strict=True):
         part = by.filter(pl.col("weight_decay") == wd)
         grid = np.full((len(pes), len(variants)), np.nan)
@@ -291,15 +292,15 @@ def _grid_panels(
             fmt="",
             annot_kws={"fontsize": 8},
             cbar=ax is axes[-1],
-            xticklabels=variants,
+            xticklabels=variants if ax is axes[-1] else False,
             yticklabels=pes,
         )
         for i, j in zip(*np.nonzero(failed), strict=True):
             ax.add_patch(Rectangle((j, i), 1, 1, fill=False, edgecolor="red", lw=2.5))
         ax.set_title(f"lambda = {wd:g}")
-        ax.set_xlabel("attention function")
+        ax.set_xlabel("attention function" if ax is axes[-1] else "")
         ax.set_ylabel("positional encoding")
-        ax.tick_params(axis="x", labelrotation=60)
+        ax.tick_params(axis="x", labelrotation=90)
     fig.suptitle(title + " (red box: a run did not learn, accuracy < 0.5)")
     save_figure(fig, out_png)
 
@@ -313,6 +314,10 @@ def plot_induction_sinks(tables: dict[str, pl.DataFrame], out_png: PathLike) -> 
 def plot_induction_accuracy(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
     """Figures 16, 17: mean induction accuracy per attention function x PE per weight decay."""
     _grid_panels(tables, "accuracy_mean", out_png, "Induction accuracy", ".2f")
+
+
+#: Panels per row of :func:`plot_induction_patterns` (the full scale draws 11 heads).
+PATTERN_COLUMNS = 6
 
 
 def plot_induction_patterns(
@@ -334,11 +339,18 @@ def plot_induction_patterns(
     )
     pick = pick.filter(pl.col("seed") == pick["seed"].min())
     order = ["softmax", "sigmoid", "elu", "elu_elu", "mlp", "linear"]
-    rows = sorted(pick.iter_rows(named=True), key=lambda r: order.index(r["attention"]))
-    fig = new_figure(max(6.0, 2.8 * len(rows)), 3.6)
-    axes = np.atleast_1d(fig.subplots(1, len(rows), squeeze=False)[0])
+    rows = sorted(
+        pick.iter_rows(named=True),
+        key=lambda r: (order.index(r["attention"]), r["variant"] != "softmax", r["variant"]),
+    )
+    cols = min(len(rows), PATTERN_COLUMNS)
+    n_rows = -(-len(rows) // cols)
+    fig = new_figure(max(6.0, 2.8 * cols), 3.6 * n_rows + 0.4)
+    axes = fig.subplots(n_rows, cols, squeeze=False).ravel()
+    for ax in axes[len(rows) :]:
+        ax.set_visible(False)
     heads = tables["heads"]
-    for ax, row in zip(axes, rows, strict=True):
+    for ax, row in zip(axes, rows, strict=False):
         h2 = heads.filter((pl.col("run_id") == row["run_id"]) & (pl.col("layer") == 2))
         best = h2.sort("sink_mass", descending=True).row(0, named=True)
         pat = tables["pattern"].filter(
