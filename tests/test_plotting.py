@@ -179,12 +179,11 @@ def test_box_medians_contrast_with_their_fill() -> None:
     assert contrasting_line_color("white") == "black" and contrasting_line_color("black") == "white"
 
 
-@pytest.mark.parametrize(("height", "flat"), [(0.0, False), (0.0, True), (0.4, False)])
+@pytest.mark.parametrize(("height", "flat"), [(0.0, True), (0.4, False)])
 def test_box_medians_show_on_the_fill_and_on_the_white_axes(height: float, flat: bool) -> None:
     """A box of every class colour, drawn with :func:`median_line_props`: the pixels of its median
-    differ from what lies under them, the fill (a tall box) or the white axes (a box of no height,
-    where a bare white median on the indigo fill vanished), also when drawn as a flat box (the
-    median in the fill colour)."""
+    differ from what lies under them, the fill (a tall box) or the white axes (a flat box, drawn
+    as its median in the fill colour; a white median on the indigo fill vanished there)."""
     from sinkscope.plotting import median_line_props
 
     for name, fill in CLASS_COLORS.items():

@@ -127,20 +127,16 @@ def contrasting_line_color(fill: str) -> str:
 
 def median_line_props(fill: str, flat: bool = False, linewidth: float = 1.2) -> dict[str, Any]:
     """``medianprops`` of a box filled with ``fill``: a line in :func:`contrasting_line_color`,
-    edged in the opposite colour, so that it shows on the fill and on the white axes. A ``flat``
-    box (no visible height: one sequence, equal quartiles) is its median alone, so its line
-    takes the fill colour, edged in black, twice as wide: the legend's colours still tell the
-    boxes apart."""
-    if flat:
-        color, edge, linewidth = fill, "black", 2 * linewidth
-    else:
-        color = contrasting_line_color(fill)
-        edge = "black" if color == "white" else "white"
+    which shows on the fill. A ``flat`` box (no visible height: one sequence, equal quartiles)
+    is its median alone, on the white axes: its line takes the fill colour, twice as wide and
+    edged in black, so that the legend's colours still tell the boxes apart."""
+    if not flat:
+        return {"color": contrasting_line_color(fill), "linewidth": linewidth}
     return {
-        "color": color,
-        "linewidth": linewidth,
+        "color": fill,
+        "linewidth": 2 * linewidth,
         "path_effects": [
-            patheffects.Stroke(linewidth=2 * linewidth, foreground=edge),
+            patheffects.Stroke(linewidth=3 * linewidth, foreground="black"),
             patheffects.Normal(),
         ],
     }

@@ -124,17 +124,28 @@ def _box_stats(values: np.ndarray) -> dict[str, Any]:
     }
 
 
-#: A box lower than this share of the values' range drawn in one call is flat: its median alone.
-FLAT_BOX_FRACTION = 0.01
+#: A box lower than this share of its axis (about 6 px of a 400-px panel: a median line and two
+#: edges cover it) is flat: drawn as its median alone. Without the axis range: of the values' range.
+FLAT_BOX_FRACTION = 0.015
+#: y limits of the panels of cosines (Fig. 1) and of half-space margins.
+COSINE_YLIM = (-1.02, 1.02)
+MARGIN_YLIM = (-0.04, 1.02)
 
 
 def _draw_boxes(
-    ax: Axes, stats: list[dict[str, Any]], positions: Sequence[float], width: float, color: str
+    ax: Axes,
+    stats: list[dict[str, Any]],
+    positions: Sequence[float],
+    width: float,
+    color: str,
+    axis_range: float | None = None,
 ) -> None:
-    """Boxes in ``color``; the flat ones (:data:`FLAT_BOX_FRACTION`) as a median line in that
-    colour (:func:`~sinkscope.plotting.median_line_props`)."""
-    span = max(s["whishi"] for s in stats) - min(s["whislo"] for s in stats)
-    flat = [s["q3"] - s["q1"] <= FLAT_BOX_FRACTION * span for s in stats]
+    """Boxes in ``color``; the flat ones (:data:`FLAT_BOX_FRACTION` of ``axis_range``, the span
+    of the panel's y limits in data units) as a median line in that colour
+    (:func:`~sinkscope.plotting.median_line_props`)."""
+    if axis_range is None:
+        axis_range = max(s["whishi"] for s in stats) - min(s["whislo"] for s in stats)
+    flat = [s["q3"] - s["q1"] <= FLAT_BOX_FRACTION * axis_range for s in stats]
     for is_flat in (False, True):
         chosen = [k for k, f in enumerate(flat) if f == is_flat]
         if not chosen:
@@ -215,7 +226,14 @@ def bos_alignment_figure(
                 for r in part.iter_rows(named=True)
             ]
             positions = [layer + offset for layer in part["layer"].to_list()]
-            _draw_boxes(ax, stats, positions, width * 0.85, color_of[dataset])
+            _draw_boxes(
+                ax,
+                stats,
+                positions,
+                width * 0.85,
+                color_of[dataset],
+                COSINE_YLIM[1] - COSINE_YLIM[0],
+            )
             ax.scatter(
                 positions,
                 part["max_excl_first"].cast(pl.Float64).to_numpy(),
@@ -227,7 +245,7 @@ def bos_alignment_figure(
             )
         ax.axhline(bound, color="crimson", linewidth=0.8, linestyle="--", zorder=0)
         _layer_ticks(ax, sub["layer"].unique().to_list())
-        ax.set_ylim(-1.02, 1.02)
+        ax.set_ylim(*COSINE_YLIM)
         ax.set_ylabel(f"cos(BOS, token)\n{_SPACE_LABELS.get(space, space)}")
         n_datasets = sub["n_datasets"].max() if "n_datasets" in sub.columns else None
         b = readings.filter(pl.col("model") == model).row(0, named=True)
@@ -297,7 +315,9 @@ def _margin_boxes(ax: Axes, sub: pl.DataFrame, sets: Sequence[str]) -> None:
         stats = [_box_stats(np.asarray(m)) for m in grouped["margin"].to_list()]
         offset = (k - (len(sets) - 1) / 2) * width
         positions = [layer + offset for layer in grouped["layer"].to_list()]
-        _draw_boxes(ax, stats, positions, width * 0.85, _SET_COLORS[name])
+        _draw_boxes(
+            ax, stats, positions, width * 0.85, _SET_COLORS[name], MARGIN_YLIM[1] - MARGIN_YLIM[0]
+        )
         informative = part.filter(~pl.col("trivially_separable"))
         if informative.height:
             ax.scatter(
@@ -312,7 +332,7 @@ def _margin_boxes(ax: Axes, sub: pl.DataFrame, sets: Sequence[str]) -> None:
             )
     ax.axhline(0.0, color="crimson", linewidth=0.8, linestyle="--", zorder=0)
     _layer_ticks(ax, sub["layer"].unique().to_list())
-    ax.set_ylim(-0.04, 1.02)
+    ax.set_ylim(*MARGIN_YLIM)
     ax.set_ylabel("margin gamma\n(cosine to the best direction)")
     handles: list[Any] = [
         Patch(facecolor=_SET_COLORS[n], edgecolor="black", label=_SET_LABELS[n]) for n in sets
@@ -515,10 +535,11 @@ def plot_value_rank(tables: Tables, out_png: str | os.PathLike[str], title: str)
             grouped = sub.group_by("layer").agg(pl.col("rel_rank")).sort("layer")
             stats = [_box_stats(np.asarray(v)) for v in grouped["rel_rank"].to_list()]
             color = "#7fc97f" if row_name == POOLED else "#beaed4"
-            _draw_boxes(ax, stats, grouped["layer"].to_list(), 0.7, color)
-            _layer_ticks(ax, grouped["layer"].to_list())
             low = float(sub["rel_rank"].min())
-            ax.set_ylim(min(0.0, low) - 0.02, 1.02)
+            bottom = min(0.0, low) - 0.02
+            _draw_boxes(ax, stats, grouped["layer"].to_list(), 0.7, color, 1.02 - bottom)
+            _layer_ticks(ax, grouped["layer"].to_list())
+            ax.set_ylim(bottom, 1.02)
             ax.set_ylabel("rank / min(m, n)")
             label = (
                 f"pooled over {plural(sub['dataset'].n_unique(), 'dataset')}"
