@@ -22,6 +22,9 @@ import polars as pl
 import pytest
 import yaml
 
+from sinkscope.config import load_layered_config, validate_config
+from sinkscope.sizing.requests import job_request
+
 from tests.conftest import REPO, TINY, snakemake_command
 
 CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
@@ -59,10 +62,9 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
 
 
 def ci_profile(folder: Path) -> Path:
-    """The repository's SLURM profile with only the settings a CI cluster must override."""
+    """The repository's SLURM profile with only the settings a CI cluster must override (its
+    partition is a config key: run_slurm sets it)."""
     profile = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
-    profile["default-resources"]["slurm_partition"] = "ci"
-    profile["set-resources"]["extract_activations"]["slurm_partition"] = "ci"
     # the CI node has fewer CPUs than the 8 the profile asks per extraction job; and the tables
     # are compared bit for bit with the local tiny run, whose extraction runs on PAIR_THREADS
     # (workflow/rules/common.smk) threads: a float32 forward sums in another order on another
@@ -87,6 +89,14 @@ def ci_profile(folder: Path) -> Path:
 MODEL_ONLY = REPO / "tests" / "configs" / "tiny_model_only.yaml"
 
 
+def ci_partitions(path: Path) -> Path:
+    """A config layer that puts every job on the CI cluster's one partition, ``ci`` (the
+    partitions are config keys: sinkscope.sizing.requests)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("resources: {gpus: 0, gpu_partition: ci, cpu_partition: ci}\n")
+    return path
+
+
 def run_slurm(
     workdir: Path, env: dict[str, str], config: Path, download_dir: Path
 ) -> subprocess.CompletedProcess[str]:
@@ -102,6 +112,7 @@ def run_slurm(
             "--configfile",
             str(config),
             str(MODEL_ONLY),
+            str(ci_partitions(workdir / "ci_partitions.yaml")),
             "--config",
             f"download_dir={download_dir}",
         ),
@@ -149,12 +160,13 @@ def test_failing_job_is_reported_failed_and_retried(
     output = result.stdout + result.stderr
     assert result.returncode not in (0, 124, 137), output[-5000:]  # failed, not hung
     # retries: 2 in the profile -> three attempts, each reported FAILED by SLURM, each asking
-    # for more memory (mem_mb = 4000 * attempt in the rule)
+    # for more memory (sinkscope.sizing: the request times the attempt)
     assert output.count("Error in rule cut_tokens") == 3, output[-5000:]
     assert output.count("SLURM status is: 'FAILED'") == 3
     assert output.count("Trying to restart job") == 2
-    for mem_mb in (4000, 8000, 12000):
-        assert f"mem_mb={mem_mb}," in output
+    config = validate_config(load_layered_config([failing]))
+    for attempt in (1, 2, 3):
+        assert f"mem_mb={job_request('cut_tokens', config, attempt=attempt).mem_mb}," in output
     logs = list((tmp_path / "run" / "results" / "logs" / "cut_tokens").rglob("*.log"))
     assert logs and "fewer than the 100000 sequences" in logs[0].read_text()
 

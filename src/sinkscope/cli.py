@@ -9,6 +9,8 @@ sinkscope check-config config.yaml [config/offline-full.yaml ...]
                                                 read and validate configs as snakemake would
 sinkscope pin-revisions config/paper.yaml [--check]
                                                 hub revisions -> commit shas, in place
+sinkscope plan [--configfile config/paper.yaml ...]
+                                                per rule: jobs, memory, time, GPU- and CPU-hours
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -180,6 +183,25 @@ def _pin_revisions(config: str, check: bool) -> int:
     return 0
 
 
+def _plan(configfiles: Sequence[str], snakefile: str) -> int:
+    from sinkscope.config import check_config_files
+    from sinkscope.sizing.plan import dag_jobs, plan_rows, render_plan
+
+    missing = [path for path in (*configfiles, snakefile) if not os.path.isfile(path)]
+    if missing:
+        print(f"sinkscope plan: no such file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    try:
+        check_config_files(configfiles)
+    except ValueError as error:
+        print(f"sinkscope plan: {error}", file=sys.stderr)
+        return 2
+    config, jobs = dag_jobs(configfiles, snakefile)
+    results = str(Path(snakefile).resolve().parent / "results")
+    print(render_plan(config, plan_rows(config, jobs, results), configfiles))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command; a reader that closes the pipe early (``| head``) ends it quietly."""
     try:
@@ -227,7 +249,20 @@ def _main(argv: Sequence[str] | None) -> int:
     pin.add_argument(
         "--check", action="store_true", help="list unpinned revisions, exit 1 if any (no hub)"
     )
+    plan = commands.add_parser(
+        "plan",
+        help="what a run asks of the cluster, per rule and in total (submits nothing)",
+    )
+    plan.add_argument(
+        "--configfile",
+        nargs="+",
+        default=["config.yaml"],
+        help="config files layered as snakemake --configfile does (default: config.yaml)",
+    )
+    plan.add_argument("--snakefile", default="Snakefile", help="the workflow (default: Snakefile)")
     args = parser.parse_args(argv)
+    if args.command == "plan":
+        return _plan(args.configfile, args.snakefile)
     if args.command == "compare-claims":
         return _compare_claims(args.tables, args.labels)
     if args.command == "check-config":

@@ -13,6 +13,7 @@ import importlib
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
@@ -563,12 +564,18 @@ def run(step: str, smk: Any) -> None:
     log to the rule's log, delete what killed earlier jobs of the same outputs left behind (their
     temporary files and folders; Snakemake runs one job per output, so all are stale), then run
     the step."""
+    from sinkscope.sizing.usage import usage_line
+
+    started = time.monotonic()
     console = redirect_to_log(smk.log[0])
-    logging.getLogger("sinkscope").info("%s: %s", step, dict(smk.wildcards.items()))
+    logger = logging.getLogger("sinkscope")
+    logger.info("%s: %s", step, dict(smk.wildcards.items()))
     try:
         for output in smk.output:
             remove_stale_partials(output)
         STEPS[step](smk)
+        # what the job used, against what it asked for (sinkscope.sizing)
+        logger.info(usage_line(time.monotonic() - started))
     except Exception as error:
         # the traceback goes to the log; the console gets the one sentence, so that a user sees
         # what to change without opening the log

@@ -49,7 +49,6 @@ rule claims:
     conda:
         "../../envs/sinkscope.yaml"
     resources:
-        mem_mb=lambda wc, attempt: 2000 * attempt,
-        runtime=lambda wc, attempt: 10 * attempt,
+        **job_resources("claims"),
     script:
         "../scripts/step.py"

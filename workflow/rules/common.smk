@@ -18,6 +18,7 @@ from sinkscope.config import (
     streaming_params,
     validate_config,
 )
+from sinkscope.sizing.requests import rule_resources
 from sinkscope.paths import (
     GEOMETRY_FIGURES,
     GEOMETRY_LONG_CONTEXT_FIGURES,
@@ -139,6 +140,11 @@ PRIORITY = {
         0,
     ),
 }
+
+
+def job_resources(rule, minutes=None):
+    """Every job's mem_mb, runtime, gpu and slurm_partition (sinkscope.sizing.requests)."""
+    return rule_resources(rule, config, minutes)
 
 
 # N and T of the extraction, named in the titles of the per-pair figures

@@ -18,6 +18,8 @@ rule cost_toy:
         paths.log("cost_toy", "toy"),
     conda:
         "../../envs/sinkscope.yaml"
+    resources:
+        **job_resources("cost_toy"),
     script:
         "../scripts/step.py"
 
@@ -33,8 +35,7 @@ rule cost_backcopy_run:
     conda:
         "../../envs/sinkscope.yaml"
     resources:
-        mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: 60 * attempt,
+        **job_resources("cost_backcopy_run"),
     script:
         "../scripts/step.py"
 
@@ -50,8 +51,7 @@ rule cost_backcopy_e2e:
     conda:
         "../../envs/sinkscope.yaml"
     resources:
-        mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: 120 * attempt,
+        **job_resources("cost_backcopy_e2e"),
     script:
         "../scripts/step.py"
 
@@ -67,8 +67,7 @@ rule cost_copypaste_run:
     conda:
         "../../envs/sinkscope.yaml"
     resources:
-        mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: 60 * attempt,
+        **job_resources("cost_copypaste_run"),
     script:
         "../scripts/step.py"
 
@@ -93,6 +92,8 @@ rule summarize_backcopy:
         paths.log("summarize_backcopy", "all"),
     conda:
         "../../envs/sinkscope.yaml"
+    resources:
+        **job_resources("summarize_backcopy"),
     script:
         "../scripts/step.py"
 
@@ -115,6 +116,8 @@ rule summarize_copypaste:
         paths.log("summarize_copypaste", "all"),
     conda:
         "../../envs/sinkscope.yaml"
+    resources:
+        **job_resources("summarize_copypaste"),
     script:
         "../scripts/step.py"
 
@@ -134,5 +137,7 @@ rule summarize_backcopy_e2e:
         paths.log("summarize_backcopy_e2e", "all"),
     conda:
         "../../envs/sinkscope.yaml"
+    resources:
+        **job_resources("summarize_backcopy_e2e"),
     script:
         "../scripts/step.py"

@@ -26,8 +26,7 @@ rule dynamics_value_softmax_run:
         "../../envs/sinkscope.yaml"
     threads: 1
     resources:
-        mem_mb=lambda wc, attempt: 1000 * attempt,
-        runtime=lambda wc, attempt: DYNAMICS_MINUTES["value_softmax"] * attempt,
+        **job_resources("dynamics_value_softmax_run", minutes=DYNAMICS_MINUTES["value_softmax"]),
     script:
         "../scripts/step.py"
 
@@ -44,8 +43,7 @@ rule dynamics_induction_run:
         "../../envs/sinkscope.yaml"
     threads: 1
     resources:
-        mem_mb=lambda wc, attempt: 2000 * attempt,
-        runtime=lambda wc, attempt: DYNAMICS_MINUTES["induction"] * attempt,
+        **job_resources("dynamics_induction_run", minutes=DYNAMICS_MINUTES["induction"]),
     script:
         "../scripts/step.py"
 
@@ -62,8 +60,7 @@ rule dynamics_classification_run:
         "../../envs/sinkscope.yaml"
     threads: 1
     resources:
-        mem_mb=lambda wc, attempt: 2000 * attempt,
-        runtime=lambda wc, attempt: DYNAMICS_MINUTES["classification"] * attempt,
+        **job_resources("dynamics_classification_run", minutes=DYNAMICS_MINUTES["classification"]),
     script:
         "../scripts/step.py"
 
@@ -79,8 +76,7 @@ rule summarize_dynamics_value_softmax:
     conda:
         "../../envs/sinkscope.yaml"
     resources:
-        mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: 15 * attempt,
+        **job_resources("summarize_dynamics_value_softmax"),
     script:
         "../scripts/step.py"
 
@@ -96,8 +92,7 @@ rule summarize_dynamics_induction:
     conda:
         "../../envs/sinkscope.yaml"
     resources:
-        mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: 15 * attempt,
+        **job_resources("summarize_dynamics_induction"),
     script:
         "../scripts/step.py"
 
@@ -113,7 +108,6 @@ rule summarize_dynamics_classification:
     conda:
         "../../envs/sinkscope.yaml"
     resources:
-        mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: 15 * attempt,
+        **job_resources("summarize_dynamics_classification"),
     script:
         "../scripts/step.py"

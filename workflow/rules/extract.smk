@@ -18,8 +18,6 @@ rule extract_activations:
         "../../envs/sinkscope.yaml"
     threads: PAIR_THREADS
     resources:
-        gpu=config["resources"]["extraction_gpus"],
-        mem_mb=lambda wc, attempt: config["resources"]["extraction_mem_mb"] * attempt,
-        runtime=lambda wc, attempt: config["resources"]["extraction_runtime_min"] * attempt,
+        **job_resources("extract_activations"),
     script:
         "../scripts/step.py"

@@ -20,8 +20,7 @@ rule analyze_geometry:
         "../../envs/sinkscope.yaml"
     threads: 1
     resources:
-        mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: 30 * attempt,
+        **job_resources("analyze_geometry"),
     script:
         "../scripts/step.py"
 
@@ -46,8 +45,7 @@ rule analyze_geometry_long_context:
         "../../envs/sinkscope.yaml"
     threads: 1
     resources:
-        mem_mb=lambda wc, attempt: 6000 * attempt,
-        runtime=lambda wc, attempt: 20 * attempt,
+        **job_resources("analyze_geometry_long_context"),
     script:
         "../scripts/step.py"
 
@@ -67,7 +65,6 @@ rule summarize_geometry:
     conda:
         "../../envs/sinkscope.yaml"
     resources:
-        mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: 20 * attempt,
+        **job_resources("summarize_geometry"),
     script:
         "../scripts/step.py"

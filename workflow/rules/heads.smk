@@ -32,8 +32,7 @@ rule classify_heads:
     conda:
         "../../envs/sinkscope.yaml"
     resources:
-        mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: 20 * attempt,
+        **job_resources("classify_heads"),
     script:
         "../scripts/step.py"
 
@@ -63,7 +62,6 @@ rule summarize_heads:
     conda:
         "../../envs/sinkscope.yaml"
     resources:
-        mem_mb=lambda wc, attempt: 2000 * attempt,
-        runtime=lambda wc, attempt: 10 * attempt,
+        **job_resources("summarize_heads"),
     script:
         "../scripts/step.py"

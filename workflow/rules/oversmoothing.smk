@@ -21,8 +21,7 @@ rule analyze_oversmoothing:
         "../../envs/sinkscope.yaml"
     threads: PAIR_THREADS
     resources:
-        mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: 30 * attempt,
+        **job_resources("analyze_oversmoothing"),
     script:
         "../scripts/step.py"
 
@@ -44,7 +43,6 @@ rule summarize_oversmoothing:
     conda:
         "../../envs/sinkscope.yaml"
     resources:
-        mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: 20 * attempt,
+        **job_resources("summarize_oversmoothing"),
     script:
         "../scripts/step.py"

@@ -14,8 +14,7 @@ rule prepare_model:
     conda:
         "../../envs/sinkscope.yaml"
     resources:
-        mem_mb=lambda wc, attempt: 8000 * attempt,
-        runtime=lambda wc, attempt: 30 * attempt,
+        **job_resources("prepare_model"),
     script:
         "../scripts/step.py"
 
@@ -32,8 +31,7 @@ rule prepare_corpus:
     conda:
         "../../envs/sinkscope.yaml"
     resources:
-        mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: 20 * attempt,
+        **job_resources("prepare_corpus"),
     script:
         "../scripts/step.py"
 
@@ -53,8 +51,7 @@ rule tokenize_corpus:
     conda:
         "../../envs/sinkscope.yaml"
     resources:
-        mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: 20 * attempt,
+        **job_resources("tokenize_corpus"),
     script:
         "../scripts/step.py"
 
@@ -76,7 +73,6 @@ rule cut_tokens:
     conda:
         "../../envs/sinkscope.yaml"
     resources:
-        mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: 20 * attempt,
+        **job_resources("cut_tokens"),
     script:
         "../scripts/step.py"

@@ -19,8 +19,7 @@ rule analyze_sinks:
         "../../envs/sinkscope.yaml"
     threads: 1
     resources:
-        mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: 20 * attempt,
+        **job_resources("analyze_sinks"),
     script:
         "../scripts/step.py"
 
@@ -39,7 +38,6 @@ rule summarize_sinks:
     conda:
         "../../envs/sinkscope.yaml"
     resources:
-        mem_mb=lambda wc, attempt: 2000 * attempt,
-        runtime=lambda wc, attempt: 10 * attempt,
+        **job_resources("summarize_sinks"),
     script:
         "../scripts/step.py"

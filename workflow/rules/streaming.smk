@@ -21,8 +21,7 @@ rule analyze_streaming:
         "../../envs/sinkscope.yaml"
     threads: 1
     resources:
-        mem_mb=lambda wc, attempt: 6000 * attempt,
-        runtime=lambda wc, attempt: config["streaming"]["runtime_min"] * attempt,
+        **job_resources("analyze_streaming"),
     script:
         "../scripts/step.py"
 
@@ -45,8 +44,7 @@ rule analyze_streaming_recompute:
         "../../envs/sinkscope.yaml"
     threads: 1
     resources:
-        mem_mb=lambda wc, attempt: 6000 * attempt,
-        runtime=lambda wc, attempt: config["streaming"]["runtime_min"] * attempt,
+        **job_resources("analyze_streaming_recompute"),
     script:
         "../scripts/step.py"
 
@@ -65,8 +63,7 @@ rule analyze_streaming_first_positions:
     conda:
         "../../envs/sinkscope.yaml"
     resources:
-        mem_mb=lambda wc, attempt: 2000 * attempt,
-        runtime=lambda wc, attempt: 20 * attempt,
+        **job_resources("analyze_streaming_first_positions"),
     script:
         "../scripts/step.py"
 
@@ -87,7 +84,6 @@ rule summarize_streaming:
     conda:
         "../../envs/sinkscope.yaml"
     resources:
-        mem_mb=lambda wc, attempt: 4000 * attempt,
-        runtime=lambda wc, attempt: 20 * attempt,
+        **job_resources("summarize_streaming"),
     script:
         "../scripts/step.py"

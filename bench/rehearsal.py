@@ -1,0 +1,182 @@
+"""Dress rehearsal at the paper's shapes: the real DAG on random-weight models with the exact
+configuration of paper models (``sinkscope/sizing/model_configs``), cut to 1 and 2 layers, at
+the paper's extraction scale (N = 50, T = 256), on this machine's CPU.
+
+Every job writes its peak RSS and wall time at the end of its log (``sinkscope.sizing.usage``).
+Per rule, the two depths give a fixed and a per-layer part (``v(L) = a + b L``), extrapolated to
+the model's full depth and compared with what ``sinkscope.sizing`` requests for that depth under
+the same settings (float32, CPU). The request must cover the extrapolated peak and should not
+exceed it more than about 3x. Prints a Markdown table and writes ``bench/rehearsal.json``.
+
+    .venv/bin/python bench/rehearsal.py                                  # Llama-3.1-8B, GPT-2 XL
+    .venv/bin/python bench/rehearsal.py --models google/gemma-7b --out /tmp/rehearsal
+
+Needs the default run's prepared SmolLM2 (its tokenizer; ``make run`` or
+``snakemake results/models/smollm2-135m``). Random weights make no sinks: the work that depends
+on them (secondary sinks, per-sink-head work) is not rehearsed. The StreamingLLM jobs run the
+short run's settings (one stream of 256 tokens): their times on the CPU say nothing about a GPU
+node, their memory (weights + one chunk) is what is compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_MODELS = ("meta-llama/Llama-3.1-8B", "openai-community/gpt2-xl")
+
+
+def cpu_model() -> str:
+    """The CPU's model name (times are stated with it: CPUs differ about 2x)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def rehearsal_config(model_dir: Path, facts: Any, download_dir: Path) -> dict[str, Any]:
+    """The config of one rehearsal: the cut model as a ``local`` float32 model on the CPU, the
+    default run's ``alice`` corpus at N = 50 x T = 256, the short run's StreamingLLM settings,
+    one long-context sequence just longer than d_model where the positions allow it."""
+    from sinkscope.config import load_config
+
+    default = load_config(REPO / "config.yaml")
+    long_len = min(facts.d_model + 2, facts.max_positions)
+    return {
+        "download_dir": str(download_dir),
+        "models": {"rehearsal": {"dtype": "float32",
+                                 "source": {"kind": "local", "path": str(model_dir)}}},
+        "datasets": {"alice": copy.deepcopy(default["datasets"]["alice"])},
+        "extraction": {"n_sequences": 50, "context_length": 256, "seed": 0},
+        "streaming": copy.deepcopy(default["streaming"]),
+        "geometry": {"long_context": {"n_sequences": 1, "seq_len": long_len}},
+        "costs": {"enabled": False},
+        "dynamics": {"enabled": False},
+        "resources": {"gpus": 0},
+    }
+
+
+def run_depth(hub_id: str, n_layers: int, out: Path, cores: int) -> dict[str, Any]:
+    """Build the cut model, run the DAG, return ``{rule: usage}`` of its per-pair jobs."""
+    from sinkscope.sizing.rehearsal import build_random_model
+    from sinkscope.sizing.shapes import facts_from_config
+    from sinkscope.sizing.usage import read_usage
+
+    workdir = out / f"{hub_id.replace('/', '--')}-{n_layers}"
+    model_dir = workdir / "model"
+    if not (model_dir / "config.json").is_file():
+        build_random_model(hub_id, n_layers, REPO / "results" / "models" / "smollm2-135m", model_dir)
+    config = json.loads((model_dir / "config.json").read_text())
+    facts = facts_from_config("rehearsal", config, "float32", "rehearsal")
+    configfile = workdir / "rehearsal.yaml"
+    configfile.write_text(yaml.safe_dump(
+        rehearsal_config(model_dir, facts, REPO / "resources" / "downloads")))
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
+         "--cores", str(cores), "--configfile", str(configfile), "--rerun-triggers", "mtime"],
+        capture_output=True, text=True, cwd=REPO, check=False,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"rehearsal of {hub_id} at {n_layers} layers failed:\n"
+                         f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+    usage = {}
+    for log in sorted((workdir / "results" / "logs").rglob("rehearsal/*.log")):
+        rule = log.relative_to(workdir / "results" / "logs").parts[0]
+        found = read_usage(log)
+        if found is not None and log.stem == "alice":
+            usage[rule] = {"peak_rss_mb": found.peak_rss_mb, "wall_s": found.wall_s}
+    return {"n_layers": n_layers, "wall_s": time.monotonic() - started, "usage": usage,
+            "configfile": str(configfile)}
+
+
+def extrapolate(v1: float, v2: float, depth: int) -> float:
+    """``a + b L`` through the measurements at 1 and 2 layers, at ``L = depth`` (a per-layer part
+    below zero, i.e. noise, counts as zero)."""
+    per_layer = max(0.0, v2 - v1)
+    return v1 + per_layer * (depth - 1)
+
+
+def compare(hub_id: str, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per rule: measured at 1 and 2 layers, extrapolated to the full depth, the request there
+    (same settings, full depth) and the ratios."""
+    from sinkscope.config import load_layered_config, validate_config
+    from sinkscope.sizing.requests import job_request
+    from sinkscope.sizing.shapes import facts_from_config, fixture_config
+
+    one, two = sorted(runs, key=lambda run: run["n_layers"])
+    full = facts_from_config("rehearsal", fixture_config(hub_id), "float32", "kept")
+    config = validate_config(load_layered_config([two["configfile"]]))
+    rows = []
+    for rule in sorted(set(one["usage"]) & set(two["usage"])):
+        a, b = one["usage"][rule], two["usage"][rule]
+        peak = extrapolate(a["peak_rss_mb"], b["peak_rss_mb"], full.n_layers)
+        wall = extrapolate(a["wall_s"], b["wall_s"], full.n_layers)
+        try:
+            request = job_request(rule, config, facts=full)
+        except KeyError:  # a rule sinkscope.sizing does not know
+            continue
+        rows.append({
+            "model": hub_id, "rule": rule, "layers": full.n_layers,
+            "peak_1": a["peak_rss_mb"], "peak_2": b["peak_rss_mb"], "peak_full": peak,
+            "wall_1": a["wall_s"], "wall_2": b["wall_s"], "wall_full": wall,
+            "mem_mb": request.mem_mb, "runtime_min": request.runtime_min,
+            "mem_ratio": request.mem_mb / peak, "time_ratio": 60 * request.runtime_min / wall,
+        })
+    return rows
+
+
+def render(rows: list[dict[str, Any]], cpu: str) -> str:
+    lines = [
+        f"CPU: {cpu}. Measured at 1 and 2 layers (N = 50, T = 256, float32, CPU), extrapolated "
+        "linearly to the full depth; request = sinkscope.sizing for the full depth, same settings.",
+        "",
+        "| model | rule | peak 1 / 2 layers | peak, full depth | request | request / peak "
+        "| wall 1 / 2 layers | wall, full depth | request | request / wall |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['rule']} | {r['peak_1']:,.0f} / {r['peak_2']:,.0f} MB "
+            f"| {r['peak_full']:,.0f} MB | {r['mem_mb']:,} MB | {r['mem_ratio']:.2f} "
+            f"| {r['wall_1']:,.0f} / {r['wall_2']:,.0f} s | {r['wall_full'] / 60:,.1f} min "
+            f"| {r['runtime_min']:,} min | {r['time_ratio']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS))
+    parser.add_argument("--out", type=Path, default=Path("/tmp/sinkscope-rehearsal"))
+    parser.add_argument("--cores", type=int, default=2)
+    args = parser.parse_args(argv)
+    rows: list[dict[str, Any]] = []
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for hub_id in args.models:
+        runs[hub_id] = [run_depth(hub_id, depth, args.out, args.cores) for depth in (1, 2)]
+        rows += compare(hub_id, runs[hub_id])
+    cpu = cpu_model()
+    print(render(rows, cpu))
+    (REPO / "bench" / "rehearsal.json").write_text(
+        json.dumps({"cpu": cpu, "runs": runs, "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

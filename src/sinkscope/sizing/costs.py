@@ -1,0 +1,117 @@
+"""Per-unit costs of every rule, measured on real runs; :mod:`sinkscope.sizing.requests` scales
+them by each job's units (layers, bytes of one layer's data, token-forwards, FLOPs).
+
+Each number says where it was measured. Times of CPU jobs are wall seconds of one job on the
+reference CPU, :data:`REFERENCE_CPU`; a slower CPU is covered by :data:`TIME_MARGIN` and the
+retries (each attempt asks for ``attempt`` times the request). GPU times follow from FLOPs at an
+assumed sustained throughput (the same assumptions as BENCHMARKS.md section 7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "ANALYSIS_COSTS",
+    "AnalysisCost",
+    "CPU_FORWARD_FLOP_S",
+    "D2H_GB_S",
+    "FS_GB_S",
+    "GPU_TFLOPS",
+    "HALFSPACE_S_PER_POINT_DIM",
+    "JOB_FIXED_MB",
+    "MEM_MARGIN",
+    "MIN_MEM_MB",
+    "MIN_RUNTIME_MIN",
+    "MODEL_JOB_FIXED_S",
+    "MODEL_FREE_REQUESTS",
+    "REFERENCE_CPU",
+    "TIME_MARGIN",
+]
+
+#: The CPU the per-unit CPU times were measured on (2 cores; one job alone).
+REFERENCE_CPU = "AMD EPYC, 2 cores (the project's CI machine kind)"
+
+#: Memory asked = estimated peak x this; covers the estimate's spread between models of the
+#: same shape (measured peaks fell within 0.7-1.0 of the estimates, tests/test_sizing.py).
+MEM_MARGIN = 1.5
+#: Time asked = estimated wall time x this: CPUs differ about 2x (an AVX2-only EPYC took 2.2x the
+#: job-minutes of the Intel machine the README's first times came from).
+TIME_MARGIN = 2.5
+#: Nothing below these: a SLURM job's own overhead, and a scheduler's minute granularity.
+MIN_MEM_MB = 1000
+MIN_RUNTIME_MIN = 5
+
+#: Resident memory of a job before it reads any data: Python, torch, polars, h5py, matplotlib
+#: (measured: 0.45-0.6 GB peak RSS for the tiny run's file-reading jobs, whose data is kilobytes).
+JOB_FIXED_MB = 700.0
+
+#: Sustained throughput of an eager bf16/fp32 forward on one data-centre GPU (H100/A100 class),
+#: device-to-host copies and the shared file system: assumptions, stated in BENCHMARKS.md section 7.
+GPU_TFLOPS, D2H_GB_S, FS_GB_S = 200.0, 10.0, 1.0
+
+#: Fixed wall time of a job that runs a model: imports, CUDA start, tokenizer, tables, figures.
+MODEL_JOB_FIXED_S = 120.0
+
+#: Seconds per point and dimension of the long-context half-space test (one linear program per
+#: layer, sequence and point set; measured: SmolLM2-135M, 30 layers x 2 x 1,023 points in
+#: d = 576, 19 s on one core of the reference CPU).
+HALFSPACE_S_PER_POINT_DIM = 5.4e-7
+
+#: FLOP/s of a float32 eager forward on the reference CPU, one job on 1-2 threads (measured:
+#: SmolLM2-135M extraction, 8 x 257 tokens, and the 2-layer Llama-width rehearsal).
+CPU_FORWARD_FLOP_S = 2.0e10
+
+
+@dataclass(frozen=True)
+class AnalysisCost:
+    """A file-reading analysis: peak RSS = :data:`JOB_FIXED_MB` + ``rss_layers`` x one layer's
+    data (float32, :func:`sinkscope.sizing.requests.layer_bytes`); wall time = ``fixed_s`` +
+    ``s_per_gb`` x the bytes of every layer it reads."""
+
+    rss_layers: float
+    s_per_gb: float
+    fixed_s: float = 10.0
+
+
+#: The file-reading analyses, measured on the 2-layer rehearsal at Llama-3.1-8B's widths
+#: (N = 50, T = 256: one layer holds 0.98 GB as float32) on :data:`REFERENCE_CPU`.
+ANALYSIS_COSTS: dict[str, AnalysisCost] = {
+    "classify_heads": AnalysisCost(rss_layers=0.5, s_per_gb=8.5),
+    "analyze_geometry": AnalysisCost(rss_layers=1.0, s_per_gb=28.0),
+    "analyze_oversmoothing": AnalysisCost(rss_layers=2.0, s_per_gb=170.0),
+    "analyze_sinks": AnalysisCost(rss_layers=1.0, s_per_gb=13.0),
+    "analyze_streaming_first_positions": AnalysisCost(rss_layers=0.5, s_per_gb=5.0),
+}
+
+#: Jobs whose size does not depend on a model: (peak MB, minutes) as measured at the full
+#: offline scale on :data:`REFERENCE_CPU`, before the margins. Dynamics runs take their minutes
+#: from their grid (:func:`sinkscope.dynamics.grids.dynamics_minutes`).
+MODEL_FREE_REQUESTS: dict[str, tuple[float, float]] = {
+    # a local rule (runs on the submit host, where no request applies): fetch and, for a GGUF,
+    # dequantise to float32 and save (Gemma 3 270M: 6 GB peak)
+    "prepare_model": (6000.0, 20.0),
+    "tokenize_corpus": (1500.0, 5.0),
+    "cut_tokens": (1000.0, 2.0),
+    # cross-pair summaries: tables of at most a few MB per pair, and the summary figures
+    "summarize_heads": (1500.0, 3.0),
+    "summarize_geometry": (2500.0, 5.0),
+    "summarize_oversmoothing": (2500.0, 5.0),
+    "summarize_sinks": (1500.0, 3.0),
+    "summarize_streaming": (2500.0, 5.0),
+    "prepare_corpus": (2000.0, 5.0),
+    "cost_toy": (1500.0, 5.0),
+    "cost_backcopy_run": (2500.0, 20.0),
+    "cost_backcopy_e2e": (2500.0, 40.0),
+    "cost_copypaste_run": (2500.0, 20.0),
+    "dynamics_value_softmax_run": (700.0, 0.0),
+    "dynamics_induction_run": (1300.0, 0.0),
+    "dynamics_classification_run": (1300.0, 0.0),
+    "summarize_backcopy": (1500.0, 2.0),
+    "summarize_copypaste": (1500.0, 2.0),
+    "summarize_backcopy_e2e": (1500.0, 2.0),
+    "summarize_dynamics_value_softmax": (2500.0, 5.0),
+    "summarize_dynamics_induction": (2500.0, 5.0),
+    "summarize_dynamics_classification": (2500.0, 5.0),
+    "claims": (1500.0, 2.0),
+}

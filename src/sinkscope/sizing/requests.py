@@ -1,0 +1,232 @@
+"""One request per job: memory, wall time, GPUs and partition, from the model's shape, the pair's
+N and T, the rule's config and the measured per-unit costs (:mod:`sinkscope.sizing.costs`).
+
+:func:`job_request` is the only source of the rules' ``resources`` (``workflow/rules/common.smk``
+``job_resources``) and of ``sinkscope plan``. Every estimate is ``fixed + per-unit x units``:
+
+* file-reading analyses (heads, geometry, oversmoothing, sinks, first positions): one layer's
+  data as float32 (:func:`layer_bytes`) sets the memory, every layer's the time;
+* model-running jobs (extraction, StreamingLLM caches and their re-computation baseline, the
+  long-context geometry): the weights in the configured dtype plus the batch, and the forward's
+  FLOPs (``2 x active parameters`` per token plus attention) at the GPU's or the CPU's throughput.
+  They ask for ``resources.gpus`` GPUs on ``resources.gpu_partition``; with ``gpus: 0`` they are
+  CPU jobs;
+* everything else: a measured constant (:data:`sinkscope.sizing.costs.MODEL_FREE_REQUESTS`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sinkscope.sizing import costs
+from sinkscope.sizing.shapes import ModelFacts, model_facts
+
+__all__ = [
+    "MODEL_RUNNING_RULES",
+    "MODEL_SIZED_RULES",
+    "Estimate",
+    "Request",
+    "estimate",
+    "job_request",
+    "layer_bytes",
+    "rule_resources",
+    "streaming_token_forwards",
+]
+
+#: Rules that load the model and run it: they go where the model fits (the GPU partition).
+MODEL_RUNNING_RULES = (
+    "extract_activations",
+    "analyze_streaming",
+    "analyze_streaming_recompute",
+    "analyze_geometry_long_context",
+)
+#: Rules whose request depends on the model's shape (the others' are measured constants).
+MODEL_SIZED_RULES = (*MODEL_RUNNING_RULES, *costs.ANALYSIS_COSTS)
+FLOAT32 = 4
+MB = 2**20
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What one job is expected to use, before the margins: peak host memory and wall time."""
+
+    peak_mb: float
+    seconds: float
+    gpus: int = 0
+
+
+@dataclass(frozen=True)
+class Request:
+    """What one job asks for: :class:`Estimate` x the margins x the attempt."""
+
+    mem_mb: int
+    runtime_min: int
+    gpus: int
+    partition: str
+    estimate: Estimate
+
+    def resources(self) -> dict[str, Any]:
+        """The rule's ``resources`` (Snakemake names: ``mem_mb``, ``runtime`` in minutes,
+        ``gpu``, ``slurm_partition``)."""
+        return {
+            "mem_mb": self.mem_mb,
+            "runtime": self.runtime_min,
+            "gpu": self.gpus,
+            "slurm_partition": self.partition,
+        }
+
+
+def layer_bytes(facts: ModelFacts, n_sequences: int, positions: int) -> int:
+    """One layer's data of an activation file as the analyses hold it (float32): the attention
+    maps ``(N, H, T1, T1)``, the residual stream and the attention update ``(N, T1, d)`` each,
+    and the per-head ``W_V``/``W_O`` (``2 H hd d``); ``positions`` = T1 (BOS included)."""
+    maps = n_sequences * facts.n_heads * positions * positions
+    rows = 2 * n_sequences * positions * facts.d_model
+    weights = 2 * facts.n_heads * facts.head_dim * facts.d_model
+    return FLOAT32 * (maps + rows + weights)
+
+
+def forward_flops(facts: ModelFacts, tokens: int, context: int) -> float:
+    """FLOPs of a forward over ``tokens`` tokens that each attend to ``context`` keys:
+    ``2 x active parameters`` per token (every matrix product) plus ``4 L d context`` (scores and
+    the weighted sum)."""
+    return tokens * (2.0 * facts.active_params + 4.0 * facts.n_layers * facts.d_model * context)
+
+
+def streaming_token_forwards(params: Mapping[str, Any], n_layers: int) -> tuple[int, int]:
+    """Token-forwards of one pair's StreamingLLM evaluation (:mod:`sinkscope.streaming`):
+    ``(cache evaluation, re-computation baseline)``. Every cache policy
+    (:func:`sinkscope.streaming.cache.build_policies`) runs each stream once; the layer ablation
+    runs ``layer_ablation_length`` tokens once per layer; the baseline re-encodes the last ``L``
+    tokens twice (with and without BOS) for ``recompute_samples`` queries per window ``L``."""
+    from sinkscope.streaming.cache import build_policies
+
+    length, n_streams = int(params["stream_length"]), int(params["n_streams"])
+    evaluation = len(build_policies(params, length)) * n_streams * length
+    if params.get("layer_ablation_window") is not None:
+        evaluation += (
+            n_layers
+            * int(params["layer_ablation_streams"])
+            * min(length, int(params["layer_ablation_length"]))
+        )
+    samples = int(params.get("recompute_samples") or 0)
+    recompute = sum(2 * samples * n_streams * (int(w) + 1) for w in params["window_sizes"])
+    return evaluation, recompute
+
+
+def _model_job(
+    facts: ModelFacts, tokens: int, context: int, batch_bytes: float, gpus: int, write_bytes: float
+) -> Estimate:
+    """A job that loads the weights and runs ``tokens`` token-forwards: weights (host copy while
+    loading) + the batch's host tensors; time = load + forward (+ writing ``write_bytes``)."""
+    flops = forward_flops(facts, tokens, context)
+    throughput = costs.GPU_TFLOPS * 1e12 if gpus else costs.CPU_FORWARD_FLOP_S
+    load_s = facts.weight_bytes / (costs.FS_GB_S * 1e9)
+    seconds = (
+        costs.MODEL_JOB_FIXED_S
+        + load_s
+        + flops / throughput
+        + write_bytes / (costs.FS_GB_S * 1e9)
+    )
+    peak = costs.JOB_FIXED_MB + (facts.weight_bytes + batch_bytes) / MB
+    return Estimate(peak, seconds, gpus)
+
+
+def estimate(rule: str, config: Mapping[str, Any], facts: ModelFacts | None) -> Estimate:
+    """The expected peak memory and wall time of one job of ``rule`` under ``config`` for the model
+    of ``facts`` (None for rules that do not depend on a model)."""
+    from sinkscope.config import long_context_params, streaming_params
+
+    extraction = config["extraction"]
+    n, t1 = int(extraction["n_sequences"]), int(extraction["context_length"]) + 1
+    gpus = int(config["resources"]["gpus"])
+    if rule in costs.ANALYSIS_COSTS:
+        assert facts is not None, rule
+        cost = costs.ANALYSIS_COSTS[rule]
+        one_layer = layer_bytes(facts, n, t1)
+        peak = costs.JOB_FIXED_MB + cost.rss_layers * one_layer / MB
+        seconds = cost.fixed_s + cost.s_per_gb * facts.n_layers * one_layer / 1e9
+        return Estimate(peak, seconds)
+    if rule == "extract_activations":
+        assert facts is not None
+        from sinkscope.extraction.extract import batch_bytes_per_sequence
+
+        data = facts.n_layers * layer_bytes(facts, n, t1)
+        batch = min(n, 8) * batch_bytes_per_sequence(facts, t1)
+        return _model_job(facts, n * t1, t1, 2 * batch, gpus, data / 2)
+    if rule in ("analyze_streaming", "analyze_streaming_recompute"):
+        assert facts is not None
+        params = streaming_params(config)
+        evaluation, recompute = streaming_token_forwards(params, facts.n_layers)
+        tokens = evaluation if rule == "analyze_streaming" else recompute
+        window = max(int(w) for w in params["window_sizes"])
+        kv_cache = 2 * facts.n_layers * facts.n_kv_heads * facts.head_dim * window * FLOAT32
+        chunk = int(params["chunk_size"]) * facts.vocab_size * FLOAT32  # one chunk's logits
+        return _model_job(facts, tokens, window, kv_cache + chunk, gpus, 0)
+    if rule == "analyze_geometry_long_context":
+        assert facts is not None
+        lc = long_context_params(config)
+        tokens = int(lc["n_sequences"]) * int(lc["seq_len"])
+        states = (facts.n_layers + 1) * tokens * facts.d_model * FLOAT32 * 2
+        forward = _model_job(facts, tokens, int(lc["seq_len"]), states, gpus, 0)
+        # the half-space programs run on the CPU: one per (layer, sequence, point set)
+        programs = costs.HALFSPACE_S_PER_POINT_DIM * facts.n_layers * tokens * facts.d_model
+        return Estimate(forward.peak_mb, forward.seconds + programs, gpus)
+    if rule in costs.MODEL_FREE_REQUESTS:
+        peak, minutes = costs.MODEL_FREE_REQUESTS[rule]
+        return Estimate(peak, 60.0 * minutes)
+    raise KeyError(f"sinkscope.sizing has no estimate for rule {rule!r}")
+
+
+def job_request(
+    rule: str,
+    config: Mapping[str, Any],
+    model: str | None = None,
+    attempt: int = 1,
+    results: str = "results",
+    minutes: float | None = None,
+    facts: ModelFacts | None = None,
+) -> Request:
+    """What one job of ``rule`` asks for on attempt ``attempt`` (``model``: its model's config
+    name, for rules that depend on one; ``minutes``: a run time known from elsewhere, e.g. a
+    dynamics run's grid, used instead of the estimate's; ``facts``: the model's shape, given
+    directly instead of looked up by name, e.g. a paper model's full depth in a rehearsal)."""
+    if facts is None and rule in MODEL_SIZED_RULES and model is not None:
+        facts = model_facts(config, model, results)
+    guess = estimate(rule, config, facts)
+    if minutes is not None:
+        guess = Estimate(guess.peak_mb, 60.0 * minutes / costs.TIME_MARGIN, guess.gpus)
+    settings = config["resources"]
+    gpus = guess.gpus if rule in MODEL_RUNNING_RULES else 0
+    mem = max(costs.MIN_MEM_MB, math.ceil(guess.peak_mb * costs.MEM_MARGIN / 100) * 100)
+    runtime = max(costs.MIN_RUNTIME_MIN, math.ceil(guess.seconds * costs.TIME_MARGIN / 60))
+    partition = settings["gpu_partition"] if gpus else settings["cpu_partition"]
+    return Request(mem * attempt, runtime * attempt, gpus, partition, guess)
+
+
+def rule_resources(rule: str, config: Mapping[str, Any], minutes: float | None = None) -> dict:
+    """A rule's ``resources:`` (``**rule_resources(...)`` in ``workflow/rules/*.smk``): one
+    callable per resource over :func:`job_request`, with the job's ``{model}`` wildcard where it
+    has one. A model whose shape is not known before ``prepare_model`` has run
+    (:class:`~sinkscope.sizing.shapes.UnknownModelShape`) reads as a missing input file, which
+    Snakemake shows as "TBD" in a dry run and evaluates again once the model is prepared."""
+    import errno
+
+    from sinkscope.sizing.shapes import UnknownModelShape
+
+    def request(wildcards: Any, input: Any, attempt: int) -> Request:
+        try:
+            return job_request(rule, config, getattr(wildcards, "model", None), attempt,
+                               minutes=minutes)
+        except UnknownModelShape as error:
+            missing = str(getattr(input, "model_dir", "") or next(iter(input), ""))
+            raise FileNotFoundError(errno.ENOENT, str(error), missing) from error
+
+    return {
+        name: (lambda wildcards, input, attempt, name=name:
+               request(wildcards, input, attempt).resources()[name])
+        for name in ("mem_mb", "runtime", "gpu", "slurm_partition")
+    }
