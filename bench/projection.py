@@ -12,14 +12,29 @@ import yaml
 from settings import REPO, default_config  # bench/settings.py
 
 from sinkscope.extraction import h5layout
+from sinkscope.sizing.costs import D2H_GB_S, FS_GB_S, GPU_TFLOPS  # the jobs' requests assume them too
+from sinkscope.sizing.shapes import facts_from_config, fixture_config
 
-#: Shapes of the paper's hub models (config.json of each: layers, query heads, width) for the
-#: projection of section 7; N x T as in the paper.
-PAPER_SHAPES = {
-    "Llama-3.1-8B": {"n_layers": 32, "n_heads": 32, "d_model": 4096, "params": 8.0e9},
-    "Gemma-7B": {"n_layers": 28, "n_heads": 16, "d_model": 3072, "params": 8.5e9},
-    "gpt2-xl": {"n_layers": 48, "n_heads": 25, "d_model": 1600, "params": 1.56e9},
+#: The paper's hub models of the projection of section 7 (their kept config.json files,
+#: sinkscope/sizing/model_configs); N x T as in the paper.
+PAPER_MODELS = {
+    "Llama-3.1-8B": "meta-llama/Llama-3.1-8B",
+    "Gemma-7B": "google/gemma-7b",
+    "gpt2-xl": "openai-community/gpt2-xl",
 }
+
+
+def _paper_shape(hub_id: str) -> dict[str, Any]:
+    facts = facts_from_config(hub_id, fixture_config(hub_id), "bfloat16", "kept")
+    return {
+        "n_layers": facts.n_layers,
+        "n_heads": facts.n_heads,
+        "d_model": facts.d_model,
+        "params": float(facts.n_params),
+    }
+
+
+PAPER_SHAPES = {name: _paper_shape(hub_id) for name, hub_id in PAPER_MODELS.items()}
 PAPER_N, PAPER_T1 = 50, 257
 #: CPUs per extraction job that the SLURM profile requests (read from the profile itself)
 PROFILE_EXTRACTION_CPUS = int(
@@ -27,9 +42,6 @@ PROFILE_EXTRACTION_CPUS = int(
         "extract_activations"
     ]
 )
-#: Assumptions of the forward-time and copy estimates (an H100/H200-class node), stated in the
-#: table: sustained bf16 throughput of an eager forward, device-to-host bandwidth, file system.
-GPU_TFLOPS, D2H_GB_S, FS_GB_S = 200.0, 10.0, 1.0
 
 
 def _threaded_rows(pair: dict[str, Any], codec: str) -> dict[str, dict[str, Any]]:

@@ -46,8 +46,9 @@ MIN_RUNTIME_MIN = 5
 #: (measured: 0.45-0.6 GB peak RSS for the tiny run's file-reading jobs, whose data is kilobytes).
 JOB_FIXED_MB = 700.0
 
-#: Sustained throughput of an eager bf16/fp32 forward on one data-centre GPU (H100/A100 class),
-#: device-to-host copies and the shared file system: assumptions, stated in BENCHMARKS.md section 7.
+#: Sustained throughput of an eager bf16 forward on one data-centre GPU (H100/A100 class; about a
+#: fifth of an H100's dense bf16 peak), device-to-host copies and the shared file system:
+#: assumptions, not measurements (no GPU was at hand), shared with BENCHMARKS.md section 7.
 GPU_TFLOPS, D2H_GB_S, FS_GB_S = 200.0, 10.0, 1.0
 
 #: Fixed wall time of a job that runs a model: imports, CUDA start, tokenizer, tables, figures.
