@@ -218,6 +218,7 @@ def analyze_geometry_long_context(smk: Any) -> None:
         model_name=smk.wildcards.model,
         dataset_name=smk.wildcards.dataset,
         threads=smk.threads,
+        **_model_run(smk),
     )
     _write_tables({LONG_CONTEXT_TABLE: table}, smk.output, GEOMETRY_LONG_CONTEXT_TABLES)
     title = f"{smk.wildcards.model} on {smk.wildcards.dataset}: Prop. 4.1 on long sequences"
@@ -316,6 +317,20 @@ def _plot_oversmoothing(
     _draw(figures(tables, uniformity_threshold, thresholds), smk.output)
 
 
+def _model_run(smk: Any) -> dict[str, str]:
+    """How a job that runs the model outside the extraction loads it, as the extraction does: the
+    model entry's ``dtype`` and ``attn_implementation`` (``models.<name>``; the entry is rule
+    prepare_model's param, so a change re-prepares the model and re-runs these jobs) and
+    ``extraction.device``, read from the config and not a param: the device does not change what a
+    table means, so changing it re-runs nothing."""
+    entry = smk.config["models"][smk.wildcards.model]
+    return {
+        "dtype": entry["dtype"],
+        "attn_implementation": entry["attn_implementation"],
+        "device": smk.config["extraction"]["device"],
+    }
+
+
 def analyze_streaming(smk: Any) -> None:
     from sinkscope.paths import STREAMING_POLICY_FIGURES, STREAMING_POLICY_TABLES
     from sinkscope.streaming.experiment import evaluate_pair
@@ -327,6 +342,7 @@ def analyze_streaming(smk: Any) -> None:
         smk.input.stream,
         smk.input.provenance,
         {**smk.params.params, "model_name": model, "dataset_name": dataset},
+        **_model_run(smk),
     )
     _write_tables(tables, smk.output, STREAMING_POLICY_TABLES)
     _draw(figures(STREAMING_POLICY_FIGURES, tables, f"{model} / {dataset}"), smk.output)
@@ -345,6 +361,7 @@ def analyze_streaming_recompute(smk: Any) -> None:
         smk.input.nll_by_position,
         smk.input.settings,
         {**smk.params.params, "model_name": model, "dataset_name": dataset},
+        **_model_run(smk),
     )
     _write_tables(tables, smk.output, STREAMING_RECOMPUTE_TABLES)
     _draw(figures(STREAMING_RECOMPUTE_FIGURES, tables, f"{model} / {dataset}"), smk.output)

@@ -16,7 +16,16 @@ from transformers import AttentionInterface
 
 from sinkscope.streaming.cache import Policy, rope_rotate
 from sinkscope.streaming.evaluator import StreamingEvaluator
-from tests.streaming.tiny import T, reference_nll, streams, tiny_model
+from tests.streaming.tiny import (
+    BF16_NLL_MAX_TOL,
+    BF16_NLL_MEAN_TOL,
+    SMALL_PARAMS,
+    T,
+    TorchSpy,
+    reference_nll,
+    streams,
+    tiny_model,
+)
 
 # ------------------------------------------------------------------- brute-force reference
 
@@ -253,3 +262,117 @@ def test_in_cache_positions_change_the_result():
     orig = evaluator.run(ids, Policy("o", "sink", 2, 6, positions="original")).nll
     torch.testing.assert_close(cache[:, :8], orig[:, :8], rtol=0, atol=1e-6)
     assert (cache[:, 9:] - orig[:, 9:]).abs().max() > 1e-4
+
+
+# ------------------------------------------------------ batched policies, dtype and device
+
+#: Policies of every kind with different first evictions, sink counts, windows and position
+#: handling, and one that evicts in a single layer: what one batched run has to keep apart.
+BATCH = [
+    *POLICIES,
+    Policy("window_L6_layer1", "window", 0, 6, layers=(1,)),
+    Policy("neutral1_L12", "neutral", 1, 12),
+]
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3", "gpt_oss"])
+@pytest.mark.parametrize("from_snapshot", [False, True])
+def test_a_batch_of_policies_equals_each_policy_run_alone(family, from_snapshot):
+    """run_batch (rows = policies x streams, one cache storing what any policy may still see)
+    gives every policy the NLL of its own run, up to float rounding (2e-5 nats: the columns other
+    policies keep are masked, so only the summation order can differ), the same NaN pattern
+    (from a snapshot: NaN before each policy's own first eviction) and the same token counts."""
+    model = tiny_model(family)
+    ids = streams(model, n=2)
+    evaluator = StreamingEvaluator(model, chunk_size=7)
+    states = evaluator.sink_states(5, 4)
+    snapshot = evaluator.run(ids, Policy("dense", "dense"), record=True).cache
+    kwargs = {"snapshot": snapshot if from_snapshot else None, "neutral_states": states}
+    batched = evaluator.run_batch(ids, BATCH, **kwargs)
+    assert len(batched) == len(BATCH)
+    for policy, together in zip(BATCH, batched, strict=True):
+        alone = evaluator.run(ids, policy, **kwargs)
+        assert together.nll.shape == alone.nll.shape == (2, T - 1)
+        assert torch.equal(together.nll.isnan(), alone.nll.isnan()), policy.name
+        torch.testing.assert_close(together.nll, alone.nll, rtol=0, atol=2e-5, equal_nan=True)
+        assert together.n_tokens == alone.n_tokens
+    with pytest.raises(ValueError, match="single policy"):
+        evaluator.run_batch(ids, BATCH[:2], record=True)
+
+
+def test_the_device_argument_reaches_every_tensor_the_streaming_code_creates(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Every tensor factory called by the cache, the evaluator and the pair's tables (torch.zeros,
+    arange, full, as_tensor, ...) is given the evaluator's device explicitly, so a CUDA run
+    creates nothing on the CPU: ``torch`` is replaced in those modules by a spy that records the
+    ``device`` of each factory call (none at all would fail the test, as would one without a
+    device or with another one). The NLL comes back to the CPU as float32."""
+    from sinkscope.streaming import cache, evaluator, experiment, recompute
+
+    spy = TorchSpy()
+    for module in (cache, evaluator, experiment, recompute):
+        monkeypatch.setattr(module, "torch", spy)
+    model = tiny_model("gemma3")
+    ids = streams(model)
+    run = StreamingEvaluator(model, chunk_size=9, device="cpu")
+    states = run.sink_states(5, 2)
+    dense = run.run(ids, Policy("dense", "dense"), record=True)
+    results = run.run_batch(
+        ids,
+        [Policy("s", "sink", 2, 6), Policy("n", "neutral", 2, 8), Policy("w", "window", 0, 6)],
+        snapshot=dense.cache,
+        neutral_states=states,
+    )
+    again = run.recompute_nll(ids, [10, 20], 6, bos_token_id=int(ids[0, 0]))
+    policies = [Policy("dense", "dense"), Policy("s", "sink", 2, 6), Policy("n", "neutral", 1, 6)]
+    experiment._evaluate_policies(run, ids, policies, 5, SMALL_PARAMS, policy_batch=2)
+    called = {name for name, _ in spy.calls}
+    assert {"arange", "full", "as_tensor"} <= called, called
+    wrong = [(name, device) for name, device in spy.calls if device != torch.device("cpu")]
+    assert not wrong, wrong
+    for result in (dense, *results, again):
+        assert result.nll.device.type == "cpu" and result.nll.dtype == torch.float32
+    assert all(layer.keys.device.type == "cpu" for layer in dense.cache.layers)
+
+
+def test_an_evaluator_on_another_device_than_the_model_is_refused():
+    """The evaluator never copies the model: a device its weights are not on is an error."""
+    model = tiny_model("llama")
+    assert StreamingEvaluator(model, device="cpu").device == torch.device("cpu")
+    with pytest.raises(ValueError, match="weights are on cpu, not on device cuda:0"):
+        StreamingEvaluator(model, device="cuda:0")
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3", "gpt_oss"])
+def test_bfloat16_runs_agree_with_float32_runs(family):
+    """The same tiny model in bfloat16 and in float32 (dense, window, sink, neutral from the dense
+    snapshot, and re-computation with BOS): the per-token NLL differs by at most the stated
+    tolerance, and does differ (the bfloat16 run is really bfloat16: weights, cache and
+    attention; the NLL itself is float32 from float32 logits)."""
+    policies = [
+        Policy("w", "window", 0, 8),
+        Policy("s", "sink", 2, 8),
+        Policy("n", "neutral", 2, 8),
+    ]
+    runs = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        model = tiny_model(family).to(dtype)
+        ids = streams(model)
+        evaluator = StreamingEvaluator(model, chunk_size=16, device="cpu")
+        dense = evaluator.run(ids, Policy("dense", "dense"), record=True)
+        assert {layer.keys.dtype for layer in dense.cache.layers} == {dtype}
+        states = evaluator.sink_states(5, 2)
+        nll = [dense.nll]
+        nll += [
+            run.nll
+            for run in evaluator.run_batch(
+                ids, policies, snapshot=dense.cache, neutral_states=states
+            )
+        ]
+        nll.append(evaluator.recompute_nll(ids, [10, 20, 30], 8, int(ids[0, 0])).nll)
+        assert all(values.dtype == torch.float32 for values in nll)
+        runs[dtype] = torch.cat([values[~values.isnan()] for values in nll])
+    difference = (runs[torch.float32] - runs[torch.bfloat16]).abs()
+    assert 0 < difference.mean() <= BF16_NLL_MEAN_TOL, difference.mean()
+    assert difference.max() <= BF16_NLL_MAX_TOL, difference.max()

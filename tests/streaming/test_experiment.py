@@ -9,7 +9,9 @@ import numpy as np
 import polars as pl
 import pytest
 
+from sinkscope.streaming.cache import build_policies
 from sinkscope.streaming.evaluator import StreamingEvaluator
+from sinkscope.streaming.experiment import _evaluate_policies, _policy_batches
 from sinkscope.streaming.recompute import RECOMPUTE_BASELINES, recompute_queries
 from sinkscope.streaming.summary import summarize
 from tests.streaming.tiny import (
@@ -117,3 +119,31 @@ def test_policy_grid_andpair_tables():
     # the permutation p-values do not depend on the order of the head rows (joins reorder)
     shuffled = summarize([tables], [heads.sample(fraction=1.0, shuffle=True, seed=3)])
     assert shuffled["correlations"].equals(summary["correlations"])
+
+
+def test_batched_policies_give_the_tables_of_one_policy_at_a_time():
+    """The pair's tables with 5 policies per forward (and the layer ablation 5 layers per
+    forward, GPU-style) equal those of one policy at a time (the CPU's default) up to float
+    rounding: the same rows, token counts and regions, NLL within 2e-5 nats (perplexities within
+    a relative 2e-5)."""
+    model = tiny_model("gemma3")
+    policies = build_policies(SMALL_PARAMS, T)
+    evaluator = StreamingEvaluator(model, chunk_size=16)
+    ids = streams(model)
+    one = _evaluate_policies(evaluator, ids, policies, 5, SMALL_PARAMS, policy_batch=1)
+    five = _evaluate_policies(evaluator, ids, policies, 5, SMALL_PARAMS, policy_batch=5)
+    assert len(_policy_batches(policies[1:], 5)) == math.ceil((len(policies) - 1) / 5) > 1
+    for name, values in (
+        ("nll_by_position", ["nll", "nll_sd"]),
+        ("perplexity", ["nll", "ppl", "dense_nll", "dense_ppl", "log_ppl_ratio"]),
+        ("layer_ablation", ["nll", "dense_nll", "log_ppl_ratio"]),
+    ):
+        a, b = one[name], five[name]
+        assert a.drop(values, *[c for c in a.columns if c.startswith("wall_")]).equals(
+            b.drop(values, *[c for c in b.columns if c.startswith("wall_")])
+        ), name
+        for column in values:  # nats; perplexities relative (exp of nats)
+            tol = {"rtol": 2e-5, "atol": 0} if "ppl" in column else {"rtol": 0, "atol": 2e-5}
+            np.testing.assert_allclose(b[column], a[column], **tol, err_msg=f"{name}.{column}")
+    assert one["timings"]["tokens"].equals(five["timings"]["tokens"])
+    assert one["layer_ablation"].height == model.config.num_hidden_layers

@@ -61,6 +61,7 @@ from sinkscope.prepare.models import (
     load_model,
     model_shape,
     per_head_value_output,
+    pick_device,
     read_provenance,
 )
 from sinkscope.prepare.tokens import read_tokens
@@ -183,15 +184,6 @@ class StageClock:
 
     def add(self, name: str, seconds: float) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
-
-
-def pick_device(requested: str) -> str:
-    """``auto`` takes the GPU where one is visible and falls back to the CPU."""
-    if requested == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if requested.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"extraction.device = {requested!r} but no CUDA device is visible")
-    return requested
 
 
 @dataclass

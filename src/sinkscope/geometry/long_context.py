@@ -14,6 +14,11 @@ trivial and non-trivial counts at ``T`` beside it. Measured on the shared 2-core
 thread: ~40 s per pair for SmolLM2-135M (load 3 s, forward 11 s, 60 solves of 1023 points 19 s)
 and ~35 s for Gemma-3-270M; both hold in every (layer, sequence) pair on alice, with margins
 0.31-0.89 (the set is far from failing, not barely in a half-space).
+
+The model runs as the extraction runs it: in its configured dtype (``models.<name>.dtype``, e.g.
+bfloat16 for the 7-8B models of ``config/paper.yaml``: no float32 copy) on the device of
+``extraction.device`` (the GPU where one is visible); ``Z`` comes back to the CPU as float32, the
+half-space solver's input.
 """
 
 from __future__ import annotations
@@ -64,7 +69,8 @@ def attention_inputs(model: torch.nn.Module, ids: torch.Tensor) -> list[np.ndarr
     norm_l(hidden_states[l])`` is computed by that layer's own input-norm module
     (``Architecture.input_norm``: ``input_layernorm``, GPT-2's ``ln_1``), i.e. the paper's §3
     attention input with the learnable gain (``Z`` of :meth:`sinkscope.extraction.h5read.InputProjection.Z`).
-    Returns one ``(B, T1, D)`` float32 array per layer.
+    ``ids`` must be on the model's device; ``Z`` is computed in the model's dtype and returned as
+    one ``(B, T1, D)`` float32 array per layer, on the CPU.
     """
     from sinkscope.prepare.models import architecture_of, base_model, decoder_layers
 
@@ -94,6 +100,10 @@ def halfspace_long_context(
     dataset_name: str,
     threads: int = 1,
     tol: float = HALFSPACE_TOL,
+    *,
+    dtype: str | None = None,
+    attn_implementation: str = "eager",
+    device: str = "auto",
 ) -> pl.DataFrame:
     """Proposition 4.1's half-space test on ``n_sequences`` sequences of ``seq_len`` tokens.
 
@@ -101,13 +111,16 @@ def halfspace_long_context(
     (:func:`sinkscope.streaming.streams.load_streams` with ``stream_length = seq_len``,
     ``n_streams = n_sequences`` and ``seed``: blocks of ``seq_len - 1`` corpus tokens, BOS
     prepended; the same streams when the three match); the model is loaded as that analysis loads it
-    (float32, eager) and run once (:func:`attention_inputs`, ``threads`` torch threads). Per layer
-    and sequence the sets ``{z_0 - z_i : i in [T']}`` and ``{z_i : i in [T']}``
-    (:data:`~sinkscope.geometry.names.LONG_CONTEXT_POINT_SETS`, ``T' = seq_len - 1``) are tested
-    exactly as at ``T = 256`` (:func:`~sinkscope.geometry.halfspace.halfspace_margin` on the Gram
-    matrices). The sink-attending set ``J`` needs the sink heads' attention probabilities and is not
-    tested here; ``{z_i : i in [T']}`` is the superset of every ``J`` (Figure 1's "any sink
-    pattern": if it lies in an open half-space, so does every ``J``).
+    (``dtype``: ``models.<name>.dtype``, None: the dtype it was prepared in;
+    ``attn_implementation``; ``device``: ``extraction.device``, resolved by
+    :func:`sinkscope.prepare.models.pick_device`) and run once (:func:`attention_inputs`,
+    ``threads`` torch threads). Per layer and sequence the sets ``{z_0 - z_i : i in [T']}`` and
+    ``{z_i : i in [T']}`` (:data:`~sinkscope.geometry.names.LONG_CONTEXT_POINT_SETS`,
+    ``T' = seq_len - 1``) are tested exactly as at ``T = 256``
+    (:func:`~sinkscope.geometry.halfspace.halfspace_margin` on the Gram matrices). The
+    sink-attending set ``J`` needs the sink heads' attention probabilities and is not tested here;
+    ``{z_i : i in [T']}`` is the superset of every ``J`` (Figure 1's "any sink pattern": if it lies
+    in an open half-space, so does every ``J``).
 
     With ``T' > d_model`` points no set can be trivially separable (its rank is at most
     ``d_model < n_points``), so the test can fail. A ``seq_len`` that does not exceed
@@ -125,7 +138,7 @@ def halfspace_long_context(
     import logging
     import time
 
-    from sinkscope.prepare.models import load_config, model_shape
+    from sinkscope.prepare.models import load_config, model_shape, pick_device
     from sinkscope.streaming.streams import load_streams
 
     log = logging.getLogger(__name__)
@@ -160,6 +173,9 @@ def halfspace_long_context(
                 "dataset_name": dataset_name,
             },
             keys=(LONG_CONTEXT_N_SEQUENCES_KEY, LONG_CONTEXT_SEQ_LEN_KEY),
+            dtype=dtype,
+            attn_implementation=attn_implementation,
+            device=pick_device(device),
         )
         loaded = time.perf_counter()
         z_layers = attention_inputs(streams.model, streams.ids)
@@ -170,14 +186,16 @@ def halfspace_long_context(
                 rows.append({**row, "layer": layer})
         solved = time.perf_counter()
     log.info(
-        "%s/%s: %d sequences x %d tokens (offsets %s), d_model %d: load %.1f s, forward %.1f s, "
-        "half-space solves %.1f s",
+        "%s/%s: %d sequences x %d tokens (offsets %s), d_model %d, %s on %s: load %.1f s, "
+        "forward %.1f s, half-space solves %.1f s",
         model_name,
         dataset_name,
         streams.ids.shape[0],
         seq_len,
         streams.offsets,
         shape.d_model,
+        streams.model.dtype,
+        streams.ids.device,
         loaded - began,
         forward - loaded,
         solved - forward,

@@ -377,6 +377,17 @@ def load_config(prepared_dir: Path) -> Any:
     return AutoConfig.from_pretrained(path, **kwargs)
 
 
+def pick_device(requested: str) -> str:
+    """The device of a job that runs a model (config ``extraction.device``: the extraction and the
+    StreamingLLM and long-context analyses): ``auto`` takes the GPU where one is visible and falls
+    back to the CPU; ``cuda``/``cuda:N`` without a visible CUDA device is refused."""
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"extraction.device = {requested!r} but no CUDA device is visible")
+    return requested
+
+
 def load_model(
     prepared_dir: Path, dtype: str, attn_implementation: str, device: str = "cpu"
 ) -> torch.nn.Module:

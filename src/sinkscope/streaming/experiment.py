@@ -44,6 +44,19 @@ first 512 tokens of one stream. Measured on the shared 2-core CPU machine with o
 tokens/s, i.e. 3.5-6 min per SmolLM2 pair and about 8 min per Gemma pair in total, of which the
 single-layer ablation is 1-1.5 min; per-policy wall times are in the ``timings`` table. Two torch
 threads on that loaded machine were 6x slower (oversubscription), hence ``threads = 1``.
+
+Device and dtype
+----------------
+The model runs in its configured dtype (``models.<name>.dtype``: the 7-8B models of
+``config/paper.yaml`` in bfloat16, no float32 copy) on the device of ``extraction.device``
+(:func:`sinkscope.prepare.models.pick_device`: the GPU where one is visible); the NLL is computed in
+float32 either way. bfloat16 against float32, measured on the CPU on SmolLM2-135M (1 x 96 and
+3 x 200 tokens of the GPL-3 text) and Gemma-3-270M (1 x 96): tokens move by 0.03-0.06 nats on
+average and by up to 2.3 nats, the tables' averages much less (region NLL and ``log_ppl_ratio``
+within 0.03 nats, ``recovered_fraction`` within 0.02; the claims' thresholds are tenths of a nat).
+On that CPU bfloat16 ran 4-10x slower than float32 (it is a GPU's format). On a GPU the policies
+run 16 at a time (:data:`sinkscope.streaming.evaluator.BATCHING`), equal to one at a time up to
+float rounding; on the CPU one at a time, as measured above.
 """
 
 from __future__ import annotations
@@ -59,7 +72,7 @@ import torch
 
 from sinkscope.defaults import STREAMING_PARAMS
 from sinkscope.streaming.cache import ATTENTION_NAME, Policy, StreamingCache, build_policies
-from sinkscope.streaming.evaluator import RunResult, StreamingEvaluator
+from sinkscope.streaming.evaluator import RunResult, StreamingEvaluator, batching_for
 from sinkscope.streaming.streams import load_streams, pair_names, with_names
 
 __all__ = ["evaluate_pair"]
@@ -94,6 +107,11 @@ def evaluate_pair(
     token_stream: str | Path,
     corpus_provenance: str | Path,
     params: Mapping[str, Any] | None = None,
+    *,
+    dtype: str | None = None,
+    attn_implementation: str = "eager",
+    device: str = "auto",
+    policy_batch: int | None = None,
 ) -> dict[str, pl.DataFrame]:
     """Streaming NLL of one model on one corpus under every policy of
     :func:`~sinkscope.streaming.cache.build_policies`.
@@ -102,9 +120,14 @@ def evaluate_pair(
     tokenize_corpus), checked against ``corpus_provenance`` (:func:`load_streams`).
     ``params`` override :data:`sinkscope.defaults.STREAMING_PARAMS`; ``model_name``/
     ``dataset_name`` default to the folder names (``results/models/{model}``,
-    ``results/corpora/{dataset}/documents.json``). The model is loaded in float32 with eager
-    attention and switched to :func:`~sinkscope.streaming.cache.streaming_attention_forward`
-    (eager math plus the policy mask and sink rotation).
+    ``results/corpora/{dataset}/documents.json``). The model is loaded in ``dtype``
+    (``models.<name>.dtype``; None: the dtype it was prepared in) with ``attn_implementation``
+    on ``device`` (``extraction.device``, resolved by
+    :func:`~sinkscope.prepare.models.pick_device`) and switched to
+    :func:`~sinkscope.streaming.cache.streaming_attention_forward` (eager math plus the policy
+    mask and sink rotation). ``policy_batch``: policies per forward
+    (:meth:`~sinkscope.streaming.evaluator.StreamingEvaluator.run_batch`; None: the device's
+    default, :data:`~sinkscope.streaming.evaluator.BATCHING`).
 
     Returns tables, each with ``model`` and ``dataset`` columns:
 
@@ -121,12 +144,15 @@ def evaluate_pair(
     * ``layer_ablation``: window-only eviction in one layer at a time (``layer_ablation_window``
       on the first ``layer_ablation_length`` tokens): ``layer, window, n_tokens, nll, dense_nll,
       log_ppl_ratio`` over the evicting positions (empty when disabled).
-    * ``settings``: one row with the resolved parameters (JSON) and stream offsets.
+    * ``settings``: one row with the resolved parameters (JSON, with the model's dtype and the
+      device type) and stream offsets.
 
     The re-computation baseline is :func:`~sinkscope.streaming.recompute.recompute_pair` (it
     reads ``nll_by_position``).
     """
     import json
+
+    from sinkscope.prepare.models import pick_device
 
     p = {**STREAMING_PARAMS, **dict(params or {})}
     model_name, dataset_name = pair_names(p, prepared_model_dir, corpus_provenance)
@@ -134,12 +160,24 @@ def evaluate_pair(
     if p["threads"]:
         torch.set_num_threads(int(p["threads"]))
     try:
-        streams = load_streams(prepared_model_dir, token_stream, corpus_provenance, p)
+        resolved = pick_device(device)
+        streams = load_streams(
+            prepared_model_dir,
+            token_stream,
+            corpus_provenance,
+            p,
+            dtype=dtype,
+            attn_implementation=attn_implementation,
+            device=resolved,
+        )
         neutral_id = _resolve_neutral_token(streams.tokenizer, p["neutral_token"])
         ids, length = streams.ids, int(p["stream_length"])
-        evaluator = StreamingEvaluator(streams.model, chunk_size=int(p["chunk_size"]))
+        evaluator = StreamingEvaluator(
+            streams.model, chunk_size=int(p["chunk_size"]), device=resolved
+        )
         policies = build_policies(p, length)
-        tables = _evaluate_policies(evaluator, ids, policies, neutral_id, p)
+        batch = int(policy_batch or batching_for(resolved).policies)
+        tables = _evaluate_policies(evaluator, ids, policies, neutral_id, p, batch)
         settings = {
             **{key: value for key, value in p.items() if key not in ("model_name", "dataset_name")},
             "n_streams_used": int(ids.shape[0]),
@@ -167,7 +205,11 @@ def _evaluate_policies(
     policies: Sequence[Policy],
     neutral_id: int,
     p: Mapping[str, Any],
+    policy_batch: int = 1,
 ) -> dict[str, pl.DataFrame]:
+    """The tables of :func:`evaluate_pair` from the evaluator's runs: dense first (recorded, the
+    snapshot every other policy starts from), then the others ``policy_batch`` at a time
+    (:func:`_policy_batches`), then the layer ablation."""
     batch, length = ids.shape
     dense_policy = evaluator.dense_policy(length, p["positions"])
     dense = evaluator.run(ids, dense_policy, record=True)
@@ -181,12 +223,10 @@ def _evaluate_policies(
         if tail_start >= length - 1:
             tail_start = length // 2
     results: dict[str, RunResult] = {"dense": dense}
-    for policy in policies:
-        if policy.kind == "dense":
-            continue
-        results[policy.name] = evaluator.run(
-            ids, policy, snapshot=dense.cache, neutral_states=neutral_states
-        )
+    others = [policy for policy in policies if policy.kind != "dense"]
+    for group in _policy_batches(others, policy_batch):
+        runs = evaluator.run_batch(ids, group, snapshot=dense.cache, neutral_states=neutral_states)
+        results.update({policy.name: run for policy, run in zip(group, runs, strict=True)})
     positions = np.arange(1, length)
     nll_rows, ppl_rows, time_rows = [], [], []
     for policy in policies:
@@ -248,12 +288,25 @@ def _evaluate_policies(
         "nll_by_position": pl.concat(nll_rows),
         "perplexity": pl.DataFrame(ppl_rows, schema_overrides={"window": pl.Int64}),
         "timings": pl.DataFrame(time_rows),
-        "layer_ablation": _layer_ablation(evaluator, ids, dense, p),
+        "layer_ablation": _layer_ablation(evaluator, ids, dense, p, policy_batch),
     }
 
 
+def _policy_batches(policies: Sequence[Policy], size: int) -> list[list[Policy]]:
+    """``policies`` in batches of at most ``size``, in order of their first eviction (a batch
+    starts at its earliest ``t0``: neighbours in ``t0`` waste the fewest dense queries)."""
+    if size < 1:
+        raise ValueError(f"policy_batch must be at least 1, not {size}")
+    ordered = sorted(policies, key=lambda policy: policy.first_eviction or 0)
+    return [ordered[lo : lo + size] for lo in range(0, len(ordered), size)]
+
+
 def _layer_ablation(
-    evaluator: StreamingEvaluator, ids: torch.Tensor, dense: RunResult, p: Mapping[str, Any]
+    evaluator: StreamingEvaluator,
+    ids: torch.Tensor,
+    dense: RunResult,
+    p: Mapping[str, Any],
+    policy_batch: int = 1,
 ) -> pl.DataFrame:
     schema = {
         "layer": pl.Int64,
@@ -275,12 +328,20 @@ def _layer_ablation(
     n_streams = max(1, min(int(p.get("layer_ablation_streams") or ids.shape[0]), ids.shape[0]))
     sub = ids[:n_streams, :length]
     dense_nll = dense.nll[:n_streams, : length - 1].numpy()
-    rows = []
-    for layer in range(evaluator.n_layers):
-        policy = Policy(
+    snapshot = _rows(dense.cache, n_streams)
+    policies = [
+        Policy(
             f"window_L{window}_layer{layer}", "window", 0, window, p["positions"], layers=(layer,)
         )
-        run = evaluator.run(sub, policy, snapshot=_rows(dense.cache, n_streams))
+        for layer in range(evaluator.n_layers)
+    ]
+    runs: dict[str, RunResult] = {}
+    for group in _policy_batches(policies, policy_batch):
+        batch = evaluator.run_batch(sub, group, snapshot=snapshot)
+        runs.update({policy.name: run for policy, run in zip(group, batch, strict=True)})
+    rows = []
+    for layer, policy in enumerate(policies):
+        run = runs[policy.name]
         n_tok, mean, ref = _region_stats(run.nll.numpy()[:, window:], dense_nll[:, window:], 1)
         rows.append(
             {
@@ -299,7 +360,9 @@ def _layer_ablation(
 
 def _rows(cache: StreamingCache, n_rows: int) -> StreamingCache:
     """A view of a recorded cache restricted to its first ``n_rows`` streams (for snapshots)."""
-    view = StreamingCache(cache.layer_policies, cache.inv_freqs, record=True)
+    view = StreamingCache(cache.layer_policies, cache.inv_freqs, record=True, device=cache.device)
     for target, source in zip(view.layers, cache.layers, strict=True):
-        target.load(source.keys[:n_rows], source.values[:n_rows], source.positions)
+        if source.prefix_length != source.end:
+            raise ValueError("a snapshot view needs a recorded cache (every entry from position 0)")
+        target.load(source.keys[:n_rows], source.values[:n_rows], source.end)
     return view

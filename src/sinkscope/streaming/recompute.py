@@ -91,6 +91,11 @@ def recompute_pair(
     nll_by_position: str | Path | pl.DataFrame,
     settings: str | Path | pl.DataFrame,
     params: Mapping[str, Any] | None = None,
+    *,
+    dtype: str | None = None,
+    attn_implementation: str = "eager",
+    device: str = "auto",
+    max_attention: int | None = None,
 ) -> dict[str, pl.DataFrame]:
     """The caches of :func:`~sinkscope.streaming.experiment.evaluate_pair` against sliding window
     with re-computation.
@@ -112,10 +117,16 @@ def recompute_pair(
 
     ``settings`` (:func:`~sinkscope.streaming.experiment.evaluate_pair`'s table) must record the
     streams that ``params`` cut
-    again here; otherwise a ValueError names the file before any forward pass. Returns the tables
+    again here; otherwise a ValueError names the file before any forward pass. The model is loaded
+    as :func:`~sinkscope.streaming.experiment.evaluate_pair` loads it (``dtype``,
+    ``attn_implementation``, ``device``: see there); ``max_attention`` bounds the attention weights
+    per layer of a batch of re-computed windows (None: the device's default,
+    :data:`~sinkscope.streaming.evaluator.BATCHING`). Returns the tables
     ``recompute`` (:data:`RECOMPUTE_SCHEMA`) and ``recompute_timings``, with ``model`` and
     ``dataset`` columns.
     """
+    from sinkscope.prepare.models import pick_device
+
     p = {**STREAMING_PARAMS, **dict(params or {})}
     model_name, dataset_name = pair_names(p, prepared_model_dir, corpus_provenance)
     nll_table = _as_frame(nll_by_position)
@@ -127,11 +138,27 @@ def recompute_pair(
     if p["threads"]:
         torch.set_num_threads(int(p["threads"]))
     try:
-        streams = load_streams(prepared_model_dir, token_stream, corpus_provenance, p)
+        resolved = pick_device(device)
+        streams = load_streams(
+            prepared_model_dir,
+            token_stream,
+            corpus_provenance,
+            p,
+            dtype=dtype,
+            attn_implementation=attn_implementation,
+            device=resolved,
+        )
         _check_same_streams(settings_table, streams.offsets, length, settings)
-        evaluator = StreamingEvaluator(streams.model, chunk_size=int(p["chunk_size"]))
+        evaluator = StreamingEvaluator(
+            streams.model, chunk_size=int(p["chunk_size"]), device=resolved
+        )
         rows, times = _recompute_rows(
-            evaluator, streams, nll_table, int(p.get("recompute_samples") or 0), nll_source
+            evaluator,
+            streams,
+            nll_table,
+            int(p.get("recompute_samples") or 0),
+            nll_source,
+            max_attention,
         )
     finally:
         torch.set_num_threads(threads_before)
@@ -181,6 +208,7 @@ def _recompute_rows(
     nll_table: pl.DataFrame,
     n_samples: int,
     source: Any = "nll_by_position",
+    max_attention: int | None = None,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     ids = streams.ids
     length = ids.shape[1]
@@ -210,7 +238,11 @@ def _recompute_rows(
         compared = [window_policy, *others.iter_rows(named=True)]
         for baseline, with_bos in RECOMPUTE_BASELINES.items():
             run = evaluator.recompute_nll(
-                ids, queries, window, streams.bos_token_id if with_bos else None
+                ids,
+                queries,
+                window,
+                streams.bos_token_id if with_bos else None,
+                max_attention=max_attention,
             )
             times.append(
                 {

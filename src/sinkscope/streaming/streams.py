@@ -26,6 +26,7 @@ __all__ = [
     "Streams",
     "load_streams",
     "pair_names",
+    "prepared_dtype",
     "with_names",
 ]
 
@@ -41,7 +42,7 @@ class Streams:
 
     model: Any
     tokenizer: Any
-    ids: torch.Tensor  # (B, T), BOS in column 0
+    ids: torch.Tensor  # (B, T), BOS in column 0, on the model's device
     offsets: list[int]  # where each stream's text starts in the corpus token stream
     bos_token_id: int
 
@@ -52,13 +53,25 @@ def load_streams(
     corpus_provenance: str | Path,
     p: Mapping[str, Any],
     keys: tuple[str, str] = (N_STREAMS_KEY, STREAM_LENGTH_KEY),
+    *,
+    dtype: str | None = None,
+    attn_implementation: str = "eager",
+    device: str = "cpu",
 ) -> Streams:
-    """Load the model (float32, eager) and cut ``n_streams`` streams of ``stream_length`` tokens
+    """Load the model and cut ``n_streams`` streams of ``stream_length`` tokens
     (BOS first) with ``seed`` from the corpus' token stream (rule tokenize_corpus, read by
     :func:`sinkscope.prepare.tokens.read_token_stream` against ``corpus_provenance``, the
     corpus' ``documents.json``): the same streams for every caller
     (:func:`sinkscope.streaming.experiment.evaluate_pair`,
-    :func:`sinkscope.streaming.recompute.recompute_pair`).
+    :func:`sinkscope.streaming.recompute.recompute_pair`,
+    :func:`sinkscope.geometry.long_context.halfspace_long_context`).
+
+    The model is loaded once, as the extraction loads it
+    (:func:`sinkscope.prepare.models.load_model`: read in ``dtype``, then moved to ``device``):
+    ``dtype`` is ``models.<name>.dtype`` (None: the dtype it was prepared in,
+    :func:`prepared_dtype`), so a bfloat16 model stays bfloat16 (no float32 copy); ``device`` is a
+    resolved device (:func:`sinkscope.prepare.models.pick_device`), on which the streams' ids are
+    created too.
 
     Raises ``ValueError`` before the model is loaded when the corpus holds fewer than
     ``n_streams`` streams of that length, naming the config keys of the count and the length
@@ -81,11 +94,20 @@ def load_streams(
             f"corpus {dataset} holds ({token_stream}: blocks of {length - 1} tokens after "
             f"BOS); set it to at most {n_blocks} or lower {length_key}"
         )
-    model = load_model(Path(prepared_model_dir), "float32", "eager")
+    dtype = dtype or prepared_dtype(prepared_model_dir)
+    model = load_model(Path(prepared_model_dir), dtype, attn_implementation, device)
     bos, _ = resolve_bos_token_id(Path(prepared_model_dir), tokenizer, model.config)
     ids_np, starts = cut_sequences(stream, n_streams, length - 1, int(p["seed"]), bos)
-    ids = torch.from_numpy(ids_np.astype(np.int64))
+    ids = torch.as_tensor(ids_np.astype(np.int64), device=device)
     return Streams(model, tokenizer, ids, [int(s) for s in starts], int(bos))
+
+
+def prepared_dtype(prepared_model_dir: str | Path) -> str:
+    """The dtype a model was prepared in: ``models.<name>.dtype`` when rule prepare_model ran
+    (its provenance record, :func:`sinkscope.prepare.models.read_provenance`)."""
+    from sinkscope.prepare.models import read_provenance
+
+    return str(read_provenance(Path(prepared_model_dir))["dtype"])
 
 
 def pair_names(p: Mapping[str, Any], prepared_model_dir: str | Path, corpus_provenance: str | Path):
