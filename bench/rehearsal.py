@@ -48,21 +48,26 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def rehearsal_config(model_dir: Path, facts: Any, download_dir: Path) -> dict[str, Any]:
+def rehearsal_config(
+    model_dir: Path, facts: Any, download_dir: Path, rotary: bool
+) -> dict[str, Any]:
     """The config of one rehearsal: the cut model as a ``local`` float32 model on the CPU, the
     default run's ``alice`` corpus at N = 50 x T = 256, the short run's StreamingLLM settings,
-    one long-context sequence just longer than d_model where the positions allow it."""
+    one long-context sequence just longer than d_model where the positions allow it. Without
+    rotary positions (GPT-2) the StreamingLLM evaluation is off: it re-rotates cached keys and
+    fails on learned absolute positions (found by this rehearsal; BENCHMARKS findings)."""
     from sinkscope.config import load_config
 
     default = load_config(REPO / "config.yaml")
     long_len = min(facts.d_model + 2, facts.max_positions)
+    streaming = copy.deepcopy(default["streaming"]) if rotary else {"enabled": False}
     return {
         "download_dir": str(download_dir),
         "models": {"rehearsal": {"dtype": "float32",
                                  "source": {"kind": "local", "path": str(model_dir)}}},
         "datasets": {"alice": copy.deepcopy(default["datasets"]["alice"])},
         "extraction": {"n_sequences": 50, "context_length": 256, "seed": 0},
-        "streaming": copy.deepcopy(default["streaming"]),
+        "streaming": streaming,
         "geometry": {"long_context": {"n_sequences": 1, "seq_len": long_len}},
         "costs": {"enabled": False},
         "dynamics": {"enabled": False},
@@ -84,7 +89,8 @@ def run_depth(hub_id: str, n_layers: int, out: Path, cores: int) -> dict[str, An
     facts = facts_from_config("rehearsal", config, "float32", "rehearsal")
     configfile = workdir / "rehearsal.yaml"
     configfile.write_text(yaml.safe_dump(
-        rehearsal_config(model_dir, facts, REPO / "resources" / "downloads")))
+        rehearsal_config(model_dir, facts, REPO / "resources" / "downloads",
+                         rotary=config["model_type"] != "gpt2")))
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),

@@ -52,3 +52,7 @@ def test_middle_layers() -> None:
     assert middle_layers(30) == list(range(8, 23))
     assert middle_layers(18) == list(range(5, 14))
     assert middle_layers(2) == [1]
+    # a one-layer model (the 1-layer rehearsal divided by zero middle layers): its only layer
+    assert middle_layers(1) == [0]
+    assert middle_layers(0) == []
+    assert all(0 <= layer < n for n in range(1, 49) for layer in middle_layers(n))

@@ -181,10 +181,12 @@ def cosine_rows(space: str, layer: int, cos: np.ndarray) -> tuple[dict[str, Any]
 def middle_layers(n_layers: int) -> list[int]:
     """The "middle" layers of Figure 1's claim: all but the first and last quarter.
 
-    Layers ``l`` with ``L/4 <= l < 3L/4`` (at least one layer).
+    Layers ``l`` with ``L/4 <= l < 3L/4`` (at least one layer: a one-layer model's middle is its
+    only layer, 0).
     """
     lo, hi = math.ceil(n_layers / 4), math.ceil(3 * n_layers / 4)
-    return list(range(lo, max(hi, lo + 1)))
+    lo = min(lo, max(n_layers - 1, 0))
+    return list(range(lo, min(max(hi, lo + 1), n_layers)))
 
 
 def bos_max_readings(
