@@ -118,6 +118,16 @@ def extrapolate(v1: float, v2: float, depth: int) -> float:
     return v1 + per_layer * (depth - 1)
 
 
+def extrapolate_model_job(peak_2: float, weights_2: int, weights_full: int) -> float:
+    """The peak of a job that loads the model, at full depth: the 2-layer peak plus the full
+    model's extra weights, held twice while loading
+    (:data:`sinkscope.sizing.costs.WEIGHT_COPIES_WHILE_LOADING`). A line through 1 and 2 layers
+    does not see them: one layer's weights are within the noise of the batch buffers."""
+    from sinkscope.sizing.costs import WEIGHT_COPIES_WHILE_LOADING
+
+    return peak_2 + WEIGHT_COPIES_WHILE_LOADING * (weights_full - weights_2) / 2**20
+
+
 def compare(hub_id: str, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per rule: measured at 1 and 2 layers, extrapolated to the full depth, the request there
     (same settings, full depth) and the ratios."""
@@ -125,13 +135,22 @@ def compare(hub_id: str, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from sinkscope.sizing.requests import job_request
     from sinkscope.sizing.shapes import facts_from_config, fixture_config
 
+    from sinkscope.sizing.requests import MODEL_RUNNING_RULES
+
     one, two = sorted(runs, key=lambda run: run["n_layers"])
     full = facts_from_config("rehearsal", fixture_config(hub_id), "float32", "kept")
+    cut = facts_from_config(
+        "rehearsal", json.loads((Path(two["configfile"]).parent / "model" / "config.json").read_text()),
+        "float32", "rehearsal",
+    )
     config = validate_config(load_layered_config([two["configfile"]]))
     rows = []
     for rule in sorted(set(one["usage"]) & set(two["usage"])):
         a, b = one["usage"][rule], two["usage"][rule]
-        peak = extrapolate(a["peak_rss_mb"], b["peak_rss_mb"], full.n_layers)
+        if rule in MODEL_RUNNING_RULES:
+            peak = extrapolate_model_job(b["peak_rss_mb"], cut.weight_bytes, full.weight_bytes)
+        else:
+            peak = extrapolate(a["peak_rss_mb"], b["peak_rss_mb"], full.n_layers)
         wall = extrapolate(a["wall_s"], b["wall_s"], full.n_layers)
         try:
             request = job_request(rule, config, facts=full)
@@ -150,7 +169,8 @@ def compare(hub_id: str, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def render(rows: list[dict[str, Any]], cpu: str) -> str:
     lines = [
         f"CPU: {cpu}. Measured at 1 and 2 layers (N = 50, T = 256, float32, CPU), extrapolated "
-        "linearly to the full depth; request = sinkscope.sizing for the full depth, same settings.",
+        "to the full depth (a + b L; jobs that load the model: the 2-layer peak plus the extra "
+        "weights twice); request = sinkscope.sizing for the full depth, same settings.",
         "",
         "| model | rule | peak 1 / 2 layers | peak, full depth | request | request / peak "
         "| wall 1 / 2 layers | wall, full depth | request | request / wall |",

@@ -27,6 +27,7 @@ __all__ = [
     "MODEL_FREE_REQUESTS",
     "REFERENCE_CPU",
     "TIME_MARGIN",
+    "WEIGHT_COPIES_WHILE_LOADING",
 ]
 
 #: The CPU the per-unit CPU times were measured on (2 cores; one job alone).
@@ -51,6 +52,12 @@ JOB_FIXED_MB = 700.0
 #: assumptions, not measurements (no GPU was at hand), shared with BENCHMARKS.md section 7.
 GPU_TFLOPS, D2H_GB_S, FS_GB_S = 200.0, 10.0, 1.0
 
+#: Host copies of the weights while a model loads: the safetensors file's pages (memory-mapped,
+#: counted in the resident set) and the model's own tensors. Measured: the long-context job's
+#: peak grew by 254 MB from 1 to 2 layers of GPT-2 XL's widths (float32), 2.06 x one layer's
+#: 123 MB of weights (bench/rehearsal.py).
+WEIGHT_COPIES_WHILE_LOADING = 2
+
 #: Fixed wall time of a job that runs a model: imports, CUDA start, tokenizer, tables, figures.
 MODEL_JOB_FIXED_S = 120.0
 
@@ -66,13 +73,16 @@ CPU_FORWARD_FLOP_S = 2.0e10
 
 @dataclass(frozen=True)
 class AnalysisCost:
-    """A file-reading analysis: peak RSS = :data:`JOB_FIXED_MB` + ``rss_layers`` x one layer's
-    data (float32, :func:`sinkscope.sizing.requests.layer_bytes`); wall time = ``fixed_s`` +
-    ``s_per_gb`` x the bytes of every layer it reads."""
+    """A file-reading analysis: peak RSS = :data:`JOB_FIXED_MB` + (``rss_layers`` + ``rss_growth``
+    x layers) x one layer's data (float32, :func:`sinkscope.sizing.requests.layer_bytes`); wall
+    time = ``fixed_s`` + ``s_per_gb`` x the bytes of every layer it reads."""
 
     rss_layers: float
     s_per_gb: float
     fixed_s: float = 10.0
+    #: memory kept per layer read (results and per-layer arrays that live to the end), as a
+    #: share of one layer's data
+    rss_growth: float = 0.0
 
 
 #: The file-reading analyses, measured on the 2-layer rehearsal at Llama-3.1-8B's widths
@@ -80,20 +90,22 @@ class AnalysisCost:
 ANALYSIS_COSTS: dict[str, AnalysisCost] = {
     "classify_heads": AnalysisCost(rss_layers=0.5, s_per_gb=8.5),
     "analyze_geometry": AnalysisCost(rss_layers=1.0, s_per_gb=28.0),
-    "analyze_oversmoothing": AnalysisCost(rss_layers=2.0, s_per_gb=170.0),
+    # grows by 62 MB a layer at GPT-2 XL's widths (0.49 GB a layer; bench/rehearsal.py)
+    "analyze_oversmoothing": AnalysisCost(rss_layers=2.0, s_per_gb=170.0, rss_growth=0.125),
     "analyze_sinks": AnalysisCost(rss_layers=1.0, s_per_gb=13.0),
     "analyze_streaming_first_positions": AnalysisCost(rss_layers=0.5, s_per_gb=5.0),
 }
 
-#: Jobs whose size does not depend on a model: (peak MB, minutes) as measured at the full
-#: offline scale on :data:`REFERENCE_CPU`, before the margins. Dynamics runs take their minutes
-#: from their grid (:func:`sinkscope.dynamics.grids.dynamics_minutes`).
+#: Jobs whose size does not depend on a model: (peak MB, minutes) before the margins, above the
+#: peaks measured in the tiny run and the rehearsals (0.25-0.5 GB: Python, torch, polars and
+#: small tensors) and the minutes of the full offline scale on :data:`REFERENCE_CPU`. Dynamics
+#: runs take their minutes from their grid (:func:`sinkscope.dynamics.grids.dynamics_minutes`).
 MODEL_FREE_REQUESTS: dict[str, tuple[float, float]] = {
     # a local rule (runs on the submit host, where no request applies): fetch and, for a GGUF,
     # dequantise to float32 and save (Gemma 3 270M: 6 GB peak)
     "prepare_model": (6000.0, 20.0),
-    "tokenize_corpus": (1500.0, 5.0),
-    "cut_tokens": (1000.0, 2.0),
+    "tokenize_corpus": (700.0, 5.0),
+    "cut_tokens": (600.0, 2.0),
     # cross-pair summaries: tables of at most a few MB per pair, and the summary figures
     "summarize_heads": (1500.0, 3.0),
     "summarize_geometry": (2500.0, 5.0),
@@ -101,18 +113,18 @@ MODEL_FREE_REQUESTS: dict[str, tuple[float, float]] = {
     "summarize_sinks": (1500.0, 3.0),
     "summarize_streaming": (2500.0, 5.0),
     "prepare_corpus": (2000.0, 5.0),
-    "cost_toy": (1500.0, 5.0),
-    "cost_backcopy_run": (2500.0, 20.0),
-    "cost_backcopy_e2e": (2500.0, 40.0),
-    "cost_copypaste_run": (2500.0, 20.0),
+    "cost_toy": (700.0, 5.0),
+    "cost_backcopy_run": (1000.0, 20.0),
+    "cost_backcopy_e2e": (1000.0, 40.0),
+    "cost_copypaste_run": (1000.0, 20.0),
     "dynamics_value_softmax_run": (700.0, 0.0),
     "dynamics_induction_run": (1300.0, 0.0),
     "dynamics_classification_run": (1300.0, 0.0),
-    "summarize_backcopy": (1500.0, 2.0),
-    "summarize_copypaste": (1500.0, 2.0),
-    "summarize_backcopy_e2e": (1500.0, 2.0),
+    "summarize_backcopy": (700.0, 2.0),
+    "summarize_copypaste": (700.0, 2.0),
+    "summarize_backcopy_e2e": (700.0, 2.0),
     "summarize_dynamics_value_softmax": (2500.0, 5.0),
     "summarize_dynamics_induction": (2500.0, 5.0),
     "summarize_dynamics_classification": (2500.0, 5.0),
-    "claims": (1500.0, 2.0),
+    "claims": (700.0, 2.0),
 }

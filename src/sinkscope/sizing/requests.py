@@ -125,13 +125,14 @@ def _model_job(
     flops = forward_flops(facts, tokens, context)
     throughput = costs.GPU_TFLOPS * 1e12 if gpus else costs.CPU_FORWARD_FLOP_S
     load_s = facts.weight_bytes / (costs.FS_GB_S * 1e9)
+    weights = costs.WEIGHT_COPIES_WHILE_LOADING * facts.weight_bytes
     seconds = (
         costs.MODEL_JOB_FIXED_S
         + load_s
         + flops / throughput
         + write_bytes / (costs.FS_GB_S * 1e9)
     )
-    peak = costs.JOB_FIXED_MB + (facts.weight_bytes + batch_bytes) / MB
+    peak = costs.JOB_FIXED_MB + (weights + batch_bytes) / MB
     return Estimate(peak, seconds, gpus)
 
 
@@ -147,16 +148,27 @@ def estimate(rule: str, config: Mapping[str, Any], facts: ModelFacts | None) -> 
         assert facts is not None, rule
         cost = costs.ANALYSIS_COSTS[rule]
         one_layer = layer_bytes(facts, n, t1)
-        peak = costs.JOB_FIXED_MB + cost.rss_layers * one_layer / MB
+        held = cost.rss_layers + cost.rss_growth * facts.n_layers
+        peak = costs.JOB_FIXED_MB + held * one_layer / MB
         seconds = cost.fixed_s + cost.s_per_gb * facts.n_layers * one_layer / 1e9
         return Estimate(peak, seconds)
     if rule == "extract_activations":
         assert facts is not None
-        from sinkscope.extraction.extract import batch_bytes_per_sequence
+        from sinkscope.extraction.extract import CPU_BATCH_BUDGET_BYTES, batch_bytes_per_sequence
 
         data = facts.n_layers * layer_bytes(facts, n, t1)
-        batch = min(n, 8) * batch_bytes_per_sequence(facts, t1)
-        return _model_job(facts, n * t1, t1, 2 * batch, gpus, data / 2)
+        per_sequence = batch_bytes_per_sequence(facts, t1)
+        requested = extraction["batch_size"]
+        if requested != "auto":
+            batch = min(n, int(requested))
+        elif gpus:  # half the free GPU memory (extract.auto_batch_size): at most all N
+            batch = n
+        else:
+            batch = max(1, min(n, CPU_BATCH_BUDGET_BYTES // per_sequence))
+        # the host holds a batch's captured tensors while it is written; on a GPU the next
+        # batch's arrive meanwhile (overlapped writes)
+        in_flight = 2 if gpus else 1
+        return _model_job(facts, n * t1, t1, in_flight * batch * per_sequence, gpus, data / 2)
     if rule in ("analyze_streaming", "analyze_streaming_recompute"):
         assert facts is not None
         params = streaming_params(config)
