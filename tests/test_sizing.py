@@ -248,7 +248,8 @@ def test_rehearsal_at_gpt2_width_stays_within_requests(
 ) -> None:
     """Two layers of GPT-2 small's exact configuration (random weights, SmolLM2's tokenizer)
     through the DAG: extraction, heads, geometry (and its long-context test, T' > d_model),
-    oversmoothing, sinks and the StreamingLLM evaluation. Every job must stay within its request,
+    oversmoothing, sinks and the first-position mass (GPT-2 has no rotary positions: no cache
+    policies, see sinkscope.streaming.applicability). Every job must stay within its request,
     and no model-sized request may exceed its measured peak by more than 3x."""
     from sinkscope.sizing.rehearsal import build_random_model
 

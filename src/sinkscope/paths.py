@@ -5,7 +5,7 @@ Paths are Snakemake patterns with ``{model}`` and ``{dataset}`` wildcards under 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -234,36 +234,48 @@ class Paths:
             return self.dynamics_table(table.section.partition(".")[2], table.name)
         return self.summary_table(table.analysis, table.name)
 
-    def claims_inputs(self, config: Mapping[str, Any]) -> dict[str, str]:
+    def claims_inputs(
+        self, config: Mapping[str, Any], without: Collection[str] = ()
+    ) -> dict[str, str]:
         """The summary tables rule ``claims`` reads (:data:`sinkscope.claims.names.INPUTS`, same
         keys and order) for the analyses this config runs: heads, geometry and oversmoothing
-        always, any other analysis when its config section says ``enabled: true``. Claims whose
-        tables are not listed come out "not applicable -- analysis not run in this config"."""
+        always, any other analysis when its config section says ``enabled: true``, except the
+        sections in ``without`` (e.g. ``streaming`` when no model has rotary positions). Claims
+        whose tables are not listed come out "not applicable -- analysis not run in this
+        config"."""
         return {
             key: self.claims_input(table)
             for key, table in claims_names.INPUTS.items()
-            if analysis_runs(config, table.section)
+            if analysis_runs(config, table.section) and table.section not in without
         }
 
     def streaming_targets(
-        self, pairs: list[tuple[str, str]], streaming: Mapping[str, Any]
+        self,
+        pairs: list[tuple[str, str]],
+        streaming: Mapping[str, Any],
+        cache_pairs: Collection[tuple[str, str]] | None = None,
     ) -> list[str]:
         """Per-pair and summary outputs of the StreamingLLM analysis (when enabled). A no-BOS
         pair (:mod:`sinkscope.variants`) gets only the first-position mass, the part read from its
         activation file: the cache policies cut their own streams (BOS first) from the corpus,
-        the same for both variants of a dataset."""
+        the same for both variants of a dataset. So does a pair outside ``cache_pairs`` (default:
+        every pair), whose model the cache policies do not apply to
+        (:mod:`sinkscope.streaming.applicability`); the summary exists when some pair with BOS
+        is evaluated under the caches."""
         if not streaming.get("enabled"):
             return []
         targets = []
+        cached = [p for p in pairs if not is_no_bos(p[1]) and (cache_pairs is None or p in cache_pairs)]
         for model, dataset in pairs:
             fill = {"model": model, "dataset": dataset}
-            no_bos = is_no_bos(dataset)
-            tables = STREAMING_FIRST_POSITION_TABLES if no_bos else STREAMING_TABLES
-            figures = STREAMING_FIRST_POSITION_FIGURES if no_bos else STREAMING_FIGURES
+            full = (model, dataset) in cached
+            tables = STREAMING_TABLES if full else STREAMING_FIRST_POSITION_TABLES
+            figures = STREAMING_FIGURES if full else STREAMING_FIRST_POSITION_FIGURES
             targets += [self.table("streaming", n).format(**fill) for n in tables]
             targets += [self.figure("streaming", n).format(**fill) for n in figures]
-        targets += [self.summary_table("streaming", n) for n in STREAMING_SUMMARY_TABLES]
-        targets += [self.summary_figure("streaming", n) for n in STREAMING_SUMMARY_FIGURES]
+        if cached:
+            targets += [self.summary_table("streaming", n) for n in STREAMING_SUMMARY_TABLES]
+            targets += [self.summary_figure("streaming", n) for n in STREAMING_SUMMARY_FIGURES]
         return targets
 
     def geometry_pair_tables(self, config: Mapping[str, Any]) -> tuple[str, ...]:

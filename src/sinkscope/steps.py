@@ -473,13 +473,18 @@ def summarize_copypaste(smk: Any) -> None:
 
 
 def claims(smk: Any) -> None:
+    from sinkscope.claims.applicability import not_applicable_claims
     from sinkscope.claims.observations import evaluate_observations
     from sinkscope.claims.registry import evaluate_claims, with_bos_only
     from sinkscope.claims.render import write_claims
     from sinkscope.claims.tolerances import resolve_tolerances
 
     tables = {key: pl.read_parquet(path) for key, path in smk.input.items()}
-    table = evaluate_claims(tables, smk.params.tolerances, smk.params.models)
+    # from the models' configs, prepared by now (the results folder of every rule: Paths("results"))
+    not_applicable = not_applicable_claims(smk.config, "results")
+    table = evaluate_claims(
+        tables, smk.params.tolerances, smk.params.models, not_applicable=not_applicable
+    )
     near_full_rank = resolve_tolerances(smk.params.tolerances)["geometry"]["near_full_rank"]
     # the observations are about BOS, like the papers' claims
     observations = evaluate_observations(with_bos_only(tables), near_full_rank)

@@ -19,6 +19,7 @@ from sinkscope.config import (
     validate_config,
 )
 from sinkscope.sizing.requests import rule_resources
+from sinkscope.streaming.applicability import cache_pairs
 from sinkscope.paths import (
     GEOMETRY_FIGURES,
     GEOMETRY_LONG_CONTEXT_FIGURES,
@@ -149,20 +150,23 @@ def job_resources(rule, minutes=None):
 
 # N and T of the extraction, named in the titles of the per-pair figures
 EXTRACTION_SCALE = extraction_scale(config)
+# The pairs with BOS evaluated under StreamingLLM's caches: those whose model has rotary positions
+STREAMING_CACHE_PAIRS = cache_pairs(config, bos_pairs(config))
 
 
 def all_targets():
     return (
         paths.all_targets(pairs(config), config["costs"])
         + paths.long_context_targets(pairs(config), config)
-        + paths.streaming_targets(pairs(config), config["streaming"])
+        + paths.streaming_targets(pairs(config), config["streaming"], STREAMING_CACHE_PAIRS)
         + paths.dynamics_targets(config["dynamics"])
     )
 
 
 def claims_inputs():
-    """The summary tables of the analyses this config runs (inputs of rule claims)."""
-    return paths.claims_inputs(config)
+    """The summary tables of the analyses this config runs (inputs of rule claims); no
+    StreamingLLM summary when no pair is evaluated under the caches."""
+    return paths.claims_inputs(config, () if STREAMING_CACHE_PAIRS else ("streaming",))
 
 
 # Named outputs of the analysis rules: table_<name> (parquet), table_<name>_csv, figure_<name>.

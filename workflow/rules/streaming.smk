@@ -70,10 +70,14 @@ rule analyze_streaming_first_positions:
 
 rule summarize_streaming:
     input:
-        tables=pair_tables("streaming", STREAMING_TABLES),
+        tables=[
+            paths.table("streaming", name).format(model=model, dataset=dataset)
+            for model, dataset in STREAMING_CACHE_PAIRS
+            for name in STREAMING_TABLES
+        ],
         per_head=[
             paths.heads_table("per_head").format(model=model, dataset=dataset)
-            for model, dataset in bos_pairs(config)
+            for model, dataset in STREAMING_CACHE_PAIRS
         ],
     output:
         **summary_tables_of("streaming", STREAMING_SUMMARY_TABLES),

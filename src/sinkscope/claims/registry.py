@@ -507,17 +507,28 @@ def _no_rows_row(claim: Claim) -> Row:
     )
 
 
+def _with_not_applicable(found: list[Row], models: Mapping[str, str]) -> list[Row]:
+    """``found`` without the rows of the models in ``models`` (``{model: reason}``), and one
+    not-applicable row per such model in their place, after the others."""
+    kept = [r for r in found if r["model"] not in models]
+    return kept + [row(m, "-", "-", "-", None, "-", None, reason) for m, reason in models.items()]
+
+
 def evaluate_claims(
     tables: Mapping[str, pl.DataFrame | None],
     tolerances: Mapping[str, Mapping[str, Any]] | None = None,
     models: Sequence[str] = (),
     claims: Sequence[Claim] = CLAIMS,
+    not_applicable: Mapping[str, Mapping[str, str]] | None = None,
 ) -> pl.DataFrame:
     """Run every claim's check on the summary ``tables`` (keys as in :data:`TABLE_ANALYSIS`).
 
     A claim whose input tables are absent (or ``None``) gets ``not applicable`` rows with reason
     :data:`~sinkscope.claims.verdicts.NOT_RUN` -- one per model in ``models`` for the per-model analyses; a claim whose check
-    finds no rows to read in tables that exist gets one ``not applicable`` row that says so. ``tolerances``:
+    finds no rows to read in tables that exist gets one ``not applicable`` row that says so.
+    ``not_applicable``: ``{claim_id: {model: reason}}`` (:func:`sinkscope.claims.applicability.not_applicable_claims`),
+    the models a claim does not apply to: one ``not applicable`` row each, with its reason, in place of
+    whatever the check read for them. ``tolerances``:
     the config's ``claims`` section (merged over :data:`~sinkscope.claims.tolerances.DEFAULT_TOLERANCES`). Returns the table
     with :data:`~sinkscope.claims.verdicts.COLUMNS`, in registry order.
     """
@@ -534,7 +545,10 @@ def evaluate_claims(
             _not_run_rows(claim, missing, models)
             if missing
             else claim.check({k: v for k, v in given.items() if v is not None}, tol)
-        ) or [_no_rows_row(claim)]
+        )
+        if not_applicable and claim.id in not_applicable:
+            found = _with_not_applicable(found, not_applicable[claim.id])
+        found = found or [_no_rows_row(claim)]
         meta = {
             "claim_id": claim.id,
             "claim": claim.claim,

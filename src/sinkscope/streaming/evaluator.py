@@ -134,7 +134,15 @@ class StreamingEvaluator:
         ]
         if any(t not in ("full_attention", "sliding_attention") for t in self.layer_types):
             raise ValueError(f"unsupported layer types {sorted(set(self.layer_types))}")
-        rotary = base_model(self.model).rotary_emb
+        rotary = getattr(base_model(self.model), "rotary_emb", None)
+        if rotary is None:
+            from sinkscope.streaming.applicability import ABSOLUTE_POSITIONS
+
+            raise ValueError(
+                f"this model has {ABSOLUTE_POSITIONS}; the workflow leaves such a model's pairs "
+                "out of the cache evaluation once its config.json is at hand (prepared, local or "
+                "kept in sizing/model_configs): run it again"
+            )
         rope_types = getattr(rotary, "rope_type", "default")
         rope_types = rope_types.values() if isinstance(rope_types, dict) else [rope_types]
         if any("dynamic" in str(t) or "longrope" in str(t) for t in rope_types):
