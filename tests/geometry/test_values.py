@@ -13,6 +13,7 @@ from sinkscope.geometry.halfspace import rank_from_singular_values
 from sinkscope.geometry.values import (
     RANK_RTOL,
     relative_rank,
+    value_output_factor,
     value_output_norms,
     vo_classes,
 )
@@ -79,6 +80,22 @@ def test_value_output_norms_with_planted_switch() -> None:
     q, _ = np.linalg.qr(rng.normal(size=(d, hd)))
     _, doubled = value_output_norms(values[:, :1], 2.0 * q[None])
     np.testing.assert_allclose(doubled[:, 0], 2.0 * np.linalg.norm(values[:, 0], axis=-1))
+
+
+def test_value_output_norms_need_only_the_shape_of_w_o_with_a_factor() -> None:
+    """With the factors ``R_h`` given, ``W_O`` is not read (no float64 copy of it per block):
+    the norms equal those computed from ``W_O`` itself."""
+    rng = np.random.default_rng(9)
+    for d, hd in ((40, 6), (4, 6)):
+        w_o = rng.normal(size=(4, d, hd)).astype(np.float32)
+        values = rng.normal(size=(2, 2, 3, hd))
+        factor = value_output_factor(w_o)
+        assert factor.shape == (4, min(d, hd), hd)
+        with_factor = value_output_norms(values, w_o, factor)
+        without = value_output_norms(values, w_o)
+        assert all(np.array_equal(a, b) for a, b in zip(with_factor, without))
+        with pytest.raises(ValueError, match="incompatible"):
+            value_output_norms(values, w_o[:3], factor)
 
 
 def test_relative_bos_norm_closed_form() -> None:

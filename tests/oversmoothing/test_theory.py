@@ -19,6 +19,7 @@ from sinkscope.oversmoothing.theory import (
     average_cosine_similarity,
     closed_form_coefficients,
     condition_labels,
+    distinct_maps,
     rho_hat,
     row_uniformity,
     theorem_gram,
@@ -179,6 +180,34 @@ def test_factored_traces_equal_explicit_products(synthetic) -> None:
         assert terms.c_c[h] == pytest.approx(bias @ bias)
     assert terms.tr_c == pytest.approx(np.trace(c))
     assert terms.tr_b == pytest.approx(np.trace(b))
+
+
+def test_traces_of_shared_value_maps_equal_the_per_head_products_bit_for_bit() -> None:
+    """Grouped-query attention: heads of one key/value group share ``W_V`` (the file repeats it
+    per query head). The ``D x D`` products are taken once per distinct map; the traces are
+    those of one product per head, bit for bit."""
+    rng = np.random.default_rng(7)
+    dim, k, n_kv, group = 24, 4, 3, 4
+    heads = n_kv * group
+    shared = rng.normal(size=(n_kv, k, dim))
+    w_in = np.repeat(shared, group, axis=0)  # (H, k, D), consecutive groups as in the files
+    w_in[5] = rng.normal(size=(k, dim))  # one head of group 1 differs: a group of its own
+    w_out = rng.normal(size=(heads, dim, k))
+    bias_in = rng.normal(size=(heads, k))
+    z = rng.normal(size=(6, 9, dim)) + rng.normal(size=dim)
+    (moments,) = estimate_moments(z, 1.3 * z, [9])
+    first, index = distinct_maps(w_in)
+    assert first.tolist() == [0, 4, 5, 8]
+    assert index.tolist() == [0, 0, 0, 0, 1, 2, 1, 1, 3, 3, 3, 3]
+    np.testing.assert_array_equal(w_in[first.numpy()][index.numpy()], w_in)
+    shared_terms = trace_terms(moments, w_out, w_in, bias_in)
+    per_head = trace_terms(moments, w_out, w_in, bias_in, heads=torch.arange(heads))
+    for field in ("tr_cw", "tr_bw", "tr_cwtw", "tr_bwtw", "c_z", "c_wz", "c_c"):
+        assert getattr(shared_terms, field).tobytes() == getattr(per_head, field).tobytes(), field
+    given = trace_terms(moments, w_out, w_in[first.numpy()], bias_in, heads=index)
+    assert given.tr_bwtw.tobytes() == per_head.tr_bwtw.tobytes()
+    with pytest.raises(ValueError, match="heads must index"):
+        trace_terms(moments, w_out, w_in[first.numpy()], bias_in, heads=torch.arange(heads))
 
 
 def test_conditions_give_the_predicted_monotonicity(synthetic) -> None:

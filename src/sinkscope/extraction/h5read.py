@@ -156,8 +156,9 @@ class InputProjection:
         n_heads = int(read_attr(handle, ATTR_N_HEADS))
         n_kv = int(read_attr(handle, ATTR_N_KV_HEADS))
         group = n_heads // n_kv
-        w_v = handle[WEIGHT_W_V][layer][::group].astype(np.float64)  # (K, hd, D)
-        b_v = handle[WEIGHT_B_V][layer][::group].astype(np.float64)  # (K, hd)
+        # the key/value heads' rows only (the file repeats them per query head)
+        w_v = handle[WEIGHT_W_V][layer, ::group].astype(np.float64)  # (K, hd, D)
+        b_v = handle[WEIGHT_B_V][layer, ::group].astype(np.float64)  # (K, hd)
         k, hd, d = w_v.shape
         return cls(
             kind=kind,

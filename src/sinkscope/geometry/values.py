@@ -107,10 +107,10 @@ def value_output_norms(
     those ``R_h`` from :func:`value_output_factor`, if already computed for ``w_o``.
     """
     v = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float64))
-    w = torch.from_numpy(np.ascontiguousarray(w_o, dtype=np.float64))
-    if v.ndim != 4 or w.ndim != 3 or w.shape[2] != v.shape[3] or w.shape[0] % v.shape[1]:
-        raise ValueError(f"incompatible values {tuple(v.shape)} and W_O {tuple(w.shape)}")
-    n_kv, n_heads = v.shape[1], w.shape[0]
+    w_shape = np.shape(w_o)  # only its shape: the norms go through the factors R_h
+    if v.ndim != 4 or len(w_shape) != 3 or w_shape[2] != v.shape[3] or w_shape[0] % v.shape[1]:
+        raise ValueError(f"incompatible values {tuple(v.shape)} and W_O {w_shape}")
+    n_kv, n_heads = v.shape[1], w_shape[0]
     group = n_heads // n_kv
     with torch_threads(1):
         r = value_output_factor(w_o) if factor is None else factor  # (H, min(D, hd), hd)

@@ -128,13 +128,19 @@ then processed in blocks of sequences (``block_size``, default :func:`default_bl
 (:class:`~sinkscope.oversmoothing.layer.LayerAnalysis`: post-norm gain;
 everything needing ``W_h``; the ``s_l``-rescaled ``rho``'s, since ``s_l`` pools all
 sequences). Re-reading the layer in each pass instead (with a prefetch thread) took 1.8x the
-time: three decompressions per layer, and h5py holds the GIL while it decompresses. Statistics
-are kept per sequence (or as float64 sums: Gram matrices of the moments) and reduced at the
-end, so the tables do not depend on the block size. Peak memory is the held layer, the weights,
-``len(lengths)`` float64 ``D x D`` Gram matrices, ``O(N H T)`` cached norms and one block's
-float32 work arrays. Heavy products run in torch (float32 for ``A V`` and ``X W_O``, float64 for
-moments, closed forms and the cosine sums); per-head updates are never materialised in ``D``
-dimensions: ``||Y_i||^2`` and ``sum_i Y_i/||Y_i||`` are expanded through the head dimension.
+time: three decompressions per layer, and h5py holds the GIL while it decompresses. The held
+layer is then freed and the moments of Theorem 5.1 take one more pass over ``X`` alone, read
+again block by block (stored uncompressed by default): their ``len(lengths)`` float64
+``D x D`` Gram matrices (512 MiB at ``D = 4096``) never coexist with the held layer.
+Statistics are kept per sequence (or as float64 sums: Gram matrices of the moments) and
+reduced at the end, so the tables do not depend on the block size. Peak memory is the larger
+of the held layer with the weights, ``O(N H T)`` cached norms and one block's float32 work
+arrays, and of the Gram matrices with the closed forms' ``D x D`` work arrays (a fixed cost:
+independent of ``N`` and ``T``). Heavy products run in torch (float32 for ``A V`` and
+``X W_O``, float64 for moments, closed forms and the cosine sums); per-head updates are never
+materialised in ``D`` dimensions: ``||Y_i||^2`` and ``sum_i Y_i/||Y_i||`` are expanded through
+the head dimension, and the ``D x D`` products of the traces are taken once per distinct value
+map (:func:`~sinkscope.oversmoothing.theory.distinct_maps`: 8 for Llama 3.1 8B's 32 heads).
 """
 
 from __future__ import annotations
@@ -275,27 +281,34 @@ def _read_layer(handle: Any, layer: int, stop: int, blocks: Sequence[slice]) -> 
     )
 
 
-def _block(
-    data: _LayerData, sequences: slice, expand: torch.Tensor, with_z: bool
-) -> dict[str, Any]:
-    """The tensors of one block of sequences for
-    :class:`~sinkscope.oversmoothing.layer.LayerAnalysis` (views of ``data``).
+def _block(data: _LayerData, sequences: slice, expand: torch.Tensor) -> dict[str, Any]:
+    """The tensors of one block of sequences for the passes of
+    :class:`~sinkscope.oversmoothing.layer.LayerAnalysis` over the held layer (views of ``data``).
 
     Keys: ``x``, ``update`` ``(B, stop, D)``, ``probs`` ``(B, H, stop, stop)``, ``values``
-    ``(B, H, stop, k)`` (expanded to query heads), ``sequences`` (the slice) and, with
-    ``with_z``, ``z`` ``(B, stop, D)`` (:meth:`~sinkscope.extraction.h5read.InputProjection.Z`).
+    ``(B, H, stop, k)`` (expanded to query heads) and ``sequences`` (the slice).
     """
-    x = data.x[sequences]
-    block: dict[str, Any] = {
+    return {
         "sequences": sequences,
-        "x": torch.from_numpy(x),
+        "x": torch.from_numpy(data.x[sequences]),
         "update": torch.from_numpy(data.update[sequences]),
         "probs": torch.from_numpy(data.probs[sequences]),
         "values": torch.from_numpy(data.values[sequences])[:, expand],
     }
-    if with_z:
-        block["z"] = torch.from_numpy(data.projection.Z(x))
-    return block
+
+
+def _moment_block(
+    handle: Any, layer: int, stop: int, sequences: slice, projection: InputProjection
+) -> dict[str, Any]:
+    """One block of :meth:`~sinkscope.oversmoothing.layer.LayerAnalysis.add_moments`, read
+    from the file: ``x`` (positions ``0..stop - 1`` of ``residual/X``, as held by
+    :class:`_LayerData`) and ``z`` (:meth:`~sinkscope.extraction.h5read.InputProjection.Z`)."""
+    x = read_layer(handle[RESIDUAL_X], layer, sequences, trailing=(slice(stop),))
+    return {
+        "sequences": sequences,
+        "x": torch.from_numpy(x),
+        "z": torch.from_numpy(projection.Z(x)),
+    }
 
 
 def _read_weights(handle: Any, layer: int) -> dict[str, torch.Tensor]:
@@ -394,13 +407,18 @@ def analyze_file(
             data = _read_layer(handle, layer, stop, blocks)
             for name in analysis.passes:
                 for sl in blocks:
-                    analysis.add(name, _block(data, sl, expand, name == "main"))
+                    analysis.add(name, _block(data, sl, expand))
                 analysis.finish(name)
                 # each pass allocates differently sized work arrays: without a trim the heap
                 # keeps the previous pass's freed pages (measured: +25-40 % peak RSS)
                 release_freed_memory()
+            projection = data.projection
             del data
-            release_freed_memory()  # before the result's D x D float64 work arrays
+            release_freed_memory()  # before the moments' D x D float64 Gram matrices
+            for sl in blocks:
+                analysis.add_moments(_moment_block(handle, layer, stop, sl, projection))
+            del projection
+            release_freed_memory()  # the blocks' freed pages, before the D x D work arrays
             result = analysis.result()
             del analysis
             release_freed_memory()

@@ -1,5 +1,6 @@
 """One layer of the oversmoothing analysis (paper §5, App. E.1): every per-head and per-layer
-quantity, computed block by block of sequences in up to three passes (:class:`LayerAnalysis`).
+quantity, computed block by block of sequences in up to three passes over the held layer and one
+over ``X`` for the moments of Theorem 5.1 (:class:`LayerAnalysis`).
 
 Fed by :func:`~sinkscope.oversmoothing.analysis.analyze_file`, which reads the layer; definitions
 and the performance notes: the docstring of :mod:`sinkscope.oversmoothing.analysis`.
@@ -19,6 +20,7 @@ from sinkscope.oversmoothing.post_norm import post_norm_residual_sq, post_norm_s
 from sinkscope.oversmoothing.theory import (
     closed_form_coefficients,
     condition_labels,
+    distinct_maps,
     rho_hat,
     row_uniformity,
     trace_terms,
@@ -127,10 +129,14 @@ class LayerAnalysis:
       and the fit's residual, which is also the head-sum check;
     * ``"main"``: everything that needs ``W_h`` but not ``s_l``: the unscaled ``rho`` terms,
       ``rho(X)``, ``rho(X + U)``, head and full update norms (hence ``s_l``), uniformity, the
-      moments of Theorem 5.1, the head-sum check without post-norm; caches ``||x||^2``,
-      ``x^T W o`` and
+      head-sum check without post-norm; caches ``||x||^2``, ``x^T W o`` and
       ``||W o||^2`` per token (``O(N H T)`` numbers);
     * ``"scaled"``: the ``rho`` terms of ``X + s_l W Z M^T`` (``s_l`` pools every sequence).
+
+    Then the moments of Theorem 5.1 (:meth:`add_moments`, blocks of ``x`` and ``z`` alone, in
+    the same blocks of sequences): their ``len(lengths)`` float64 ``D x D`` Gram matrices are
+    allocated at the first of these blocks, so that the caller can free the held layer before
+    (at ``D = 4096``: 4 x 128 MiB, as much as one layer's stored data at N = 50, T = 256).
 
     Per-sequence results are stored per sequence and reduced over sequences at the end, so the
     outputs do not depend on the block size (pooled float64 sums: up to float64 rounding).
@@ -145,8 +151,13 @@ class LayerAnalysis:
         lengths: Sequence[int],
         lambdas: np.ndarray,
     ) -> None:
-        self.w_v, self.b_v = weights["w_v"], weights["b_v"]
+        self.b_v = weights["b_v"]
         self.gain = weights["gain"]
+        # the heads' input maps W_V[h] diag(g) of the theory, once per distinct map (GQA groups)
+        first, self.in_heads = distinct_maps(weights["w_v"])
+        self.w_in = (
+            weights["w_v"][first].to(torch.float64) * self.gain.to(torch.float64)[None, None, :]
+        )  # (G, k, D)
         self.w_o32 = weights["w_o"].to(torch.float32)
         n_heads, d_model, _k = self.w_o32.shape
         self.w_o_flat = self.w_o32.permute(0, 2, 1).reshape(-1, d_model)  # (H k, D)
@@ -180,7 +191,7 @@ class LayerAnalysis:
         self.oo = {
             name: torch.empty(n_seq, n_heads, self.n_max, dtype=torch.float64) for name in VARIANTS
         }
-        self.moments = MomentAccumulator(self.lengths, d_model, n_seq)
+        self.moments: MomentAccumulator | None = None  # at the first add_moments block
         # integrity checks: sums of squares per sequence (float64)
         self.check_err2 = torch.zeros(n_seq, dtype=torch.float64)
         self.check_ref2 = torch.zeros(n_seq, dtype=torch.float64)
@@ -196,7 +207,11 @@ class LayerAnalysis:
 
     def _set_gain(self, gamma: torch.Tensor) -> None:
         self.gamma = gamma
-        self.w_out = gamma.to(torch.float32)[None, :, None] * self.w_o32  # (H, D, k), before 1/rbar
+        gamma32 = gamma.to(torch.float32)
+        if bool((gamma32 == 1).all()):  # no post-norm: 1 * w == w, the weights are not copied
+            self.w_out = self.w_o32
+        else:
+            self.w_out = gamma32[None, :, None] * self.w_o32  # (H, D, k), before 1/rbar
         self.w_out_flat = self.w_out.permute(1, 0, 2).reshape(self.d_model, -1)  # (D, H k)
         self.gram_out = self.w_out.transpose(1, 2) @ self.w_out  # (H, k, k)
         self.w_out64 = self.w_out.to(torch.float64)
@@ -288,15 +303,6 @@ class LayerAnalysis:
         self.full_sum[sl] = _prefix_sums(full_norm, self.lengths, 1)
         del head_norm, full_norm
 
-        # theory: gain-free Z, W = kappa diag(gamma) W_O W_V diag(g)
-        g = self.gain.to(torch.float32)
-        safe_g = torch.where(g == 0, torch.ones_like(g), g)
-        z_tilde = torch.where(
-            g == 0, 0.0, block["z"][:, self.start : self.stop].to(torch.float32) / safe_g
-        )
-        self.moments.add(z_tilde, x)
-        del z_tilde
-
         x_unit = x / torch.linalg.vector_norm(x, dim=-1, keepdim=True)
         after = x + update_tok
         after_unit = after.div_(torch.linalg.vector_norm(after, dim=-1, keepdim=True))
@@ -322,6 +328,24 @@ class LayerAnalysis:
             self.bias = self.bias_sum.sum(0) / (self.checked * self.stop)  # output bias (GPT-2)
             self.out_bias = float(torch.linalg.norm(self.bias))
 
+    def add_moments(self, block: dict[str, Any]) -> None:
+        """Feed one block to the moments of Theorem 5.1 (``sequences``: its slice, in sequence
+        order; ``x`` and ``z`` ``(B, stop, D)``), after the passes over the held layer.
+
+        The theory's ``Z`` is gain-free, ``Z~ = Z / g`` (``W = kappa diag(gamma) W_O W_V
+        diag(g)``; dimensions with ``g = 0`` are 0). Allocates the moments' Gram matrices at the
+        first block (:class:`LayerAnalysis`).
+        """
+        if self.moments is None:
+            self.moments = MomentAccumulator(self.lengths, self.d_model, self.n_seq)
+        x = block["x"][:, self.start : self.stop].to(torch.float32)
+        g = self.gain.to(torch.float32)
+        safe_g = torch.where(g == 0, torch.ones_like(g), g)
+        z_tilde = torch.where(
+            g == 0, 0.0, block["z"][:, self.start : self.stop].to(torch.float32) / safe_g
+        )
+        self.moments.add(z_tilde, x)
+
     def _pass_scaled(self, block: dict[str, Any]) -> None:
         sl = block["sequences"]
         o_full = self._outputs(block, first=False)
@@ -336,6 +360,10 @@ class LayerAnalysis:
         variants = self._variants(o_full, block["values"])
         x = block["x"][:, self.start : self.stop].to(torch.float32)
         self._rho_block(sl, x, variants, "_s", self.kappa * self.s_l)
+
+    def _finish_scaled(self) -> None:
+        # the float32 maps of the passes over the held layer (the result needs the float64 ones)
+        del self.w_o32, self.w_o_flat, self.w_out, self.w_out_flat
 
     def _rho_block(
         self,
@@ -366,9 +394,10 @@ class LayerAnalysis:
     # ------------------------------------------------------------------ result
 
     def result(self) -> LayerResult:
-        """Per-head and per-layer values for every prefix size (after all passes)."""
-        w_in = self.w_v.to(torch.float64) * self.gain.to(torch.float64)[None, None, :]
-        w_out64 = self.w_out64
+        """Per-head and per-layer values for every prefix size (after all passes and
+        :meth:`add_moments`)."""
+        if self.moments is None:
+            raise ValueError("no blocks were added to the moments (add_moments)")
         if self.post_norm:
             head_sum_err = self.fit_err  # the head sum through the fitted norm (norm pass)
         else:
@@ -386,7 +415,7 @@ class LayerAnalysis:
             s_l = float(self.s_l[index])
             for key, values in self.rho.items():
                 put(heads, key, values[..., index].mean(0).numpy())
-            terms = trace_terms(mom, w_out64, w_in, self.b_v)
+            terms = trace_terms(mom, self.w_out64, self.w_in, self.b_v, self.in_heads)
             coef = closed_form_coefficients(terms, mom.beta, kappa)
             coef_s = closed_form_coefficients(terms, mom.beta, kappa * s_l)
             path = rho_hat(coef, n, self.lambdas)

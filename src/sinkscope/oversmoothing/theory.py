@@ -22,6 +22,7 @@ __all__ = [
     "average_cosine_similarity",
     "closed_form_coefficients",
     "condition_labels",
+    "distinct_maps",
     "rho_hat",
     "row_uniformity",
     "theorem_gram",
@@ -108,11 +109,37 @@ class TraceTerms:
     c_c: np.ndarray
 
 
+def distinct_maps(w_in: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct maps among ``w_in`` ``(H, k, D)``: ``(first, heads)`` with
+    ``w_in[h]`` equal bit for bit to ``w_in[first[heads[h]]]`` (``first``: ``(G,)`` increasing
+    head indices, ``heads``: ``(H,)``).
+
+    Grouped-query attention shares one value map ``W_V`` among the query heads of a key/value
+    group (the activation file stores it per query head, paper §5's ``W_h = W_O[h] W_V[h]``), so
+    Llama 3.1 8B has 8 distinct input maps for 32 heads; :func:`trace_terms` multiplies each
+    distinct map once. A head is compared with the groups found so far, the latest first
+    (groups are consecutive in every supported model).
+    """
+    w = torch.as_tensor(w_in)
+    first: list[int] = []
+    heads: list[int] = []
+    for h in range(w.shape[0]):
+        match = next(
+            (g for g in reversed(range(len(first))) if torch.equal(w[h], w[first[g]])), None
+        )
+        if match is None:
+            first.append(h)
+            match = len(first) - 1
+        heads.append(match)
+    return torch.as_tensor(first, dtype=torch.long), torch.as_tensor(heads, dtype=torch.long)
+
+
 def trace_terms(
     moments: TokenMoments,
     w_out: np.ndarray | torch.Tensor,
     w_in: np.ndarray | torch.Tensor,
     bias_in: np.ndarray | torch.Tensor | None = None,
+    heads: torch.Tensor | None = None,
 ) -> TraceTerms:
     """Traces ``tr(CW), tr(BW), tr(CW^TW), tr(BW^TW)`` for ``W_h = w_out[h] @ w_in[h]``.
 
@@ -120,28 +147,45 @@ def trace_terms(
     ``w_in = I[None]``); ``bias_in``: ``(H, k)``, the update's constant is
     ``c_h = w_out[h] @ bias_in[h]``. Uses ``tr(Sigma W) = tr(w_in Sigma w_out)`` and
     ``tr(Sigma W^T W) = tr(w_out^T w_out w_in Sigma w_in^T)``, never forming ``D x D`` maps.
+
+    ``heads``: ``(H,)``, then ``w_in`` ``(G, k, D)`` holds distinct maps and head ``h`` uses
+    ``w_in[heads[h]]`` (:func:`distinct_maps`; without ``heads`` they are found here). The
+    ``D x D`` products ``w_in Sigma`` (``O(G k D^2)``, the cost of this function) are taken
+    once per distinct map and then indexed per head. The BLAS computes each row of a product
+    alike whatever the other rows, so the traces equal those of the per-head products bit for
+    bit (a property of the kernels, not of the algebra: checked on the paper's widths, the
+    default run's and the test models' files, and in tests/oversmoothing/test_theory.py).
     """
     wo = torch.as_tensor(w_out).to(torch.float64)
     wi = torch.as_tensor(w_in).to(torch.float64)
-    heads, k, dim = wi.shape
+    if heads is None:
+        first, heads = distinct_maps(wi)
+        wi = wi[first]
+    n_heads = wo.shape[0]
+    n_maps, k, dim = wi.shape
+    if heads.shape != (n_heads,) or int(heads.max()) >= n_maps:
+        raise ValueError(f"heads must index the {n_maps} maps for {n_heads} heads")
     gram_out = wo.transpose(1, 2) @ wo  # (H, k, k)
-    flat = wi.reshape(heads * k, dim)
+    flat = wi.reshape(n_maps * k, dim)
     tr_w: dict[str, torch.Tensor] = {}
     tr_wtw: dict[str, torch.Tensor] = {}
     for name, sigma in (("v", moments.sigma_v), ("c", moments.sigma_c)):
-        in_sigma = (flat @ sigma).reshape(heads, k, dim)
-        tr_w[name] = (in_sigma * wo.transpose(1, 2)).sum((1, 2))
-        quad = in_sigma @ wi.transpose(1, 2)  # (H, k, k) = w_in Sigma w_in^T
+        in_sigma = (flat @ sigma).reshape(n_maps, k, dim)
+        quad = (in_sigma @ wi.transpose(1, 2))[heads]  # (H, k, k) = w_in Sigma w_in^T
         tr_wtw[name] = (gram_out * quad).sum((1, 2))
+        per_head = in_sigma[heads]  # (H, k, D), contiguous
+        del in_sigma
+        tr_w[name] = per_head.mul_(wo.transpose(1, 2)).sum((1, 2))
+        del per_head
     zb = moments.z_bar
-    wz = wi @ zb  # (H, k)
+    wz = (wi @ zb)[heads]  # (H, k)
     zw = torch.einsum("hdk,d->hk", wo, zb)
     z_w_z = (zw * wz).sum(-1)
     wz_norm2 = torch.einsum("hk,hkl,hl->h", wz, gram_out, wz)
     if bias_in is None:
-        b = torch.zeros(heads, k, dtype=torch.float64)
+        b = torch.zeros(n_heads, k, dtype=torch.float64)
     else:
-        b = torch.as_tensor(bias_in).to(torch.float64).reshape(heads, k)
+        b = torch.as_tensor(bias_in).to(torch.float64).reshape(n_heads, k)
     return TraceTerms(
         tr_c=moments.tr_c,
         tr_b=moments.tr_b,
