@@ -15,20 +15,27 @@ Readability rules (stated once here, checked by :func:`figure_problems`, enforce
 covers an axes; tick labels of one axis do not come closer than MIN_TICK_LABEL_GAP_PX.
 Categorical colours (:data:`CLASS_COLORS`) stay at least :data:`MIN_CVD_DELTA_E` apart (CIELAB)
 under simulated deuteranopia, protanopia and tritanopia (:func:`cvd_min_distance`).
+
+Layouts that hold at every panel count (one panel to the paper's largest models, 48 layers and
+up to 64 heads): a figure legend in as many columns as the figure's width holds
+(:func:`fitted_legend`, :func:`legend_below`), layer and head ticks thinned to a panel's width
+(:func:`tick_step`) and panel titles wrapped to it (:func:`wrap_to_width`).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import matplotlib.colors as mcolors
 import numpy as np
 from matplotlib import patheffects
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
@@ -46,17 +53,21 @@ __all__ = [
     "CLASS_LEGEND_NAMES",
     "COLORBLIND_SAFE_CMAPS",
     "DIVERGING_CMAP",
+    "MAX_FIGURE_INCHES",
     "MAX_FIGURE_PIXELS",
     "MIN_CVD_DELTA_E",
     "SEQUENTIAL_CMAP",
     "Draw",
     "cvd_min_distance",
     "figure_problems",
+    "fitted_legend",
     "is_colorblind_safe",
     "median_line_props",
     "new_figure",
     "save_figure",
+    "tick_step",
     "wrap_overflowing_titles",
+    "wrap_to_width",
 ]
 
 #: One figure of a rule, bound to its tables: draws it into the PNG path given. Every stage's
@@ -68,10 +79,20 @@ DPI = 120
 PNG_METADATA: dict[str, str | None] = {"Software": None}
 #: Longest side of any figure in pixels (at :data:`DPI`); wider content is wrapped into a grid.
 MAX_FIGURE_PIXELS = 2400
+#: The same in inches (the unit of a figure's size).
+MAX_FIGURE_INCHES = MAX_FIGURE_PIXELS / DPI
 #: Smallest gap in pixels between two tick labels of one axis (closer labels read as one).
 MIN_TICK_LABEL_GAP_PX = 3.0
 #: Font size of tick labels on layer x head grids (one label per layer and per head).
 GRID_TICK_FONTSIZE = 8
+#: Most integer tick labels (layers, heads) per inch of a panel: labels of up to two digits keep
+#: MIN_TICK_LABEL_GAP_PX apart at the default tick font size (10 pt) whatever the layer count.
+INTEGER_TICKS_PER_INCH = 3.0
+#: Inches a figure legend fitted to the figure's width (:func:`fitted_legend`) leaves on each side.
+LEGEND_MARGIN_INCHES = 0.1
+#: Mean width of a character of the figures' font (DejaVu Sans) in ems, to wrap a text to a
+#: width before it is drawn (:func:`wrap_to_width`).
+CHAR_WIDTH_EM = 0.6
 
 #: Colour map of the head classes (a ``ListedColormap`` of :data:`CLASS_COLORS`).
 HEAD_CLASS_CMAP = "head_classes"
@@ -155,6 +176,9 @@ def wrap_overflowing_titles(fig: Figure, rounds: int = 3) -> bool:
     figure's height), so that titles which print counts stay whole for any number of layers,
     models or datasets; mathtext (``$...$``) is never split. Draws ``fig``; returns
     whether it is drawn as it stands (nothing re-wrapped in the last round)."""
+    # each text as the figure gave it: a later round re-wraps it whole, not the lines of the
+    # round before (which would leave a word that went over twice on a line of its own)
+    originals: dict[int, str] = {}
     for _ in range(rounds):
         with warnings.catch_warnings():  # a provisional layout; the checked draw warns itself
             warnings.filterwarnings("ignore", "constrained_layout not applied", UserWarning)
@@ -176,7 +200,8 @@ def wrap_overflowing_titles(fig: Figure, rounds: int = 3) -> bool:
             lines = content.split("\n")
             longest = max(len(line) for line in lines)
             max_chars = max(12, int(longest * room / (high - low)))
-            wrapped = "\n".join(_wrap_line(line, max_chars) for line in lines)
+            original = originals.setdefault(id(text), content)
+            wrapped = "\n".join(_wrap_line(line, max_chars) for line in original.split("\n"))
             if wrapped != content:
                 text.set_text(wrapped)
                 changed = True
@@ -199,6 +224,15 @@ def _wrap_line(line: str, max_chars: int) -> str:
         else:
             out.append(word)
     return "\n".join(out)
+
+
+def wrap_to_width(text: str, inches: float, fontsize: float) -> str:
+    """``text`` broken at spaces (never inside mathtext) into lines of about ``inches`` at
+    ``fontsize`` points (:data:`CHAR_WIDTH_EM`): the title of a panel that shares a row with
+    others, which would run into its neighbour's (:func:`wrap_overflowing_titles` re-wraps only
+    what runs off the figure)."""
+    max_chars = max(12, int(inches * 72.0 / (CHAR_WIDTH_EM * fontsize)))
+    return "\n".join(_wrap_line(line, max_chars) for line in text.split("\n"))
 
 
 def _inside(box: Bbox, size: np.ndarray) -> bool:
@@ -231,19 +265,55 @@ def save_figure(fig: Figure, out_png: str | os.PathLike[str]) -> None:
 # --- readability checks ---------------------------------------------------------------------
 
 
+def tick_step(n_values: int, inches: float, most: int | None = None) -> int:
+    """Every how many of ``n_values`` consecutive integers (e.g. layers) a tick label goes, on an
+    axis of a panel ``inches`` wide: at most :data:`INTEGER_TICKS_PER_INCH` labels per inch and
+    at most ``most`` labels, so that the 48 layers of a narrow panel (one of many models) do not
+    overlap (1: every value labelled)."""
+    fit = max(1, int(INTEGER_TICKS_PER_INCH * inches))
+    if most is not None:
+        fit = min(fit, most)
+    return max(1, math.ceil(n_values / fit))
+
+
+def fitted_legend(
+    fig: Figure,
+    handles: Sequence[Artist],
+    labels: Sequence[str] | None = None,
+    ncols: int | None = None,
+    **kwargs: Any,
+) -> Legend:
+    """A figure legend (``fig.legend``, e.g. ``loc="outside lower center"``) in ``ncols`` columns
+    (default: all entries in one row), or in fewer where that row would be wider than the
+    figure (less :data:`LEGEND_MARGIN_INCHES` each side): its place and width do not depend on
+    how many panels set the figure's width, so the legend of one panel fits as that of many."""
+    labels = [h.get_label() for h in handles] if labels is None else list(labels)
+    columns = max(1, min(ncols or len(handles), len(handles)))
+    room = (fig.get_figwidth() - 2 * LEGEND_MARGIN_INCHES) * fig.dpi
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    while True:
+        legend = fig.legend(list(handles), labels, ncols=columns, **kwargs)
+        if columns == 1 or legend.get_window_extent(renderer).width <= room:
+            return legend
+        legend.remove()
+        columns -= 1
+
+
 def legend_below(fig: Figure, axes: Iterable[Axes], ncols: int = 6, fontsize: float = 8) -> None:
     """One legend under the panels, outside every axes (so that it covers no data): the distinct
-    entries of ``axes`` in order of appearance."""
-    entries: dict[str, object] = {}
+    entries of ``axes`` in order of appearance, in at most ``ncols`` columns
+    (:func:`fitted_legend`: fewer where they would not fit the figure's width)."""
+    entries: dict[str, Artist] = {}
     for ax in np.ravel(np.asarray(axes, dtype=object)):
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             entries.setdefault(label, handle)
     if entries:
-        fig.legend(
+        fitted_legend(
+            fig,
             list(entries.values()),
             list(entries),
+            ncols=ncols,
             loc="outside lower center",
-            ncols=min(ncols, len(entries)),
             frameon=False,
             fontsize=fontsize,
         )

@@ -39,12 +39,13 @@ from sinkscope.heads.names import SINK
 from sinkscope.heads.order import dataset_order as _dataset_order
 from sinkscope.plotting import (
     CLASS_COLORS,
-    DPI,
-    MAX_FIGURE_PIXELS,
+    MAX_FIGURE_INCHES,
     Draw,
     median_line_props,
     new_figure,
     save_figure,
+    tick_step,
+    wrap_to_width,
 )
 from sinkscope.text import plural
 
@@ -124,6 +125,17 @@ def _box_stats(values: np.ndarray) -> dict[str, Any]:
     }
 
 
+#: Longest side of a figure in inches (:data:`~sinkscope.plotting.MAX_FIGURE_INCHES` less a
+#: rounding margin).
+MAX_INCHES = MAX_FIGURE_INCHES - 0.05
+#: Most layer ticks of a panel (48 layers: every third).
+MAX_LAYER_TICKS = 16
+#: Font size of the panel titles of the figures of several models.
+PANEL_TITLE_FONTSIZE = 9
+#: Least height in inches of a row of the half-space figure: below it (more than seven panels:
+#: seven models with their long-context panels) the panels go two to a row, so that the stacked
+#: y labels do not run into each other.
+MIN_MARGIN_ROW = 2.6
 #: A box lower than this share of its axis (about 6 px of a 400-px panel: a median line and two
 #: edges cover it) is flat: drawn as its median alone. Without the axis range: of the values' range.
 FLAT_BOX_FRACTION = 0.015
@@ -165,9 +177,11 @@ def _draw_boxes(
         )
 
 
-def _layer_ticks(ax: Axes, layers: Sequence[int]) -> None:
+def _layer_ticks(ax: Axes, layers: Sequence[int], inches: float = MAX_INCHES) -> None:
+    """A tick per layer, thinned to at most :data:`MAX_LAYER_TICKS` and to what a panel
+    ``inches`` wide holds (:func:`~sinkscope.plotting.tick_step`)."""
     layers = sorted(layers)
-    step = max(1, int(np.ceil(len(layers) / 16)))
+    step = tick_step(len(layers), inches, MAX_LAYER_TICKS)
     ax.set_xticks(layers[::step])
     ax.set_xlim(min(layers) - 0.7, max(layers) + 0.7)
     ax.set_xlabel("layer")
@@ -202,7 +216,8 @@ def bos_alignment_figure(
     rows, cols = _panel_grid(len(models), max_cols=1)
     n_layers = int(frame["layer"].n_unique())
     n_sets = max(len(set(frame.filter(pl.col("model") == m)["dataset"].to_list())) for m in models)
-    fig = new_figure(max(9.0, 0.32 * n_layers * max(1, n_sets) + 5.0), 3.8 * rows + 0.8)
+    width = min(MAX_INCHES, max(9.0, 0.32 * n_layers * max(1, n_sets) + 5.0))
+    fig = new_figure(width, min(3.8, (MAX_INCHES - 0.8) / rows) * rows + 0.8)
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False).ravel())
     palette = sns.color_palette("colorblind")
     all_datasets = _dataset_order(frame["dataset"].to_list())
@@ -288,7 +303,8 @@ def plot_bos_alignment(
     tables: Tables, out_png: str | os.PathLike[str], title: str, space: str = "Z"
 ) -> pl.DataFrame:
     """Figure 1: per layer, the cosine between BOS and every other token (box = quartiles,
-    whiskers = absolute min and max over all positions), one panel per model, one colour per
+    whiskers = absolute min and max over all positions), one panel per model (the figure within
+    :data:`~sinkscope.plotting.MAX_FIGURE_PIXELS`: 48 layers, or many models), one colour per
     dataset; a cross marks the maximum over positions >= 2 (without the first text token).
 
     ``tables``: ``bos_alignment`` tables of :func:`~sinkscope.geometry.analysis.analyze_file` (one
@@ -442,10 +458,15 @@ def halfspace_margins_figure(
         if long_frame is not None and (long_frame["model"] == model).any():
             panels.append((model, True))
     n_layers = int(frame["layer"].n_unique())
-    row_height = min(3.9, (MAX_FIGURE_PIXELS / DPI - 0.85) / len(panels))
-    fig = new_figure(min(19.5, max(9.0, 0.5 * n_layers + 5.0)), row_height * len(panels) + 0.8)
-    axes = np.atleast_1d(fig.subplots(len(panels), 1, squeeze=False).ravel())
-    for ax, (model, is_long) in zip(axes, panels, strict=True):
+    n_cols = 1 if (MAX_INCHES - 0.8) / len(panels) >= MIN_MARGIN_ROW else 2
+    n_rows = -(-len(panels) // n_cols)
+    row_height = min(3.9, (MAX_INCHES - 0.8) / n_rows)
+    width = min(MAX_INCHES, n_cols * min(19.5, max(9.0, 0.5 * n_layers + 5.0)))
+    fig = new_figure(width, row_height * n_rows + 0.8)
+    axes = np.atleast_1d(fig.subplots(n_rows, n_cols, squeeze=False).ravel())
+    for ax in axes[len(panels) :]:
+        ax.set_visible(False)
+    for ax, (model, is_long) in zip(axes, panels, strict=False):
         r = counts.filter(pl.col("model") == model).row(0, named=True)
         if is_long:
             assert long_frame is not None
@@ -494,7 +515,9 @@ def plot_halfspace_margins(
     share among all pairs for ``J`` = all tokens), and in how many of the others the sink is
     representable. ``long_context``: the tables of
     :func:`~sinkscope.geometry.long_context.halfspace_long_context`; each model then gets a second
-    panel under its first with the long-context margins of the two sets that need no attention,
+    panel after its first (under it; beside it when the panels would be lower than
+    :data:`MIN_MARGIN_ROW` one under the other) with the long-context margins of the two sets
+    that need no attention,
     titled with :func:`~sinkscope.geometry.halfspace.long_context_counts` (N, T', d_model, the share
     of non-trivial pairs where both sets lie in an open half-space), returned as the ``long_*``
     columns. Those are the numbers of the claim ``geometry.sink_representable`` when present, the
@@ -509,7 +532,9 @@ def plot_halfspace_margins(
 def plot_value_rank(tables: Tables, out_png: str | os.PathLike[str], title: str) -> None:
     """Figure 12: relative rank of the value matrices per layer (box = quartiles, whiskers =
     min/max), pooled over kv heads and sequences; top row pooled over datasets, then one row
-    per dataset; one column per model.
+    per dataset; one column per model (panels narrowed to fit
+    :data:`~sinkscope.plotting.MAX_FIGURE_PIXELS`, their titles wrapped to the panel's width and
+    their layer ticks thinned, :func:`_layer_ticks`).
 
     ``tables``: raw ``value_rank`` tables of :func:`~sinkscope.geometry.analysis.analyze_file`.
     """
@@ -518,10 +543,9 @@ def plot_value_rank(tables: Tables, out_png: str | os.PathLike[str], title: str)
     datasets = _dataset_order(frame["dataset"].to_list())
     row_names = ([POOLED] if len(datasets) > 1 else []) + datasets
     n_layers = int(frame["layer"].n_unique())
-    # panels shrink (never beyond readable tick labels) so that no side exceeds MAX_FIGURE_PIXELS
-    max_inches = MAX_FIGURE_PIXELS / DPI - 0.05
-    panel_width = min(0.3 * n_layers + 1.5, (max_inches - 1.0) / len(models))
-    panel_height = min(2.6, (max_inches - 0.8) / len(row_names))
+    # panels shrink (their layer ticks thinned to fit) so that no side exceeds MAX_FIGURE_PIXELS
+    panel_width = min(0.3 * n_layers + 1.5, (MAX_INCHES - 1.0) / len(models))
+    panel_height = min(2.6, (MAX_INCHES - 0.8) / len(row_names))
     fig = new_figure(max(6.0, panel_width * len(models) + 1.0), panel_height * len(row_names) + 0.8)
     axes = fig.subplots(len(row_names), len(models), squeeze=False)
     for j, model in enumerate(models):
@@ -538,7 +562,7 @@ def plot_value_rank(tables: Tables, out_png: str | os.PathLike[str], title: str)
             low = float(sub["rel_rank"].min())
             bottom = min(0.0, low) - 0.02
             _draw_boxes(ax, stats, grouped["layer"].to_list(), 0.7, color, 1.02 - bottom)
-            _layer_ticks(ax, grouped["layer"].to_list())
+            _layer_ticks(ax, grouped["layer"].to_list(), panel_width)
             ax.set_ylim(bottom, 1.02)
             ax.set_ylabel("rank / min(m, n)")
             label = (
@@ -548,8 +572,13 @@ def plot_value_rank(tables: Tables, out_png: str | os.PathLike[str], title: str)
             )
             n_seq = sub.group_by("dataset").agg(pl.col("sequence").n_unique())["sequence"].sum()
             ax.set_title(
-                f"{model}: {label} (N={n_seq} seq, m={int(sub['m'].max())} tokens, min {low:.2f})",
-                fontsize=9,
+                wrap_to_width(
+                    f"{model}: {label} (N={n_seq} seq, m={int(sub['m'].max())} tokens, "
+                    f"min {low:.2f})",
+                    panel_width,
+                    PANEL_TITLE_FONTSIZE,
+                ),
+                fontsize=PANEL_TITLE_FONTSIZE,
             )
     fig.suptitle(f"{title}\n(relative tolerance {RANK_RTOL:g})")
     save_figure(fig, out_png)
@@ -573,7 +602,7 @@ def bos_value_norm_figure(tables: Tables, title: str) -> tuple[Figure, pl.DataFr
     datasets = _dataset_order(frame["dataset"].to_list())
     effect = sink_value_norm_effect(frame, with_pooled=len(datasets) > 1)
     shown = effect.filter(pl.col("dataset") == (POOLED if len(datasets) > 1 else datasets[0]))
-    row_height = min(4.4, (MAX_FIGURE_PIXELS / DPI - 0.75) / len(models))
+    row_height = min(4.4, (MAX_INCHES - 0.7) / len(models))
     fig = new_figure(12.5, row_height * len(models) + 0.7)
     axes = fig.subplots(len(models), 2, squeeze=False, width_ratios=[3.0, 1.2])
     markers = ["o", "s", "^", "D", "v", "P", "X"]

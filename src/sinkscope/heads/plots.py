@@ -25,10 +25,9 @@ from sinkscope.heads.order import dataset_order
 from sinkscope.plotting import (
     CLASS_COLORS,
     CLASS_LEGEND_NAMES,
-    DPI,
     GRID_TICK_FONTSIZE,
     HEAD_CLASS_CMAP,
-    MAX_FIGURE_PIXELS,
+    MAX_FIGURE_INCHES,
     SEQUENTIAL_CMAP,
     Draw,
     new_figure,
@@ -85,6 +84,20 @@ def _grid_height(n_layers: int) -> float:
     return float(np.clip(0.22 * n_layers, 2.5, 15.0))
 
 
+#: Least width in inches of a head's column in a layer x head grid: its label (two digits at
+#: :data:`~sinkscope.plotting.GRID_TICK_FONTSIZE`) and the gap to the next fit (64 heads:
+#: gpt-oss-20b).
+HEAD_LABEL_INCHES = 0.16
+
+
+def _grid_width(n_heads: int, per_head: float, low: float, high: float, margin: float) -> float:
+    """Width in inches of a layer x head grid: ``per_head`` inches a head within ``[low, high]``,
+    and never less than :data:`HEAD_LABEL_INCHES` a head plus ``margin`` (the inches of the
+    grid's width that its layer labels take, or its legend beyond the space kept for it), so
+    that every head is labelled."""
+    return max(float(np.clip(per_head * n_heads, low, high)), HEAD_LABEL_INCHES * n_heads + margin)
+
+
 def _label_every_cell(ax: Axes, grid: pd.DataFrame) -> None:
     """One horizontal tick label per layer (rows) and per head (columns)."""
     ax.set_yticks(np.arange(grid.shape[0]) + 0.5, [str(v) for v in grid.index], rotation=0)
@@ -101,9 +114,18 @@ def mass_heatmaps_figure(per_head: pl.DataFrame, title: str) -> Figure:
     }
     grids = {column: _layer_head_grid(per_head, column).astype(float) for column in panels}
     n_layers, n_heads = grids["bos_mass"].shape
-    panel_width = float(np.clip(0.3 * n_heads, 3.0, 5.5))
-    fig = new_figure(3 * panel_width + 1.6, _grid_height(n_layers) + 1.3)
-    axes = fig.subplots(1, 4, gridspec_kw={"width_ratios": [1, 1, 1, 0.05]})
+    panel_width = _grid_width(n_heads, 0.3, 3.0, 5.5, margin=0.3)
+    height = _grid_height(n_layers)
+    if len(panels) * panel_width + 1.6 <= MAX_FIGURE_INCHES:  # side by side
+        fig = new_figure(len(panels) * panel_width + 1.6, height + 1.3)
+        grid = fig.add_gridspec(1, len(panels) + 1, width_ratios=[1] * len(panels) + [0.05])
+        axes = [fig.add_subplot(grid[0, index]) for index in range(len(panels))]
+        colorbar = fig.add_subplot(grid[0, -1])
+    else:  # many heads: the panels stacked, one colour bar beside them
+        fig = new_figure(panel_width + 1.6, len(panels) * (height + 0.5) + 0.8)
+        grid = fig.add_gridspec(len(panels), 2, width_ratios=[1, 0.05])
+        axes = [fig.add_subplot(grid[index, 0]) for index in range(len(panels))]
+        colorbar = fig.add_subplot(grid[:, 1])
     for index, (column, label) in enumerate(panels.items()):
         ax = axes[index]
         last = index == len(panels) - 1
@@ -114,7 +136,7 @@ def mass_heatmaps_figure(per_head: pl.DataFrame, title: str) -> Figure:
             vmax=1.0,
             cmap=SEQUENTIAL_CMAP,
             cbar=last,
-            cbar_ax=axes[-1] if last else None,
+            cbar_ax=colorbar if last else None,
             cbar_kws={"label": "fraction of attention mass (mean over query rows 1..T)"},
         )
         _label_every_cell(ax, grids[column])
@@ -130,7 +152,9 @@ def plot_mass_heatmaps(per_head: pl.DataFrame, out_png: str | os.PathLike[str], 
 
     ``per_head``: one row per (layer, head) with ``bos_mass``, ``diagonal_mass`` and
     ``subdiagonal_mass`` (e.g. a per-head table of :func:`sinkscope.heads.classify.classify_file`).
-    Layers run top to bottom, heads left to right, every layer and head labelled; absent cells
+    Layers run top to bottom, heads left to right, every layer and head labelled (columns of at
+    least :data:`HEAD_LABEL_INCHES`; heatmaps that would then not fit side by side within
+    :data:`~sinkscope.plotting.MAX_FIGURE_PIXELS`, e.g. 64 heads, are stacked); absent cells
     stay blank.
     """
     save_figure(mass_heatmaps_figure(per_head, title), out_png)
@@ -177,7 +201,8 @@ def class_map_figure(
         [CLASS_COLORS[name] for name in HEAD_CLASSES], name=HEAD_CLASS_CMAP
     )
     n_layers, n_heads = codes.shape
-    fig = new_figure(float(np.clip(0.45 * n_heads, 3.0, 10.0)) + 3.6, _grid_height(n_layers) + 1.2)
+    width = _grid_width(n_heads, 0.45, 3.0, 10.0, margin=1.5)
+    fig = new_figure(width + 3.6, _grid_height(n_layers) + 1.2)
     ax = fig.subplots()
     sns.heatmap(
         codes,
@@ -280,7 +305,7 @@ def summary_bars_figure(
     patterns = list(_PATTERN_COLUMNS.values())
     facet_width = max(2.8, 0.75 * len(models) + 1.0)
     legend_width = 3.2
-    max_inches = MAX_FIGURE_PIXELS / DPI
+    max_inches = MAX_FIGURE_INCHES
     n_cols = max(1, min(len(facets), int((max_inches - legend_width - 0.5) // facet_width)))
     n_rows = math.ceil(len(facets) / n_cols)
     fig = new_figure(0.5 + n_cols * facet_width + legend_width, 0.6 + 3.9 * n_rows)

@@ -44,7 +44,7 @@ from sinkscope.oversmoothing.summary import (
     component_means,
     condition_summary,
 )
-from sinkscope.plotting import CLASS_COLORS, Draw, new_figure, save_figure
+from sinkscope.plotting import CLASS_COLORS, Draw, fitted_legend, new_figure, save_figure
 
 __all__ = [
     "CONDITION_COLORS",
@@ -159,9 +159,7 @@ def plot_approximation(
         Line2D([], [], color="k", ls="-", label="empirical"),
         Line2D([], [], color="k", ls="--", label="approximation (eqs. 1-2)"),
     ]
-    fig.legend(
-        handles=handles, loc="outside lower center", ncols=min(len(handles), 5), frameon=False
-    )
+    fitted_legend(fig, handles, ncols=5, loc="outside lower center", frameon=False)
     fig.suptitle(
         "Empirical avg. cosine similarity (solid) vs Theorem 5.1's approximation (dashed); "
         "head update not rescaled\ngap: largest (empirical - approximation) over T'; range: "
@@ -244,10 +242,10 @@ def plot_components(
     handles = [
         Line2D([], [], color=c, marker="o", ms=3, label=lab) for lab, c in COMPONENTS.values()
     ]
-    fig.legend(
-        handles=handles,
+    fitted_legend(
+        fig,
+        handles,
         loc="outside lower center",
-        ncols=len(handles),
         frameon=False,
         title="head update rescaled by $s_l$ (eq. 11)",
     )
@@ -305,7 +303,7 @@ def plot_layers(per_layer: pl.DataFrame, out_png: str | os.PathLike[str]) -> Non
             label=r"after adding the attention update: $\rho(X+U)$ (at layer + 0.5)",
         ),
     ]
-    fig.legend(handles=handles, loc="outside lower center", ncols=3, frameon=False)
+    fitted_legend(fig, handles, ncols=3, loc="outside lower center", frameon=False)
     fig.suptitle("Average cosine similarity of the residual stream across layers")
     save_figure(fig, out_png)
 
@@ -373,7 +371,7 @@ def plot_head_errors(per_head: pl.DataFrame, out_png: str | os.PathLike[str]) ->
     ]
     if bound_drawn:
         handles.append(Line2D([], [], color="k", ls=":", lw=0.8, label="0.1 (the paper's bound)"))
-    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
+    fitted_legend(fig, handles, loc="outside lower center", frameon=False)
     fig.suptitle(
         "Per-head error of Theorem 5.1's approximation (head update not rescaled)\n"
         f"at the largest analysed context length T'={t_max} (the paper's Fig. 7: T'=512)"
@@ -459,13 +457,7 @@ def plot_condition_deltas(
     title = r"Theorem 5.1 condition for the map $s_lW$"
     if absent:
         title += f" (no non-sink head satisfies {' or '.join(absent)})"
-    fig.legend(
-        handles=handles,
-        loc="outside lower center",
-        ncols=max(1, len(handles)),
-        frameon=False,
-        title=title,
-    )
+    fitted_legend(fig, handles, loc="outside lower center", frameon=False, title=title)
     quantity = (
         r"$\rho(X+s_lWZA^\top)-\rho(X+s_lWZ)$"
         if which == "attention"
@@ -567,7 +559,7 @@ def plot_uniformity(
     handles.append(
         Line2D([], [], color="k", marker="o", ms=3, label="bin mean (bins of width 0.1)")
     )
-    fig.legend(handles=handles, loc="outside lower center", ncols=2, frameon=False)
+    fitted_legend(fig, handles, ncols=2, loc="outside lower center", frameon=False)
     fig.suptitle(
         "Relative change in avg. cosine similarity vs head uniformity\n(head update rescaled by $s_l$)"
     )
@@ -575,6 +567,16 @@ def plot_uniformity(
 
 
 # --------------------------------------------------------------------------- Fig. 11
+
+#: Fig. 11's panels (inches, width x height), the least they shrink to when the blocks of many
+#: pairs share the figure, and the inches kept for the suptitle and the legend (width, height).
+FIG11_PANEL = (3.6, 3.1)
+FIG11_MIN_PANEL = (2.4, 2.4)
+FIG11_RESERVE = (0.4, 2.0)
+#: Fig. 11's least width in inches: with one or two panels (a pair with few or no deviating
+#: heads) they widen to it, so that the title and the legend (four components and the sink
+#: rule) keep a readable width whatever the number of panels.
+FIG11_MIN_WIDTH = 7.2
 
 
 def select_deviating_heads(per_head: pl.DataFrame, n: int = 4) -> pl.DataFrame:
@@ -624,9 +626,12 @@ def plot_deviating_heads(
     """Fig. 11: ``rho`` of the four components against the context length for the heads chosen
     by :func:`select_deviating_heads` (non-sink heads: ``is_sink`` of the head classification,
     ``thresholds`` default the paper's 0.40, checked against the table's ``bos_mass`` by
-    :func:`sink_rule` and named in the legend). One block of panels per pair (up to ``n`` heads,
-    most deviating first; fewer per pair when the pairs' panels would not fit within
-    :data:`sinkscope.plotting.MAX_FIGURE_PIXELS`)."""
+    :func:`sink_rule` and named in the legend's title). One block of panels per pair (up to
+    ``n`` heads, most deviating first; fewer per pair when the pairs' panels would not fit within
+    :data:`sinkscope.plotting.MAX_FIGURE_PIXELS`); a pair without a deviating head gets one
+    panel saying so. The figure is at least :data:`FIG11_MIN_WIDTH` wide and its legend, under
+    the panels, takes as many columns as fit (:func:`~sinkscope.plotting.fitted_legend`), so
+    that it reads the same with 0, 1 or many panels."""
     panel_layout.check(per_head, [*COMPONENTS, "is_sink", "uniformity"], "per-head table")
     rule = sink_rule(per_head, thresholds)
     pairs = panel_layout.pairs(per_head)
@@ -635,17 +640,19 @@ def plot_deviating_heads(
         (chosen.filter((pl.col("model") == m) & (pl.col("dataset") == d)).height for m, d in pairs),
         default=1,
     )
-    size, minimum, reserve = (3.6, 3.1), (2.4, 2.4), (0.4, 2.0)
     per_pair = max(1, min(n, most))
+    sizes = (FIG11_PANEL, FIG11_MIN_PANEL, FIG11_RESERVE)
     while per_pair > 1:
-        layout = panel_layout.pair_grid(pairs, per_pair, size, minimum, reserve)
+        layout = panel_layout.pair_grid(pairs, per_pair, *sizes)
         if layout.fits:
             break
         layout.fig.clear()
         per_pair -= 1
     else:
-        layout = panel_layout.pair_grid(pairs, per_pair, size, minimum, reserve)
+        layout = panel_layout.pair_grid(pairs, per_pair, *sizes)
     fig = layout.fig
+    # one or two panels widen to the figure's least width (the legend and title fit it)
+    fig.set_figwidth(max(fig.get_figwidth(), FIG11_MIN_WIDTH))
     for model, dataset in pairs:
         frame = panel_layout.pair(per_head, model, dataset)
         heads = chosen.filter((pl.col("model") == model) & (pl.col("dataset") == dataset))
@@ -682,15 +689,13 @@ def plot_deviating_heads(
     handles = [
         Line2D([], [], color=c, marker="o", ms=3, label=lab) for lab, c in COMPONENTS.values()
     ]
-    handles.append(
-        Patch(visible=False, label=f"non-sink heads only: sink heads ({rule}) are not chosen")
-    )
-    fig.legend(
-        handles=handles,
+    fitted_legend(
+        fig,
+        handles,
         loc="outside lower center",
-        ncols=len(handles),
         frameon=False,
-        title=r"head update rescaled by $s_l$ (eq. 11)",
+        title=r"head update rescaled by $s_l$ (eq. 11)"
+        f"\nnon-sink heads only: sink heads ({rule}) are not chosen",
     )
     shown = f"up to {per_pair} per pair" if len(pairs) > 1 else f"up to {per_pair}"
     fig.suptitle(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 
@@ -14,7 +15,14 @@ from matplotlib.ticker import MaxNLocator
 
 from sinkscope.heads.names import POOLED
 from sinkscope.heads.order import dataset_order
-from sinkscope.plotting import SEQUENTIAL_CMAP, Draw, legend_below, new_figure, save_figure
+from sinkscope.plotting import (
+    MAX_FIGURE_INCHES,
+    SEQUENTIAL_CMAP,
+    Draw,
+    legend_below,
+    new_figure,
+    save_figure,
+)
 
 __all__ = [
     "N_TOKENS_SHOWN",
@@ -29,6 +37,8 @@ __all__ = [
 
 #: Token types shown in the secondary-sink bar charts.
 N_TOKENS_SHOWN = 12
+#: Size in inches (width, height) of a panel of token types in the summary, one per model.
+TOKEN_PANEL = (6.0, 4.8)
 
 
 def _eps_colors(eps: Sequence[float]) -> dict[float, tuple[float, ...]]:
@@ -264,10 +274,17 @@ def plot_sink_rate_summary(
 def plot_secondary_summary(
     ranked: pl.DataFrame, eps: float, out_png: str | os.PathLike[str], title: str
 ) -> None:
-    """Per model, the token types that most often become secondary sinks, pooled over datasets."""
+    """Per model, the token types that most often become secondary sinks, pooled over datasets;
+    one panel per model, wrapped into rows of as many as fit within
+    :data:`~sinkscope.plotting.MAX_FIGURE_PIXELS` (one panel saying so when there is none)."""
     models = sorted(set(ranked["model"].to_list())) if ranked.height else []
-    fig = new_figure(6.0 * max(1, len(models)), 4.8)
-    axes = np.atleast_1d(fig.subplots(1, max(1, len(models))))
+    n_panels = max(1, len(models))
+    n_cols = min(n_panels, int(MAX_FIGURE_INCHES // TOKEN_PANEL[0]))
+    n_rows = math.ceil(n_panels / n_cols)
+    fig = new_figure(TOKEN_PANEL[0] * n_cols, TOKEN_PANEL[1] * n_rows)
+    axes = fig.subplots(n_rows, n_cols, squeeze=False).ravel()
+    for ax in axes[n_panels:]:
+        ax.set_visible(False)
     if not models:
         _token_bars(axes[0], ranked, "")
     for ax, model in zip(axes, models, strict=False):

@@ -336,19 +336,25 @@ def plot_sink_count(
     save_figure(fig, out_png)
 
 
+#: Least height in inches of :func:`plot_first_position_mass` (0.22 in per layer above it): with
+#: a few layers the colour bar's label still fits beside the heatmap, under the title.
+MIN_MASS_HEIGHT = 4.2
+
+
 def plot_first_position_mass(
     tables: Mapping[str, pl.DataFrame] | pl.DataFrame,
     out_png: str | os.PathLike[str],
     title: str,
 ) -> None:
     """Heatmap of the attention mass on each of the first key positions (layers top to bottom,
-    mean over sequences, heads and queries), and the cumulative mass on the first ``k``."""
+    mean over sequences, heads and queries), and the cumulative mass on the first ``k``; 0.22 in
+    a layer, at least :data:`MIN_MASS_HEIGHT` high."""
     table = _table(tables, "first_position_mass").sort("layer", "key_position")
     layers = sorted(table["layer"].unique().to_list())
     positions = sorted(table["key_position"].unique().to_list())
     grid = table["mass"].to_numpy().reshape(len(layers), len(positions))
     cumulative = table["cumulative_mass"].to_numpy().reshape(len(layers), len(positions))
-    fig = new_figure(11.0, 0.22 * len(layers) + 2.5)
+    fig = new_figure(11.0, max(MIN_MASS_HEIGHT, 0.22 * len(layers) + 2.5))
     axes = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1.3, 1]})
     sns.heatmap(
         grid,
@@ -485,8 +491,10 @@ def plot_recompute(
     size ``L``; one column per baseline (with the BOS token in front, without). Top: log-perplexity
     ratio to the baseline, error bars = 2 standard errors of the paired mean; bottom: the fraction
     of the window-only excess that each cache with the main ``k`` recovers (1 = as good as
-    re-computation, 0 = window only)."""
-    table = _one_pair(_table(tables, "recompute"), "recompute")
+    re-computation, 0 = window only). Without any baseline (an empty table) the figure says so."""
+    table = _table(tables, "recompute")
+    if not table.is_empty():  # no baseline at all: no pair either, the figure says so
+        table = _one_pair(table, "recompute")
     baselines = [b for b in RECOMPUTE_TITLES if b in set(table["baseline"].to_list())]
     fig = new_figure(5.2 * max(1, len(baselines)), 7.4)
     if table.is_empty():
@@ -550,7 +558,7 @@ def plot_recompute(
             )
         for ax in (top, bottom):
             _window_axis(ax, windows)
-    grid[0, 0].set_ylabel("log(ppl / re-computation ppl), same tokens")
+    grid[0, 0].set_ylabel("log(ppl / re-computation ppl),\nsame tokens")
     grid[1, 0].set_ylabel("recovered fraction of the window-only excess\n(1 = re-computation)")
     legend_below(fig, grid, ncols=4, fontsize=8)
     n = int(table["n_tokens"].max())
