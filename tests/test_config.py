@@ -234,6 +234,16 @@ def test_bad_streaming_param_values_rejected(default_config: dict, params: dict,
     _expect(default_config, key)
 
 
+@pytest.mark.parametrize(
+    ("sinks", "key"),
+    [({"eps": 1.0}, "sinks.eps"), ({"eps_sweep": [0.5, 1.0]}, "sinks.eps_sweep.1")],
+)
+def test_sink_thresholds_at_one_rejected(default_config: dict, sinks: dict, key: str) -> None:
+    """A score never exceeds 1: eps = 1 would report rate 0 and no secondary sinks, silently."""
+    default_config["sinks"] = sinks
+    _expect(default_config, key)
+
+
 def test_streaming_windows_that_never_evict_rejected(default_config: dict) -> None:
     default_config["streaming"] = {"params": {"stream_length": 128, "window_sizes": [124, 256]}}
     _expect(default_config, "streaming.params.window_sizes")
