@@ -49,6 +49,23 @@ def test_inspect_rejects_foreign_and_missing_files(tmp_path: Path, capsys) -> No
     assert main(["inspect", str(tmp_path / "nope.h5")]) == 2
 
 
+def test_inspect_advises_deleting_only_a_damaged_activation_file(tmp_path: Path, capsys) -> None:
+    """A folder or a file that is not HDF5 gets one line and no `rm` (it may be the claims
+    table); an empty file where the extraction writes is a damaged activation file."""
+    (tmp_path / "claims.md").write_text("# claims\n")
+    for path in (tmp_path, tmp_path / "claims.md"):
+        assert main(["inspect", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert "rm " not in err and "Traceback" not in err and len(err.splitlines()) == 1, err
+        assert "results/activations/<model>/<dataset>.h5" in err
+    empty = tmp_path / "results" / "activations" / "m" / "d.h5"
+    empty.parent.mkdir(parents=True)
+    empty.touch()
+    assert main(["inspect", str(empty)]) == 2
+    err = capsys.readouterr().err
+    assert "not an HDF5 file" in err and f"rm {empty}" in err
+
+
 def test_layout(capsys) -> None:
     assert main(["inspect", "--layout"]) == 0
     out = capsys.readouterr().out

@@ -433,6 +433,18 @@ def open_activations(path: str | os.PathLike[str]) -> ActivationFile:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no such activation file")
+    if path.is_dir():
+        raise ActivationFileError(  # never advise deleting a folder
+            f"{path}: a folder, not an activation file (results/activations/<model>/"
+            "<dataset>.h5)"
+        )
+    if not h5py.is_hdf5(path):
+        problem = "not an HDF5 file (no HDF5 signature)"
+        if _activation_path(path):  # e.g. an empty file left where the extraction writes
+            raise damaged_file_error(path, problem)
+        raise ActivationFileError(  # a foreign file: no advice to delete it
+            f"{path}: {problem}; an activation file is results/activations/<model>/<dataset>.h5"
+        )
     try:
         handle = ActivationFile(path, "r")
     except OSError as error:
@@ -456,6 +468,12 @@ def open_activations(path: str | os.PathLike[str]) -> ActivationFile:
         handle.close()
         raise ActivationFileError(h5codec.describe_missing(str(path), missing))
     return handle
+
+
+def _activation_path(path: Path) -> bool:
+    """Whether ``path`` is where the extraction writes (``.../activations/<model>/<name>.h5``):
+    a damaged file there is rebuilt by deleting it, a file elsewhere is not the workflow's."""
+    return path.suffix == ".h5" and path.parent.parent.name == "activations"
 
 
 def file_sizes(handle: h5py.File | h5py.Group) -> dict[str, int]:
