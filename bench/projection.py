@@ -1,6 +1,6 @@
 """Section 7 of BENCHMARKS.md: the paper's models on a GPU node (N x T = 50 x 256), projected
 from this run's measured codec ratios and per-core encoding throughput (section 6) and from the
-CPUs that the SLURM profile requests per extraction job."""
+CPUs that an extraction job gets on a cluster (sinkscope.sizing)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import Any
 
 import codecs_bench as codec_bench  # bench/codecs_bench.py
 import numpy as np
-import yaml
 from settings import REPO, default_config  # bench/settings.py
 
 from sinkscope.extraction import h5layout
-from sinkscope.sizing.costs import D2H_GB_S, FS_GB_S, GPU_TFLOPS  # the jobs' requests assume them too
+# the jobs' requests assume them too
+from sinkscope.sizing.costs import CLUSTER_THREADS, D2H_GB_S, FS_GB_S, GPU_TFLOPS
 from sinkscope.sizing.shapes import facts_from_config, fixture_config
 
 #: The paper's hub models of the projection of section 7 (their kept config.json files,
@@ -36,12 +36,8 @@ def _paper_shape(hub_id: str) -> dict[str, Any]:
 
 PAPER_SHAPES = {name: _paper_shape(hub_id) for name, hub_id in PAPER_MODELS.items()}
 PAPER_N, PAPER_T1 = 50, 257
-#: CPUs per extraction job that the SLURM profile requests (read from the profile itself)
-PROFILE_EXTRACTION_CPUS = int(
-    yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())["set-threads"][
-        "extract_activations"
-    ]
-)
+#: CPUs per extraction job on a cluster (sinkscope.sizing: the rule's threads there)
+PROFILE_EXTRACTION_CPUS = CLUSTER_THREADS["extract_activations"]
 
 
 def _threaded_rows(pair: dict[str, Any], codec: str) -> dict[str, dict[str, Any]]:
@@ -143,8 +139,8 @@ def projection_section(results: dict[str, Any]) -> list[str]:
             f"forward at an assumed {GPU_TFLOPS:.0f} TFLOP/s sustained (eager attention, bf16), "
             f"device-to-host copies at {D2H_GB_S:.0f} GB/s, the file written at {FS_GB_S:.0f} GB/s "
             f"(a parallel file system per client). Encoding with the {PROFILE_EXTRACTION_CPUS} CPUs "
-            "that `profiles/slurm` requests per extraction job "
-            "(`set-threads: extract_activations`); on a GPU the encoding and writing of batch b "
+            "that an extraction job gets on a cluster "
+            "(`sinkscope.sizing.costs.CLUSTER_THREADS`); on a GPU the encoding and writing of batch b "
             "overlap the forward of batch b + 1 (`extraction.overlap_writes: auto`), so the "
             "extraction takes about the largest of the columns, not their sum."
         ),

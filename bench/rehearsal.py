@@ -1,6 +1,6 @@
 """Dress rehearsal at the paper's shapes: the real DAG on random-weight models with the exact
-configuration of paper models (``sinkscope/sizing/model_configs``), cut to 1 and 2 layers, at
-the paper's extraction scale (N = 50, T = 256), on this machine's CPU.
+configuration of paper models (``sinkscope/sizing/model_configs``), cut to two depths (default 2
+and 6 layers), at the paper's extraction scale (N = 50, T = 256), on this machine's CPU.
 
 Every job writes its peak RSS and wall time at the end of its log (``sinkscope.sizing.usage``).
 Per rule, the two depths give a fixed and a per-layer part (``v(L) = a + b L``), extrapolated to
@@ -9,7 +9,11 @@ the same settings (float32, CPU). The request must cover the extrapolated peak a
 exceed it more than about 3x. Prints a Markdown table and writes ``bench/rehearsal.json``.
 
     .venv/bin/python bench/rehearsal.py                                  # Llama-3.1-8B, GPT-2 XL
-    .venv/bin/python bench/rehearsal.py --models google/gemma-7b --out /tmp/rehearsal
+    .venv/bin/python bench/rehearsal.py --models google/gemma-7b --depths 2 4 --out /tmp/rehearsal
+
+One and two layers are too close: their wall times differ by less than the jobs' noise (a job's
+fixed part is 10-60 s on the CPU), so the default depths are 2 and 6. A model whose 6-layer cut
+does not fit this machine's memory twice (the loading peak) takes ``--depths 2 4``.
 
 Needs the default run's prepared SmolLM2 (its tokenizer; ``make run`` or
 ``snakemake results/models/smollm2-135m``). Random weights make no sinks: the work that depends
@@ -111,25 +115,25 @@ def run_depth(hub_id: str, n_layers: int, out: Path, cores: int) -> dict[str, An
             "configfile": str(configfile)}
 
 
-def extrapolate(v1: float, v2: float, depth: int) -> float:
-    """``a + b L`` through the measurements at 1 and 2 layers, at ``L = depth`` (a per-layer part
-    below zero, i.e. noise, counts as zero)."""
-    per_layer = max(0.0, v2 - v1)
-    return v1 + per_layer * (depth - 1)
+def extrapolate(v1: float, v2: float, depth: int, l1: int = 1, l2: int = 2) -> float:
+    """``a + b L`` through the measurements ``v1`` at ``l1`` and ``v2`` at ``l2`` layers, at
+    ``L = depth`` (a per-layer part below zero, i.e. noise, counts as zero)."""
+    per_layer = max(0.0, (v2 - v1) / (l2 - l1))
+    return v2 + per_layer * (depth - l2)
 
 
 def extrapolate_model_job(peak_2: float, weights_2: int, weights_full: int) -> float:
-    """The peak of a job that loads the model, at full depth: the 2-layer peak plus the full
+    """The peak of a job that loads the model, at full depth: the deeper cut's peak plus the full
     model's extra weights, held twice while loading
-    (:data:`sinkscope.sizing.costs.WEIGHT_COPIES_WHILE_LOADING`). A line through 1 and 2 layers
-    does not see them: one layer's weights are within the noise of the batch buffers."""
+    (:data:`sinkscope.sizing.costs.WEIGHT_COPIES_WHILE_LOADING`). A line through two shallow
+    cuts hardly sees them: a few layers' weights are within the noise of the batch buffers."""
     from sinkscope.sizing.costs import WEIGHT_COPIES_WHILE_LOADING
 
     return peak_2 + WEIGHT_COPIES_WHILE_LOADING * (weights_full - weights_2) / 2**20
 
 
 def compare(hub_id: str, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per rule: measured at 1 and 2 layers, extrapolated to the full depth, the request there
+    """Per rule: measured at the two depths, extrapolated to the full depth, the request there
     (same settings, full depth) and the ratios."""
     from sinkscope.config import load_layered_config, validate_config
     from sinkscope.sizing.requests import job_request
@@ -138,6 +142,7 @@ def compare(hub_id: str, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     from sinkscope.sizing.requests import MODEL_RUNNING_RULES
 
     one, two = sorted(runs, key=lambda run: run["n_layers"])
+    depths = (one["n_layers"], two["n_layers"])
     full = facts_from_config("rehearsal", fixture_config(hub_id), "float32", "kept")
     cut = facts_from_config(
         "rehearsal", json.loads((Path(two["configfile"]).parent / "model" / "config.json").read_text()),
@@ -150,14 +155,14 @@ def compare(hub_id: str, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if rule in MODEL_RUNNING_RULES:
             peak = extrapolate_model_job(b["peak_rss_mb"], cut.weight_bytes, full.weight_bytes)
         else:
-            peak = extrapolate(a["peak_rss_mb"], b["peak_rss_mb"], full.n_layers)
-        wall = extrapolate(a["wall_s"], b["wall_s"], full.n_layers)
+            peak = extrapolate(a["peak_rss_mb"], b["peak_rss_mb"], full.n_layers, *depths)
+        wall = extrapolate(a["wall_s"], b["wall_s"], full.n_layers, *depths)
         try:
             request = job_request(rule, config, facts=full)
         except KeyError:  # a rule sinkscope.sizing does not know
             continue
         rows.append({
-            "model": hub_id, "rule": rule, "layers": full.n_layers,
+            "model": hub_id, "rule": rule, "layers": full.n_layers, "depths": list(depths),
             "peak_1": a["peak_rss_mb"], "peak_2": b["peak_rss_mb"], "peak_full": peak,
             "wall_1": a["wall_s"], "wall_2": b["wall_s"], "wall_full": wall,
             "mem_mb": request.mem_mb, "runtime_min": request.runtime_min,
@@ -168,17 +173,19 @@ def compare(hub_id: str, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def render(rows: list[dict[str, Any]], cpu: str) -> str:
     lines = [
-        f"CPU: {cpu}. Measured at 1 and 2 layers (N = 50, T = 256, float32, CPU), extrapolated "
-        "to the full depth (a + b L; jobs that load the model: the 2-layer peak plus the extra "
-        "weights twice); request = sinkscope.sizing for the full depth, same settings.",
+        f"CPU: {cpu}. Measured at two depths (columns 'a / b': the shallower cut, then the "
+        "deeper; N = 50, T = 256, float32, CPU), extrapolated to the full depth (a + b L; jobs "
+        "that load the model: the deeper cut's peak plus the extra weights twice); request = "
+        "sinkscope.sizing for the full depth, same settings.",
         "",
-        "| model | rule | peak 1 / 2 layers | peak, full depth | request | request / peak "
-        "| wall 1 / 2 layers | wall, full depth | request | request / wall |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| model | cuts | rule | peak at the cuts | peak, full depth | request | request / peak "
+        "| wall at the cuts | wall, full depth | request | request / wall |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['model']} | {r['rule']} | {r['peak_1']:,.0f} / {r['peak_2']:,.0f} MB "
+            f"| {r['model']} | {' / '.join(map(str, r.get('depths', (1, 2))))} layers "
+            f"| {r['rule']} | {r['peak_1']:,.0f} / {r['peak_2']:,.0f} MB "
             f"| {r['peak_full']:,.0f} MB | {r['mem_mb']:,} MB | {r['mem_ratio']:.2f} "
             f"| {r['wall_1']:,.0f} / {r['wall_2']:,.0f} s | {r['wall_full'] / 60:,.1f} min "
             f"| {r['runtime_min']:,} min | {r['time_ratio']:.2f} |"
@@ -191,16 +198,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS))
     parser.add_argument("--out", type=Path, default=Path("/tmp/sinkscope-rehearsal"))
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--depths", type=int, nargs=2, default=[2, 6],
+                        help="the two cut depths (layers) measured per model")
     args = parser.parse_args(argv)
     rows: list[dict[str, Any]] = []
     runs: dict[str, list[dict[str, Any]]] = {}
     for hub_id in args.models:
-        runs[hub_id] = [run_depth(hub_id, depth, args.out, args.cores) for depth in (1, 2)]
+        runs[hub_id] = [run_depth(hub_id, depth, args.out, args.cores) for depth in args.depths]
         rows += compare(hub_id, runs[hub_id])
     cpu = cpu_model()
     print(render(rows, cpu))
-    (REPO / "bench" / "rehearsal.json").write_text(
-        json.dumps({"cpu": cpu, "runs": runs, "rows": rows}, indent=1) + "\n")
+    # the models not run this time keep their earlier measurements (and CPU)
+    kept = REPO / "bench" / "rehearsal.json"
+    earlier = json.loads(kept.read_text()) if kept.is_file() else {"models": {}}
+    models = dict(earlier.get("models", {}))
+    for hub_id in args.models:
+        models[hub_id] = {"cpu": cpu, "runs": runs[hub_id],
+                          "rows": [r for r in rows if r["model"] == hub_id]}
+    kept.write_text(json.dumps({"models": models}, indent=1) + "\n")
     return 0
 
 

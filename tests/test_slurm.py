@@ -65,12 +65,12 @@ def ci_profile(folder: Path) -> Path:
     """The repository's SLURM profile with only the settings a CI cluster must override (its
     partition is a config key: run_slurm sets it)."""
     profile = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
-    # the CI node has fewer CPUs than the 8 the profile asks per extraction job; and the tables
-    # are compared bit for bit with the local tiny run, whose extraction runs on PAIR_THREADS
-    # (workflow/rules/common.smk) threads: a float32 forward sums in another order on another
-    # number of threads
+    # the CI node has fewer CPUs than a cluster's extraction job gets (sinkscope.sizing); and
+    # the tables are compared bit for bit with the local tiny run, whose extraction runs on half
+    # the local cores (sinkscope.sizing.requests.job_threads): a float32 forward sums in another
+    # order on another number of threads
     cores = len(os.sched_getaffinity(0))
-    profile["set-threads"]["extract_activations"] = max(1, min(2, cores // 2))
+    profile.setdefault("set-threads", {})["extract_activations"] = max(1, min(2, cores // 2))
     profile.update(
         {
             "slurm-no-account": True,

@@ -19,7 +19,7 @@ rule analyze_oversmoothing:
         paths.log("analyze_oversmoothing", "{model}/{dataset}"),
     conda:
         "../../envs/sinkscope.yaml"
-    threads: PAIR_THREADS
+    threads: job_threads("analyze_oversmoothing")
     resources:
         **job_resources("analyze_oversmoothing"),
     script:

@@ -19,6 +19,7 @@ __all__ = [
     "FS_GB_S",
     "GPU_TFLOPS",
     "HALFSPACE_S_PER_POINT_DIM",
+    "CLUSTER_THREADS",
     "JOB_FIXED_MB",
     "MEM_MARGIN",
     "MIN_MEM_MB",
@@ -44,8 +45,10 @@ MIN_MEM_MB = 1000
 MIN_RUNTIME_MIN = 5
 
 #: Resident memory of a job before it reads any data: Python, torch, polars, h5py, matplotlib
-#: (measured: 0.45-0.6 GB peak RSS for the tiny run's file-reading jobs, whose data is kilobytes).
-JOB_FIXED_MB = 700.0
+#: (measured on a clean CI run of the tiny config, whose data is kilobytes: peak RSS 0.24-0.51 GB
+#: for the file-reading jobs, 0.24 classify_heads, 0.51 analyze_sinks; tests/test_sizing.py keeps
+#: every model-sized request of that run within 3x its peak).
+JOB_FIXED_MB = 450.0
 
 #: Sustained throughput of an eager bf16 forward on one data-centre GPU (H100/A100 class; about a
 #: fifth of an H100's dense bf16 peak), device-to-host copies and the shared file system:
@@ -57,6 +60,14 @@ GPU_TFLOPS, D2H_GB_S, FS_GB_S = 200.0, 10.0, 1.0
 #: peak grew by 254 MB from 1 to 2 layers of GPT-2 XL's widths (float32), 2.06 x one layer's
 #: 123 MB of weights (bench/rehearsal.py).
 WEIGHT_COPIES_WHILE_LOADING = 2
+
+#: Threads of the rules that use more than one, on a cluster node: the extraction compresses and
+#: writes batch b on them while the GPU runs batch b + 1 (BENCHMARKS.md section 7: 4 cores encode
+#: an 8B model's attention maps faster than a parallel file system writes them); the
+#: oversmoothing analysis's torch products (float32 A V and X W_O, float64 moments) on 2.
+#: Every other rule runs one thread. On one machine (a local run) see
+#: :func:`sinkscope.sizing.requests.job_threads`.
+CLUSTER_THREADS: dict[str, int] = {"extract_activations": 4, "analyze_oversmoothing": 2}
 
 #: Fixed wall time of a job that runs a model: imports, CUDA start, tokenizer, tables, figures.
 MODEL_JOB_FIXED_S = 120.0

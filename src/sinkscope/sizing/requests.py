@@ -31,6 +31,7 @@ __all__ = [
     "Request",
     "estimate",
     "job_request",
+    "job_threads",
     "layer_bytes",
     "rule_resources",
     "streaming_token_forwards",
@@ -217,6 +218,20 @@ def job_request(
     runtime = max(costs.MIN_RUNTIME_MIN, math.ceil(guess.seconds * costs.TIME_MARGIN / 60))
     partition = settings["gpu_partition"] if gpus else settings["cpu_partition"]
     return Request(mem * attempt, runtime * attempt, gpus, partition, guess)
+
+
+def job_threads(rule: str, local_cores: int | None) -> int:
+    """Threads of one job of ``rule`` (its ``threads:``, and ``--cpus-per-task`` on SLURM).
+
+    On a cluster (``local_cores`` None: executors that submit jobs define no local core count)
+    :data:`~sinkscope.sizing.costs.CLUSTER_THREADS`. On one machine the multi-threaded rules get
+    half its cores, at most 2: Snakemake reserves no cores for a waiting job, so a 2-thread job
+    on a 2-core machine would wait whenever a 1-thread job of lower priority holds a core; with
+    half the cores a ready model-path job always starts. Every other rule: 1."""
+    most = costs.CLUSTER_THREADS.get(rule, 1)
+    if local_cores is None:
+        return most
+    return min(most, max(1, min(2, local_cores // 2)))
 
 
 def rule_resources(rule: str, config: Mapping[str, Any], minutes: float | None = None) -> dict:

@@ -199,11 +199,16 @@ def _cached_facts(name: str, entry_json: str, results: str) -> ModelFacts:
     if found is not None:
         return facts_from_config(name, found[0], dtype, found[1])
     if source["kind"] == "hub":
-        try:
-            from transformers import AutoConfig
+        from huggingface_hub import HfApi, is_offline_mode
+        from transformers import AutoConfig
 
+        try:
+            if not is_offline_mode():
+                # one request without retries: no network fails here at once, where the config
+                # download below retries for about 30 s (1 + 2 + 4 + 8 + 8 s)
+                HfApi().model_info(source["id"], revision=source["revision"])
             config = AutoConfig.from_pretrained(source["id"], revision=source["revision"])
-        except OSError as error:
+        except Exception as error:  # noqa: BLE001 - any failure: the shape is not known yet
             raise UnknownModelShape(
                 f"models.{name}: the shape of {source['id']} is unknown until prepare_model has "
                 f"run (no hub access: {error.__class__.__name__}); run "
