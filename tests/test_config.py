@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,7 @@ from sinkscope.config import (
     read_config_file,
     validate_config,
 )
-from tests.conftest import TINY, snakemake
+from tests.conftest import REPO, TINY, snakemake
 
 
 def test_default_config_is_valid_and_gets_defaults(default_config: dict) -> None:
@@ -478,3 +480,28 @@ def test_no_bos_variant_pairs_and_paths(default_config: dict) -> None:
     assert [t for t in streaming if "/shakespeare/" in t and "perplexity" in t]
     long_context = paths.long_context_targets(pairs(config), config)
     assert long_context and not [t for t in long_context if ".no-bos" in t]
+
+
+def test_the_same_model_under_two_names_is_named_in_a_warning(tmp_path: Path) -> None:
+    """Two model keys with one source: valid (dtypes may be compared), but check-config and the
+    workflow say so, naming both keys."""
+    from sinkscope.cli import main
+    from sinkscope.config import config_warnings
+
+    config = load_config(REPO / "config.yaml")
+    first = next(iter(config["models"]))
+    assert config_warnings(config) == []
+    twin = copy.deepcopy(config["models"][first])
+    config["models"]["twin"] = {**twin, "description": "the same, another name"}
+    (warning,) = config_warnings(config)
+    assert f"models.{first} and models.twin have the same source" in warning
+    assert warning.endswith("identical settings; remove one")
+    config["models"]["twin"]["dtype"] = "bfloat16"
+    (warning,) = config_warnings(config)
+    assert "remove one" not in warning
+    path = tmp_path / "twins.yaml"
+    path.write_text(yaml.safe_dump({"models": config["models"]}))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["check-config", str(REPO / "config.yaml"), str(path)]) == 0
+    assert f"warning: models.{first} and models.twin" in err.getvalue()

@@ -19,6 +19,7 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
+import yaml
 
 from sinkscope.extraction import h5layout
 from sinkscope.paths import HEAD_FIGURES, Paths
@@ -381,6 +382,54 @@ def test_a_rerun_extraction_removes_what_a_killed_one_left(
         run / RELATIVE.log("extract_activations", "{model}/{dataset}").format(**PAIR)
     ).read_text()
     assert f"removed {stale} (3.0 MB), left by an earlier write of {activations}" in log
+
+
+def test_edits_that_change_no_output_rerun_nothing(
+    tiny_run: Path, download_dir: Path, tmp_path: Path
+) -> None:
+    """A model's or a dataset's description, the extraction's device, batch size and write
+    overlap change no file's contents: on a finished run they schedule no job (they used to
+    re-run every extraction and everything after it)."""
+    layer = tmp_path / "cosmetic.yaml"
+    layer.write_text(
+        yaml.safe_dump(
+            {
+                "models": {PAIR["model"]: {"description": "another description"}},
+                "datasets": {PAIR["dataset"]: {"description": "another description"}},
+                "extraction": {"device": "cpu", "batch_size": 1, "overlap_writes": "off"},
+            }
+        )
+    )
+    result = snakemake(
+        tiny_run, "-n", "--configfile", str(TINY), str(layer), download_dir=download_dir
+    )
+    assert "Nothing to be done" in result.stdout + result.stderr, result.stdout[-3000:]
+
+
+def test_an_activation_file_of_another_pair_is_refused(
+    tiny_run: Path, download_dir: Path, tmp_path: Path
+) -> None:
+    """Another pair's file copied over a pair's own (alice without BOS over alice): the next run
+    refuses it in every reader, naming both pairs and the rebuild, and writes no table under the
+    wrong name; the other pair's tables stay."""
+    run = Path(shutil.copytree(tiny_run, tmp_path / "run", symlinks=True))
+    activations = RELATIVE.activations.format(**PAIR)
+    other = {**PAIR, "dataset": "alice.no-bos"}
+    shutil.copy(run / RELATIVE.activations.format(**other), run / activations)
+    head_table = RELATIVE.heads_table("per_head").format(**PAIR)
+    failed = snakemake(
+        run, head_table, "--configfile", str(TINY), download_dir=download_dir, check=False
+    )
+    assert failed.returncode != 0
+    said = failed.stdout + failed.stderr
+    assert (
+        f"{activations}: it holds the activations of model 'smollm2-135m' on dataset "
+        "'alice.no-bos', but is read for model 'smollm2-135m' on dataset 'alice'" in said
+    )
+    assert f"(rm {activations})" in said
+    assert not (run / head_table).exists()
+    other_table = run / RELATIVE.heads_table("per_head").format(**other)
+    assert pl.read_parquet(other_table)["dataset"].unique().to_list() == ["alice.no-bos"]
 
 
 def test_a_damaged_activation_file_names_the_command_that_rebuilds_it(

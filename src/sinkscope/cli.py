@@ -146,13 +146,21 @@ def _compare_claims(tables: Sequence[str], labels: Sequence[str] | None) -> int:
 
 
 def _check_config(paths: Sequence[str]) -> int:
-    from sinkscope.config import ConfigError, bos_pairs, load_layered_config, pairs
+    from sinkscope.config import (
+        ConfigError,
+        bos_pairs,
+        config_warnings,
+        load_layered_config,
+        pairs,
+    )
 
     try:
         config = load_layered_config(paths)
     except (OSError, ConfigError) as error:
         print(f"sinkscope check-config: {error}", file=sys.stderr)
         return 2
+    for warning in config_warnings(config):
+        print(f"sinkscope check-config: warning: {warning}", file=sys.stderr)
     print(
         f"{' + '.join(paths)}: valid; {len(config['models'])} models x "
         f"{len(config['datasets'])} datasets ({len(pairs(config))} pairs, "

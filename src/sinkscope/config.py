@@ -125,6 +125,27 @@ def _form(schema: Mapping[str, Any]) -> str:
     return " ".join([text, *bounds])
 
 
+def config_warnings(config: Mapping[str, Any]) -> list[str]:
+    """What a valid config probably did not mean, said when the workflow is parsed and by
+    ``sinkscope check-config``: two model names with the same source are prepared, extracted and
+    counted as two models in every summary and claim (intended only to compare, e.g., dtypes)."""
+    warnings = []
+    seen: dict[str, str] = {}
+    for name, entry in config["models"].items():
+        key = json.dumps(entry["source"], sort_keys=True, default=str)
+        if key in seen:
+            first = seen[key]
+            same = model_entry(config, name) == model_entry(config, first)
+            warnings.append(
+                f"models.{first} and models.{name} have the same source: the model is prepared, "
+                "extracted and counted twice in the summaries and claims"
+                + (" with identical settings; remove one" if same else "")
+            )
+        else:
+            seen[key] = name
+    return warnings
+
+
 def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
     problems = []
     for name, entry in config["models"].items():
@@ -481,14 +502,35 @@ def id_pattern(ids: Iterable[str]) -> str:
     return "|".join(map(re.escape, ids))
 
 
+#: Keys of a model or dataset entry that change no output: left out of the rules' params, so
+#: that editing them re-runs nothing (Snakemake re-runs a job whose params change).
+DESCRIPTIVE_KEYS = ("description",)
+#: ``extraction`` keys that change how a file is written, not what it holds (the device, the
+#: batch and whether writes overlap the forward: the same tensors): not in the extraction's
+#: params, read by the job from the config.
+EXTRACTION_RUN_KEYS = ("device", "batch_size", "overlap_writes")
+
+
+def model_entry(config: Mapping[str, Any], model: str) -> dict[str, Any]:
+    """``models.<model>`` without :data:`DESCRIPTIVE_KEYS`: the param of the rules that read it."""
+    return {k: v for k, v in config["models"][model].items() if k not in DESCRIPTIVE_KEYS}
+
+
+def extraction_content(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``extraction`` without :data:`EXTRACTION_RUN_KEYS`: what an activation file depends on."""
+    return {k: v for k, v in config["extraction"].items() if k not in EXTRACTION_RUN_KEYS}
+
+
 def dataset_entry(config: Mapping[str, Any], dataset_id: str) -> dict[str, Any]:
     """The config entry a dataset id cuts its sequences from (a no-BOS variant: its dataset's),
-    without its ``bos`` key: the param of rules ``prepare_corpus`` and ``extract_activations``.
-    A pair's BOS choice is its id (and the ``bos`` of its token record), so the key, which the
-    validation fills in, leaves the params of the BOS pairs as they were before it existed
-    (Snakemake re-runs a job whose params change)."""
+    without its ``bos`` key and :data:`DESCRIPTIVE_KEYS`: the param of rules ``prepare_corpus``
+    and ``extract_activations``. A pair's BOS choice is its id (and the ``bos`` of its token
+    record), so the key, which the validation fills in, leaves the params of the BOS pairs as
+    they were before it existed (Snakemake re-runs a job whose params change)."""
     entry = dict(config["datasets"][source_dataset(dataset_id)])
     entry.pop("bos", None)
+    for key in DESCRIPTIVE_KEYS:
+        entry.pop(key, None)
     return entry
 
 

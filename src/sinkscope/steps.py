@@ -115,14 +115,15 @@ def extract_activations(smk: Any) -> None:
 
     torch.set_num_threads(max(1, int(smk.threads)))
     extraction = smk.params.extraction
+    run = smk.config["extraction"]  # how it runs, not a param: changing it re-runs nothing
     settings = ExtractionSettings(
-        batch_size=extraction["batch_size"],
+        batch_size=run["batch_size"],
         storage_dtypes=extraction["storage_dtypes"],
         compression_level=extraction["compression_level"],
         codec=extraction["codec"],
         uncompressed=tuple(extraction["uncompressed"]),
-        device=extraction["device"],
-        overlap_writes=extraction.get("overlap_writes", "auto"),
+        device=run["device"],
+        overlap_writes=run.get("overlap_writes", "auto"),
     )
     digest = config_digest(smk.params.model_entry, smk.params.dataset_entry, extraction)
     extract(
@@ -135,12 +136,19 @@ def extract_activations(smk: Any) -> None:
     )
 
 
+def _activations(smk: Any) -> Path:
+    """The job's activation file, checked to be its pair's (``{model}``, ``{dataset}``)."""
+    from sinkscope.extraction.h5layout import check_pair
+
+    return check_pair(smk.input.activations, smk.wildcards.model, smk.wildcards.dataset)
+
+
 def classify_heads(smk: Any) -> None:
     from sinkscope.heads.classify import HeadClassThresholds, classify_file
     from sinkscope.heads.plots import pair_figures
 
     thresholds = HeadClassThresholds(**smk.params.thresholds)
-    per_sequence, per_head = classify_file(Path(smk.input.activations), thresholds)
+    per_sequence, per_head = classify_file(_activations(smk), thresholds)
     write_table(per_sequence, smk.output.per_sequence)
     write_table(per_head, smk.output.per_head)
     _draw(pair_figures(per_head, _pair_title(smk), thresholds), smk.output)
@@ -192,7 +200,7 @@ def analyze_geometry(smk: Any) -> None:
     from sinkscope.paths import GEOMETRY_TABLES
 
     tables = analyze_file(
-        Path(smk.input.activations),
+        _activations(smk),
         pl.read_parquet(smk.input.per_head),
         HeadClassThresholds(**smk.params.thresholds),
         attend_threshold=smk.params.attend_threshold,
@@ -253,7 +261,7 @@ def analyze_sinks(smk: Any) -> None:
 
     settings = SinkSettings.from_config(smk.params.sinks)
     tables = analyze_file(
-        Path(smk.input.activations), settings, tokenizer_decoder(smk.input.model_dir)
+        _activations(smk), settings, tokenizer_decoder(smk.input.model_dir)
     )
     _write_tables(tables, smk.output, SINKS_TABLES)
     _draw(pair_figures(tables, settings.eps, _pair_title(smk)), smk.output)
@@ -276,7 +284,7 @@ def analyze_oversmoothing(smk: Any) -> None:
 
     settings = smk.params.oversmoothing
     tables = analyze_file(
-        Path(smk.input.activations),
+        _activations(smk),
         pl.read_parquet(smk.input.per_head),
         settings["context_lengths"],
         settings["uniformity_threshold"],
@@ -374,7 +382,7 @@ def analyze_streaming_first_positions(smk: Any) -> None:
 
     tables = {
         "first_position_mass": first_position_mass(
-            smk.input.activations, smk.params.first_positions
+            _activations(smk), smk.params.first_positions
         )
     }
     _write_tables(tables, smk.output, STREAMING_FIRST_POSITION_TABLES)

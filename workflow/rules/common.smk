@@ -8,16 +8,20 @@ from sinkscope.config import (
     backcopy_end_to_end_params,
     backcopy_params,
     bos_pairs,
+    config_warnings,
     dataset_entry,
     corpus_ids,
     dataset_ids,
+    extraction_content,
     extraction_scale,
     id_pattern,
     long_context_params,
+    model_entry,
     pairs,
     streaming_params,
     validate_config,
 )
+from sinkscope.sizing.requests import job_threads as rule_threads
 from sinkscope.sizing.requests import rule_resources
 from sinkscope.streaming.applicability import cache_pairs
 from sinkscope.paths import (
@@ -50,6 +54,8 @@ from sinkscope.paths import (
 config.update(validate_config(config))
 validate(config, "../schemas/config.schema.yaml")
 paths = Paths("results")
+for warning in config_warnings(config):
+    logger.warning(f"sinkscope: warning: {warning}")
 logger.info(
     f"sinkscope: config {' + '.join(map(str, workflow.overwrite_configfiles)) or 'config.yaml'}"
     f": {len(config['models'])} models x {len(config['datasets'])} datasets, "
@@ -82,12 +88,10 @@ onstart:
         check_slurm_client(getattr(workflow.executor_settings, "status_command", None))
 
 
-# Threads of the model path's multi-threaded jobs (extraction, oversmoothing): half the local
-# cores, at most 2. Snakemake reserves no cores for a waiting job, so a 2-thread job on a 2-core
-# machine waits whenever any 1-thread job of lower priority holds a core; with half the cores a
-# ready model-path job always starts. Cluster executors define no local core count: 2 there (the
-# SLURM profile sets the extraction's own with set-threads).
-PAIR_THREADS = max(1, min(2, (workflow._cores or 4) // 2))
+def job_threads(rule):
+    """A rule's threads (sinkscope.sizing.requests.job_threads): on a cluster executor, which
+    defines no local core count, the cluster's; on one machine at most half its cores."""
+    return rule_threads(rule, workflow._cores)
 
 
 # Scheduling order (Snakemake runs the ready job of highest priority first): the model path that

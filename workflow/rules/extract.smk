@@ -8,15 +8,17 @@ rule extract_activations:
     output:
         activations=paths.activations,
     params:
-        model_entry=lambda wc: config["models"][wc.model],
+        # only what the file's contents depend on: no description, device, batch size or
+        # overlap (sinkscope.config.DESCRIPTIVE_KEYS, EXTRACTION_RUN_KEYS; read from the config)
+        model_entry=lambda wc: model_entry(config, wc.model),
         dataset_entry=lambda wc: dataset_entry(config, wc.dataset),
-        extraction=config["extraction"],
+        extraction=extraction_content(config),
     priority: PRIORITY["extract_activations"]
     log:
         paths.log("extract_activations", "{model}/{dataset}"),
     conda:
         "../../envs/sinkscope.yaml"
-    threads: PAIR_THREADS
+    threads: job_threads("extract_activations")
     resources:
         **job_resources("extract_activations"),
     script:

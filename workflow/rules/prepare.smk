@@ -7,7 +7,7 @@ rule prepare_model:
     output:
         model_dir=directory(paths.model_dir),
     params:
-        entry=lambda wc: config["models"][wc.model],
+        entry=lambda wc: model_entry(config, wc.model),
     priority: PRIORITY["prepare_model"]
     log:
         paths.log("prepare_model", "{model}"),

@@ -470,6 +470,24 @@ def open_activations(path: str | os.PathLike[str]) -> ActivationFile:
     return handle
 
 
+def check_pair(path: str | os.PathLike[str], model: str, dataset: str) -> Path:
+    """``path`` if the activation file there was extracted for ``model`` on ``dataset`` (its
+    :data:`ATTR_MODEL_NAME` and :data:`ATTR_DATASET_NAME`, the config's keys), else an
+    :class:`ActivationFileError` naming both pairs and how to rebuild the file: a file copied or
+    moved between pairs would otherwise be analysed under the wrong name (every reader of a
+    pair's file calls this first, in :mod:`sinkscope.steps`)."""
+    with open_activations(path) as handle:
+        found = (str(read_attr(handle, ATTR_MODEL_NAME)), str(read_attr(handle, ATTR_DATASET_NAME)))
+    if found != (model, dataset):
+        raise damaged_file_error(
+            path,
+            f"it holds the activations of model {found[0]!r} on dataset {found[1]!r}, but is "
+            f"read for model {model!r} on dataset {dataset!r} (copied or moved from another "
+            "pair?)",
+        )
+    return Path(path)
+
+
 def _activation_path(path: Path) -> bool:
     """Whether ``path`` is where the extraction writes (``.../activations/<model>/<name>.h5``):
     a damaged file there is rebuilt by deleting it, a file elsewhere is not the workflow's."""
