@@ -28,7 +28,7 @@ from sinkscope.sizing.requests import job_request
 from tests.conftest import REPO, TINY, snakemake_command
 
 CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
-TIMEOUT = "600"
+TIMEOUT = "1200"  # a hang guard: the tiny run takes about 8 minutes on 2 CI cores
 
 pytestmark = pytest.mark.integration
 

@@ -252,30 +252,40 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
         source = entry["source"]
         if source["kind"] == "local" and not Path(source["path"]).exists():
             problems.append(f"models.{name}.source.path: {source['path']!r} does not exist")
-    problems.extend(_long_context_problems(config))
+    problems.extend(_position_problems(config))
     return problems
 
 
-def _long_context_problems(config: Mapping[str, Any]) -> list[str]:
-    """``geometry.long_context.seq_len`` beyond the positions of a model whose ``config.json`` is
-    readable now (a ``local`` source; the others are known only after preparation, and
-    :func:`sinkscope.geometry.long_context.halfspace_long_context` checks them before loading the
-    weights). Only the limit counts, not ``d_model``: a model with ``d_model >= seq_len - 1`` gets
-    rows marked trivially separable."""
+def _position_problems(config: Mapping[str, Any]) -> list[str]:
+    """Every token length the config asks a model to run beyond the positions of a model whose
+    ``config.json`` is readable now (a ``local`` source; the others are known only after
+    preparation, and :func:`sinkscope.geometry.long_context.halfspace_long_context` checks them
+    before loading the weights): ``extraction.context_length`` (+ 1 for BOS),
+    ``geometry.long_context.seq_len`` and ``streaming.params.stream_length`` (whose "dense"
+    reference would otherwise silently be a window of the model's positions). Only the limit
+    counts, not ``d_model``: a model with ``d_model >= seq_len - 1`` gets long-context rows
+    marked trivially separable."""
     from sinkscope.paths import analysis_runs
 
-    if not analysis_runs(config, "geometry.long_context"):
-        return []
-    seq_len = config["geometry"]["long_context"]["seq_len"]
+    lengths = {"extraction.context_length": (config["extraction"]["context_length"], 1)}
+    if analysis_runs(config, "geometry.long_context"):
+        lengths["geometry.long_context.seq_len"] = (config["geometry"]["long_context"]["seq_len"], 0)
+    if analysis_runs(config, "streaming"):
+        length = streaming_params(config)["stream_length"]
+        lengths["streaming.params.stream_length"] = (length, 0)
     problems = []
     for name, entry in config["models"].items():
         limit = local_position_limit(entry["source"])
-        if limit is not None and seq_len > limit[1]:
-            problems.append(
-                f"geometry.long_context.seq_len: {seq_len} exceeds the {limit[1]} positions of "
-                f"models.{name} ({limit[0]} in {Path(entry['source']['path']) / 'config.json'}); "
-                f"set it to at most {limit[1]}"
-            )
+        if limit is None:
+            continue
+        for key, (length, extra) in lengths.items():
+            if length + extra > limit[1]:
+                plus = f" + {extra} (BOS)" if extra else ""
+                problems.append(
+                    f"{key}: {length}{plus} exceeds the {limit[1]} positions of models.{name} "
+                    f"({limit[0]} in {Path(entry['source']['path']) / 'config.json'}); set it to "
+                    f"at most {limit[1] - extra}"
+                )
     return problems
 
 

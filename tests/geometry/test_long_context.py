@@ -283,6 +283,29 @@ def test_the_config_check_refuses_a_seq_len_beyond_a_local_models_positions(tiny
         validate_config(_tiny_config(root, allowed))
 
 
+def test_the_config_check_refuses_every_length_beyond_a_local_models_positions(tiny_setup) -> None:
+    """The StreamingLLM streams and the extraction's sequences (BOS + T) too: a stream longer
+    than the positions would make the "dense" reference silently a window."""
+    root, _, _, _ = tiny_setup
+    config = _tiny_config(root, {"seq_len": 8})
+    config["streaming"]["params"]["stream_length"] = 200
+    config["extraction"]["context_length"] = 128
+    with pytest.raises(ConfigError) as raised:
+        validate_config(config)
+    where = f"(max_position_embeddings in {root / 'weights' / 'config.json'})"
+    assert (
+        f"streaming.params.stream_length: 200 exceeds the 128 positions of models.tiny {where}; "
+        "set it to at most 128"
+    ) in str(raised.value)
+    assert (
+        f"extraction.context_length: 128 + 1 (BOS) exceeds the 128 positions of models.tiny "
+        f"{where}; set it to at most 127"
+    ) in str(raised.value)
+    config["streaming"] = {"enabled": False}
+    config["extraction"]["context_length"] = 127
+    validate_config(config)
+
+
 def test_more_sequences_than_the_corpus_holds_fail_before_the_forward(
     tiny_setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -96,15 +96,21 @@ class AnalysisCost:
     rss_growth: float = 0.0
 
 
-#: The file-reading analyses, measured on the 2-layer rehearsal at Llama-3.1-8B's widths
-#: (N = 50, T = 256: one layer holds 0.98 GB as float32) on :data:`REFERENCE_CPU`.
+#: The file-reading analyses, measured on the rehearsal at Llama-3.1-8B's widths cut to 2 and 4
+#: layers (N = 50, T = 256: one layer holds 0.98 GB as float32; bench/rehearsal.py, session 15)
+#: on :data:`REFERENCE_CPU` while another 2-core job ran (times up to about 2x those of a job
+#: alone): per layer the difference of the two cuts, the fixed part what is left. Peaks held
+#: flat from 2 to 4 layers (classify_heads 0.41 GB, geometry 0.77, sinks 1.11, oversmoothing
+#: 1.85-1.87: one layer at a time); the oversmoothing growth is 10 MB a layer at these widths
+#: (62 MB at GPT-2 XL's with the code before its moments pass: 0.06 covers both).
 ANALYSIS_COSTS: dict[str, AnalysisCost] = {
-    "classify_heads": AnalysisCost(rss_layers=0.5, s_per_gb=8.5),
-    "analyze_geometry": AnalysisCost(rss_layers=1.0, s_per_gb=28.0),
-    # grows by 62 MB a layer at GPT-2 XL's widths (0.49 GB a layer; bench/rehearsal.py)
-    "analyze_oversmoothing": AnalysisCost(rss_layers=2.0, s_per_gb=170.0, rss_growth=0.125),
-    "analyze_sinks": AnalysisCost(rss_layers=1.0, s_per_gb=13.0),
-    "analyze_streaming_first_positions": AnalysisCost(rss_layers=0.5, s_per_gb=5.0),
+    "classify_heads": AnalysisCost(rss_layers=0.25, s_per_gb=3.5, fixed_s=10.0),
+    "analyze_geometry": AnalysisCost(rss_layers=0.6, s_per_gb=20.0, fixed_s=45.0),
+    "analyze_oversmoothing": AnalysisCost(
+        rss_layers=2.0, s_per_gb=100.0, fixed_s=130.0, rss_growth=0.06
+    ),
+    "analyze_sinks": AnalysisCost(rss_layers=1.0, s_per_gb=1.0, fixed_s=40.0),
+    "analyze_streaming_first_positions": AnalysisCost(rss_layers=0.1, s_per_gb=0.5),
 }
 
 #: Jobs whose size does not depend on a model: (peak MB, minutes) before the margins, above the
