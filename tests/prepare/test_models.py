@@ -332,8 +332,10 @@ def test_the_key_fixes_the_workflow(no_bos_weights, tmp_path) -> None:
     config["extraction"]["context_length"] = 8
     config["oversmoothing"] = {"context_lengths": [8]}
     config["sinks"] = {"prefix_positions": []}  # the tiny config's 16 exceed these 9 positions
-    # the model has 64 positions: the config check refuses a longer long-context sequence
+    # the model has 64 positions: the config check refuses a longer long-context sequence or
+    # StreamingLLM stream (the tiny config's is 96 tokens)
     config["geometry"]["long_context"]["seq_len"] = 64
+    config["streaming"]["params"]["stream_length"] = 64
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     command = snakemake_command(tmp_path, "--cores", "2", "--configfile", "config.yaml")
     target = "results/tokens/my-model/words.json"
