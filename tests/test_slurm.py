@@ -28,7 +28,7 @@ from sinkscope.sizing.requests import job_request
 from tests.conftest import REPO, TINY, snakemake_command
 
 CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
-TIMEOUT = "1200"  # a hang guard: the tiny run takes about 8 minutes on 2 CI cores
+TIMEOUT = "1200"  # a hang guard: 7-8 min measured on the 2-core AMD EPYC CI machine
 
 pytestmark = pytest.mark.integration
 
