@@ -108,10 +108,10 @@ def overlapping_labels(fig: Figure) -> list[str]:
     the titles of neighbouring panels, or the y labels of stacked ones, must not run into each
     other (tick labels and legends are checked by the readability rules themselves)."""
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
-    texts: list[Text] = [fig._suptitle] if fig._suptitle is not None else []  # noqa: SLF001
+    texts: list[Text] = [fig._suptitle] if fig._suptitle is not None else []
     for ax in fig.axes:
         if ax.get_visible():
-            titles = [ax.title, ax._left_title, ax._right_title]  # noqa: SLF001
+            titles = [ax.title, ax._left_title, ax._right_title]
             texts += [*titles, ax.xaxis.label, ax.yaxis.label]
     boxes = [
         (t.get_text(), t.get_window_extent(renderer))
@@ -643,9 +643,7 @@ def only(figures: Mapping[str, Draw], names: tuple[str, ...]) -> dict[str, Draw]
 # ----------------------------------------------------------------------------- head classes
 
 
-@pytest.mark.parametrize(
-    "shape", [*PER_PAIR_SHAPES, MOST_HEADS], ids=[*SHAPE_IDS, MOST_HEADS.id]
-)
+@pytest.mark.parametrize("shape", [*PER_PAIR_SHAPES, MOST_HEADS], ids=[*SHAPE_IDS, MOST_HEADS.id])
 def test_head_figures(shape: Shape, tmp_path: Path) -> None:
     from sinkscope.heads.plots import pair_figures
 

@@ -97,8 +97,12 @@ def test_requests_grow_with_the_attempt_and_the_model() -> None:
     assert large.mem_mb > small.mem_mb and large.runtime_min > small.runtime_min
     again = job_request("analyze_oversmoothing", config, "llama-3.1-8b", attempt=2)
     assert again.mem_mb == 2 * large.mem_mb and again.runtime_min == 2 * large.runtime_min
-    for rule in ("extract_activations", "analyze_streaming", "analyze_streaming_recompute",
-                 "analyze_geometry_long_context"):
+    for rule in (
+        "extract_activations",
+        "analyze_streaming",
+        "analyze_streaming_recompute",
+        "analyze_geometry_long_context",
+    ):
         request = job_request(rule, config, "mistral-7b")
         assert request.gpus == 1 and request.partition == "gpu", rule
         # the host holds the bf16 weights twice while loading (file pages and tensors) ...
@@ -114,18 +118,27 @@ def test_plan_lists_every_job_of_the_dry_run() -> None:
     """``sinkscope plan`` counts the same jobs per rule as Snakemake's own dry run."""
     plan = subprocess.run(
         [sys.executable, "-m", "sinkscope.cli", "plan", "--configfile", str(TINY)],
-        capture_output=True, text=True, cwd=REPO, check=False,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
     )
     assert plan.returncode == 0, plan.stderr
     dry = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--configfile", str(TINY), "--forceall"],
-        capture_output=True, text=True, cwd=REPO, check=False,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
     )
-    expected = {rule: n for rule, n in job_counts(dry.stdout).items() if rule not in ("all", "total")}
+    expected = {
+        rule: n for rule, n in job_counts(dry.stdout).items() if rule not in ("all", "total")
+    }
     rows = {
         cells[1]: int(cells[2])
         for line in plan.stdout.splitlines()
-        if line.startswith("| ") and (cells := [c.strip() for c in line.split("|")])[2].isdigit()
+        if line.startswith("| ")
+        and (cells := [c.strip() for c in line.split("|")])[2].isdigit()
         and not cells[1].startswith("**")
     }
     assert rows == expected
@@ -135,7 +148,10 @@ def test_plan_lists_every_job_of_the_dry_run() -> None:
 def test_plan_refuses_a_missing_config_file(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "sinkscope.cli", "plan", "--configfile", str(tmp_path / "no.yaml")],
-        capture_output=True, text=True, cwd=REPO, check=False,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
     )
     assert result.returncode == 2 and "no.yaml" in result.stderr
 
@@ -196,7 +212,9 @@ def test_tiny_run_jobs_stay_within_their_requests(tiny_run: Path) -> None:
 @pytest.mark.parametrize(
     ("rule", "constant_mb"), [("classify_heads", 4000), ("analyze_streaming", 6000)]
 )
-def test_a_request_set_back_to_a_constant_fails(tiny_run: Path, rule: str, constant_mb: int) -> None:
+def test_a_request_set_back_to_a_constant_fails(
+    tiny_run: Path, rule: str, constant_mb: int
+) -> None:
     """The check above is not vacuous: the constant requests the rules had before
     sinkscope.sizing (sized for no model in particular) are reported as over-requests."""
 

@@ -24,7 +24,6 @@ import yaml
 
 from sinkscope.config import load_layered_config, validate_config
 from sinkscope.sizing.requests import job_request
-
 from tests.conftest import REPO, TINY, snakemake_command
 
 CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"

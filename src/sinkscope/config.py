@@ -269,7 +269,10 @@ def _position_problems(config: Mapping[str, Any]) -> list[str]:
 
     lengths = {"extraction.context_length": (config["extraction"]["context_length"], 1)}
     if analysis_runs(config, "geometry.long_context"):
-        lengths["geometry.long_context.seq_len"] = (config["geometry"]["long_context"]["seq_len"], 0)
+        lengths["geometry.long_context.seq_len"] = (
+            config["geometry"]["long_context"]["seq_len"],
+            0,
+        )
     if analysis_runs(config, "streaming"):
         length = streaming_params(config)["stream_length"]
         lengths["streaming.params.stream_length"] = (length, 0)

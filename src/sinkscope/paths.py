@@ -265,7 +265,9 @@ class Paths:
         if not streaming.get("enabled"):
             return []
         targets = []
-        cached = [p for p in pairs if not is_no_bos(p[1]) and (cache_pairs is None or p in cache_pairs)]
+        cached = [
+            p for p in pairs if not is_no_bos(p[1]) and (cache_pairs is None or p in cache_pairs)
+        ]
         for model, dataset in pairs:
             fill = {"model": model, "dataset": dataset}
             full = (model, dataset) in cached

@@ -260,9 +260,7 @@ def analyze_sinks(smk: Any) -> None:
     from sinkscope.sinks.secondary import tokenizer_decoder
 
     settings = SinkSettings.from_config(smk.params.sinks)
-    tables = analyze_file(
-        _activations(smk), settings, tokenizer_decoder(smk.input.model_dir)
-    )
+    tables = analyze_file(_activations(smk), settings, tokenizer_decoder(smk.input.model_dir))
     _write_tables(tables, smk.output, SINKS_TABLES)
     _draw(pair_figures(tables, settings.eps, _pair_title(smk)), smk.output)
 
@@ -381,9 +379,7 @@ def analyze_streaming_first_positions(smk: Any) -> None:
     from sinkscope.streaming.plots import figures
 
     tables = {
-        "first_position_mass": first_position_mass(
-            _activations(smk), smk.params.first_positions
-        )
+        "first_position_mass": first_position_mass(_activations(smk), smk.params.first_positions)
     }
     _write_tables(tables, smk.output, STREAMING_FIRST_POSITION_TABLES)
     title = f"{smk.wildcards.model} / {smk.wildcards.dataset}"

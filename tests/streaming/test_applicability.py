@@ -106,9 +106,7 @@ def test_claims_that_do_not_apply_are_replaced_with_their_reason() -> None:
     claim = [c for c in R.CLAIMS if c.id == "streaming.eviction_hurts"]
     plain = R.evaluate_claims({"streaming_sink_heads": both}, None, claims=claim)
     assert plain["verdict"].to_list() == [V.REPRODUCED, V.REPRODUCED]
-    table = R.evaluate_claims(
-        {"streaming_sink_heads": both}, None, claims=claim, not_applicable=na
-    )
+    table = R.evaluate_claims({"streaming_sink_heads": both}, None, claims=claim, not_applicable=na)
     # every configured GPT-2 model gets its row, whether or not the tables had one for it
     gpt2 = sorted(GPT2_MODELS)
     assert table.select("model", "verdict").rows() == [

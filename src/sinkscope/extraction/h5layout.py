@@ -435,8 +435,7 @@ def open_activations(path: str | os.PathLike[str]) -> ActivationFile:
         raise FileNotFoundError(f"{path}: no such activation file")
     if path.is_dir():
         raise ActivationFileError(  # never advise deleting a folder
-            f"{path}: a folder, not an activation file (results/activations/<model>/"
-            "<dataset>.h5)"
+            f"{path}: a folder, not an activation file (results/activations/<model>/<dataset>.h5)"
         )
     if not h5py.is_hdf5(path):
         problem = "not an HDF5 file (no HDF5 signature)"

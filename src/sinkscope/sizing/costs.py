@@ -13,22 +13,22 @@ from dataclasses import dataclass
 
 __all__ = [
     "ANALYSIS_COSTS",
-    "AnalysisCost",
+    "CLUSTER_THREADS",
     "CPU_FORWARD_FLOP_S",
     "D2H_GB_S",
     "FS_GB_S",
     "GPU_TFLOPS",
     "HALFSPACE_S_PER_POINT_DIM",
-    "CLUSTER_THREADS",
     "JOB_FIXED_MB",
     "MEM_MARGIN",
     "MIN_MEM_MB",
     "MIN_RUNTIME_MIN",
-    "MODEL_JOB_FIXED_S",
     "MODEL_FREE_REQUESTS",
+    "MODEL_JOB_FIXED_S",
     "REFERENCE_CPU",
     "TIME_MARGIN",
     "WEIGHT_COPIES_WHILE_LOADING",
+    "AnalysisCost",
 ]
 
 #: The CPU the per-unit CPU times were measured on (2 cores; one job alone).

@@ -67,9 +67,9 @@ def activation_file_bytes(
     return total
 
 
-def dag_jobs(configfiles: Sequence[str | Path], snakefile: str | Path = "Snakefile") -> tuple[
-    dict[str, Any], list[tuple[str, dict[str, str], int]]
-]:
+def dag_jobs(
+    configfiles: Sequence[str | Path], snakefile: str | Path = "Snakefile"
+) -> tuple[dict[str, Any], list[tuple[str, dict[str, str], int]]]:
     """``(config, [(rule, wildcards, threads) for every job])`` of the workflow's DAG for
     ``configfiles``, as ``snakemake -n --configfile ...`` would build it (no job runs)."""
     from snakemake.api import SnakemakeApi
@@ -81,22 +81,25 @@ def dag_jobs(configfiles: Sequence[str | Path], snakefile: str | Path = "Snakefi
     )
 
     snakefile = Path(snakefile).resolve()
-    with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-        with SnakemakeApi(OutputSettings()) as api:
-            workflow_api = api.workflow(
-                resource_settings=ResourceSettings(cores=1),
-                config_settings=ConfigSettings(configfiles=[Path(p) for p in configfiles]),
-                snakefile=snakefile,
-                workdir=snakefile.parent,
-            )
-            workflow_api.dag(DAGSettings()).execute_workflow(executor="dryrun")
-            workflow = workflow_api._workflow  # the DAG the dry run built
-            jobs = [
-                (job.rule.name, dict(job.wildcards_dict), int(job.threads))
-                for job in workflow.dag.jobs
-                if job.rule.name != "all"
-            ]
-            config = dict(workflow.config)
+    with (
+        contextlib.redirect_stderr(io.StringIO()),
+        contextlib.redirect_stdout(io.StringIO()),
+        SnakemakeApi(OutputSettings()) as api,
+    ):
+        workflow_api = api.workflow(
+            resource_settings=ResourceSettings(cores=1),
+            config_settings=ConfigSettings(configfiles=[Path(p) for p in configfiles]),
+            snakefile=snakefile,
+            workdir=snakefile.parent,
+        )
+        workflow_api.dag(DAGSettings()).execute_workflow(executor="dryrun")
+        workflow = workflow_api._workflow  # the DAG the dry run built
+        jobs = [
+            (job.rule.name, dict(job.wildcards_dict), int(job.threads))
+            for job in workflow.dag.jobs
+            if job.rule.name != "all"
+        ]
+        config = dict(workflow.config)
     return config, jobs
 
 
@@ -115,7 +118,9 @@ def plan_rows(
         row.jobs += 1
         row.threads = threads
         part = rule.removeprefix("dynamics_").removesuffix("_run")
-        known = minutes.get(part) if rule.startswith("dynamics_") and rule.endswith("_run") else None
+        known = (
+            minutes.get(part) if rule.startswith("dynamics_") and rule.endswith("_run") else None
+        )
         model = wildcards.get("model")
         try:
             request = job_request(rule, config, model, minutes=known, results=results)
@@ -148,8 +153,10 @@ def render_plan(
     from sinkscope.config import pairs
 
     lines = [
-        f"Plan of `{' + '.join(map(str, configfiles))}` (requests per job, attempt 1; "
-        "hours = request x jobs; expected = the estimate before the margins)",
+        (
+            f"Plan of `{' + '.join(map(str, configfiles))}` (requests per job, attempt 1; "
+            "hours = request x jobs; expected = the estimate before the margins)"
+        ),
         "",
         "| rule | jobs | memory per job | time per job | GPUs | GPU-hours | CPU-hours | expected h |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -180,8 +187,10 @@ def render_plan(
         )
     lines += [
         "",
-        f"Disk under results/activations: at most {disk / 1e9:,.1f} GB "
-        "(the datasets in their storage dtypes before compression; zstd stores about 0.3-0.4 of it).",
+        (
+            f"Disk under results/activations: at most {disk / 1e9:,.1f} GB (the datasets in their "
+            "storage dtypes before compression; zstd stores about 0.3-0.4 of it)."
+        ),
     ]
     if unknown:
         lines.append(
@@ -193,8 +202,11 @@ def render_plan(
         shapes = [model_facts(config, m) for m in models]
         lines.append(
             "Model shapes from: "
-            + ", ".join(f"{f.name} ({f.n_layers} layers, {f.n_heads} heads, d = {f.d_model}, "
-                        f"{f.n_params / 1e9:.2f} B parameters, {f.source})" for f in shapes)
+            + ", ".join(
+                f"{f.name} ({f.n_layers} layers, {f.n_heads} heads, d = {f.d_model}, "
+                f"{f.n_params / 1e9:.2f} B parameters, {f.source})"
+                for f in shapes
+            )
             + "."
         )
     return "\n".join(lines)

@@ -57,4 +57,3 @@ def build_random_model(
     tokenizer.save_pretrained(out)
     del model
     return AutoConfig.from_pretrained(out).to_dict()
-

@@ -128,10 +128,7 @@ def _model_job(
     load_s = facts.weight_bytes / (costs.FS_GB_S * 1e9)
     weights = costs.WEIGHT_COPIES_WHILE_LOADING * facts.weight_bytes
     seconds = (
-        costs.MODEL_JOB_FIXED_S
-        + load_s
-        + flops / throughput
-        + write_bytes / (costs.FS_GB_S * 1e9)
+        costs.MODEL_JOB_FIXED_S + load_s + flops / throughput + write_bytes / (costs.FS_GB_S * 1e9)
     )
     peak = costs.JOB_FIXED_MB + (weights + batch_bytes) / MB
     return Estimate(peak, seconds, gpus)
@@ -246,14 +243,18 @@ def rule_resources(rule: str, config: Mapping[str, Any], minutes: float | None =
 
     def request(wildcards: Any, input: Any, attempt: int) -> Request:
         try:
-            return job_request(rule, config, getattr(wildcards, "model", None), attempt,
-                               minutes=minutes)
+            return job_request(
+                rule, config, getattr(wildcards, "model", None), attempt, minutes=minutes
+            )
         except UnknownModelShape as error:
             missing = str(getattr(input, "model_dir", "") or next(iter(input), ""))
             raise FileNotFoundError(errno.ENOENT, str(error), missing) from error
 
     return {
-        name: (lambda wildcards, input, attempt, name=name:
-               request(wildcards, input, attempt).resources()[name])
+        name: (
+            lambda wildcards, input, attempt, name=name: request(
+                wildcards, input, attempt
+            ).resources()[name]
+        )
         for name in ("mem_mb", "runtime", "gpu", "slurm_partition")
     }

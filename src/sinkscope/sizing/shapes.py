@@ -20,8 +20,8 @@ __all__ = [
     "DTYPE_BYTES",
     "LEARNED_SINK_MODEL_TYPES",
     "MODEL_CONFIGS",
-    "ModelFacts",
     "ROTARY_KEYS",
+    "ModelFacts",
     "UnknownModelShape",
     "config_json",
     "facts_from_config",
@@ -88,9 +88,7 @@ def _count_params(config: Any) -> tuple[int, int]:
     top_k = getattr(text, "num_experts_per_tok", None)
     if not n_experts or not top_k:
         return int(total), int(total)
-    expert = sum(
-        p.numel() for name, p in model.named_parameters() if ".experts." in name
-    )
+    expert = sum(p.numel() for name, p in model.named_parameters() if ".experts." in name)
     return int(total), int(total - expert + expert * top_k / n_experts)
 
 
@@ -131,7 +129,9 @@ def config_json(
     model's own file, a kept paper config (``model_configs/``), a ``local`` source's folder, or a
     kept config of a registry GGUF; ``None`` where none is at hand (a hub model not prepared
     yet, outside ``model_configs/``)."""
-    return _config_json(name, json.dumps(config["models"][name], sort_keys=True, default=str), str(results))
+    return _config_json(
+        name, json.dumps(config["models"][name], sort_keys=True, default=str), str(results)
+    )
 
 
 def _config_json(name: str, entry_json: str, results: str) -> tuple[dict[str, Any], str] | None:
@@ -174,7 +174,10 @@ LEARNED_SINK_MODEL_TYPES = frozenset({"gpt_oss"})
 def has_learned_sinks(config_json: Mapping[str, Any]) -> bool:
     """Whether the model of ``config_json`` has learned sink logits
     (:data:`LEARNED_SINK_MODEL_TYPES`, at the top or in ``text_config``)."""
-    types = {config_json.get("model_type"), (config_json.get("text_config") or {}).get("model_type")}
+    types = {
+        config_json.get("model_type"),
+        (config_json.get("text_config") or {}).get("model_type"),
+    }
     return bool(types & LEARNED_SINK_MODEL_TYPES)
 
 
@@ -208,7 +211,7 @@ def _cached_facts(name: str, entry_json: str, results: str) -> ModelFacts:
                 # download below retries for about 30 s (1 + 2 + 4 + 8 + 8 s)
                 HfApi().model_info(source["id"], revision=source["revision"])
             config = AutoConfig.from_pretrained(source["id"], revision=source["revision"])
-        except Exception as error:  # noqa: BLE001 - any failure: the shape is not known yet
+        except Exception as error:
             raise UnknownModelShape(
                 f"models.{name}: the shape of {source['id']} is unknown until prepare_model has "
                 f"run (no hub access: {error.__class__.__name__}); run "
@@ -222,7 +225,9 @@ def _cached_facts(name: str, entry_json: str, results: str) -> ModelFacts:
     )
 
 
-def model_facts(config: Mapping[str, Any], name: str, results: str | Path = "results") -> ModelFacts:
+def model_facts(
+    config: Mapping[str, Any], name: str, results: str | Path = "results"
+) -> ModelFacts:
     """The shape of ``models.<name>`` (see the module docstring for where it comes from).
 
     Raises :class:`UnknownModelShape` naming the key when no source knows it."""
