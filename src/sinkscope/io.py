@@ -10,6 +10,7 @@ write of the same output removes it (:func:`remove_stale_partials`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -111,6 +112,42 @@ def atomic_path(final: str | os.PathLike[str], *, remove_stale: bool = True) -> 
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+class DiskFullError(OSError):
+    """The disk under an output filled up while it was written (``ENOSPC``)."""
+
+
+def _is_disk_full(error: BaseException | None) -> bool:
+    """Whether ``error`` or an error that caused it is the OS saying "No space left on device".
+    HDF5 reports it inside another message (e.g. "Can't decrement id ref count (file write
+    failed: ..., errno = 28, error message = 'No space left on device', ...)")."""
+    while error is not None:
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            return True
+        if "No space left on device" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+@contextlib.contextmanager
+def naming_a_full_disk(final: str | os.PathLike[str], needed_bytes: int) -> Iterator[None]:
+    """Turn a full disk while ``final`` is written into a :class:`DiskFullError` whose first line
+    (the console's) names the folder, the bytes the file needs and the bytes free there now."""
+    try:
+        yield
+    except Exception as error:
+        if not _is_disk_full(error):
+            raise
+        folder = Path(final).resolve().parent
+        free = shutil.disk_usage(folder).free
+        raise DiskFullError(
+            errno.ENOSPC,
+            f"No space left on device in {folder} while writing {Path(final).name}: it needs up "
+            f"to {needed_bytes / 1e9:,.2f} GB ({needed_bytes:,} bytes before compression), "
+            f"{free / 1e9:,.2f} GB are free there now; free space or put results/ on a larger disk",
+        ) from error
 
 
 def sha256_file(path: str | os.PathLike[str], block_size: int = 1 << 20) -> str:

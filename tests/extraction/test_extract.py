@@ -432,3 +432,44 @@ def test_rms_norm_cast_is_measured_on_the_module() -> None:
 
     with pytest.raises(ValueError, match="RoundsTwice: no input_norm_cast reproduces"):
         rms_norm_cast(RoundsTwice(), 1e-6, 0.0)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs Linux's /dev/full")
+def test_a_full_disk_names_the_folder_and_the_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33 item 5: HDF5 fails on a full disk with "Can't decrement id ref count (file write
+    failed ...)"; the console line (the error's first line) must say "No space left on device",
+    with the folder and the bytes the file needs, and nothing is left behind. The full disk is
+    Linux's /dev/full, on which every write fails with ENOSPC, the way HDF5 meets a full disk."""
+    from sinkscope.extraction import extract
+    from sinkscope.io import DiskFullError
+    from tests.conftest import extract_tiny
+
+    _, done, _, _ = extract_tiny("llama", tmp_path)
+    with h5py.File(done) as handle:
+        sizes = {
+            "layer": handle.attrs["n_layers"], "sequence": handle.attrs["n_sequences"],
+            "position": handle.attrs["context_length"] + 1,
+            "query": handle.attrs["context_length"] + 1, "key": handle.attrs["context_length"] + 1,
+            "head": handle.attrs["n_heads"], "kv_head": handle.attrs["n_kv_heads"],
+            "head_dim": handle.attrs["head_dim"], "d_model": handle.attrs["d_model"],
+        }  # fmt: skip
+    needed = h5layout.uncompressed_bytes(sizes, SETTINGS.storage_dtypes)
+    on_a_full_disk = h5py.File
+
+    def open_on_a_full_disk(path: object, mode: str = "r", **kwargs: object) -> h5py.File:
+        return on_a_full_disk("/dev/full", mode, **kwargs) if mode == "w" else on_a_full_disk(path)
+
+    monkeypatch.setattr(extract.h5py, "File", open_on_a_full_disk)
+    out = tmp_path / "results" / "again.h5"
+    entry = {"source": {"kind": "local", "path": str(tmp_path / "weights")}}
+    entry |= {"dtype": "float32", "attn_implementation": "eager"}
+    with pytest.raises(DiskFullError) as error:
+        extract.extract_activations(
+            tmp_path / "prepared", tmp_path / "tokens.json", out, entry, SETTINGS, "cfg"
+        )
+    first_line = str(error.value).splitlines()[0]
+    assert "No space left on device" in first_line and str(out.parent) in first_line
+    assert f"{needed:,} bytes" in first_line and "are free there now" in first_line
+    assert not out.exists() and list(out.parent.iterdir()) == []

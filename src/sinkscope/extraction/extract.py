@@ -53,7 +53,7 @@ from sinkscope import __version__
 from sinkscope.config_schema import schema_default
 from sinkscope.extraction import h5codec, h5read
 from sinkscope.extraction import h5layout as layout
-from sinkscope.io import atomic_path, sha256_json
+from sinkscope.io import atomic_path, naming_a_full_disk, sha256_json
 from sinkscope.prepare.models import (
     architecture_of,
     base_model,
@@ -450,7 +450,12 @@ def extract_activations(
     overlap = resolve_overlap(settings.overlap_writes, device)
     clock = StageClock(device)
     started = time.perf_counter()
-    with atomic_path(out_h5) as tmp, h5py.File(tmp, "w") as handle:
+    needed_bytes = layout.uncompressed_bytes(sizes, settings.storage_dtypes, specs)
+    with (
+        naming_a_full_disk(out_h5, needed_bytes),
+        atomic_path(out_h5) as tmp,
+        h5py.File(tmp, "w") as handle,
+    ):
         for key, value in attrs.items():
             handle.attrs[key] = value
         datasets = _create_datasets(handle, sizes, settings, specs)

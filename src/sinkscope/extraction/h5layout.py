@@ -347,6 +347,21 @@ def dataset_shape(spec: DatasetSpec, sizes: Mapping[str, int]) -> tuple[int, ...
     return tuple(int(sizes[axis]) for axis in spec.axes)
 
 
+def uncompressed_bytes(
+    sizes: Mapping[str, int],
+    storage_dtypes: Mapping[str, str],
+    specs: tuple[DatasetSpec, ...] = DATASETS,
+) -> int:
+    """Bytes of the datasets ``specs`` in their storage dtypes before compression: the product
+    of each dataset's axes (``sizes``: axis name -> length) times its item size. An upper bound
+    of the file's size (the codec stores the attention maps in about a third)."""
+    total = 0
+    for spec in specs:
+        itemsize = np.dtype(storage_dtypes.get(spec.dtype_key, spec.dtype_key)).itemsize
+        total += int(np.prod(dataset_shape(spec, sizes), dtype=np.int64)) * itemsize
+    return total
+
+
 def chunk_shape(spec: DatasetSpec, sizes: Mapping[str, int]) -> tuple[int, ...]:
     """One chunk per (layer, sequence): readers stream a layer at a time, or one head's map."""
     return tuple(int(sizes[a]) if a in spec.chunk_axes else 1 for a in spec.axes)

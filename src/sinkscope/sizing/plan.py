@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from sinkscope.sizing.requests import MODEL_SIZED_RULES, job_request
 from sinkscope.sizing.shapes import ModelFacts, UnknownModelShape, model_facts
 
@@ -45,8 +43,7 @@ def activation_file_bytes(
     facts: ModelFacts, n_sequences: int, positions: int, storage_dtypes: Mapping[str, str]
 ) -> int:
     """Bytes of one activation file's datasets in their storage dtypes, before compression
-    (an upper bound: the codec stores the attention maps in about a third): the product of each
-    dataset's axes (:data:`sinkscope.extraction.h5layout.DATASETS`)."""
+    (:func:`sinkscope.extraction.h5layout.uncompressed_bytes` at the model's shape)."""
     from sinkscope.extraction import h5layout
 
     sizes = {
@@ -60,11 +57,7 @@ def activation_file_bytes(
         "head_dim": facts.head_dim,
         "d_model": facts.d_model,
     }
-    total = 0
-    for spec in h5layout.DATASETS:
-        itemsize = np.dtype(storage_dtypes.get(spec.dtype_key, spec.dtype_key)).itemsize
-        total += int(np.prod([sizes[axis] for axis in spec.axes])) * itemsize
-    return total
+    return h5layout.uncompressed_bytes(sizes, storage_dtypes)
 
 
 def dag_jobs(
