@@ -115,8 +115,7 @@ def describe_attention(handle: h5py.File, layer: int, sequence: int, head: int) 
 def _compare_claims(tables: Sequence[str], labels: Sequence[str] | None) -> int:
     import polars as pl
 
-    from sinkscope.claims.render import compare_runs, compare_runs_markdown
-    from sinkscope.claims.verdicts import COLUMNS
+    from sinkscope.claims.render import COMPARED_COLUMNS, compare_runs, compare_runs_markdown
 
     labels = list(labels or tables)
     if len(labels) != len(tables):
@@ -132,7 +131,7 @@ def _compare_claims(tables: Sequence[str], labels: Sequence[str] | None) -> int:
         except (FileNotFoundError, OSError, pl.exceptions.PolarsError) as error:
             print(f"sinkscope compare-claims: {path}: {error}", file=sys.stderr)
             return 2
-        lacking = [column for column in COLUMNS if column not in frames[label].columns]
+        lacking = [c for c in COMPARED_COLUMNS if c not in frames[label].columns]
         if lacking:
             print(
                 f"sinkscope compare-claims: {path} is not a claims table (no column "

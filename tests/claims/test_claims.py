@@ -28,6 +28,7 @@ from sinkscope.claims.checks import geometry as GC
 from sinkscope.claims.checks import heads as HC
 from sinkscope.claims.checks import oversmoothing as OC
 from sinkscope.claims.checks import streaming as SC
+from sinkscope.claims.intervals import newcombe_difference
 from sinkscope.config import ConfigError, load_config, load_schema, validate_config
 from sinkscope.costs.summary import fit_slopes
 from sinkscope.costs.toy import toy_table
@@ -1102,22 +1103,38 @@ def test_other_switch_replaces_sink_on_planted_setups() -> None:
 
 
 def test_flip_rate_decreases() -> None:
+    """Flips pooled over the runs of a level (sampling unit: the attacked sequence), the drop's
+    Newcombe interval against the tolerance: reproduced above it, not reproduced below it,
+    inconclusive across it."""
     final = pl.DataFrame(
-        {"n_heads": [1, 1, 4, 4], "n_layers": [1, 2, 1, 2], "flip_rate": [0.8, 0.6, 0.3, 0.1]}
+        {
+            "n_heads": [1, 1, 4, 4],
+            "n_layers": [1, 2, 1, 2],
+            "flip_rate": [0.8, 0.6, 0.3, 0.1],
+            "attacked": [1000] * 4,
+        }
     )
     rows = DC.check_flip_rate_decreases(final, 0.0)
     assert [r["value"] for r in rows] == pytest.approx([0.5, 0.2])
     assert verdicts(rows) == [V.REPRODUCED] * 2
-    assert verdicts(DC.check_flip_rate_decreases(final, 0.2 - 1e-9)) == [V.REPRODUCED] * 2
-    assert verdicts(DC.check_flip_rate_decreases(final, 0.2 + 1e-9)) == [
+    # n_heads: 1400/2000 vs 400/2000, the interval is Newcombe's on those counts
+    assert (rows[0]["ci_low"], rows[0]["ci_high"]) == pytest.approx(
+        newcombe_difference(1400, 2000, 400, 2000)
+    )
+    assert "2000 + 2000 attacked sequences" in rows[0]["interval"]
+    assert verdicts(DC.check_flip_rate_decreases(final, 0.1)) == [V.REPRODUCED] * 2
+    assert verdicts(DC.check_flip_rate_decreases(final, 0.3)) == [
         V.REPRODUCED,
         V.NOT_REPRODUCED,
     ]
+    # the same drop on 10 sequences a run: the interval straddles the tolerance
+    few = DC.check_flip_rate_decreases(final.with_columns(attacked=pl.lit(10)), 0.1)
+    assert verdicts(few) == [V.REPRODUCED, V.INCONCLUSIVE]
+    assert "needs more attacked sequences" in few[1]["reason"]
     # Fig. 21's setup is preferred when it has both levels
     spec = {"vocab_size": [41, 41, 41, 41, 81, 81], "use_mlp": [False] * 4 + [True] * 2}
-    mixed = pl.concat(
-        [final, pl.DataFrame({"n_heads": [1, 4], "n_layers": [1, 2], "flip_rate": [0.0, 0.9]})]
-    ).with_columns(
+    other = {"n_heads": [1, 4], "n_layers": [1, 2], "flip_rate": [0.0, 0.9], "attacked": [1000] * 2}
+    mixed = pl.concat([final, pl.DataFrame(other)]).with_columns(
         vocab_size=pl.Series(spec["vocab_size"]),
         use_mlp=pl.Series(spec["use_mlp"]),
         use_layernorm=pl.lit(False),
@@ -1255,6 +1272,37 @@ def test_markdown_shows_not_reproduced_first(mixed_table: pl.DataFrame) -> None:
     assert md.index("## Not reproduced") < md.index("## Overview") < md.index("## All checks")
     # every not-applicable row keeps its reason
     assert md.count(V.NOT_RUN) >= int(mixed_table["reason"].str.starts_with(V.NOT_RUN).sum())
+
+
+def test_the_header_counts_are_the_rows_counts(mixed_table: pl.DataFrame) -> None:
+    """claims.md's header line and its sections' counts equal the verdicts of the rows it lists
+    under "All checks" (parsed back from the Markdown), for a table with every verdict."""
+    import re
+
+    inconclusive = mixed_table.head(2).with_columns(
+        verdict=pl.lit(V.INCONCLUSIVE), claim_id=pl.lit("x.planted")
+    )
+    table = pl.concat([mixed_table, inconclusive])
+    md = RD.claims_markdown(table)
+    header = re.search(
+        r"(\d+) checks: \*\*(\d+) not reproduced\*\*, (\d+) inconclusive, (\d+) reproduced, "
+        r"(\d+) not applicable\.",
+        md,
+    )
+    assert header is not None, md[:400]
+    listed = md.split("## All checks")[1]
+    rows = [line for line in listed.splitlines() if line.startswith("| ") and "---" not in line]
+    verdicts = [line.split(" | ")[3] for line in rows if not line.startswith("| model |")]
+    total, bad, unsure, good, na = map(int, header.groups())
+    assert total == len(verdicts) == table.height
+    assert (bad, unsure, good, na) == tuple(
+        verdicts.count(v)
+        for v in (V.NOT_REPRODUCED, V.INCONCLUSIVE, V.REPRODUCED, V.NOT_APPLICABLE)
+    )
+    assert unsure == 2 and na > 0 and bad > 0 and good > 0
+    assert f"## Inconclusive ({unsure})" in md and f"## Not applicable ({na}), by reason" in md
+    reasons = md.split(f"## Not applicable ({na}), by reason")[1].split("## Overview")[0]
+    assert sum(int(x) for x in re.findall(r"^\| (\d+) \|", reasons, flags=re.MULTILINE)) == na
 
 
 def test_markdown_without_failures_says_none() -> None:

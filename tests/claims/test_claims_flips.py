@@ -61,6 +61,8 @@ class Flip:
     holds: Sequence[Any]
     fails: Sequence[Any]
     not_applicable: Sequence[Callable[[], Tables]] = ()
+    #: for a claim decided on an interval: planted values whose interval straddles the tolerance
+    inconclusive: Sequence[Any] = ()
 
 
 def edges(n: int, passes: Callable[[float], bool]) -> tuple[list[int], list[int]]:
@@ -330,13 +332,15 @@ def switch_drops(drops: tuple[float, float, float]) -> Tables:
     return {"dynamics_induction_by_setup": frame}
 
 
-def flip_rates(drop: float) -> Tables:
-    """Final flip rates that fall by ``drop`` from 1 to 4 heads and from 1 to 2 layers (means)."""
+def flip_rates(drop: float, attacked: int = 2000) -> Tables:
+    """Final flip rates that fall by ``drop`` from 1 to 4 heads and from 1 to 2 layers (pooled),
+    ``attacked`` sequences per run."""
     final = pl.DataFrame(
         {
             "n_heads": [1, 1, 4, 4],
             "n_layers": [1, 2, 1, 2],
             "flip_rate": [0.6, 0.6 - drop, 0.6 - drop, 0.6 - 2 * drop],
+            "attacked": [attacked] * 4,
         }
     )
     return {"dynamics_classification_final": final}
@@ -541,14 +545,21 @@ FLIPS: dict[str, Flip] = {
     "dynamics.flip_rate_decreases": Flip(
         flip_rates,
         holds=[FLIP_DIFF + 0.1],
-        fails=[FLIP_DIFF - 0.1, 0.0],
+        fails=[FLIP_DIFF - 0.1],
         not_applicable=[
             lambda: {
                 "dynamics_classification_final": pl.DataFrame(
-                    {"n_heads": [1, 1], "n_layers": [1, 1], "flip_rate": [0.5, 0.4]}
+                    {
+                        "n_heads": [1, 1],
+                        "n_layers": [1, 1],
+                        "flip_rate": [0.5, 0.4],
+                        "attacked": [100, 100],
+                    }
                 )
             }
         ],
+        # no drop at all, and the holding drop on 20 sequences a run: both straddle
+        inconclusive=[FLIP_DIFF, lambda: flip_rates(FLIP_DIFF + 0.1, attacked=20)],
     ),
 }
 
@@ -579,6 +590,27 @@ def test_verdict_flips_with_the_planted_quantity(claim_id: str) -> None:
     for x in flip.fails:
         got = claim_verdicts(claim_id, flip.build(x))
         assert V.NOT_REPRODUCED in got and V.NOT_APPLICABLE not in got, (x, got)
+
+
+@pytest.mark.parametrize(
+    "claim_id", sorted(cid for cid, flip in FLIPS.items() if flip.inconclusive)
+)
+def test_an_interval_across_the_tolerance_is_inconclusive(claim_id: str) -> None:
+    """A claim decided on an interval says "inconclusive" where its interval straddles the
+    tolerance (planted values, or builders of whole inputs)."""
+    flip = FLIPS[claim_id]
+    for x in flip.inconclusive:
+        got = claim_verdicts(claim_id, x() if callable(x) else flip.build(x))
+        assert V.INCONCLUSIVE in got and V.REPRODUCED not in got, (x, got)
+
+
+def test_claims_decided_on_intervals_have_an_inconclusive_case() -> None:
+    """Every claim whose rows carry an interval has planted inputs on both sides of its
+    tolerance (holds / fails) and one that lands in "inconclusive"."""
+    for claim_id, flip in FLIPS.items():
+        table = R.evaluate_claims(flip.build(flip.holds[0]), None, claims=[REGISTRY[claim_id]])
+        if table["interval"].str.len_chars().max():
+            assert flip.inconclusive, claim_id
 
 
 @pytest.mark.parametrize(

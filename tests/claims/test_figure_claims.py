@@ -681,6 +681,7 @@ def _classification(flip: Callable[[int, int, int, int], float]) -> dict[str, pl
                                 "accuracy": 0.95,
                                 "flip_rate": rate,
                                 "flip_rate_neutral": rate / 2,
+                                "attacked": 1000,  # the planted rates are multiples of 1/1000
                                 "cls_top_weight": 0.5,
                             }
                         ]

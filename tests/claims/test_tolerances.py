@@ -16,7 +16,9 @@ def test_default_tolerances_are_the_schemas_numbers() -> None:
     assert DEFAULT_TOLERANCES["oversmoothing"]["approximation_error"] == 0.1
     assert DEFAULT_TOLERANCES["streaming"]["max_sink_tokens"] == 4
     assert DEFAULT_TOLERANCES["costs"]["toy_rtol"] == 1e-6
+    assert DEFAULT_TOLERANCES["intervals"]["level"] == 0.95
     assert list(DEFAULT_TOLERANCES) == [
+        "intervals",
         "heads",
         "geometry",
         "oversmoothing",

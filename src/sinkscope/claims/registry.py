@@ -474,7 +474,9 @@ CLAIMS: tuple[Claim, ...] = (
         "'increasing the number of heads or layers leads to the diminishing flip rate'",
         ("dynamics_classification_final",),
         lambda tb, t: check_flip_rate_decreases(
-            tb["dynamics_classification_final"], t["dynamics"]["min_difference"]
+            tb["dynamics_classification_final"],
+            t["dynamics"]["min_difference"],
+            t["intervals"]["level"],
         ),
     ),
 )

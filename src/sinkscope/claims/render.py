@@ -18,15 +18,16 @@ import polars as pl
 
 from sinkscope.claims.verdicts import (
     COLUMNS,
+    INCONCLUSIVE,
     NOT_APPLICABLE,
     NOT_REPRODUCED,
-    NOT_RUN,
     REPRODUCED,
     VERDICTS,
 )
 from sinkscope.io import atomic_path, write_table
 
 __all__ = [
+    "COMPARED_COLUMNS",
     "claims_markdown",
     "claims_rst",
     "compare_runs",
@@ -41,9 +42,14 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+#: The columns :func:`compare_runs` reads (claims tables of runs made before a column was added
+#: to :data:`~sinkscope.claims.verdicts.COLUMNS` still compare).
+COMPARED_COLUMNS = ("claim_id", "claim", "model", "verdict", "reason")
+
+
 def compare_runs(tables: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
     """The per-claim-and-model verdict (:func:`_overview`'s ``summary``: reproduced, not
-    reproduced, mixed (k/n), not applicable) of several runs side by side, e.g. the short
+    reproduced, inconclusive, mixed (k/n), not applicable) of several runs side by side, e.g. the short
     default scale against ``config/offline-full.yaml``: one row per claim and model, one column
     per run (``tables``' keys), ``differs`` where the runs disagree. Claims missing from a run
     read ``absent``."""
@@ -58,7 +64,7 @@ def compare_runs(tables: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
                 pl.format(
                     "mixed ({}/{})",
                     pl.col("n_reproduced"),
-                    pl.col("n_reproduced") + pl.col("n_not_reproduced"),
+                    pl.col("n_tested"),
                 )
             )
             .otherwise(pl.col("summary"))
@@ -116,27 +122,66 @@ def _overview(table: pl.DataFrame) -> pl.DataFrame:
             pl.col("claim").first(),
             (pl.col("verdict") == REPRODUCED).sum().alias("n_reproduced"),
             (pl.col("verdict") == NOT_REPRODUCED).sum().alias("n_not_reproduced"),
+            (pl.col("verdict") == INCONCLUSIVE).sum().alias("n_inconclusive"),
             (pl.col("verdict") == NOT_APPLICABLE).sum().alias("n_not_applicable"),
             pl.col("reason").first(),
         )
         .with_columns(
-            summary=pl.when(pl.col("n_reproduced") + pl.col("n_not_reproduced") == 0)
+            n_tested=pl.sum_horizontal("n_reproduced", "n_not_reproduced", "n_inconclusive")
+        )
+        .with_columns(
+            summary=pl.when(pl.col("n_tested") == 0)
             .then(pl.lit(NOT_APPLICABLE))
-            .when(pl.col("n_not_reproduced") == 0)
+            .when(pl.col("n_reproduced") == pl.col("n_tested"))
             .then(pl.lit(REPRODUCED))
-            .when(pl.col("n_reproduced") == 0)
+            .when(pl.col("n_not_reproduced") == pl.col("n_tested"))
             .then(pl.lit(NOT_REPRODUCED))
+            .when(pl.col("n_inconclusive") == pl.col("n_tested"))
+            .then(pl.lit(INCONCLUSIVE))
             .otherwise(pl.lit("mixed"))
         )
     )
 
 
 def _summary_cell(r: Mapping[str, Any]) -> str:
-    n = r["n_reproduced"] + r["n_not_reproduced"]
+    """A claim x model cell of the overview: its summary verdict and reproduced / tested rows
+    (tested: reproduced, not reproduced or inconclusive)."""
     if r["summary"] == NOT_APPLICABLE:
         return NOT_APPLICABLE
-    text = f"{r['summary']} ({r['n_reproduced']}/{n})"
+    text = f"{r['summary']} ({r['n_reproduced']}/{r['n_tested']})"
     return f"**{text}**" if r["summary"] in (NOT_REPRODUCED, "mixed") else text
+
+
+def verdict_counts(table: pl.DataFrame) -> dict[str, int]:
+    """Rows per verdict of :data:`~sinkscope.claims.verdicts.VERDICTS` (every verdict, 0 too)."""
+    return {v: int((table["verdict"] == v).sum()) for v in VERDICTS}
+
+
+def counts_sentence(table: pl.DataFrame) -> str:
+    """The header line of ``claims.md`` and the report: the rows per verdict, read off the rows."""
+    counts = verdict_counts(table)
+    return (
+        f"{table.height} checks: **{counts[NOT_REPRODUCED]} not reproduced**, "
+        f"{counts[INCONCLUSIVE]} inconclusive, {counts[REPRODUCED]} reproduced, "
+        f"{counts[NOT_APPLICABLE]} not applicable."
+    )
+
+
+def _not_applicable_reasons(table: pl.DataFrame) -> list[str]:
+    """The reasons of the not-applicable rows with their counts, most frequent first."""
+    reasons = (
+        table.filter(pl.col("verdict") == NOT_APPLICABLE)
+        .group_by("reason")
+        .agg(pl.len().alias("rows"), pl.col("claim_id").unique(maintain_order=True))
+        .sort(["rows", "reason"], descending=[True, False])
+    )
+    if reasons.height == 0:
+        return ["None.", ""]
+    lines = ["| rows | reason | claims |", "|---|---|---|"]
+    for r in reasons.iter_rows(named=True):
+        claims = ", ".join(f"`{c}`" for c in r["claim_id"])
+        lines.append(f"| {r['rows']} | {_cell(r['reason'])} | {claims} |")
+    return [*lines, ""]
 
 
 def _md_by_claim(frame: pl.DataFrame, columns: Sequence[str]) -> list[str]:
@@ -160,30 +205,33 @@ def claims_markdown(table: pl.DataFrame, observations: pl.DataFrame | None = Non
     per claim and model, every row (per claim), then -- given ``observations``
     (:func:`sinkscope.claims.observations.evaluate_observations`) -- the section "Observations (shown by
     the figures; not claims of the paper)"."""
-    counts = {v: int((table["verdict"] == v).sum()) for v in VERDICTS}
-    n_not_run = int(table["reason"].str.starts_with(NOT_RUN).sum())
+    counts = verdict_counts(table)
     lines = [
         "# Claims of the papers, checked against this run",
         "",
-        (
-            f"{table.height} checks: **{counts[NOT_REPRODUCED]} not reproduced**, "
-            f"{counts[REPRODUCED]} reproduced, {counts[NOT_APPLICABLE]} not applicable "
-            f"({n_not_run} of them because the analysis did not run in this config)."
-        ),
+        counts_sentence(table),
         "",
         (
             "Each row is one claim x model (x dataset or setting). `dataset` = `all` pools the "
             "model's datasets (the paper pools its four); `synthetic` rows need no pretrained "
             "model. `value` in claims.csv is the number the test compares; the tolerances are in "
-            "the config's `claims` section (documented in `workflow/schemas/config.schema.yaml`)."
+            "the config's `claims` section (documented in `workflow/schemas/config.schema.yaml`). "
+            "Where a row has an `interval` (the value's interval from its own sampling unit), the "
+            "verdict is decided on it: reproduced or not reproduced when all of it lies on one "
+            "side of the tolerance, inconclusive when it straddles the tolerance."
         ),
         "",
         f"## Not reproduced ({counts[NOT_REPRODUCED]})",
         "",
     ]
     bad = table.filter(pl.col("verdict") == NOT_REPRODUCED)
-    short = ["model", "dataset", "setting", "measured", "test", "reason"]
+    short = ["model", "dataset", "setting", "measured", "interval", "test", "reason"]
     lines += _md_by_claim(bad, short) if bad.height else ["None.", ""]
+    lines += [f"## Inconclusive ({counts[INCONCLUSIVE]})", ""]
+    unsure = table.filter(pl.col("verdict") == INCONCLUSIVE)
+    lines += _md_by_claim(unsure, short) if unsure.height else ["None.", ""]
+    lines += [f"## Not applicable ({counts[NOT_APPLICABLE]}), by reason", ""]
+    lines += _not_applicable_reasons(table)
     overview = _overview(table)
     models = list(dict.fromkeys(overview["model"].to_list()))
     lines += ["## Overview: verdict per claim and model (reproduced / tested rows)", ""]
@@ -212,7 +260,6 @@ def _rst_cell(text: Any) -> str:
 def claims_rst(table: pl.DataFrame) -> str:
     """``claims.rst``: the section included at the top of the report's main page (overview per
     claim and model, then the not-reproduced rows)."""
-    counts = {v: int((table["verdict"] == v).sum()) for v in VERDICTS}
     overview = _overview(table)
     models = list(dict.fromkeys(overview["model"].to_list()))
     lines = [
@@ -220,9 +267,8 @@ def claims_rst(table: pl.DataFrame) -> str:
         "------",
         "",
         (
-            f"{table.height} checks of the papers' claims: **{counts[NOT_REPRODUCED]} not reproduced**, "
-            f"{counts[REPRODUCED]} reproduced, {counts[NOT_APPLICABLE]} not applicable. Every row with "
-            "its measured value, test and tolerance is in ``results/claims.md`` (and ``claims.csv``)."
+            f"{counts_sentence(table)} Every row with its measured value, interval, test and "
+            "tolerance is in ``results/claims.md`` (and ``claims.csv``)."
         ),
         "",
         ".. list-table::",

@@ -1,8 +1,11 @@
 """The verdict vocabulary of the claims table and the helpers every check builds its rows with.
 
 Verdicts (:data:`VERDICTS`): ``reproduced`` / ``not reproduced`` when the measured number passes /
-fails the test; ``not applicable`` when the claim cannot be tested here -- the analysis did not
-run in this config (:data:`NOT_RUN`), or the model has nothing the claim speaks about. A row
+fails the test; where the check has an interval (:class:`Interval`, from the value's sampling
+unit), when the whole interval lies on the claim's / the other side of the tolerance, and
+``inconclusive`` when it straddles it (:func:`decide`); ``not applicable`` when the claim cannot
+be tested here -- the analysis did not run in this config (:data:`NOT_RUN`), or the model has
+nothing the claim speaks about. A row
 (:data:`Row`, built by :func:`row`) holds the columns of :data:`COLUMNS` after the claim's own
 (``claim_id``, ``claim``, ``source``, ``paper_value``). A check that gives one row per row of a
 table states its reading as a function returning a :class:`Reading` (or :func:`not_applicable`)
@@ -20,15 +23,18 @@ import polars as pl
 
 __all__ = [
     "COLUMNS",
+    "INCONCLUSIVE",
     "NOT_APPLICABLE",
     "NOT_REPRODUCED",
     "NOT_RUN",
     "REPRODUCED",
     "SYNTHETIC",
     "VERDICTS",
+    "Interval",
     "Reading",
     "Row",
     "Tables",
+    "decide",
     "head_count",
     "not_applicable",
     "num",
@@ -41,7 +47,8 @@ __all__ = [
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 NOT_APPLICABLE = "not applicable"
-VERDICTS = (NOT_REPRODUCED, REPRODUCED, NOT_APPLICABLE)
+INCONCLUSIVE = "inconclusive"
+VERDICTS = (NOT_REPRODUCED, INCONCLUSIVE, REPRODUCED, NOT_APPLICABLE)
 #: Reason of a claim whose analysis is not part of this config.
 NOT_RUN = "analysis not run in this config"
 #: ``model`` of the claims about synthetic experiments (no pretrained model involved).
@@ -57,6 +64,9 @@ COLUMNS: dict[str, Any] = {
     "setting": pl.String,
     "measured": pl.String,
     "value": pl.Float64,
+    "ci_low": pl.Float64,
+    "ci_high": pl.Float64,
+    "interval": pl.String,
     "test": pl.String,
     "verdict": pl.String,
     "reason": pl.String,
@@ -65,10 +75,50 @@ Row = dict[str, Any]
 Tables = Mapping[str, pl.DataFrame]
 
 
+@dataclass(frozen=True)
+class Interval:
+    """An interval of a measured value at ``level`` (0.95: a 95% interval) and how it was made:
+    ``unit`` names the method and the sampling unit with its count, e.g. "Newcombe score
+    interval over 800 + 800 attacked sequences" (:mod:`sinkscope.claims.intervals`)."""
+
+    low: float
+    high: float
+    unit: str
+    level: float = 0.95
+
+    def text(self) -> str:
+        return f"{100 * self.level:.0f}% [{num(self.low)}, {num(self.high)}], {self.unit}"
+
+
+def decide(interval: Interval, tolerance: float, above: bool, strict: bool = False) -> str:
+    """The verdict of a claim "value >= tolerance" (``above``; ``strict``: ">") or "value <=
+    tolerance" (not ``above``; ``strict``: "<") on an interval of the value: reproduced when
+    the whole interval satisfies it, not reproduced when none of it does, inconclusive when the
+    interval straddles the tolerance (more data could turn it either way)."""
+
+    def holds(x: float) -> bool:
+        if above:
+            return x > tolerance if strict else x >= tolerance
+        return x < tolerance if strict else x <= tolerance
+
+    low_holds, high_holds = holds(interval.low), holds(interval.high)
+    if low_holds and high_holds:
+        return REPRODUCED
+    if not low_holds and not high_holds:
+        return NOT_REPRODUCED
+    return INCONCLUSIVE
+
+
 def _verdict(passed: bool | None) -> str:
     if passed is None:
         return NOT_APPLICABLE
     return REPRODUCED if passed else NOT_REPRODUCED
+
+
+def _number(value: float | None) -> float | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return float(value)
 
 
 def row(
@@ -80,16 +130,24 @@ def row(
     test: str,
     passed: bool | None,
     reason: str,
+    interval: Interval | None = None,
+    verdict: str | None = None,
 ) -> Row:
-    number = None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+    """One claims row. The verdict is ``verdict`` where given (a decision on ``interval``,
+    :func:`decide`), else read from ``passed`` (None: not applicable)."""
+    if verdict is not None and verdict not in VERDICTS:
+        raise ValueError(f"unknown verdict {verdict!r}; known: {VERDICTS}")
     return {
         "model": model,
         "dataset": dataset,
         "setting": setting,
         "measured": measured,
-        "value": None if number is None else float(number),
+        "value": _number(value),
+        "ci_low": None if interval is None else _number(interval.low),
+        "ci_high": None if interval is None else _number(interval.high),
+        "interval": "" if interval is None else interval.text(),
         "test": test,
-        "verdict": _verdict(passed),
+        "verdict": _verdict(passed) if verdict is None else verdict,
         "reason": reason,
     }
 
@@ -98,13 +156,15 @@ def row(
 class Reading:
     """What a check reads off one table row: the columns of :func:`row` after ``model`` and
     ``dataset`` but the ``test`` (which :func:`rows_per` takes once per check); ``passed`` None
-    makes the row not applicable."""
+    makes the row not applicable; ``interval`` and ``verdict`` as in :func:`row`."""
 
     setting: str
     measured: str
     value: float | None
     passed: bool | None
     reason: str
+    interval: Interval | None = None
+    verdict: str | None = None
 
 
 def not_applicable(setting: str, reason: str, measured: str = "n/a") -> Reading:
@@ -132,6 +192,8 @@ def rows_per(
                 test,
                 r.passed,
                 r.reason,
+                r.interval,
+                r.verdict,
             )
         )
     return rows

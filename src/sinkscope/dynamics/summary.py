@@ -177,8 +177,12 @@ def flip_rate_trend(final: pl.DataFrame, factor: str) -> dict[str, Any]:
 
     Read on Figure 21's setup (:data:`FIG21_SCOPE`) when the runs include it with two values of
     ``factor``, otherwise on all runs pooled over the other factors. Returns ``{"scope",
-    "levels" (sorted values of factor), "n_runs", "low" (mean at the smallest), "high" (at the
-    largest)}``; ``low`` / ``high`` are ``None`` with fewer than two levels.
+    "levels" (sorted values of factor), "n_runs", "low" (the flip rate at the smallest), "high"
+    (at the largest), "low_runs" / "high_runs" (their numbers of runs)}``; ``low`` / ``high`` are
+    ``None`` with fewer than two levels. With the runs' ``attacked`` counts the rate of a level
+    is its runs' flips pooled (:func:`pooled_flips`; the sampling unit is the attacked
+    sequence), and ``low_counts`` / ``high_counts`` are its ``(flipped, attacked)``; without
+    them, the mean of the runs' rates.
     """
     fig21 = final
     if {"vocab_size", "use_mlp", "use_layernorm"} <= set(final.columns):
@@ -190,12 +194,27 @@ def flip_rate_trend(final: pl.DataFrame, factor: str) -> dict[str, Any]:
         runs, scope = final, "all runs pooled"
     levels = sorted(set(runs[factor].to_list()))
     out: dict[str, Any] = {
-        "scope": scope, "levels": levels, "n_runs": runs.height, "low": None, "high": None
+        "scope": scope, "levels": levels, "n_runs": runs.height, "low": None, "high": None,
     }  # fmt: skip
     if len(levels) >= 2:
-        out["low"] = float(runs.filter(pl.col(factor) == levels[0])["flip_rate"].mean())
-        out["high"] = float(runs.filter(pl.col(factor) == levels[-1])["flip_rate"].mean())
+        for key, value in (("low", levels[0]), ("high", levels[-1])):
+            part = runs.filter(pl.col(factor) == value)
+            out[f"{key}_runs"] = part.height
+            if "attacked" in part.columns:
+                flipped, attacked = pooled_flips(part)
+                out[key] = flipped / attacked
+                out[f"{key}_counts"] = (flipped, attacked)
+            else:
+                out[key] = float(part["flip_rate"].mean())
     return out
+
+
+def pooled_flips(runs: pl.DataFrame) -> tuple[int, int]:
+    """``(flipped, attacked)`` summed over ``runs``: each run's flips are ``flip_rate x
+    attacked`` (an integer count, rounded from the stored rate)."""
+    attacked = runs["attacked"].cast(pl.Int64)
+    flipped = (runs["flip_rate"] * attacked).round(0).cast(pl.Int64)
+    return int(flipped.sum()), int(attacked.sum())
 
 
 #: The summary function of each part (rule ``summarize_dynamics_<part>``).

@@ -11,10 +11,14 @@ from typing import Any
 
 import polars as pl
 
+from sinkscope.claims.intervals import newcombe_difference
 from sinkscope.claims.verdicts import (
+    INCONCLUSIVE,
     SYNTHETIC,
+    Interval,
     Reading,
     Row,
+    decide,
     not_applicable,
     pct,
     require,
@@ -254,15 +258,24 @@ def check_other_switch_replaces_sink(
     )
 
 
-def check_flip_rate_decreases(final: pl.DataFrame, min_difference: float) -> list[Row]:
+def check_flip_rate_decreases(
+    final: pl.DataFrame, min_difference: float, level: float = 0.95
+) -> list[Row]:
     """Value-softmax paper, Fig. 21: more heads or more layers make the classifier harder to flip
-    with one adversarial token: the mean final flip rate at the largest number of heads (layers)
-    is lower than at the smallest by more than ``min_difference``. Fig. 21's setup (|V| = 41, no
-    MLP, no LayerNorm) is used when the runs include it with both levels, otherwise all runs
-    pooled over the other factors."""
+    with one adversarial token: the final flip rate at the smallest number of heads (layers)
+    minus the one at the largest exceeds ``min_difference``. Fig. 21's setup (|V| = 41, no MLP,
+    no LayerNorm) is used when the runs include it with both levels, otherwise all runs pooled
+    over the other factors.
+
+    The sampling unit is the attacked sequence (``attacked`` per run; ``flip_rate`` = flipped /
+    attacked): the flips of the runs at one level are pooled into one proportion, and the
+    difference of the two proportions gets Newcombe's score interval at ``level``
+    (:func:`sinkscope.claims.intervals.newcombe_difference`); the verdict is decided on it
+    (:func:`sinkscope.claims.verdicts.decide`). With one seed per level the interval covers the
+    attack's sampling only, not seed-to-seed spread; the reason says how many runs it rests on."""
     from sinkscope.dynamics.summary import flip_rate_trend
 
-    require(final, ["n_heads", "n_layers", "flip_rate"], "classification final")
+    require(final, ["n_heads", "n_layers", "flip_rate", "attacked"], "classification final")
     rows = []
     for factor in ("n_heads", "n_layers"):
         trend = flip_rate_trend(final, factor)
@@ -282,7 +295,26 @@ def check_flip_rate_decreases(final: pl.DataFrame, min_difference: float) -> lis
                 )
             )
             continue
-        lo, hi = trend["low"], trend["high"]
+        (k_low, n_low), (k_high, n_high) = trend["low_counts"], trend["high_counts"]
+        runs_low, runs_high = trend["low_runs"], trend["high_runs"]
+        low, high = newcombe_difference(k_low, n_low, k_high, n_high, level)
+        interval = Interval(
+            low,
+            high,
+            f"Newcombe score interval over {n_low} + {n_high} attacked sequences",
+            level,
+        )
+        verdict = decide(interval, min_difference, above=True, strict=True)
+        lo, hi = k_low / n_low, k_high / n_high
+        reason = (
+            f"flip rate {lo:.3f} ({k_low}/{n_low}) with {factor}={levels[0]}, {hi:.3f} "
+            f"({k_high}/{n_high}) with {factor}={levels[-1]} ({runs_low} + {runs_high} runs)"
+        )
+        if verdict == INCONCLUSIVE:
+            reason += (
+                f"; the interval of the drop straddles {min_difference:g}: needs more attacked "
+                "sequences (dynamics.classification n_attack) or seeds"
+            )
         rows.append(
             row(
                 SYNTHETIC,
@@ -291,9 +323,10 @@ def check_flip_rate_decreases(final: pl.DataFrame, min_difference: float) -> lis
                 f"flip rate {lo:.3f} -> {hi:.3f}",
                 lo - hi,
                 test,
-                lo - hi > min_difference,
-                f"mean final flip rate {lo:.3f} with {factor}={levels[0]}, {hi:.3f} with "
-                f"{factor}={levels[-1]} ({trend['n_runs']} runs)",
+                None,
+                reason,
+                interval,
+                verdict,
             )
         )
     return rows

@@ -1,0 +1,85 @@
+"""Intervals of the claims' measured values, each from the value's own sampling unit.
+
+A verdict is decided on an interval, never on a point (:func:`sinkscope.claims.verdicts.decide`):
+
+* :func:`wilson_interval`: a binomial proportion ``k / n`` (Wilson 1927, the score interval;
+  it keeps its coverage near 0 and 1, where the Wald interval collapses to a point).
+* :func:`newcombe_difference`: the difference of two independent proportions ``k1/n1 - k2/n2``
+  (Newcombe 1998, "Interval estimation for the difference between independent proportions",
+  Stat. Med. 17:873-890, method 10: the hybrid score interval built from the two Wilson
+  intervals).
+* :func:`bootstrap_interval`: any statistic of resampled units (percentile bootstrap, Efron and
+  Tibshirani 1993, ch. 13), for values with no closed form (means of per-token differences,
+  ratios of means). The generator is seeded, so a table is byte-identical between two runs.
+
+The level, the number of resamples and the seed are the config's ``claims.intervals`` keys
+(their reasons are in ``workflow/schemas/config.schema.yaml``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from statistics import NormalDist
+
+import numpy as np
+
+__all__ = ["bootstrap_interval", "newcombe_difference", "normal_quantile", "wilson_interval"]
+
+
+def normal_quantile(level: float) -> float:
+    """``z`` with ``P(|Z| <= z) = level`` for a standard normal ``Z`` (1.96 at 0.95)."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"an interval's level must lie in (0, 1), got {level}")
+    return NormalDist().inv_cdf(0.5 + level / 2.0)
+
+
+def wilson_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of the proportion ``k / n``: the ``p`` whose score test against
+    ``k`` successes in ``n`` trials does not reject at ``1 - level``,
+    ``(p_hat + z^2/2n -+ z sqrt(p_hat (1 - p_hat)/n + z^2/4n^2)) / (1 + z^2/n)``."""
+    if n <= 0 or not 0 <= k <= n:
+        raise ValueError(f"a proportion needs 0 <= k <= n and n > 0, got k={k}, n={n}")
+    z = normal_quantile(level)
+    p = k / n
+    centre = p + z * z / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    denominator = 1 + z * z / n
+    return max(0.0, (centre - spread) / denominator), min(1.0, (centre + spread) / denominator)
+
+
+def newcombe_difference(
+    k1: int, n1: int, k2: int, n2: int, level: float = 0.95
+) -> tuple[float, float]:
+    """Newcombe's hybrid score interval of ``k1/n1 - k2/n2`` (two independent samples), from the
+    Wilson intervals ``(l1, u1)`` and ``(l2, u2)``: ``d - sqrt((p1 - l1)^2 + (u2 - p2)^2)`` to
+    ``d + sqrt((u1 - p1)^2 + (p2 - l2)^2)``."""
+    p1, p2 = k1 / n1, k2 / n2
+    l1, u1 = wilson_interval(k1, n1, level)
+    l2, u2 = wilson_interval(k2, n2, level)
+    d = p1 - p2
+    return d - math.hypot(p1 - l1, u2 - p2), d + math.hypot(u1 - p1, p2 - l2)
+
+
+def bootstrap_interval(
+    units: np.ndarray,
+    statistic: Callable[[np.ndarray], float],
+    n_resamples: int,
+    seed: int,
+    level: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``statistic`` over the rows of ``units`` (one row per
+    sampling unit: a token, a stream, a head, a seed), resampled with replacement
+    ``n_resamples`` times by a generator seeded with ``seed``."""
+    units = np.asarray(units)
+    if units.shape[0] < 2:
+        raise ValueError(f"a bootstrap needs at least two sampling units, got {units.shape[0]}")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be positive, got {n_resamples}")
+    alpha = (1.0 - level) / 2.0
+    normal_quantile(level)  # checks the level
+    rng = np.random.default_rng(seed)
+    n = units.shape[0]
+    draws = np.array([statistic(units[rng.integers(n, size=n)]) for _ in range(n_resamples)])
+    low, high = np.nanquantile(draws, [alpha, 1.0 - alpha])
+    return float(low), float(high)
