@@ -4,9 +4,11 @@
 # sinkscope.dynamics.grids, chosen by config["dynamics"]; paths in sinkscope.paths); a summary rule
 # per part writes the tables and figures. Each run trains on one thread, so Snakemake runs as many
 # at once as it has cores.
-from sinkscope.dynamics.grids import dynamics_jobs, dynamics_minutes
+from sinkscope.dynamics.grids import dynamics_jobs, dynamics_minutes, run_size
 
 DYNAMICS_JOBS = dynamics_jobs(config["dynamics"])
+# the size of each part's runs in words, for the figure captions (workflow/report/dynamics_*.rst)
+DYNAMICS_RUN_SIZE = {part: run_size(part, jobs.values()) for part, jobs in DYNAMICS_JOBS.items()}
 DYNAMICS_MINUTES = dynamics_minutes(config["dynamics"])
 DYNAMICS_RUN_OUTPUTS = paths.dynamics_run_outputs()
 DYNAMICS_SUMMARY_INPUTS = paths.dynamics_summary_inputs(DYNAMICS_JOBS)
@@ -70,6 +72,8 @@ rule summarize_dynamics_value_softmax:
         **DYNAMICS_SUMMARY_INPUTS["value_softmax"],
     output:
         **DYNAMICS_SUMMARY_OUTPUTS["value_softmax"],
+    params:
+        run_size=DYNAMICS_RUN_SIZE["value_softmax"],
     priority: PRIORITY["summarize_dynamics_value_softmax"]
     log:
         paths.log("summarize_dynamics_value_softmax", "all"),
@@ -86,6 +90,8 @@ rule summarize_dynamics_induction:
         **DYNAMICS_SUMMARY_INPUTS["induction"],
     output:
         **DYNAMICS_SUMMARY_OUTPUTS["induction"],
+    params:
+        run_size=DYNAMICS_RUN_SIZE["induction"],
     priority: PRIORITY["summarize_dynamics_induction"]
     log:
         paths.log("summarize_dynamics_induction", "all"),
@@ -102,6 +108,8 @@ rule summarize_dynamics_classification:
         **DYNAMICS_SUMMARY_INPUTS["classification"],
     output:
         **DYNAMICS_SUMMARY_OUTPUTS["classification"],
+    params:
+        run_size=DYNAMICS_RUN_SIZE["classification"],
     priority: PRIORITY["summarize_dynamics_classification"]
     log:
         paths.log("summarize_dynamics_classification", "all"),

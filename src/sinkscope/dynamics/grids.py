@@ -11,7 +11,8 @@ and the ``*_grid(scale, overrides)`` builders. The training modules (:mod:`.valu
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from sinkscope.dynamics.names import PARTS
@@ -37,6 +38,7 @@ __all__ = [
     "dynamics_minutes",
     "induction_grid",
     "induction_spec",
+    "run_size",
     "select_specs",
     "value_softmax_grid",
     "value_softmax_spec",
@@ -551,3 +553,47 @@ def dynamics_jobs(section: Mapping[str, Any]) -> dict[str, dict[str, dict]]:
             )
         jobs[part] = {spec["id"]: spec for spec in specs}
     return jobs
+
+
+def _listed(values: Iterable[Any], one: str, many: str) -> str:
+    ordered = sorted(set(values))
+    return f"{one} {ordered[0]}" if len(ordered) == 1 else f"{many} {', '.join(map(str, ordered))}"
+
+
+def run_size(part: str, specs: Iterable[Mapping[str, Any]]) -> str:
+    """The size of one part's runs in words, read off the specs the runs are made from
+    (:func:`dynamics_jobs`), for the figure captions (the summary rules' ``run_size`` param):
+    never a number of another scale. Induction and classification: sequences x epochs in batches
+    (the AdamW steps, ``epochs x ceil(n_train / batch_size)`` as the training loops take them),
+    seeds and, for classification, the attacked sequences per run; value-softmax: steps of
+    each step size and seeds."""
+    if part not in _GRIDS:
+        raise ValueError(f"unknown dynamics part {part!r}; known: {sorted(_GRIDS)}")
+    complete = {
+        "value_softmax": value_softmax_spec,
+        "induction": induction_spec,
+        "classification": lambda spec: {**PAPER_CLASSIFICATION, **spec},
+    }[part]
+    full = [complete({k: v for k, v in spec.items() if k != "id"}) for spec in specs]
+    if not full:
+        return "no runs"
+    runs = f"{len(full)} run{'s' if len(full) != 1 else ''}"
+    seeds = _listed((f["seed"] for f in full), "seed", "seeds")
+    if part == "value_softmax":
+        schedules = sorted({(f["steps"], f["lr"]) for f in full}, reverse=True)
+        steps = " and ".join(f"{n:,} steps of {lr:g}" for n, lr in schedules)
+        return f"{runs}: {steps} (gradient descent), {seeds}"
+    sizes = sorted({(f["n_train"], f["epochs"], f["batch_size"], f["lr"]) for f in full})
+    parts = []
+    for n_train, epochs, batch, lr in sizes:
+        steps = epochs * math.ceil(n_train / batch)
+        parts.append(
+            f"{n_train:,} sequences x {epochs} epoch{'s' if epochs != 1 else ''} in batches of "
+            f"{batch} ({steps:,} AdamW steps at lr {lr:g})"
+        )
+    text = f"{runs}: {'; '.join(parts)}, {seeds}"
+    if part == "classification":
+        attacks = sorted({f["n_attack"] for f in full})
+        text += f", up to {' or '.join(map(str, attacks))} attacked sequences per run"
+    return text
+
