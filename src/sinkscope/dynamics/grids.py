@@ -596,4 +596,3 @@ def run_size(part: str, specs: Iterable[Mapping[str, Any]]) -> str:
         attacks = sorted({f["n_attack"] for f in full})
         text += f", up to {' or '.join(map(str, attacks))} attacked sequences per run"
     return text
-
