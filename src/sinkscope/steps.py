@@ -481,6 +481,7 @@ def claims(smk: Any) -> None:
     from sinkscope.claims.observations import evaluate_observations
     from sinkscope.claims.registry import evaluate_claims, with_bos_only
     from sinkscope.claims.render import write_claims
+    from sinkscope.claims.sanity import sanity_checks
     from sinkscope.claims.tolerances import resolve_tolerances
 
     tables = {key: pl.read_parquet(path) for key, path in smk.input.items()}
@@ -499,6 +500,7 @@ def claims(smk: Any) -> None:
         smk.output.rst,
         observations=observations,
         observations_path=smk.output.observations,
+        sanity=sanity_checks(with_bos_only(tables)),
     )
 
 

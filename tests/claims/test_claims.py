@@ -1386,3 +1386,32 @@ def test_claims_inputs_name_tables_their_stages_make() -> None:
         assert table.analysis == table.section.partition(".")[0]
     with pytest.raises(ValueError, match="'bos_alignment_typo'.*'geometry'"):
         names._input("geometry", "bos_alignment_typo")
+
+
+# =============================================================================== sanity checks
+
+
+def test_the_x_identity_is_a_sanity_check_not_half_of_a_verdict() -> None:
+    """rho_hat(X) = rho(X) holds by construction: a large X error neither fails nor passes the
+    approximation claims (they read X + WZ), and the sanity section flags it."""
+    from sinkscope.claims.sanity import IDENTITY_TOLERANCE, sanity_checks, sanity_markdown
+
+    per_head, _ = oversmoothing_tables([0.5] * 3, [0.6] * 3, [0.01, 0.02, 0.03])
+    broken = per_head.with_columns(abs_err_x=pl.lit(0.5))
+    claims = [c for c in R.CLAIMS if c.id.startswith("oversmoothing.approximation_")]
+    claims = [c for c in claims if c.inputs == ("oversmoothing_per_head",)]
+    assert len(claims) == 2
+    for table in (per_head, broken):
+        verdict = R.evaluate_claims({"oversmoothing_per_head": table}, None, claims=claims)
+        assert set(verdict["verdict"]) == {V.REPRODUCED}
+    assert sanity_checks({"oversmoothing_per_head": per_head})["holds"].all()
+    flagged = sanity_checks({"oversmoothing_per_head": broken})
+    assert flagged.height == 1 and not flagged["holds"][0]
+    assert flagged["value"][0] == 0.5 and flagged["bound"][0] == IDENTITY_TOLERANCE
+    md = sanity_markdown(flagged)
+    assert "**1 failing**" in md and "| m | d | 0.5 |" in md and "**no**" in md
+    assert "None in this run." in sanity_markdown(sanity_checks({}))
+    # the X + WZ error still decides
+    worse = per_head.with_columns(abs_err_xwz=pl.lit(0.5))
+    verdict = R.evaluate_claims({"oversmoothing_per_head": worse}, None, claims=claims)
+    assert set(verdict["verdict"]) == {V.NOT_REPRODUCED}

@@ -228,7 +228,7 @@ CLAIMS: tuple[Claim, ...] = (
     # ---------------------------------------------------------------- §5 / E.1: oversmoothing
     Claim(
         "oversmoothing.approximation_every_head",
-        "The approximation (2) of Theorem 5.1 is within 0.1 of the empirical average cosine for every head (X and X+WZ).",
+        "The approximation (2) of Theorem 5.1 is within 0.1 of the empirical average cosine for every head (X+WZ; for X it is an identity here, a sanity check).",
         "Sink vs. diagonal, §5, App. E.1, Fig. 7",
         "|error| < 0.1 for every head shown (T' = 512)",
         ("oversmoothing_per_head",),

@@ -200,7 +200,11 @@ def _md_by_claim(frame: pl.DataFrame, columns: Sequence[str]) -> list[str]:
     return lines
 
 
-def claims_markdown(table: pl.DataFrame, observations: pl.DataFrame | None = None) -> str:
+def claims_markdown(
+    table: pl.DataFrame,
+    observations: pl.DataFrame | None = None,
+    sanity: pl.DataFrame | None = None,
+) -> str:
     """``claims.md``: counts, the not-reproduced rows first (per claim), an overview of verdicts
     per claim and model, every row (per claim), then -- given ``observations``
     (:func:`sinkscope.claims.observations.evaluate_observations`) -- the section "Observations (shown by
@@ -246,6 +250,10 @@ def claims_markdown(table: pl.DataFrame, observations: pl.DataFrame | None = Non
         from sinkscope.claims.observations import observations_markdown
 
         lines += ["", observations_markdown(observations)]
+    if sanity is not None:
+        from sinkscope.claims.sanity import sanity_markdown
+
+        lines += ["", sanity_markdown(sanity)]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -302,12 +310,14 @@ def write_claims(
     rst_path: str | Path | None = None,
     observations: pl.DataFrame | None = None,
     observations_path: str | Path | None = None,
+    sanity: pl.DataFrame | None = None,
 ) -> None:
     """Write ``claims.md``, ``claims.parquet`` + ``.csv`` (:func:`sinkscope.io.write_table`) and,
     if given, the report snippet ``claims.rst`` -- all atomically. ``observations``
     (:func:`sinkscope.claims.observations.evaluate_observations`) add their section to ``claims.md``
     and, given ``observations_path``, are written there (parquet + CSV): a table of their own,
-    since their columns are not :data:`~sinkscope.claims.verdicts.COLUMNS` (no verdict)."""
+    since their columns are not :data:`~sinkscope.claims.verdicts.COLUMNS` (no verdict).
+    ``sanity`` (:func:`sinkscope.claims.sanity.sanity_checks`) adds its section last."""
     missing = [c for c in COLUMNS if c not in table.columns]
     if missing:
         raise ValueError(f"write_claims: the table lacks the column(s) {missing}")
@@ -315,7 +325,7 @@ def write_claims(
     if observations is not None and observations_path is not None:
         write_table(observations, observations_path)
     with atomic_path(markdown_path) as tmp:
-        tmp.write_text(claims_markdown(table, observations))
+        tmp.write_text(claims_markdown(table, observations, sanity))
     if rst_path is not None:
         with atomic_path(rst_path) as tmp:
             tmp.write_text(claims_rst(table))
