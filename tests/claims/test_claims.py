@@ -1415,3 +1415,27 @@ def test_the_x_identity_is_a_sanity_check_not_half_of_a_verdict() -> None:
     worse = per_head.with_columns(abs_err_xwz=pl.lit(0.5))
     verdict = R.evaluate_claims({"oversmoothing_per_head": worse}, None, claims=claims)
     assert set(verdict["verdict"]) == {V.NOT_REPRODUCED}
+
+
+def test_a_failing_per_head_check_names_where_it_fails() -> None:
+    """Gemma 3's case: every head of one layer fails the approximation, the rest is close; the
+    reason names the layer as a whole and gives the other layers' errors."""
+    from sinkscope.claims.verdicts import where_heads
+
+    rows = [
+        {"layer": layer, "head": head, "abs_err_xwz": 0.3 if layer == 1 else 0.003}
+        for layer in range(3)
+        for head in range(4)
+    ]
+    per_head, _ = oversmoothing_tables([0.5] * 3, [0.6] * 3, [0.01, 0.02, 0.03])
+    base = per_head.head(1).drop("layer", "head", "abs_err_xwz")
+    planted = pl.DataFrame(rows).join(base, how="cross").select(per_head.columns)
+    rows = OC.check_approximation_every_head(planted, 0.1)
+    (row,) = [r for r in rows if r["dataset"] == "d"]
+    assert row["verdict"] == V.NOT_REPRODUCED
+    assert "4 of 12 heads have an error >= 0.1 (layer 1: all 4 heads)" in row["reason"]
+    assert "in the other layers the mean error is 0.003 and the largest 0.003" in row["reason"]
+    some = pl.DataFrame({"layer": [2, 2, 5], "head": [3, 1, 0]})
+    assert where_heads(some, {2: 4, 5: 1}) == "layer 2: heads 1, 3; layer 5: all 1 heads"
+    many = pl.DataFrame({"layer": list(range(9)), "head": [0] * 9})
+    assert where_heads(many, {}, limit=2).endswith("layer 1: head 0; 7 more layers")

@@ -42,6 +42,7 @@ __all__ = [
     "require",
     "row",
     "rows_per",
+    "where_heads",
 ]
 
 REPRODUCED = "reproduced"
@@ -211,6 +212,28 @@ def num(x: float | None, digits: int = 3) -> str:
 
 def head_count(n: int) -> str:
     return f"{n} head" if n == 1 else f"{n} heads"
+
+
+def where_heads(failing: pl.DataFrame, heads_per_layer: Mapping[int, int], limit: int = 6) -> str:
+    """Where a per-head check fails, in words: the failing ``(layer, head)`` rows grouped by
+    layer ("layer 1: all 4 heads; layer 7: heads 2, 5"), a layer's whole set said as such
+    (``heads_per_layer``: the number of heads each layer has in the check), at most ``limit``
+    layers named, then how many more."""
+    if failing.height == 0:
+        return "no head"
+    parts = []
+    by_layer = failing.group_by("layer").agg(pl.col("head").unique().sort()).sort("layer")
+    for r in by_layer.head(limit).iter_rows(named=True):
+        heads, layer = r["head"], int(r["layer"])
+        if len(heads) == heads_per_layer.get(layer, -1):
+            parts.append(f"layer {layer}: all {len(heads)} heads")
+        else:
+            parts.append(
+                f"layer {layer}: head{'s' if len(heads) > 1 else ''} {', '.join(map(str, heads))}"
+            )
+    if by_layer.height > limit:
+        parts.append(f"{by_layer.height - limit} more layers")
+    return "; ".join(parts)
 
 
 def require(table: pl.DataFrame, columns: Sequence[str], name: str) -> None:

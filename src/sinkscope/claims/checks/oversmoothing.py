@@ -21,6 +21,7 @@ from sinkscope.claims.verdicts import (
     pct,
     require,
     rows_per,
+    where_heads,
 )
 from sinkscope.heads.names import POOLED
 from sinkscope.heads.order import sort_pooled_last
@@ -135,7 +136,9 @@ def similarity_positive(min_rho: float | None) -> bool | None:
 def _head_groups(per_head: pl.DataFrame) -> list[dict[str, Any]]:
     """Per model and dataset (plus the pooled ``"all"``) the heads at the largest context length."""
     require(
-        per_head, ["model", "dataset", "context_length", "abs_err_x", "abs_err_xwz"], "per_head"
+        per_head,
+        ["model", "dataset", "layer", "head", "context_length", "abs_err_xwz"],
+        "per_head",
     )
     heads = _largest_context(_with_pooled_heads(per_head))
     return [
@@ -163,13 +166,24 @@ def check_approximation_every_head(per_head: pl.DataFrame, approximation_error: 
     def reading(g: Mapping[str, Any]) -> Reading:
         h, err = g["heads"], _head_errors(g)
         worst = float(err.max())
-        n_over = int((err >= approximation_error).sum())
+        over = h.filter(err >= approximation_error)
+        reason = f"{over.height} of {h.height} heads have an error >= {approximation_error:g}"
+        if over.height:
+            # where: the failing heads by layer, and the mean error of the other layers
+            per_layer = dict(h.group_by("layer").agg(pl.col("head").n_unique()).iter_rows())
+            rest = h.filter(~pl.col("layer").is_in(over["layer"].unique().to_list()))
+            reason += f" ({where_heads(over, per_layer)})"
+            if rest.height:
+                reason += (
+                    f"; in the other layers the mean error is {float(rest['abs_err_xwz'].mean()):.3g}"
+                    f" and the largest {float(rest['abs_err_xwz'].max()):.3g}"
+                )
         return Reading(
             _heads_setting(h),
             f"max error {worst:.3f} (X+WZ)",
             worst,
             approximation_holds(worst, approximation_error),
-            f"{n_over} of {h.height} heads have an error >= {approximation_error:g}",
+            reason,
         )
 
     test = f"max over heads of |rho - rho_hat| < {approximation_error:g}"
