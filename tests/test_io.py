@@ -66,3 +66,17 @@ def test_atomic_path_removes_stale_partials_unless_told_not_to(tmp_path: Path) -
         assert not stale.exists()
         tmp.write_text("two")
     assert final.read_text() == "two" and partial_siblings(final) == []
+
+
+def test_write_table_writes_a_list_column_to_csv_as_its_joined_values(tmp_path: Path) -> None:
+    import polars as pl
+
+    from sinkscope.io import write_table
+
+    frame = pl.DataFrame(
+        {"pair": ["a", "b"], "nll_by_query": [[0.5, 1.25], [2.0]]},
+        schema={"pair": pl.String, "nll_by_query": pl.List(pl.Float64)},
+    )
+    write_table(frame, tmp_path / "t.parquet")
+    assert pl.read_parquet(tmp_path / "t.parquet").equals(frame)
+    assert (tmp_path / "t.csv").read_text() == "pair,nll_by_query\na,0.5 1.25\nb,2.0\n"

@@ -178,10 +178,14 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 def write_table(frame: pl.DataFrame, parquet_path: str | os.PathLike[str]) -> None:
     """Write ``frame`` as parquet and, next to it, the same table as CSV (both atomically).
 
-    The CSV gets the parquet path's stem with suffix ``.csv``.
+    The CSV gets the parquet path's stem with suffix ``.csv``. CSV holds no lists: a list column
+    (e.g. the per-query NLLs of the streaming ``recompute`` table) is written there as its values
+    joined by spaces.
     """
     parquet_path = Path(parquet_path)
     with atomic_path(parquet_path) as tmp:
         frame.write_parquet(tmp, statistics=False)
+    lists = [name for name, dtype in frame.schema.items() if isinstance(dtype, pl.List)]
+    flat = frame.with_columns(pl.col(c).cast(pl.List(pl.String)).list.join(" ") for c in lists)
     with atomic_path(parquet_path.with_suffix(".csv")) as tmp:
-        frame.write_csv(tmp, float_precision=6)
+        flat.write_csv(tmp, float_precision=6)

@@ -896,11 +896,24 @@ def test_eviction_raises_perplexity() -> None:
 
 
 def streaming_recompute(
-    window_excess: float, sink_excess: float, other_baseline_excess: float = -0.5
+    window_excess: float,
+    sink_excess: float,
+    other_baseline_excess: float = -0.5,
+    spread: float = 0.0,
+    n_queries: int = 32,
 ) -> pl.DataFrame:
     """A ``recompute`` summary table: NLL 2.0 under re-computation with BOS, window-only and the
     sink caches (k = 4 and 8) ``*_excess`` nats above it; under re-computation without BOS the
-    window-only excess is ``other_baseline_excess`` (the sinks keep their NLL)."""
+    window-only excess is ``other_baseline_excess`` (the sinks keep their NLL). Per query
+    (``n_queries``), each of the three NLLs scatters around its mean by ``spread`` times its own
+    zero-mean pattern (0: every query equals the mean)."""
+    rng = np.random.default_rng(0)
+    patterns = rng.standard_normal((3, n_queries))
+    patterns -= patterns.mean(axis=1, keepdims=True)
+
+    def per_query(mean: float, which: int) -> list[float]:
+        return (mean + spread * patterns[which]).tolist()
+
     rows = []
     for baseline, recompute_nll in (
         ("recompute_bos", 2.0),
@@ -934,6 +947,9 @@ def streaming_recompute(
                     "policy_vs_recompute": policy_nll - recompute_nll,
                     "policy_vs_recompute_se": 0.01,
                     "recovered_fraction": (window_nll - policy_nll) / gap if gap > 0 else None,
+                    "window_nll_by_query": per_query(window_nll, 0),
+                    "policy_nll_by_query": per_query(policy_nll, 1 if kind != "window" else 0),
+                    "recompute_nll_by_query": per_query(recompute_nll, 2),
                 }
             )
     return pl.DataFrame(rows, schema=RECOMPUTE_SCHEMA | {"model": pl.String, "dataset": pl.String})
@@ -968,6 +984,34 @@ def test_sink_tokens_restore() -> None:
         SC.check_sink_tokens_restore(
             streaming_recompute(1.0, 0.1).drop("recovered_fraction"), 4, 0.9
         )
+
+
+def test_sink_tokens_restore_is_decided_on_a_bootstrap_over_queries() -> None:
+    """The recovered fraction's interval comes from the re-computed queries: 8 scattered queries
+    leave 95% recovered inconclusive against 0.9, 400 less scattered ones decide it; the interval is the bootstrap
+    of the same statistic, by hand."""
+    from sinkscope.claims.intervals import bootstrap_interval
+
+    few = streaming_recompute(1.0, 0.05, spread=0.5, n_queries=8)
+    (row,) = SC.check_sink_tokens_restore(few, 4, 0.9)
+    assert row["verdict"] == V.INCONCLUSIVE and "needs more re-computed queries" in row["reason"]
+    assert row["ci_low"] < 0.9 < row["ci_high"] and "8 re-computed queries" in row["interval"]
+    r = few.filter((pl.col("baseline") == "recompute_bos") & (pl.col("n_sink") == 4)).row(
+        0, named=True
+    )
+    units = np.column_stack(
+        [r["window_nll_by_query"], r["policy_nll_by_query"], r["recompute_nll_by_query"]]
+    )
+    assert (row["ci_low"], row["ci_high"]) == bootstrap_interval(
+        units, SC.recovered_fraction, 2000, 0, 0.95
+    )
+    many = streaming_recompute(1.0, 0.05, spread=0.2, n_queries=400)
+    assert verdicts(SC.check_sink_tokens_restore(many, 4, 0.9)) == [V.REPRODUCED]
+    worse = streaming_recompute(1.0, 0.3, spread=0.5, n_queries=400)
+    assert verdicts(SC.check_sink_tokens_restore(worse, 4, 0.9)) == [V.NOT_REPRODUCED]
+    one = streaming_recompute(1.0, 0.05, n_queries=1)
+    (row,) = SC.check_sink_tokens_restore(one, 4, 0.9)
+    assert row["verdict"] == V.INCONCLUSIVE and "no interval" in row["reason"]
 
 
 # =============================================================================== dynamics

@@ -486,6 +486,10 @@ FLIPS: dict[str, Flip] = {
         fails=[RECOVERED - 0.05, 0.0],
         # re-computation no better than window-only: no excess to restore
         not_applicable=[lambda: {"streaming_recompute": streaming_recompute(-0.1, 0.0)}],
+        # 95% recovered, but on 8 scattered queries
+        inconclusive=[
+            lambda: {"streaming_recompute": streaming_recompute(1.0, 0.05, spread=0.5, n_queries=8)}
+        ],
     ),
     "dynamics.logistic_polarizes": Flip(
         lambda k: polarized({("logistic", "softmax"): k / RUNS}),

@@ -142,8 +142,9 @@ def test_batched_policies_give_the_tables_of_one_policy_at_a_time():
         assert a.drop(values, *[c for c in a.columns if c.startswith("wall_")]).equals(
             b.drop(values, *[c for c in b.columns if c.startswith("wall_")])
         ), name
-        for column in values:  # nats; perplexities relative (exp of nats)
-            tol = {"rtol": 2e-5, "atol": 0} if "ppl" in column else {"rtol": 0, "atol": 2e-5}
+        for column in values:  # nats (log_ppl_ratio too); perplexities relative (exp of nats)
+            relative = column in ("ppl", "dense_ppl")
+            tol = {"rtol": 2e-5, "atol": 0} if relative else {"rtol": 0, "atol": 2e-5}
             np.testing.assert_allclose(b[column], a[column], **tol, err_msg=f"{name}.{column}")
     assert one["timings"]["tokens"].equals(five["timings"]["tokens"])
     assert one["layer_ablation"].height == model.config.num_hidden_layers

@@ -414,6 +414,7 @@ CLAIMS: tuple[Claim, ...] = (
             tb["streaming_recompute"],
             t["streaming"]["max_sink_tokens"],
             t["streaming"]["min_recovered_fraction"],
+            intervals=t["intervals"],
         ),
     ),
     # ---------------------------------------------------------------- value-softmax paper

@@ -50,6 +50,11 @@ RECOMPUTE_SCHEMA: dict[str, Any] = {
     "policy_vs_recompute": pl.Float64,
     "policy_vs_recompute_se": pl.Float64,
     "recovered_fraction": pl.Float64,
+    # per sampled query (mean over streams), in the order of the sampled positions: the sampling
+    # unit of the claims' bootstrap interval of recovered_fraction (sinkscope.claims.intervals)
+    "window_nll_by_query": pl.List(pl.Float64),
+    "recompute_nll_by_query": pl.List(pl.Float64),
+    "policy_nll_by_query": pl.List(pl.Float64),
 }
 
 RECOMPUTE_TIMINGS_SCHEMA: dict[str, Any] = {
@@ -284,6 +289,9 @@ def _recompute_rows(
                         "recovered_fraction": (
                             float((window_nll.mean() - values.mean()) / gap) if gap > 0 else None
                         ),
+                        "window_nll_by_query": window_nll.tolist(),
+                        "recompute_nll_by_query": recompute.tolist(),
+                        "policy_nll_by_query": values.tolist(),
                     }
                 )
     return rows, times

@@ -9,9 +9,20 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import polars as pl
 
-from sinkscope.claims.verdicts import Reading, Row, not_applicable, require, rows_per
+from sinkscope.claims.intervals import bootstrap_interval
+from sinkscope.claims.verdicts import (
+    INCONCLUSIVE,
+    Interval,
+    Reading,
+    Row,
+    decide,
+    not_applicable,
+    require,
+    rows_per,
+)
 
 # sinkscope.streaming.summary imports torch: the checks import its number formats when they run,
 # so importing this module does not load torch.
@@ -19,6 +30,7 @@ from sinkscope.claims.verdicts import Reading, Row, not_applicable, require, row
 __all__ = [
     "check_eviction_raises_perplexity",
     "check_sink_tokens_restore",
+    "recovered_fraction",
 ]
 
 
@@ -50,11 +62,25 @@ def check_eviction_raises_perplexity(sink_heads: pl.DataFrame, sharp_ppl_ratio: 
     )
 
 
+#: The settings of the bootstrap when a caller gives none (the schema's claims.intervals defaults).
+_INTERVALS = {"level": 0.95, "n_resamples": 2000, "seed": 0}
+
+
+def recovered_fraction(units: np.ndarray) -> float:
+    """``(mean window - mean policy) / (mean window - mean re-computation)`` of the rows of
+    ``units`` (one row per sampled query: window-only, policy and re-computation NLL); NaN when
+    re-computation is not better than window-only."""
+    window, policy, recompute = units.mean(axis=0)
+    gap = window - recompute
+    return float((window - policy) / gap) if gap > 0 else float("nan")
+
+
 def check_sink_tokens_restore(
     recompute: pl.DataFrame,
     max_sink_tokens: int,
     min_recovered_fraction: float,
     baseline: str = "recompute_bos",
+    intervals: Mapping[str, Any] | None = None,
 ) -> list[Row]:
     """StreamingLLM notes: keeping a few (``<= max_sink_tokens``) first tokens next to the window
     puts the model back in its training distribution. The reference is StreamingLLM's own
@@ -68,12 +94,20 @@ def check_sink_tokens_restore(
     recompute figure's annotations, :func:`sinkscope.streaming.summary.recovered_label`).
     Dense is not the reference: a window of ``L`` tokens loses real context that no sink can give
     back. Where re-computation is not better than window-only the claim is not applicable: the
-    baseline itself is then out of the model's regime (e.g. Gemma 3 without its BOS)."""
+    baseline itself is then out of the model's regime (e.g. Gemma 3 without its BOS).
+
+    The sampling unit is the re-computed query (its NLL averaged over the streams): the
+    recovered fraction gets a percentile bootstrap interval over the sampled queries
+    (``intervals``: the config's ``claims.intervals``, :func:`recovered_fraction`), and the
+    verdict is decided on it (:func:`sinkscope.claims.verdicts.decide`): a handful of queries
+    gives "inconclusive", never "reproduced"."""
     from sinkscope.streaming.summary import recovered_label
 
+    settings = {**_INTERVALS, **(intervals or {})}
     cols = [
         "model", "dataset", "baseline", "window", "kind", "n_sink", "policy_vs_recompute",
         "window_vs_recompute", "recompute_nll", "window_nll", "recovered_fraction",
+        "window_nll_by_query", "policy_nll_by_query", "recompute_nll_by_query",
     ]  # fmt: skip
     require(recompute, cols, "streaming recompute")
 
@@ -92,15 +126,48 @@ def check_sink_tokens_restore(
                 f"{r['window_nll']:.3f}): the baseline is itself out of the model's regime, "
                 "so there is no excess to restore",
             )
-        return Reading(
-            setting,
-            f"ppl x{math.exp(s):.3f} with sinks vs x{math.exp(w):.3f} window-only "
-            "(relative to re-computation)",
-            recovered,
-            recovered >= min_recovered_fraction,
+        by_query = [r["window_nll_by_query"], r["policy_nll_by_query"], r["recompute_nll_by_query"]]
+        n_queries = len(by_query[0] or [])
+        text = (
             f"the sink tokens remove {recovered_label(recovered)} of the window-only "
-            "log-perplexity excess over sliding window with re-computation",
+            "log-perplexity excess over sliding window with re-computation"
         )
+        measured = (
+            f"ppl x{math.exp(s):.3f} with sinks vs x{math.exp(w):.3f} window-only "
+            "(relative to re-computation)"
+        )
+        if n_queries < 2:
+            return Reading(
+                setting,
+                measured,
+                recovered,
+                None,
+                f"{text}; fewer than two re-computed queries: no interval "
+                "(streaming.params.recompute_samples)",
+                verdict=INCONCLUSIVE,
+            )
+        units = np.column_stack([np.asarray(v, dtype=np.float64) for v in by_query])
+        low, high = bootstrap_interval(
+            units,
+            recovered_fraction,
+            int(settings["n_resamples"]),
+            int(settings["seed"]),
+            float(settings["level"]),
+        )
+        interval = Interval(
+            low,
+            high,
+            f"bootstrap over {n_queries} re-computed queries (mean over streams), "
+            f"{int(settings['n_resamples'])} resamples",
+            float(settings["level"]),
+        )
+        verdict = decide(interval, min_recovered_fraction, above=True)
+        if verdict == INCONCLUSIVE:
+            text += (
+                f"; the interval straddles {min_recovered_fraction:g}: needs more re-computed "
+                "queries (streaming.params.recompute_samples) or streams"
+            )
+        return Reading(setting, measured, recovered, None, text, interval, verdict)
 
     table = recompute.filter(
         (pl.col("baseline") == baseline)
