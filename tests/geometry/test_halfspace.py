@@ -154,3 +154,23 @@ def test_halfspace_table_columns_are_the_pair_key_and_the_result_fields() -> Non
         "n_sink_heads",
         "attend_threshold",
     )
+
+
+def test_wendel_probability_against_counting_and_the_lp() -> None:
+    """Wendel's null: small cases by hand, the known symmetries (N <= d: 1; N = 2d: 1/2), and the
+    frequency with which the module's own half-space test finds random Gaussian points in an
+    open half-space (500 draws each)."""
+    from sinkscope.geometry.halfspace import halfspace_margin, wendel_probability
+
+    assert wendel_probability(6, 3) == pytest.approx((1 + 5 + 10) / 32)
+    assert wendel_probability(3, 5) == 1.0 and wendel_probability(6, 6) == 1.0
+    assert wendel_probability(2 * 576, 576) == pytest.approx(0.5)  # symmetric binomial, N = 2d
+    assert wendel_probability(1023, 576) > 0.9999  # the default long context in SmolLM2's d
+    assert wendel_probability(1440, 576) < 1e-10  # N = 2.5 d
+    rng = np.random.default_rng(0)
+    for n, d in ((8, 3), (12, 5)):
+        hits = sum(
+            bool(halfspace_margin(rng.standard_normal((n, d))).halfspace) for _ in range(500)
+        )
+        expected = wendel_probability(n, d)
+        assert abs(hits / 500 - expected) < 4 * math.sqrt(expected * (1 - expected) / 500)

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -99,6 +100,7 @@ __all__ = [
     "representability_counts",
     "representability_statement",
     "torch_threads",
+    "wendel_probability",
 ]
 
 #: Default BOS attention that puts a token in ``J`` (Prop. 4.1): the config schema's
@@ -305,6 +307,26 @@ def halfspace_margin(points: np.ndarray, tol: float = HALFSPACE_TOL) -> Halfspac
     has_zero = bool((norms == 0).any())
     unit = v / np.where(norms == 0, 1.0, norms)[:, None]
     return _halfspace_from_unit(unit, unit @ unit.T, has_zero, tol)
+
+
+def wendel_probability(n_points: int, dim: int) -> float:
+    """The chance that ``n_points`` random points in ``dim`` dimensions lie in an open half-space
+    through the origin (Wendel 1962, "A problem in geometric probability", Math. Scand. 11:109-111):
+    ``2^-(N-1) sum_{k<d} C(N-1, k)`` for any distribution symmetric about the origin with points
+    in general position. It is 1 while ``N <= d``, about 1 up to ``N`` near ``2d``, and falls
+    fast beyond: a half-space test on ``N`` tokens in ``d_model`` dimensions tells geometry from
+    chance only where this null probability is small. Summed in log space (exact for any ``N``)."""
+    if n_points < 1 or dim < 1:
+        raise ValueError(f"need n_points >= 1 and dim >= 1, got {n_points}, {dim}")
+    m = n_points - 1
+    if dim > m:
+        return 1.0
+    log_terms = [
+        math.lgamma(m + 1) - math.lgamma(k + 1) - math.lgamma(m - k + 1) for k in range(dim)
+    ]
+    top = max(log_terms)
+    log_sum = top + math.log(sum(math.exp(t - top) for t in log_terms))
+    return min(1.0, math.exp(log_sum - m * math.log(2.0)))
 
 
 def attending_tokens(bos_attention: np.ndarray, threshold: float = ATTEND_THRESHOLD) -> np.ndarray:
@@ -568,6 +590,13 @@ def long_context_statement(counts: Mapping[str, Any]) -> str:
         text += "none is non-trivial"
     if r["min_margin"] is not None:
         text += f"; smallest margin {r['min_margin']:.3g}"
+    null = wendel_probability(int(r["seq_len"]) - 1, int(r["dim"]))
+    text += (
+        f"; null: {r['seq_len'] - 1} random points in {r['dim']} dimensions lie in an open "
+        f"half-space with probability {null:.3g} (Wendel)"
+    )
+    if null > 0.05:
+        text += ", so this length cannot tell the geometry from chance"
     return text
 
 
