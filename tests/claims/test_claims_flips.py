@@ -132,9 +132,12 @@ REPRESENTABLE = TOL["geometry"]["representable_min_fraction"]
 REP_IN, REP_OUT = edges(6, lambda x: x >= REPRESENTABLE)
 
 
-def statements(n_cases: int, n_trivial: int, n_representable: int) -> Tables:
+def statements(
+    n_cases: int, n_trivial: int, n_representable: int, null_probability: float | None = None
+) -> Tables:
     """geometry's ``statements`` row of ``sink_representable``: ``n_representable`` of the
-    ``n_cases - n_trivial`` non-trivial (layer, sequence) pairs satisfy the condition."""
+    ``n_cases - n_trivial`` non-trivial (layer, sequence) pairs satisfy the condition; random
+    points would pass with ``null_probability`` (Wendel; None: not computed)."""
     nontrivial = n_cases - n_trivial
     value = n_representable / nontrivial if nontrivial else None
     frame = pl.DataFrame(
@@ -145,8 +148,9 @@ def statements(n_cases: int, n_trivial: int, n_representable: int) -> Tables:
             "statement": "planted",
             "n_cases": [n_cases],
             "n_trivial": [n_trivial],
+            "null_probability": [null_probability],
         },
-        schema_overrides={"value": pl.Float64},
+        schema_overrides={"value": pl.Float64, "null_probability": pl.Float64},
     )
     return {"geometry_statements": frame}
 
@@ -376,6 +380,8 @@ FLIPS: dict[str, Flip] = {
         fails=REP_OUT,
         # every pair trivially separable: the condition holds whatever the geometry
         not_applicable=[lambda: statements(10, 10, 0), lambda: statements(0, 0, 0)],
+        # it holds everywhere, but random points of that N and d would pass as often (Wendel)
+        inconclusive=[lambda: statements(10, 4, 6, null_probability=0.99)],
     ),
     "geometry.value_rank_full": Flip(
         value_ranks, holds=[NEAR_FULL, min(1.0, NEAR_FULL + 0.05)], fails=[NEAR_FULL - 0.05]
@@ -725,3 +731,16 @@ def test_a_check_that_finds_no_rows_leaves_a_not_applicable_row() -> None:
     table = R.evaluate_claims({claim.inputs[0]: recompute}, claims=[claim])
     assert table["verdict"].to_list() == [V.NOT_APPLICABLE]
     assert "hold no rows" in table["reason"].item()
+
+
+def test_a_representable_sink_on_a_length_random_points_pass_is_inconclusive() -> None:
+    """Prop. 4.1 against Wendel's null: passing where random points pass with probability 0.99
+    is inconclusive (with what would decide it); with a small null probability it counts; a
+    failure counts whatever the null."""
+    claim = [REGISTRY["geometry.sink_representable"]]
+    (row,) = R.evaluate_claims(statements(10, 4, 6, 0.99), None, claims=claim).iter_rows(named=True)
+    assert row["verdict"] == V.INCONCLUSIVE and "2.5 x d_model" in row["reason"]
+    (row,) = R.evaluate_claims(statements(10, 4, 6, 1e-9), None, claims=claim).iter_rows(named=True)
+    assert row["verdict"] == V.REPRODUCED
+    (row,) = R.evaluate_claims(statements(10, 4, 5, 0.99), None, claims=claim).iter_rows(named=True)
+    assert row["verdict"] == V.NOT_REPRODUCED

@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from sinkscope.claims.verdicts import (
+    INCONCLUSIVE,
     Reading,
     Row,
     not_applicable,
@@ -155,14 +156,25 @@ def check_sink_representable(
                 "not applicable - all cases trivially separable: " + r["statement"],
                 f"all {n_cases} pairs trivially separable (n_points <= d_model, full rank)",
             )
-        return Reading(
-            setting,
+        measured = (
             f"condition holds in {pct(value)} of {n_cases - n_trivial} non-trivial pairs "
-            f"({n_trivial} of {n_cases} trivially separable, not counted)",
-            value,
-            value >= representable_min_fraction,
-            r["statement"],
+            f"({n_trivial} of {n_cases} trivially separable, not counted)"
         )
+        null = r.get("null_probability")
+        passed = value >= representable_min_fraction
+        if passed and null is not None and null > NULL_PROBABILITY_MAX:
+            # random points of the same N and d would pass too: no evidence either way
+            return Reading(
+                setting,
+                measured,
+                value,
+                None,
+                f"{r['statement']}; random points pass this test with probability {null:.3g} "
+                f"> {NULL_PROBABILITY_MAX:g}: needs longer sequences (about 2.5 x d_model "
+                "tokens; geometry.long_context.seq_len)",
+                verdict=INCONCLUSIVE,
+            )
+        return Reading(setting, measured, value, passed, r["statement"])
 
     rep = statements.filter(pl.col("claim") == "sink_representable").sort("model")
     return rows_per(
@@ -281,7 +293,13 @@ STATEMENT_SCHEMA: dict[str, Any] = {
     "n_cases": pl.Int64,
     "n_trivial": pl.Int64,
     "basis": pl.String,
+    # Wendel's probability that the test passes on random points of the same N and d (long
+    # context only: geometry.halfspace.wendel_probability); null where not computed
+    "null_probability": pl.Float64,
 }
+
+#: Above this null probability a half-space test could pass by chance: the claim is inconclusive.
+NULL_PROBABILITY_MAX = 0.05
 
 
 def sink_representable_statements(
@@ -308,6 +326,7 @@ def sink_representable_statements(
         long_context_statement,
         representability_counts,
         representability_statement,
+        wendel_probability,
     )
     from sinkscope.geometry.names import BASIS_ATTENDING, BASIS_LONG_CONTEXT
 
@@ -341,6 +360,7 @@ def sink_representable_statements(
                     "n_cases": r["n_pairs"],
                     "n_trivial": r["n_trivial"],
                     "basis": BASIS_LONG_CONTEXT,
+                    "null_probability": wendel_probability(int(r["seq_len"]) - 1, int(r["dim"])),
                 }
             )
         elif s is not None and s.height:
