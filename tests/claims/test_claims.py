@@ -28,7 +28,7 @@ from sinkscope.claims.checks import geometry as GC
 from sinkscope.claims.checks import heads as HC
 from sinkscope.claims.checks import oversmoothing as OC
 from sinkscope.claims.checks import streaming as SC
-from sinkscope.claims.intervals import newcombe_difference
+from sinkscope.claims.intervals import newcombe_difference, wilson_interval
 from sinkscope.config import ConfigError, load_config, load_schema, validate_config
 from sinkscope.costs.summary import fit_slopes
 from sinkscope.costs.toy import toy_table
@@ -487,7 +487,9 @@ def summary_row(**values: float | None) -> pl.DataFrame:
         "agree_both_s": 0.8,
         "agree_attn_s": 0.9,
         "agree_unif_s": 0.85,
-        "n_predicted_s": 5,
+        "n_predicted_s": 100,  # enough heads for the intervals to decide
+        "n_unpredicted_s": 100,
+        "base_agree_both_s": 0.2,
         "agree_both": 0.7,
         "min_rho_layers": 0.1,
         "frac_cond_i": 0.5,
@@ -592,9 +594,12 @@ def test_condition_claims_use_the_heads_and_map_of_figs_8_9() -> None:
     assert few["value"] == 0.0 and few["verdict"] == V.REPRODUCED
     assert "unscaled head map W (not plotted): 25.0%" in few["reason"]
     (signs,) = OC.check_predicted_signs(summary, 0.5)
-    assert signs["value"] == pytest.approx(0.5) and signs["verdict"] == V.NOT_REPRODUCED
+    # 1 of 2 heads: the Wilson interval spans most of [0, 1], so nothing is decided on it
+    assert signs["value"] == pytest.approx(0.5) and signs["verdict"] == V.INCONCLUSIVE
     assert "Fig. 8 alone: 100.0%, Fig. 9 alone: 50.0%" in signs["measured"]
-    assert verdicts(OC.check_predicted_signs(summary, 0.49)) == [V.REPRODUCED]
+    # the base rate: of the 2 heads without a prediction, head 5 increases in both figures
+    assert "base rate: 1 of the 2 heads without a prediction" in signs["reason"]
+    assert (signs["ci_low"], signs["ci_high"]) == pytest.approx(wilson_interval(1, 2))
     # flip: (ii) for s_l W on the non-sink head 4 and (i) on head 5 -> 1 of 4 satisfy (ii)
     flipped = per_head.with_columns(
         condition_s=pl.Series(["ii", "ii", "i", "i", "ii", "i"] * n),
@@ -615,7 +620,7 @@ def test_condition_claims_without_non_sink_heads_are_not_applicable() -> None:
 
 def test_predicted_signs_and_positive_similarity() -> None:
     assert verdicts(OC.check_predicted_signs(summary_row(), 0.5)) == [V.REPRODUCED]
-    assert verdicts(OC.check_predicted_signs(summary_row(agree_both_s=0.5), 0.5)) == [
+    assert verdicts(OC.check_predicted_signs(summary_row(agree_both_s=0.3), 0.5)) == [
         V.NOT_REPRODUCED
     ]
     assert verdicts(OC.check_predicted_signs(summary_row(agree_both_s=None), 0.5)) == [
@@ -648,7 +653,7 @@ HOLDS = {None: V.NOT_APPLICABLE, True: V.REPRODUCED, False: V.NOT_REPRODUCED}
         {},
         {
             "mean_rho_xwz_s": 0.6,
-            "agree_both_s": 0.5,
+            "agree_both_s": 0.3,
             "frac_cond_i_s_non_sink": 0.9,
             "frac_cond_ii_s_non_sink": 0.3,
             "mean_rhohat_xwz": 0.3,
@@ -1483,3 +1488,33 @@ def test_a_failing_per_head_check_names_where_it_fails() -> None:
     assert where_heads(some, {2: 4, 5: 1}) == "layer 2: heads 1, 3; layer 5: all 1 heads"
     many = pl.DataFrame({"layer": list(range(9)), "head": [0] * 9})
     assert where_heads(many, {}, limit=2).endswith("layer 1: head 0; 7 more layers")
+
+
+def _signs_summary(agree: float, n: int, base: float | None, m: int) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "model": ["m"], "dataset": ["d"], "context_length": [64], "n_predicted_s": [n],
+            "agree_attn_s": [agree], "agree_unif_s": [agree], "agree_both_s": [agree],
+            "n_unpredicted_s": [m], "base_agree_both_s": [base],
+        },
+        schema_overrides={"base_agree_both_s": pl.Float64},
+    )  # fmt: skip
+
+
+def test_predicted_signs_are_weighed_against_the_base_rate() -> None:
+    """'Mostly holds' needs more than a majority: heads without a prediction set the base rate.
+    90% agreement against a 90% base rate decides nothing; against 50% it is reproduced; below
+    the base rate it is not; without unpredicted heads the majority test decides alone."""
+    assert verdicts(OC.check_predicted_signs(_signs_summary(0.9, 200, 0.5, 200), 0.5)) == [
+        V.REPRODUCED
+    ]
+    (same,) = OC.check_predicted_signs(_signs_summary(0.9, 200, 0.9, 200), 0.5)
+    assert same["verdict"] == V.INCONCLUSIVE and "needs more heads" in same["reason"]
+    assert verdicts(OC.check_predicted_signs(_signs_summary(0.6, 200, 0.95, 200), 0.5)) == [
+        V.NOT_REPRODUCED
+    ]
+    (alone,) = OC.check_predicted_signs(_signs_summary(0.9, 200, None, 0), 0.5)
+    assert alone["verdict"] == V.REPRODUCED and "no base rate" in alone["reason"]
+    assert verdicts(OC.check_predicted_signs(_signs_summary(0.3, 200, None, 0), 0.5)) == [
+        V.NOT_REPRODUCED
+    ]

@@ -448,10 +448,14 @@ FLIPS: dict[str, Flip] = {
         ],
     ),
     "oversmoothing.predicted_signs": Flip(
-        lambda k: summary(n_predicted_s=10, agree_both_s=k / 10),
-        holds=MOST_IN,
-        fails=MOST_OUT,
+        # k of 400 heads with a prediction agree (base rate 0.2 over 100 heads without one):
+        # decided on a Wilson interval, so the planted shares sit 0.15 from the tolerance
+        lambda k: summary(n_predicted_s=400, agree_both_s=k / 400),
+        holds=[round((MOST + 0.15) * 400)],
+        fails=[round((MOST - 0.15) * 400)],
         not_applicable=[lambda: summary(n_predicted_s=0, agree_both_s=None)],
+        # the old edge case: 6 of 10 heads
+        inconclusive=[lambda: summary(n_predicted_s=10, agree_both_s=0.6)],
     ),
     "oversmoothing.similarity_positive": Flip(
         lambda x: summary(min_rho_layers=x), holds=[0.05], fails=[0.0, -0.05]

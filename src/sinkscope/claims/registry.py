@@ -325,7 +325,7 @@ CLAIMS: tuple[Claim, ...] = (
         "'replicates well in practice'",
         ("oversmoothing_summary",),
         lambda tb, t: check_predicted_signs(
-            tb["oversmoothing_summary"], t["oversmoothing"]["most"]
+            tb["oversmoothing_summary"], t["oversmoothing"]["most"], t["intervals"]["level"]
         ),
     ),
     Claim(

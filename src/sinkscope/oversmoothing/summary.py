@@ -89,13 +89,27 @@ def condition_exprs() -> list[pl.Expr]:
     ``n_predicted_s`` (non-sink heads with condition (i) or (ii)) and, among those, the share
     whose ``rho`` changes with the predicted sign in Fig. 8 (``agree_attn_s``: ``delta_attn_s``),
     in Fig. 9 (``agree_unif_s``: ``delta_unif_s``) and in both (``agree_both_s``: App. E.1,
-    "Both quantities should be positive when ... negative when ...")."""
+    "Both quantities should be positive when ... negative when ..."). The base rate of that
+    agreement: ``n_unpredicted_s`` (non-sink heads with neither condition) and
+    ``base_agree_both_s``, the share of them whose two changes have the sign the predicted heads
+    are predicted to have, weighted by the predicted signs' shares (all predictions "increase":
+    the share of unpredicted heads that increase in both figures)."""
     non_sink = ~pl.col("is_sink")
     pred = pl.col("predicted_sign_s")
     with_prediction = non_sink & (pred != 0)
+    without_prediction = non_sink & (pred == 0)
 
     def agrees(delta: str) -> pl.Expr:
         return pl.col(delta).sign().cast(pl.Int64) == pred
+
+    def both_have_sign(sign: int) -> pl.Expr:
+        return (pl.col("delta_attn_s").sign() == sign) & (pl.col("delta_unif_s").sign() == sign)
+
+    base_rate = sum(
+        (pred == sign).filter(with_prediction).mean()
+        * both_have_sign(sign).filter(without_prediction).mean()
+        for sign in (1, -1)
+    )
 
     return [
         non_sink.sum().cast(pl.Int64).alias("n_non_sink"),
@@ -118,6 +132,8 @@ def condition_exprs() -> list[pl.Expr]:
         .filter(with_prediction)
         .mean()
         .alias("agree_both_s"),
+        without_prediction.sum().cast(pl.Int64).alias("n_unpredicted_s"),
+        base_rate.alias("base_agree_both_s"),
     ]
 
 

@@ -14,9 +14,15 @@ from typing import Any
 
 import polars as pl
 
+from sinkscope.claims.intervals import newcombe_difference, wilson_interval
 from sinkscope.claims.verdicts import (
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    Interval,
     Reading,
     Row,
+    decide,
     not_applicable,
     pct,
     require,
@@ -410,34 +416,72 @@ def _condition_rows(
     return rows_per(_largest_context(summary).iter_rows(named=True), test, reading)
 
 
-def check_predicted_signs(summary: pl.DataFrame, most: float) -> list[Row]:
+def check_predicted_signs(summary: pl.DataFrame, most: float, level: float = 0.95) -> list[Row]:
     """§5 / Figs. 8-9: the monotonicity predicted by Theorem 5.1 mostly holds: among the non-sink
     heads with a prediction (condition (i) or (ii) for ``s_l W``), the share whose ``rho``
     changes with the predicted sign both from ``X+WZ`` to ``X+WZA^T`` (Fig. 8) and on to
     ``X+WZA_u^T`` (Fig. 9) is > ``most`` (:func:`predicted_signs_hold`; App. E.1: "Both
-    quantities should be positive when ... negative when ..."). The measured text also gives
-    each figure's own share, as their titles do."""
+    quantities should be positive when ... negative when ..."), and higher than the base rate:
+    the share of the heads *without* a prediction that change that way anyway
+    (``base_agree_both_s``, :func:`sinkscope.oversmoothing.summary.condition_exprs`). When every
+    prediction is "increase" and most heads increase regardless, agreeing is no evidence.
+
+    The sampling unit is the head: the agreement gets a Wilson interval against ``most`` and its
+    difference from the base rate Newcombe's interval against 0
+    (:mod:`sinkscope.claims.intervals`, at ``level``). Reproduced when both lie wholly above,
+    not reproduced when either lies wholly below, inconclusive otherwise. Without unpredicted
+    heads there is no base rate and the first test decides alone (the reason says so)."""
     cols = ["model", "dataset", "context_length", "n_predicted_s"]
-    cols += ["agree_attn_s", "agree_unif_s", "agree_both_s"]
+    cols += ["agree_attn_s", "agree_unif_s", "agree_both_s", "n_unpredicted_s", "base_agree_both_s"]
     require(summary, cols, "oversmoothing summary")
     from sinkscope.oversmoothing.summary import CONDITION_BASIS
 
     def reading(r: Mapping[str, Any]) -> Reading:
-        x = r["agree_both_s"]
-        setting = f"T'={r['context_length']}, {r['n_predicted_s']} non-sink heads with a prediction"
-        if _missing(x):
+        x, n = r["agree_both_s"], int(r["n_predicted_s"] or 0)
+        setting = f"T'={r['context_length']}, {n} non-sink heads with a prediction"
+        if _missing(x) or n == 0:
             return not_applicable(setting, "no non-sink head satisfies condition (i) or (ii)")
+        k = round(x * n)
+        low, high = wilson_interval(k, n, level)
+        interval = Interval(low, high, f"Wilson score interval over {n} heads", level)
+        verdicts = [decide(interval, most, above=True, strict=True)]
+        reason = (
+            f"{k} of the {n} heads with a prediction change rho with the predicted sign in "
+            f"both Figs. 8 and 9; basis: {CONDITION_BASIS}"
+        )
+        base, m = r["base_agree_both_s"], int(r["n_unpredicted_s"] or 0)
+        if m == 0 or _missing(base):
+            reason += "; no head without a prediction, so no base rate to compare with"
+        else:
+            b = round(base * m)
+            d_low, d_high = newcombe_difference(k, n, b, m, level)
+            verdicts.append(
+                decide(Interval(d_low, d_high, "", level), 0.0, above=True, strict=True)
+            )
+            reason += (
+                f"; base rate: {b} of the {m} heads without a prediction change that way too "
+                f"({pct(base)}), difference {pct(x - base)} ({100 * level:.0f}% Newcombe "
+                f"interval {d_low:+.3f} to {d_high:+.3f})"
+            )
+        if NOT_REPRODUCED in verdicts:
+            verdict = NOT_REPRODUCED
+        elif all(v == REPRODUCED for v in verdicts):
+            verdict = REPRODUCED
+        else:
+            verdict = INCONCLUSIVE
+            reason += "; an interval straddles its bound: needs more heads (models or datasets)"
         return Reading(
             setting,
             f"{pct(x)} follow both predicted signs (Fig. 8 alone: "
             f"{pct(r['agree_attn_s'])}, Fig. 9 alone: {pct(r['agree_unif_s'])})",
             x,
-            predicted_signs_hold(x, most),
-            f"{pct(x)} of the {r['n_predicted_s']} heads with a prediction change rho with "
-            f"the predicted sign in both Figs. 8 and 9; basis: {CONDITION_BASIS}",
+            None,
+            reason,
+            interval,
+            verdict,
         )
 
-    test = f"agree_both_s > {most:g}"
+    test = f"agree_both_s > {most:g} and > the base rate of heads without a prediction"
     return rows_per(_largest_context(summary).iter_rows(named=True), test, reading)
 
 
@@ -493,7 +537,9 @@ def pair_claims(summary: pl.DataFrame, tolerances: Mapping[str, Any]) -> pl.Data
     Fig. 7 on the summary row (:func:`worst_error`; ``check_approximation_every_head`` reads the
     per-head table), Fig. 2 left (:func:`relative_offset_holds`), the differences of Fig. 2
     right (:func:`difference`), Figs. 8-9 (:func:`condition_i_holds`, :func:`condition_ii_holds`,
-    :func:`predicted_signs_hold`) and Fig. 4 at that context length (:func:`similarity_positive`;
+    :func:`predicted_signs_hold`: the point reading; the claims table's
+    :func:`check_predicted_signs` also weighs its interval and the base rate) and Fig. 4 at that
+    context length (:func:`similarity_positive`;
     the claim takes the minimum over every ``T'``). Columns :data:`PAIR_CLAIMS_SCHEMA`: ``claim``,
     ``value``, ``holds`` (null: not applicable)."""
     from sinkscope.oversmoothing.summary import approximation_offsets
