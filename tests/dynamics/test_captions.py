@@ -99,3 +99,26 @@ def test_run_size_reads_the_grid() -> None:
     assert run_size("value_softmax", [{"steps": 500, "lr": 0.2, "seed": 0}]) == (
         "1 run: 500 steps of 0.2 (gradient descent), seed 0"
     )
+
+
+@pytest.mark.parametrize("scale", sorted(CONFIGS))
+def test_every_report_caption_renders_with_the_config(scale: str) -> None:
+    """Every caption of workflow/report renders as ``snakemake --report`` renders it (Jinja with
+    the config, a pair's wildcards and the dynamics' run size), and states the head classes' sink
+    threshold from the config rather than a fixed "40%"."""
+    config = validate_config(load_layered_config(CONFIGS[scale]))
+    config["head_classes"]["sink"] = 0.37  # a value no caption could hard-code
+    smk = SimpleNamespace(
+        config=config,
+        params=SimpleNamespace(run_size="R runs"),
+        wildcards=SimpleNamespace(model="m", dataset="d"),
+    )
+    rendered = {
+        path.name: jinja2.Template(path.read_text(), undefined=jinja2.StrictUndefined).render(
+            snakemake=smk
+        )
+        for path in sorted((REPO / "workflow" / "report").glob("*.rst"))
+    }
+    assert len(rendered) > 50
+    assert "BOS mass >= 0.37" in rendered["sinks_sink_rate.rst"]
+    assert not [name for name, text in rendered.items() if "40%" in text]
