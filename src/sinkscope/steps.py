@@ -488,7 +488,11 @@ def claims(smk: Any) -> None:
     # from the models' configs, prepared by now (the results folder of every rule: Paths("results"))
     not_applicable = not_applicable_claims(smk.config, "results")
     table = evaluate_claims(
-        tables, smk.params.tolerances, smk.params.models, not_applicable=not_applicable
+        tables,
+        smk.params.tolerances,
+        smk.params.models,
+        not_applicable=not_applicable,
+        head_classes=smk.config["head_classes"],
     )
     near_full_rank = resolve_tolerances(smk.params.tolerances)["geometry"]["near_full_rank"]
     # the observations are about BOS, like the papers' claims

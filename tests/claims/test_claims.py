@@ -1518,3 +1518,15 @@ def test_predicted_signs_are_weighed_against_the_base_rate() -> None:
     assert verdicts(OC.check_predicted_signs(_signs_summary(0.3, 200, None, 0), 0.5)) == [
         V.NOT_REPRODUCED
     ]
+
+
+def test_claim_sentences_state_the_runs_head_class_thresholds() -> None:
+    """The heads claims' sentences quote the thresholds the run classified with (config
+    head_classes), not the paper's fixed 40 % / 60 % / 10 %."""
+    table = R.evaluate_claims({}, None, models=["m"], head_classes={"sink": 0.37, "diagonal": 0.5})
+    sentences = dict(zip(table["claim_id"], table["claim"], strict=False))
+    assert sentences["heads.sinks_common"].startswith("Sink heads (>= 37% of the attention mass")
+    assert "(>= 50% of the mass on the main diagonal)" in sentences["heads.diagonals_exist_rarer"]
+    default = R.evaluate_claims({}, None, models=["m"])
+    assert "(>= 60% joint mass, >= 10% each)" in default["claim"].to_list()[3]
+    assert not any("{" in sentence for sentence in default["claim"].to_list())

@@ -109,7 +109,10 @@ PER_MODEL_ANALYSES = ("heads", "geometry", "oversmoothing", "streaming")
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim of the papers and its check (``check(tables, tolerances) -> rows``)."""
+    """One claim of the papers and its check (``check(tables, tolerances) -> rows``). ``claim``
+    may name the head-class thresholds as ``{sink}``, ``{diagonal}``, ``{sink_prev_joint}`` and
+    ``{sink_prev_min_part}`` (format specs allowed): :func:`evaluate_claims` fills in the run's
+    (:func:`claim_sentence`), so the sentence states the thresholds the run used."""
 
     id: str
     claim: str
@@ -150,7 +153,7 @@ CLAIMS: tuple[Claim, ...] = (
     # ---------------------------------------------------------------- §3 / §7 / Remark C.4: heads
     Claim(
         "heads.sinks_common",
-        "Sink heads (>= 40% of the attention mass on BOS) are common and more prevalent than diagonal heads.",
+        "Sink heads (>= {sink:.0%} of the attention mass on BOS) are common and more prevalent than diagonal heads.",
         "Sink vs. diagonal, §1, §4 ('many heads per block'), §7 summary",
         "no single number; 'prevalent' vs 0.6-9.5% diagonal heads",
         ("head_classes",),
@@ -158,7 +161,7 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         "heads.diagonals_exist_rarer",
-        "Diagonal heads (>= 40% of the mass on the main diagonal) exist but are rarer than sink heads.",
+        "Diagonal heads (>= {diagonal:.0%} of the mass on the main diagonal) exist but are rarer than sink heads.",
         "Sink vs. diagonal, §7 ('diagonal attention is common'), §8 (v)",
         "6% / 0.6% / 9.5% (gpt2-medium / Llama 3.1-8B / Gemma 7B)",
         ("head_classes",),
@@ -176,7 +179,7 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         "heads.sink_prev_fraction",
-        "Sink + previous-token heads (>= 60% joint mass, >= 10% each) make up 13-21% of the heads.",
+        "Sink + previous-token heads (>= {sink_prev_joint:.0%} joint mass, >= {sink_prev_min_part:.0%} each) make up 13-21% of the heads.",
         "Sink vs. diagonal, Remark C.4 (App. C)",
         "16% / 13% / 21% (gpt2 / Llama 3.1-8B / Gemma 7B)",
         ("head_classes",),
@@ -483,6 +486,14 @@ CLAIMS: tuple[Claim, ...] = (
 )
 
 
+def claim_sentence(claim: Claim, head_classes: Mapping[str, float] | None = None) -> str:
+    """``claim.claim`` with the head-class thresholds filled in: ``head_classes`` (the config's
+    section) over the schema's defaults."""
+    from sinkscope.config_schema import schema_default
+
+    return claim.claim.format(**{**schema_default("head_classes"), **(head_classes or {})})
+
+
 def _not_run_rows(claim: Claim, missing: Sequence[str], models: Sequence[str]) -> list[Row]:
     analyses = sorted({TABLE_ANALYSIS.get(key, key) for key in missing})
     per_model = all(a in PER_MODEL_ANALYSES for a in analyses)
@@ -523,6 +534,7 @@ def evaluate_claims(
     models: Sequence[str] = (),
     claims: Sequence[Claim] = CLAIMS,
     not_applicable: Mapping[str, Mapping[str, str]] | None = None,
+    head_classes: Mapping[str, float] | None = None,
 ) -> pl.DataFrame:
     """Run every claim's check on the summary ``tables`` (keys as in :data:`TABLE_ANALYSIS`).
 
@@ -533,7 +545,8 @@ def evaluate_claims(
     the models a claim does not apply to: one ``not applicable`` row each, with its reason, in place of
     whatever the check read for them. ``tolerances``:
     the config's ``claims`` section (merged over :data:`~sinkscope.claims.tolerances.DEFAULT_TOLERANCES`). Returns the table
-    with :data:`~sinkscope.claims.verdicts.COLUMNS`, in registry order.
+    with :data:`~sinkscope.claims.verdicts.COLUMNS`, in registry order. ``head_classes``: the
+    config's head-class thresholds, stated in the claims' sentences (:func:`claim_sentence`).
     """
     unknown = sorted(set(tables) - set(TABLE_ANALYSIS))
     if unknown:
@@ -554,7 +567,7 @@ def evaluate_claims(
         found = found or [_no_rows_row(claim)]
         meta = {
             "claim_id": claim.id,
-            "claim": claim.claim,
+            "claim": claim_sentence(claim, head_classes),
             "source": claim.source,
             "paper_value": claim.paper_value,
         }
