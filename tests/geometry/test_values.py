@@ -4,6 +4,8 @@ and a planted value-output map with ``W_VO z_0 = 0``.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import polars as pl
 import pytest
@@ -132,3 +134,48 @@ def test_vo_class_groups_are_the_class_map_legend_names() -> None:
         "is_sink": 2,
         "not_sink": 2,
     }
+
+
+def test_spearman_and_average_ranks_against_known_values() -> None:
+    from sinkscope.geometry.values import average_ranks, spearman
+
+    assert average_ranks(np.array([3.0, 1.0, 3.0, 2.0])).tolist() == [3.5, 1.0, 3.5, 2.0]
+    x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert spearman(x, x**3) == pytest.approx(1.0)
+    assert spearman(x, -x) == pytest.approx(-1.0)
+    # by the textbook formula: rank differences d = (0, -1, 1, -1, 1), rho = 1 - 6 sum d^2 / (n (n^2 - 1))
+    y = np.array([1.0, 3.0, 2.0, 5.0, 4.0])
+    assert spearman(x, y) == pytest.approx(1 - 6 * (0 + 1 + 1 + 1 + 1) / (5 * 24))
+    assert math.isnan(spearman(x, np.ones(5)))
+
+
+def test_bos_mass_relation_finds_a_planted_graded_relation() -> None:
+    """Planted heads whose relative BOS value norm falls with their BOS mass (plus noise): a
+    negative Spearman with an interval below 0 and a high / low median ratio well below 1; with
+    no monotone relation (Spearman exactly 0), the interval covers 0."""
+    from sinkscope.geometry.values import HIGH_BOS_MASS, LOW_BOS_MASS, bos_mass_relation
+
+    rng = np.random.default_rng(3)
+    n_layers, n_heads = 12, 8
+    mass = rng.uniform(0, 1, size=n_layers * n_heads)
+    rows = {
+        "model": "m", "dataset": "d",
+        "layer": np.repeat(np.arange(n_layers), n_heads), "head": np.tile(np.arange(n_heads), n_layers),
+        "bos_mass": mass,
+    }  # fmt: skip
+    graded = pl.DataFrame({**rows, "rel_bos_vo_norm": 1.5 - mass + 0.1 * rng.random(mass.size)})
+    (r,) = bos_mass_relation(graded, with_pooled=False, n_boot=300).iter_rows(named=True)
+    assert r["spearman"] < -0.9 and r["spearman_hi"] < 0 and r["spearman_lo"] <= r["spearman"]
+    high, low = mass >= HIGH_BOS_MASS, mass < LOW_BOS_MASS
+    norm = graded["rel_bos_vo_norm"].to_numpy()
+    assert r["ratio_high_low"] == pytest.approx(np.median(norm[high]) / np.median(norm[low]))
+    assert r["ratio_high_low_hi"] < 0.6 and (r["n_high"], r["n_low"]) == (high.sum(), low.sum())
+    # no monotone relation: a norm symmetric about the middle BOS mass has Spearman exactly 0
+    steps = np.arange(mass.size, dtype=np.float64)  # exact ties: norm(i) == norm(n - 1 - i)
+    flat = graded.with_columns(
+        bos_mass=pl.Series(steps / steps[-1]),
+        rel_bos_vo_norm=pl.Series((steps - steps[-1] / 2) ** 2 + 1.0),
+    )
+    (f,) = bos_mass_relation(flat, with_pooled=False, n_boot=300).iter_rows(named=True)
+    assert f["spearman"] == pytest.approx(0.0, abs=1e-12)
+    assert f["spearman_lo"] < 0 < f["spearman_hi"]

@@ -41,10 +41,16 @@ __all__ = [
     "BOOTSTRAP_SAMPLES",
     "BOOTSTRAP_SEED",
     "EFFECT_SCHEMA",
+    "HIGH_BOS_MASS",
+    "LOW_BOS_MASS",
     "RANK_RTOL",
+    "RELATION_SCHEMA",
     "VO_GROUP_DEFINITIONS",
+    "average_ranks",
+    "bos_mass_relation",
     "relative_rank",
     "sink_value_norm_effect",
+    "spearman",
     "value_norm_statement",
     "value_output_factor",
     "value_output_norms",
@@ -243,6 +249,135 @@ def sink_value_norm_effect(
     return pl.DataFrame(rows, schema=EFFECT_SCHEMA)
 
 
+#: BOS mass of a head that clearly sinks (well above the sink threshold 0.4) and of one that
+#: barely looks at BOS: the two ends :func:`bos_mass_relation` compares (the relation itself is
+#: read over every head, by rank).
+HIGH_BOS_MASS = 0.6
+LOW_BOS_MASS = 0.1
+
+RELATION_SCHEMA: dict[str, Any] = {
+    "model": pl.String,
+    "dataset": pl.String,
+    "n_head_instances": pl.Int64,
+    "spearman": pl.Float64,
+    "spearman_lo": pl.Float64,
+    "spearman_hi": pl.Float64,
+    "n_high": pl.Int64,
+    "n_low": pl.Int64,
+    "median_high": pl.Float64,
+    "median_low": pl.Float64,
+    "ratio_high_low": pl.Float64,
+    "ratio_high_low_lo": pl.Float64,
+    "ratio_high_low_hi": pl.Float64,
+}
+
+
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..n of ``x`` with ties given their average rank (as Spearman's correlation needs)."""
+    x = np.asarray(x, dtype=np.float64)
+    order = np.argsort(x, kind="mergesort")
+    ranks = np.empty(x.size, dtype=np.float64)
+    ranks[order] = np.arange(1, x.size + 1)
+    _, inverse, counts = np.unique(x, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=ranks)
+    return sums[inverse] / counts[inverse]
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's rank correlation: Pearson's correlation of the average ranks (NaN when either
+    side is constant)."""
+    rx, ry = average_ranks(x), average_ranks(y)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    denominator = math.sqrt(float((rx * rx).sum() * (ry * ry).sum()))
+    return float((rx * ry).sum() / denominator) if denominator > 0 else float("nan")
+
+
+def bos_mass_relation(
+    bos_value_norm: pl.DataFrame,
+    with_pooled: bool = True,
+    n_boot: int = BOOTSTRAP_SAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    level: float = BOOTSTRAP_LEVEL,
+) -> pl.DataFrame:
+    """§6's assumption ``W_VO x_0 = 0`` read where it applies, graded: the more a head sinks,
+    the smaller its BOS value-output vector. Per (model, dataset) and, with ``with_pooled``, per
+    model (``dataset = "all"``), over the head instances of ``bos_value_norm`` (the per-head rows
+    of :func:`sink_value_norm_effect`'s input): Spearman's correlation of ``bos_mass`` with
+    ``rel_bos_vo_norm`` (negative: the relation the assumption implies), and the ratio of the
+    median ``rel_bos_vo_norm`` at ``bos_mass >= HIGH_BOS_MASS`` to the median at ``bos_mass <
+    LOW_BOS_MASS``, each with a percentile bootstrap interval at ``level`` over heads (the unit
+    is the head ``(layer, head)`` with all its dataset instances, as in
+    :func:`sink_value_norm_effect`; a fresh generator seeded with ``seed`` per group). Columns
+    :data:`RELATION_SCHEMA` (statistics null where a side is empty or constant)."""
+    needed = ["model", "dataset", "layer", "head", "rel_bos_vo_norm", "bos_mass"]
+    missing = [c for c in needed if c not in bos_value_norm.columns]
+    if missing:
+        raise ValueError(f"bos_value_norm lacks columns {missing}")
+    frame = bos_value_norm.select(needed).filter(
+        pl.col("rel_bos_vo_norm").is_not_null() & pl.col("rel_bos_vo_norm").is_finite()
+    )
+
+    def ratio_of(norm: np.ndarray, mass: np.ndarray) -> float:
+        high, low = norm[mass >= HIGH_BOS_MASS], norm[mass < LOW_BOS_MASS]
+        if not high.size or not low.size or np.median(low) == 0:
+            return float("nan")
+        return float(np.median(high) / np.median(low))
+
+    def finite(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    def relation(part: pl.DataFrame) -> dict[str, Any]:
+        part = part.sort("dataset", "layer", "head")
+        norm = part["rel_bos_vo_norm"].to_numpy().astype(np.float64)
+        mass = part["bos_mass"].to_numpy().astype(np.float64)
+        units = (
+            part.select(pl.struct("layer", "head").rank("dense").cast(pl.Int64) - 1)
+            .to_series()
+            .to_numpy()
+        )
+        n_units = int(units.max()) + 1 if units.size else 0
+        rho = spearman(mass, norm) if norm.size >= 3 else float("nan")
+        ratio = ratio_of(norm, mass)
+        bounds = {"rho": (float("nan"),) * 2, "ratio": (float("nan"),) * 2}
+        if n_units >= 2 and n_boot > 0:
+            rng = np.random.default_rng(seed)
+            draws = np.empty((n_boot, 2))
+            for b in range(n_boot):
+                weight = np.bincount(rng.integers(n_units, size=n_units), minlength=n_units)
+                take = np.repeat(np.arange(norm.size), weight[units])
+                draws[b] = spearman(mass[take], norm[take]), ratio_of(norm[take], mass[take])
+            alpha = (1.0 - level) / 2.0
+            with np.errstate(all="ignore"):
+                for key, column in (("rho", 0), ("ratio", 1)):
+                    if np.isfinite(draws[:, column]).any():
+                        lo, hi = np.nanquantile(draws[:, column], [alpha, 1.0 - alpha])
+                        bounds[key] = (float(lo), float(hi))
+        high, low = norm[mass >= HIGH_BOS_MASS], norm[mass < LOW_BOS_MASS]
+        return {
+            "n_head_instances": int(norm.size),
+            "spearman": finite(rho),
+            "spearman_lo": finite(bounds["rho"][0]) if math.isfinite(rho) else None,
+            "spearman_hi": finite(bounds["rho"][1]) if math.isfinite(rho) else None,
+            "n_high": int(high.size),
+            "n_low": int(low.size),
+            "median_high": float(np.median(high)) if high.size else None,
+            "median_low": float(np.median(low)) if low.size else None,
+            "ratio_high_low": finite(ratio),
+            "ratio_high_low_lo": finite(bounds["ratio"][0]) if math.isfinite(ratio) else None,
+            "ratio_high_low_hi": finite(bounds["ratio"][1]) if math.isfinite(ratio) else None,
+        }
+
+    rows: list[dict[str, Any]] = []
+    for model in sorted(set(frame["model"].to_list())):
+        by_model = frame.filter(pl.col("model") == model)
+        for dataset in dataset_order(by_model["dataset"].to_list()):
+            part = by_model.filter(pl.col("dataset") == dataset)
+            rows.append({"model": model, "dataset": dataset, **relation(part)})
+        if with_pooled:
+            rows.append({"model": model, "dataset": POOLED, **relation(by_model)})
+    return pl.DataFrame(rows, schema=RELATION_SCHEMA)
+
+
 def value_norm_statement(effect: Mapping[str, Any]) -> str:
     """One row of :func:`sink_value_norm_effect` in words."""
     e = effect
@@ -302,7 +437,9 @@ def vo_classes(bos_value_norm: pl.DataFrame) -> pl.DataFrame:
     ``bos_mass`` at the sink threshold, sink+previous included; the claim and the value-norm
     figure use these). The ``"is_sink"``
     rows also carry the effect size of :func:`sink_value_norm_effect` (ratio of the sink to the
-    non-sink median with its bootstrap interval and per-dataset spread).
+    non-sink median with its bootstrap interval and per-dataset spread) and the graded relation
+    of :func:`bos_mass_relation` (Spearman's correlation of BOS mass with the relative BOS value
+    norm, and the high / low BOS-mass median ratio, with their intervals).
     """
 
     def stats(frame: pl.DataFrame, group: pl.Expr, definition: str) -> pl.DataFrame:
@@ -334,14 +471,14 @@ def vo_classes(bos_value_norm: pl.DataFrame) -> pl.DataFrame:
         ),
     ]
     effect = sink_value_norm_effect(bos_value_norm).select("model", "dataset", *_EFFECT_COLUMNS)
+    relation = bos_mass_relation(bos_value_norm).drop("n_head_instances")
+    carried = (*_EFFECT_COLUMNS, *(c for c in relation.columns if c not in ("model", "dataset")))
     joined = (
         pl.concat(parts)
         .join(effect, on=["model", "dataset"], how="left")
+        .join(relation, on=["model", "dataset"], how="left")
         .with_columns(
-            *(
-                pl.when(pl.col("group") == "is_sink").then(pl.col(c)).alias(c)
-                for c in _EFFECT_COLUMNS
-            )
+            *(pl.when(pl.col("group") == "is_sink").then(pl.col(c)).alias(c) for c in carried)
         )
     )
     return sort_pooled_last(joined, "group")
