@@ -11,6 +11,7 @@ here by hand from the planted inputs.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -287,81 +288,58 @@ def test_value_rank_middle_layers() -> None:
     assert row["verdict"] == V.NOT_REPRODUCED and row["value"] == 0.9 and "3 of 4" in row["reason"]
 
 
-def test_sink_bos_value_norm() -> None:
-    def table(ratio: float | None, hi: float | None, n_sink: int = 5, n_other: int = 10):
-        groups = [("not_sink", n_other)] + ([("is_sink", n_sink)] if n_sink else [])
-        sink = [g[0] == "is_sink" for g in groups]
-        return pl.DataFrame(
-            {
-                "model": "m",
-                "dataset": "all",
-                "group": [g[0] for g in groups],
-                "n_heads": [g[1] for g in groups],
-                "n_sink": [n_sink if k else None for k in sink],
-                "n_other": [n_other if k else None for k in sink],
-                "sink_median": [0.1 if k else None for k in sink],
-                "other_median": [0.3 if k else None for k in sink],
-                "ratio": [ratio if k else None for k in sink],
-                "ratio_lo": [0.3 if k else None for k in sink],
-                "ratio_hi": [hi if k else None for k in sink],
-                "ratio_dataset_min": [ratio if k else None for k in sink],
-                "ratio_dataset_max": [ratio if k else None for k in sink],
-                "level": [0.95 if k else None for k in sink],
-            },
-            schema_overrides={
-                c: pl.Float64
-                for c in (
-                    "sink_median",
-                    "other_median",
-                    "ratio",
-                    "ratio_lo",
-                    "ratio_hi",
-                    "ratio_dataset_min",
-                    "ratio_dataset_max",
-                    "level",
-                )
-            },
-        )
+def test_sink_bos_value_norm_reads_the_graded_relation() -> None:
+    """§6 on the paper's basis: a negative Spearman interval and a high / low BOS-mass ratio
+    interval under the tolerance reproduce it; a ratio interval wholly above fails it; intervals
+    across a bound are inconclusive; without a relation to rank it is not applicable."""
+    from tests.claims.test_claims_flips import value_norm_classes
 
-    assert verdicts(GC.check_sink_bos_value_norm(table(0.33, 0.45), 0.5)) == [V.REPRODUCED]
-    assert verdicts(GC.check_sink_bos_value_norm(table(0.33, 0.5), 0.5)) == [V.REPRODUCED]  # edge
-    # the point estimate is small but the interval reaches above the tolerance
-    (row,) = GC.check_sink_bos_value_norm(table(0.4, 0.55), 0.5)
-    assert row["verdict"] == V.NOT_REPRODUCED and row["value"] == 0.4
-    assert "reaches above 0.5" in row["reason"] and "includes 1" not in row["reason"]
-    (row,) = GC.check_sink_bos_value_norm(table(0.8, 1.05), 0.5)
-    assert row["verdict"] == V.NOT_REPRODUCED and "includes 1 (no difference)" in row["reason"]
-    (row,) = GC.check_sink_bos_value_norm(table(None, None, n_sink=0), 0.5)
-    assert row["verdict"] == V.NOT_APPLICABLE and "no BOS-attending" in row["reason"]
-    (row,) = GC.check_sink_bos_value_norm(table(None, None, n_other=0), 0.5)
-    assert row["verdict"] == V.NOT_APPLICABLE and "every head is a sink head" in row["reason"]
+    def claim(**planted: object) -> dict:
+        (row,) = GC.check_sink_bos_value_norm(
+            value_norm_classes(**planted)["geometry_bos_value_norm_classes"], 0.5
+        )
+        return row
+
+    row = claim(ratio=0.3)
+    assert row["verdict"] == V.REPRODUCED and row["value"] == pytest.approx(-0.4)
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((-0.6, -0.2)) and "Spearman" in row[
+        "interval"
+    ]
+    assert "Reported reading, sink vs other heads" in row["reason"]
+    assert claim(ratio=0.7)["verdict"] == V.NOT_REPRODUCED
+    assert claim(ratio=0.5)["verdict"] == V.INCONCLUSIVE  # [0.45, 0.55] across 0.5
+    assert claim(ratio=0.3, spearman=0.4)["verdict"] == V.NOT_REPRODUCED  # positive relation
+    row = claim(ratio=0.3, spearman=-0.05)  # [-0.25, 0.15]: across 0
+    assert row["verdict"] == V.INCONCLUSIVE and "needs more heads" in row["reason"]
+    row = claim(ratio=None)  # no heads at one end: the correlation decides alone
+    assert row["verdict"] == V.REPRODUCED and "decides alone" in row["reason"]
+    assert claim(ratio=0.3, spearman=None)["verdict"] == V.NOT_APPLICABLE
 
 
 def test_sink_bos_value_norm_from_planted_heads() -> None:
-    """Planted per-head norms -> geometry's summary table -> the claim: the verdict follows the
-    sink / other ratio, not the sink heads' absolute level."""
+    """Planted per-head norms -> geometry's summary table -> the claim: the verdict follows how
+    the norm falls with BOS mass, not the sink heads' absolute level."""
     from sinkscope.geometry.values import vo_classes
 
     rng = np.random.default_rng(1)
 
-    def heads(sink_level: float, other_level: float) -> pl.DataFrame:
+    def heads(norm_at: Callable[[float], float]) -> pl.DataFrame:
         rows = []
         for dataset in ("a", "b"):
             for layer in range(6):
                 for head in range(8):
-                    sink = head < 4
-                    level = sink_level if sink else other_level
+                    mass = head / 7
                     rows.append(
                         {
                             "model": "m",
                             "dataset": dataset,
                             "layer": layer,
                             "head": head,
-                            "rel_bos_vo_norm": level * float(rng.uniform(0.9, 1.1)),
+                            "rel_bos_vo_norm": norm_at(mass) * float(rng.uniform(0.9, 1.1)),
                             "rel_bos_value_norm": 1.0,
-                            "bos_mass": 0.8 if sink else 0.1,
-                            "is_sink": sink,
-                            "head_class": "sink" if sink else "other",
+                            "bos_mass": mass,
+                            "is_sink": mass >= 0.4,
+                            "head_class": "sink" if mass >= 0.4 else "other",
                         }
                     )
         return pl.DataFrame(rows)
@@ -369,12 +347,12 @@ def test_sink_bos_value_norm_from_planted_heads() -> None:
     def claim(frame: pl.DataFrame) -> list[dict]:
         return GC.check_sink_bos_value_norm(vo_classes(frame), 0.5)
 
-    small = claim(heads(0.1, 0.4))  # ratio ~0.25 in each dataset and pooled
-    assert verdicts(small) == [V.REPRODUCED] * 3
-    assert small[-1]["dataset"] == "all" and small[-1]["value"] == pytest.approx(0.25, rel=0.1)
-    # the same small absolute level, but other heads just as small: not "small" for a sink
-    alike = claim(heads(0.1, 0.12))
-    assert verdicts(alike) == [V.NOT_REPRODUCED] * 3
+    graded = claim(heads(lambda mass: 1.0 - 0.9 * mass))  # 0.1-0.2 at the top, ~1 at the bottom
+    assert verdicts(graded) == [V.REPRODUCED] * 3
+    assert graded[-1]["dataset"] == "all" and graded[-1]["value"] < -0.8
+    # the same small level at the top, but every head about as small: no relation
+    flat = claim(heads(lambda mass: 0.12))
+    assert V.REPRODUCED not in verdicts(flat)
 
 
 # =============================================================================== oversmoothing

@@ -170,19 +170,34 @@ def value_ranks(x: float) -> Tables:
 VALUE_RATIO = TOL["geometry"]["bos_value_ratio_max"]
 
 
-def value_norm_classes(hi: float | None, n_sink: int = 5, n_other: int = 10) -> Tables:
-    """``bos_value_norm_classes`` of one model: the sink / other ratio's bootstrap interval ends at
-    ``hi`` (point estimate 0.8 hi, lower end 0.6 hi)."""
+def value_norm_classes(
+    ratio: float | None,
+    n_sink: int = 5,
+    n_other: int = 10,
+    spearman: float | None = -0.4,
+) -> Tables:
+    """``bos_value_norm_classes`` of one model: BOS mass and the relative BOS value norm have
+    Spearman ``spearman`` (interval +-0.2), and the median norm at high / low BOS mass has the
+    ratio ``ratio`` (interval +-0.05; None: no heads at one end); the former sink / other
+    reading is planted beside them."""
     groups = [("not_sink", n_other)] + ([("is_sink", n_sink)] if n_sink else [])
     floats = {
         "sink_median": 0.1,
         "other_median": 0.3,
-        "ratio": None if hi is None else 0.8 * hi,
-        "ratio_lo": None if hi is None else 0.6 * hi,
-        "ratio_hi": hi,
-        "ratio_dataset_min": None if hi is None else 0.8 * hi,
-        "ratio_dataset_max": None if hi is None else 0.8 * hi,
+        "ratio": 0.33,
+        "ratio_lo": 0.2,
+        "ratio_hi": 0.45,
+        "ratio_dataset_min": 0.33,
+        "ratio_dataset_max": 0.33,
         "level": 0.95,
+        "spearman": spearman,
+        "spearman_lo": None if spearman is None else spearman - 0.2,
+        "spearman_hi": None if spearman is None else spearman + 0.2,
+        "median_high": None if ratio is None else 0.3 * ratio,
+        "median_low": None if ratio is None else 0.3,
+        "ratio_high_low": ratio,
+        "ratio_high_low_lo": None if ratio is None else ratio - 0.05,
+        "ratio_high_low_hi": None if ratio is None else ratio + 0.05,
     }
     is_sink = [g == "is_sink" for g, _ in groups]
     frame = pl.DataFrame(
@@ -193,6 +208,8 @@ def value_norm_classes(hi: float | None, n_sink: int = 5, n_other: int = 10) -> 
             "n_heads": [k for _, k in groups],
             "n_sink": [n_sink if s else None for s in is_sink],
             "n_other": [n_other if s else None for s in is_sink],
+            "n_high": [4 if s and ratio is not None else (0 if s else None) for s in is_sink],
+            "n_low": [6 if s else None for s in is_sink],
             **{c: [v if s else None for s in is_sink] for c, v in floats.items()},
         },
         schema_overrides=dict.fromkeys(floats, pl.Float64),
@@ -387,13 +404,12 @@ FLIPS: dict[str, Flip] = {
         value_ranks, holds=[NEAR_FULL, min(1.0, NEAR_FULL + 0.05)], fails=[NEAR_FULL - 0.05]
     ),
     "geometry.sink_bos_value_small": Flip(
+        # the high / low BOS-mass norm ratio (interval +-0.05) against the tolerance
         value_norm_classes,
-        holds=[VALUE_RATIO, VALUE_RATIO - 0.1],
-        fails=[VALUE_RATIO + 0.05, 1.05],
-        not_applicable=[
-            lambda: value_norm_classes(None, n_sink=0),  # no sink head
-            lambda: value_norm_classes(None, n_other=0),  # nothing to compare with
-        ],
+        holds=[VALUE_RATIO - 0.1, VALUE_RATIO - 0.3],
+        fails=[VALUE_RATIO + 0.1, 1.05],
+        not_applicable=[lambda: value_norm_classes(0.3, spearman=None)],  # nothing to rank
+        inconclusive=[VALUE_RATIO, lambda: value_norm_classes(0.3, spearman=-0.05)],
     ),
     "oversmoothing.approximation_every_head": Flip(
         lambda e: per_head_errors([0.01, 0.02, 0.03, e]),

@@ -220,7 +220,7 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         "geometry.sink_bos_value_small",
-        "Sink heads have a small BOS value-output vector compared with the other heads (the hard switch assumes W_VO x_0 = 0).",
+        "The more a head sinks, the smaller its BOS value-output vector (the hard switch assumes W_VO x_0 = 0 where a head sinks).",
         "Sink vs. diagonal, §6 (assumption from [13], Fig. 1(b) there)",
         "W_VO x_0 = 0 (assumed; supported empirically in [13])",
         ("geometry_bos_value_norm_classes",),

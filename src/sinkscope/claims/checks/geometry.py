@@ -18,8 +18,12 @@ import polars as pl
 
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    Interval,
     Reading,
     Row,
+    decide,
     not_applicable,
     num,
     pct,
@@ -219,55 +223,85 @@ def check_value_rank_middle_layers(value_rank: pl.DataFrame, near_full_rank: flo
 def check_sink_bos_value_norm(
     bos_value_norm_classes: pl.DataFrame, bos_value_ratio_max: float
 ) -> list[Row]:
-    """§6 (assumption ``W_VO x_0 = 0``, supported by [13]): sink heads have a small BOS
-    value-output vector, measured against the other heads of the same model.
+    """§6 (assumption ``W_VO x_0 = 0``, supported by [13]): a head's BOS value-output vector is
+    small where the head sinks. Decided on the relation the assumption implies, over every head
+    (:func:`sinkscope.geometry.values.bos_mass_relation`, on the ``"is_sink"`` rows of the summary
+    table): the more BOS mass, the smaller ``|W_VO z_0| / median_i |W_VO z_i|``, i.e.
 
-    Effect size (:func:`sinkscope.geometry.values.sink_value_norm_effect`, on the ``"is_sink"`` rows of
-    the summary table): the ratio of the median ``|W_VO z_0| / median_i |W_VO z_i|`` over sink
-    heads (``is_sink``) to the median over the other heads, with a bootstrap interval over heads
-    and the per-dataset spread. ``W_VO x_0 = 0`` is a ratio of 0, no difference a ratio of 1.
-    Reproduced when the upper end of the interval is at most ``bos_value_ratio_max`` (the
-    schema's reason: a two-fold reduction)."""
+    * Spearman's correlation of BOS mass with that norm is negative: its bootstrap interval over
+      heads lies below 0; and
+    * the median norm of the heads with BOS mass >= 0.6 is at most ``bos_value_ratio_max`` times
+      that of the heads with BOS mass < 0.1: the upper end of its interval (the schema's reason:
+      a two-fold reduction).
+
+    The intervals are the geometry summary's (its level in the table's ``level`` column).
+    Reproduced when both hold on their whole intervals, not reproduced when either fails on its
+    whole interval, inconclusive otherwise. Without heads at both ends the correlation decides
+    alone. The former comparison of the sink heads (``is_sink``) with all other heads, many of
+    which carry 0.1-0.4 of their mass on BOS, stays in the reason as a reported reading
+    (:func:`sinkscope.geometry.values.value_norm_statement`)."""
     require(
         bos_value_norm_classes,
-        ["model", "dataset", "group", "n_heads", "ratio", "ratio_lo", "ratio_hi"],
+        ["model", "dataset", "group", "n_heads", "ratio", "ratio_lo", "ratio_hi", "spearman"],
         "bos_value_norm_classes",
     )
-    from sinkscope.geometry.values import value_norm_statement
+    from sinkscope.geometry.values import HIGH_BOS_MASS, LOW_BOS_MASS, value_norm_statement
 
     def reading(r: Mapping[str, Any]) -> Reading:
         sink = r["groups"].filter(pl.col("group") == "is_sink")
         e = sink.row(0, named=True) if sink.height else None
-        if e is None or not e["n_sink"] or not e["n_other"] or e["ratio"] is None:
-            no_sink = e is None or not e["n_sink"]
+        setting = "every head, by BOS mass"
+        if e is None or e["spearman"] is None or e["spearman_lo"] is None:
             return not_applicable(
-                "sink vs other head instances",
-                "model has no BOS-attending (sink) heads"
-                if no_sink
-                else "every head is a sink head: nothing to compare with",
-                "no sink heads" if no_sink else "no non-sink heads",
+                setting,
+                "too few heads with a finite BOS value norm to rank (or BOS mass is constant)",
+                "no relation",
             )
-        hi = e["ratio_hi"]
-        passed = hi is not None and hi <= bos_value_ratio_max
+        level = float(e["level"])
+        rho = Interval(e["spearman_lo"], e["spearman_hi"], "bootstrap over heads, Spearman", level)
+        verdicts = [decide(rho, 0.0, above=False, strict=True)]
+        text = (
+            f"Spearman(BOS mass, |W_VO z_0| / median_i |W_VO z_i|) = {num(e['spearman'])} "
+            f"({100 * level:.0f}% bootstrap interval over heads {num(e['spearman_lo'])} to "
+            f"{num(e['spearman_hi'])})"
+        )
+        if e["ratio_high_low"] is not None and e["ratio_high_low_hi"] is not None:
+            ratio = Interval(e["ratio_high_low_lo"], e["ratio_high_low_hi"], "", level)
+            verdicts.append(decide(ratio, bos_value_ratio_max, above=False))
+            text += (
+                f"; median norm at BOS mass >= {HIGH_BOS_MASS:g} ({e['n_high']} head instances) "
+                f"/ at < {LOW_BOS_MASS:g} ({e['n_low']}): {num(e['ratio_high_low'])} "
+                f"[{num(e['ratio_high_low_lo'])}, {num(e['ratio_high_low_hi'])}]"
+            )
+        else:
+            text += (
+                f"; no head instances at both ends (BOS mass >= {HIGH_BOS_MASS:g}: {e['n_high']}, "
+                f"< {LOW_BOS_MASS:g}: {e['n_low']}), so the correlation decides alone"
+            )
+        if NOT_REPRODUCED in verdicts:
+            verdict = NOT_REPRODUCED
+        elif all(v == REPRODUCED for v in verdicts):
+            verdict = REPRODUCED
+        else:
+            verdict = INCONCLUSIVE
+            text += "; an interval straddles its bound: needs more heads (models or datasets)"
+        if e["n_sink"] and e["n_other"] and e["ratio"] is not None:
+            text += f". Reported reading, sink vs other heads: {value_norm_statement(e)}"
         return Reading(
-            f"{e['n_sink']} sink vs {e['n_other']} other head instances",
-            f"ratio {num(e['ratio'])} [{num(e['ratio_lo'])}, {num(hi)}] "
-            f"(sink median {num(e['sink_median'])}, other {num(e['other_median'])})",
-            e["ratio"],
-            passed,
-            value_norm_statement(e)
-            + (
-                ""
-                if passed
-                else f"; the interval reaches above {bos_value_ratio_max:g}"
-                + (" and includes 1 (no difference)" if hi is not None and hi >= 1 else "")
-            ),
+            setting,
+            f"Spearman {num(e['spearman'])}; high / low BOS-mass norm ratio "
+            f"{num(e['ratio_high_low'])}",
+            e["spearman"],
+            None,
+            text,
+            rho,
+            verdict,
         )
 
     return rows_per(
         _per_model_dataset(bos_value_norm_classes, "groups"),
-        f"upper end of the bootstrap interval of median(sink) / median(other heads) "
-        f"<= {bos_value_ratio_max:g}",
+        f"Spearman(BOS mass, BOS value norm) < 0 and median norm ratio (BOS mass >= "
+        f"{HIGH_BOS_MASS:g} vs < {LOW_BOS_MASS:g}) <= {bos_value_ratio_max:g}, on their intervals",
         reading,
     )
 
