@@ -34,7 +34,13 @@ from sinkscope.geometry.names import (
     LONG_CONTEXT_POINT_SETS,
     POOLED,
 )
-from sinkscope.geometry.values import RANK_RTOL, sink_value_norm_effect
+from sinkscope.geometry.values import (
+    HIGH_BOS_MASS,
+    LOW_BOS_MASS,
+    RANK_RTOL,
+    bos_mass_relation,
+    sink_value_norm_effect,
+)
 from sinkscope.heads.names import SINK
 from sinkscope.heads.order import dataset_order as _dataset_order
 from sinkscope.plotting import (
@@ -602,6 +608,10 @@ def bos_value_norm_figure(tables: Tables, title: str) -> tuple[Figure, pl.DataFr
     datasets = _dataset_order(frame["dataset"].to_list())
     effect = sink_value_norm_effect(frame, with_pooled=len(datasets) > 1)
     shown = effect.filter(pl.col("dataset") == (POOLED if len(datasets) > 1 else datasets[0]))
+    # the claim's numbers (geometry.sink_bos_value_small): the graded relation over every head
+    relation = bos_mass_relation(frame, with_pooled=len(datasets) > 1).filter(
+        pl.col("dataset") == (POOLED if len(datasets) > 1 else datasets[0])
+    )
     row_height = min(4.4, (MAX_INCHES - 0.7) / len(models))
     fig = new_figure(12.5, row_height * len(models) + 0.7)
     axes = fig.subplots(len(models), 2, squeeze=False, width_ratios=[3.0, 1.2])
@@ -627,12 +637,19 @@ def bos_value_norm_figure(tables: Tables, title: str) -> tuple[Figure, pl.DataFr
                 )
         ax.set_yscale("log")
         ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+        for end in (LOW_BOS_MASS, HIGH_BOS_MASS):  # the two ends the median ratio compares
+            ax.axvline(end, color="grey", linewidth=0.8, linestyle=":")
         ax.set_xlim(-0.02, 1.02)
         ax.set_xlabel("BOS attention mass of the head (mean over sequences)")
         ax.set_ylabel("|W_VO z_0| / median_i |W_VO z_i|\n(mean over sequences)")
+        g = relation.filter(pl.col("model") == model).row(0, named=True)
         ax.set_title(
             f"{model}: {', '.join(_dataset_order(sub['dataset'].to_list()))} ({_scope(sub)}); "
-            "one point per head and dataset",
+            "one point per head and dataset\n"
+            f"Spearman(BOS mass, norm) {_fmt(g['spearman'])} [{_fmt(g['spearman_lo'])}, "
+            f"{_fmt(g['spearman_hi'])}]; median norm at BOS mass >= {HIGH_BOS_MASS:g} / "
+            f"< {LOW_BOS_MASS:g}: {_fmt(g['ratio_high_low'])} [{_fmt(g['ratio_high_low_lo'])}, "
+            f"{_fmt(g['ratio_high_low_hi'])}]",
             fontsize=9,
         )
         groups = [(True, e["n_sink"]), (False, e["n_other"])]
@@ -696,9 +713,12 @@ def plot_bos_value_norm(
     other heads; one row per model, one marker per dataset; on the right the pooled
     distributions of the two groups (box = quartiles, whiskers = min/max) with their medians and
     the ratio of medians with its bootstrap interval
-    (:func:`~sinkscope.geometry.values.sink_value_norm_effect`, the numbers of the claim
-    ``geometry.sink_bos_value_small``), which this function returns. Legend counts are the
-    head instances the medians are taken over.
+    (:func:`~sinkscope.geometry.values.sink_value_norm_effect`, the claim's reported reading),
+    which this function returns. The scatter's title gives the numbers the claim
+    ``geometry.sink_bos_value_small`` decides on (:func:`~sinkscope.geometry.values.bos_mass_relation`:
+    Spearman's correlation of BOS mass with the norm, and the median ratio between the two
+    dotted BOS-mass ends, each with its interval). Legend counts are the head instances the
+    medians are taken over.
 
     ``tables``: ``bos_value_norm`` tables of :func:`~sinkscope.geometry.analysis.analyze_file`.
     """
