@@ -10,6 +10,7 @@ exceed it more than about 3x. Prints a Markdown table and writes ``bench/rehears
 
     .venv/bin/python bench/rehearsal.py                                  # Llama-3.1-8B, GPT-2 XL
     .venv/bin/python bench/rehearsal.py --models google/gemma-7b --depths 2 4 --out /tmp/rehearsal
+    .venv/bin/python bench/rehearsal.py --models openai/gpt-oss-20b --depths 2 4 --dtype bfloat16
 
 One and two layers are too close: their wall times differ by less than the jobs' noise (a job's
 fixed part is 10-60 s on the CPU), so the default depths are 2 and 6. A model whose 6-layer cut
@@ -53,7 +54,7 @@ def cpu_model() -> str:
 
 
 def rehearsal_config(
-    model_dir: Path, facts: Any, download_dir: Path, rotary: bool
+    model_dir: Path, facts: Any, download_dir: Path, rotary: bool, dtype: str = "float32"
 ) -> dict[str, Any]:
     """The config of one rehearsal: the cut model as a ``local`` float32 model on the CPU, the
     default run's ``alice`` corpus at N = 50 x T = 256, the short run's StreamingLLM settings,
@@ -67,7 +68,7 @@ def rehearsal_config(
     streaming = copy.deepcopy(default["streaming"]) if rotary else {"enabled": False}
     return {
         "download_dir": str(download_dir),
-        "models": {"rehearsal": {"dtype": "float32",
+        "models": {"rehearsal": {"dtype": dtype,
                                  "source": {"kind": "local", "path": str(model_dir)}}},
         "datasets": {"alice": copy.deepcopy(default["datasets"]["alice"])},
         "extraction": {"n_sequences": 50, "context_length": 256, "seed": 0},
@@ -79,7 +80,9 @@ def rehearsal_config(
     }
 
 
-def run_depth(hub_id: str, n_layers: int, out: Path, cores: int) -> dict[str, Any]:
+def run_depth(
+    hub_id: str, n_layers: int, out: Path, cores: int, dtype: str = "float32"
+) -> dict[str, Any]:
     """Build the cut model, run the DAG, return ``{rule: usage}`` of its per-pair jobs."""
     from sinkscope.sizing.rehearsal import build_random_model
     from sinkscope.sizing.shapes import facts_from_config
@@ -90,11 +93,11 @@ def run_depth(hub_id: str, n_layers: int, out: Path, cores: int) -> dict[str, An
     if not (model_dir / "config.json").is_file():
         build_random_model(hub_id, n_layers, REPO / "results" / "models" / "smollm2-135m", model_dir)
     config = json.loads((model_dir / "config.json").read_text())
-    facts = facts_from_config("rehearsal", config, "float32", "rehearsal")
+    facts = facts_from_config("rehearsal", config, dtype, "rehearsal")
     configfile = workdir / "rehearsal.yaml"
     configfile.write_text(yaml.safe_dump(
         rehearsal_config(model_dir, facts, REPO / "resources" / "downloads",
-                         rotary=config["model_type"] != "gpt2")))
+                         rotary=config["model_type"] != "gpt2", dtype=dtype)))
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
@@ -132,7 +135,9 @@ def extrapolate_model_job(peak_2: float, weights_2: int, weights_full: int) -> f
     return peak_2 + WEIGHT_COPIES_WHILE_LOADING * (weights_full - weights_2) / 2**20
 
 
-def compare(hub_id: str, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def compare(
+    hub_id: str, runs: list[dict[str, Any]], dtype: str = "float32"
+) -> list[dict[str, Any]]:
     """Per rule: measured at the two depths, extrapolated to the full depth, the request there
     (same settings, full depth) and the ratios."""
     from sinkscope.config import load_layered_config, validate_config
@@ -143,10 +148,10 @@ def compare(hub_id: str, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     one, two = sorted(runs, key=lambda run: run["n_layers"])
     depths = (one["n_layers"], two["n_layers"])
-    full = facts_from_config("rehearsal", fixture_config(hub_id), "float32", "kept")
+    full = facts_from_config("rehearsal", fixture_config(hub_id), dtype, "kept")
     cut = facts_from_config(
         "rehearsal", json.loads((Path(two["configfile"]).parent / "model" / "config.json").read_text()),
-        "float32", "rehearsal",
+        dtype, "rehearsal",
     )
     config = validate_config(load_layered_config([two["configfile"]]))
     rows = []
@@ -174,7 +179,7 @@ def compare(hub_id: str, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def render(rows: list[dict[str, Any]], cpu: str) -> str:
     lines = [
         f"CPU: {cpu}. Measured at two depths (columns 'a / b': the shallower cut, then the "
-        "deeper; N = 50, T = 256, float32, CPU), extrapolated to the full depth (a + b L; jobs "
+        "deeper; N = 50, T = 256, the models' dtype as run, CPU), extrapolated to the full depth (a + b L; jobs "
         "that load the model: the deeper cut's peak plus the extra weights twice); request = "
         "sinkscope.sizing for the full depth, same settings.",
         "",
@@ -200,12 +205,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--depths", type=int, nargs=2, default=[2, 6],
                         help="the two cut depths (layers) measured per model")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                        help="models.<name>.dtype of the cut models (gpt-oss-20b: bfloat16, the "
+                        "dtype its weights ship in; its float32 copy would not fit this machine)")
     args = parser.parse_args(argv)
     rows: list[dict[str, Any]] = []
     runs: dict[str, list[dict[str, Any]]] = {}
     for hub_id in args.models:
-        runs[hub_id] = [run_depth(hub_id, depth, args.out, args.cores) for depth in args.depths]
-        rows += compare(hub_id, runs[hub_id])
+        runs[hub_id] = [
+            run_depth(hub_id, depth, args.out, args.cores, args.dtype) for depth in args.depths
+        ]
+        rows += compare(hub_id, runs[hub_id], args.dtype)
     cpu = cpu_model()
     print(render(rows, cpu))
     # the models not run this time keep their earlier measurements (and CPU)
@@ -213,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     earlier = json.loads(kept.read_text()) if kept.is_file() else {"models": {}}
     models = dict(earlier.get("models", {}))
     for hub_id in args.models:
-        models[hub_id] = {"cpu": cpu, "runs": runs[hub_id],
+        models[hub_id] = {"cpu": cpu, "dtype": args.dtype, "runs": runs[hub_id],
                           "rows": [r for r in rows if r["model"] == hub_id]}
     kept.write_text(json.dumps({"models": models}, indent=1) + "\n")
     return 0
