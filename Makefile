@@ -3,7 +3,8 @@
 PYTHON ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
-CORES  ?= 2
+# all of this machine's cores unless told otherwise (make run CORES=4)
+CORES  ?= $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)
 # The lock pins the CPU build torch==2.13.0+cpu. Machines of the CI kind have that wheel in pip's
 # find-links folder; elsewhere add PyTorch's CPU index:
 #   make run PIP_EXTRA="--extra-index-url https://download.pytorch.org/whl/cpu"
