@@ -34,6 +34,7 @@ __all__ = [
     "Reading",
     "Row",
     "Tables",
+    "combine",
     "decide",
     "head_count",
     "not_applicable",
@@ -108,6 +109,15 @@ def decide(interval: Interval, tolerance: float, above: bool, strict: bool = Fal
     if not low_holds and not high_holds:
         return NOT_REPRODUCED
     return INCONCLUSIVE
+
+
+def combine(verdicts: Sequence[str]) -> str:
+    """One verdict from the :func:`decide` verdicts of a claim's several tests: not reproduced
+    when any test fails on its whole interval, reproduced when all hold on theirs, inconclusive
+    otherwise."""
+    if NOT_REPRODUCED in verdicts:
+        return NOT_REPRODUCED
+    return REPRODUCED if all(v == REPRODUCED for v in verdicts) else INCONCLUSIVE
 
 
 def _verdict(passed: bool | None) -> str:

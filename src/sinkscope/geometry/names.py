@@ -80,3 +80,8 @@ LONG_CONTEXT_TABLE = LONG_CONTEXT_TABLES[0]
 #: pattern) or, without them, on the extraction's sequences (the sink-attending tokens).
 BASIS_LONG_CONTEXT = "long_context"
 BASIS_ATTENDING = "attending"
+
+#: Above this null probability (Wendel's, :func:`sinkscope.geometry.halfspace.wendel_probability`)
+#: a half-space test could pass by chance: the long-context statement says so and the claim
+#: geometry.sink_representable is inconclusive.
+NULL_PROBABILITY_MAX = 0.05

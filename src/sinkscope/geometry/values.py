@@ -147,6 +147,21 @@ EFFECT_SCHEMA: dict[str, Any] = {
 }
 
 
+def head_units(part: pl.DataFrame) -> tuple[np.ndarray, int]:
+    """The bootstrap unit of each row of ``part``: its head ``(layer, head)`` numbered 0..n-1
+    (a head measured on several datasets is one unit), and n."""
+    units = part.select(pl.struct("layer", "head").rank("dense").cast(pl.Int64) - 1).to_series()
+    units = units.to_numpy()
+    return units, int(units.max()) + 1 if units.size else 0
+
+
+def resample_units(rng: np.random.Generator, units: np.ndarray, n_units: int) -> np.ndarray:
+    """Row indices of one bootstrap resample: ``n_units`` units drawn with replacement, each
+    bringing all its rows."""
+    weight = np.bincount(rng.integers(n_units, size=n_units), minlength=n_units)
+    return np.repeat(np.arange(units.size), weight[units])
+
+
 def sink_value_norm_effect(
     bos_value_norm: pl.DataFrame,
     with_pooled: bool = True,
@@ -191,12 +206,7 @@ def sink_value_norm_effect(
         part = part.sort("dataset", "layer", "head")
         values = part["rel_bos_vo_norm"].to_numpy().astype(np.float64)
         sink = part["is_sink"].to_numpy().astype(bool)
-        units = (
-            part.select(pl.struct("layer", "head").rank("dense").cast(pl.Int64) - 1)
-            .to_series()
-            .to_numpy()
-        )
-        n_units = int(units.max()) + 1 if units.size else 0
+        units, n_units = head_units(part)
         per_dataset = [
             ratio_of(
                 g["rel_bos_vo_norm"].to_numpy().astype(np.float64),
@@ -211,8 +221,7 @@ def sink_value_norm_effect(
             rng = np.random.default_rng(seed)
             draws = np.empty(n_boot)
             for b in range(n_boot):
-                weight = np.bincount(rng.integers(n_units, size=n_units), minlength=n_units)
-                take = np.repeat(np.arange(values.size), weight[units])
+                take = resample_units(rng, units, n_units)
                 draws[b] = ratio_of(values[take], sink[take])
             alpha = (1.0 - level) / 2.0
             lo, hi = (float(q) for q in np.nanquantile(draws, [alpha, 1.0 - alpha]))
@@ -330,12 +339,7 @@ def bos_mass_relation(
         part = part.sort("dataset", "layer", "head")
         norm = part["rel_bos_vo_norm"].to_numpy().astype(np.float64)
         mass = part["bos_mass"].to_numpy().astype(np.float64)
-        units = (
-            part.select(pl.struct("layer", "head").rank("dense").cast(pl.Int64) - 1)
-            .to_series()
-            .to_numpy()
-        )
-        n_units = int(units.max()) + 1 if units.size else 0
+        units, n_units = head_units(part)
         rho = spearman(mass, norm) if norm.size >= 3 else float("nan")
         ratio = ratio_of(norm, mass)
         bounds = {"rho": (float("nan"),) * 2, "ratio": (float("nan"),) * 2}
@@ -343,8 +347,7 @@ def bos_mass_relation(
             rng = np.random.default_rng(seed)
             draws = np.empty((n_boot, 2))
             for b in range(n_boot):
-                weight = np.bincount(rng.integers(n_units, size=n_units), minlength=n_units)
-                take = np.repeat(np.arange(norm.size), weight[units])
+                take = resample_units(rng, units, n_units)
                 draws[b] = spearman(mass[take], norm[take]), ratio_of(norm[take], mass[take])
             alpha = (1.0 - level) / 2.0
             with np.errstate(all="ignore"):

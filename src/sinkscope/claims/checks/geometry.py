@@ -18,11 +18,10 @@ import polars as pl
 
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
-    NOT_REPRODUCED,
-    REPRODUCED,
     Interval,
     Reading,
     Row,
+    combine,
     decide,
     not_applicable,
     num,
@@ -135,7 +134,7 @@ def check_sink_representable(
     of the long sequences (``T' > d_model`` tokens, where the test can fail) and the set tested
     is every token (``J = [T']``, Figure 1's "any sink pattern", which implies the condition for
     every sink-attending ``J``); otherwise the sink-attending tokens at the extraction's ``T``."""
-    from sinkscope.geometry.names import BASIS_LONG_CONTEXT
+    from sinkscope.geometry.names import BASIS_LONG_CONTEXT, NULL_PROBABILITY_MAX
 
     require(
         statements,
@@ -278,12 +277,8 @@ def check_sink_bos_value_norm(
                 f"; no head instances at both ends (BOS mass >= {HIGH_BOS_MASS:g}: {e['n_high']}, "
                 f"< {LOW_BOS_MASS:g}: {e['n_low']}), so the correlation decides alone"
             )
-        if NOT_REPRODUCED in verdicts:
-            verdict = NOT_REPRODUCED
-        elif all(v == REPRODUCED for v in verdicts):
-            verdict = REPRODUCED
-        else:
-            verdict = INCONCLUSIVE
+        verdict = combine(verdicts)
+        if verdict == INCONCLUSIVE:
             text += "; an interval straddles its bound: needs more heads (models or datasets)"
         if e["n_sink"] and e["n_other"] and e["ratio"] is not None:
             text += f". Reported reading, sink vs other heads: {value_norm_statement(e)}"
@@ -331,9 +326,6 @@ STATEMENT_SCHEMA: dict[str, Any] = {
     # context only: geometry.halfspace.wendel_probability); null where not computed
     "null_probability": pl.Float64,
 }
-
-#: Above this null probability a half-space test could pass by chance: the claim is inconclusive.
-NULL_PROBABILITY_MAX = 0.05
 
 
 def sink_representable_statements(

@@ -17,11 +17,10 @@ import polars as pl
 from sinkscope.claims.intervals import newcombe_difference, wilson_interval
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
-    NOT_REPRODUCED,
-    REPRODUCED,
     Interval,
     Reading,
     Row,
+    combine,
     decide,
     not_applicable,
     pct,
@@ -463,12 +462,8 @@ def check_predicted_signs(summary: pl.DataFrame, most: float, level: float = 0.9
                 f"({pct(base)}), difference {pct(x - base)} ({100 * level:.0f}% Newcombe "
                 f"interval {d_low:+.3f} to {d_high:+.3f})"
             )
-        if NOT_REPRODUCED in verdicts:
-            verdict = NOT_REPRODUCED
-        elif all(v == REPRODUCED for v in verdicts):
-            verdict = REPRODUCED
-        else:
-            verdict = INCONCLUSIVE
+        verdict = combine(verdicts)
+        if verdict == INCONCLUSIVE:
             reason += "; an interval straddles its bound: needs more heads (models or datasets)"
         return Reading(
             setting,
