@@ -833,29 +833,39 @@ def test_theorem_d1_bounds() -> None:
 # =============================================================================== streaming
 
 
-def streaming_sink_heads(window_ratio: float, sink_ratio: float) -> pl.DataFrame:
-    """streaming.summary.summarize's ``sink_heads`` for one pair with planted perplexity ratios."""
-    rows = []
+def streaming_sink_heads(
+    window_ratio: float, sink_ratio: float, spread: float = 0.0, n_positions: int = 100
+) -> pl.DataFrame:
+    """streaming.summary.summarize's ``sink_heads`` for one pair with planted perplexity ratios:
+    the window-only NLL exceeds the dense one by ``log(window_ratio)`` on average over
+    ``n_positions`` scored positions, each position off by centred Gaussian noise of sd
+    ``spread`` (nats; seeded)."""
+    rows, by_position = [], []
+    noise = np.random.default_rng(0).normal(scale=spread, size=n_positions) if spread else None
+    excess = np.zeros(n_positions) if noise is None else noise - noise.mean()
     for kind, n_sink, window, ratio in (
         ("dense", 0, None, 1.0),
         ("window", 0, 64, window_ratio),
         ("sink", 4, 64, sink_ratio),
         ("sink", 8, 64, 1.0),
     ):
+        nll = 2.0 + math.log(ratio)
+        policy = {
+            "model": "m",
+            "dataset": "d",
+            "policy": f"{kind}{n_sink}",
+            "kind": kind,
+            "n_sink": n_sink,
+            "window": window,
+            "positions": "cache",
+        }
         for region in ("all", "evicting", "tail"):
-            nll = 2.0 + math.log(ratio)
             rows.append(
                 {
-                    "model": "m",
-                    "dataset": "d",
-                    "policy": f"{kind}{n_sink}",
-                    "kind": kind,
-                    "n_sink": n_sink,
-                    "window": window,
-                    "positions": "cache",
+                    **policy,
                     "region": region,
                     "first_position": 1,
-                    "n_tokens": 100,
+                    "n_tokens": n_positions,
                     "nll": nll,
                     "ppl": math.exp(nll),
                     "dense_nll": 2.0,
@@ -863,7 +873,13 @@ def streaming_sink_heads(window_ratio: float, sink_ratio: float) -> pl.DataFrame
                     "log_ppl_ratio": nll - 2.0,
                 }
             )
-    pair = {"perplexity": pl.DataFrame(rows, schema_overrides={"window": pl.Int64})}
+        parts = excess if kind == "window" else np.zeros(n_positions)
+        for position, part in enumerate(parts, start=1):
+            by_position.append({**policy, "position": position, "nll": nll + part, "nll_sd": 0.0})
+    pair = {
+        "perplexity": pl.DataFrame(rows, schema_overrides={"window": pl.Int64}),
+        "nll_by_position": pl.DataFrame(by_position, schema_overrides={"window": pl.Int64}),
+    }
     return summarize_streaming([pair])["sink_heads"]
 
 
@@ -876,6 +892,21 @@ def test_eviction_raises_perplexity() -> None:
     assert verdicts(SC.check_eviction_raises_perplexity(streaming_sink_heads(1.5, 1.0), 2.0)) == [
         V.NOT_REPRODUCED
     ]
+    # x3 on average, but position by position the excess scatters by 2 nats over 40 positions
+    (row,) = SC.check_eviction_raises_perplexity(streaming_sink_heads(3.0, 1.0, 2.0, 40), 2.0)
+    assert row["verdict"] == V.INCONCLUSIVE and "needs more scored tokens" in row["reason"]
+    assert row["ci_low"] < 2.0 < row["ci_high"] and "blocks of 16" in row["interval"]
+    (row,) = SC.check_eviction_raises_perplexity(streaming_sink_heads(3.0, 1.0, 2.0, 20), 2.0)
+    assert row["verdict"] == V.INCONCLUSIVE and "fewer than two blocks" in row["reason"]
+
+
+def test_eviction_excess_averages_to_the_log_ratio() -> None:
+    """The per-position parts the interval resamples are those of the pair's ratio: their mean
+    is ``window_log_ppl_ratio``, over the evicting positions only."""
+    table = streaming_sink_heads(3.0, 1.0, 0.5, 60).unique(["model", "dataset", "window"])
+    (r,) = table.iter_rows(named=True)
+    assert len(r["window_excess_by_position"]) == 60
+    assert np.mean(r["window_excess_by_position"]) == pytest.approx(r["window_log_ppl_ratio"])
 
 
 def streaming_recompute(

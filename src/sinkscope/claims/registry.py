@@ -392,7 +392,7 @@ CLAIMS: tuple[Claim, ...] = (
         "model breaks (perplexity explodes) once the sinks are evicted",
         ("streaming_sink_heads",),
         lambda tb, t: check_eviction_raises_perplexity(
-            tb["streaming_sink_heads"], t["streaming"]["sharp_ppl_ratio"]
+            tb["streaming_sink_heads"], t["streaming"]["sharp_ppl_ratio"], intervals=t["intervals"]
         ),
     ),
     Claim(

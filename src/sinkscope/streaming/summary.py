@@ -15,6 +15,7 @@ from sinkscope.streaming.recompute import RECOMPUTE_SCHEMA
 
 __all__ = [
     "correlation",
+    "eviction_excess",
     "eviction_label",
     "perplexity_factor",
     "recovered_label",
@@ -81,6 +82,51 @@ def correlation(x: Iterable[float], y: Iterable[float], n_perm: int = 10000, see
     return {"n": n, "pearson_r": r, "spearman_rho": rho, "p_permutation": p_value}
 
 
+def eviction_excess(pair_tables: Sequence[Mapping[str, pl.DataFrame]]) -> pl.DataFrame:
+    """Per pair and window, the window-only cache's NLL excess over the dense cache at every
+    evicting position, in position order: ``model, dataset, window, window_excess_by_position``
+    (a list; each entry the mean over streams of the token's window-only minus dense NLL).
+    Their mean is the pair's ``window_log_ppl_ratio`` (every stream scores every position), and
+    the claim ``streaming.eviction_hurts`` takes its interval over them
+    (:func:`sinkscope.claims.intervals.block_bootstrap_interval`: neighbouring tokens' NLLs are
+    correlated). Pairs without ``nll_by_position`` give no rows."""
+    frames = []
+    for tables in pair_tables:
+        by_position, perplexity = tables.get("nll_by_position"), tables.get("perplexity")
+        if by_position is None or perplexity is None or not by_position.height:
+            continue
+        first = perplexity.filter(
+            (pl.col("kind") == "window") & (pl.col("region") == "evicting")
+        ).select("model", "dataset", "window", "first_position")
+        dense = by_position.filter(pl.col("kind") == "dense").select(
+            "model", "dataset", "position", dense_nll="nll"
+        )
+        excess = (
+            by_position.filter(pl.col("kind") == "window")
+            .join(first, on=["model", "dataset", "window"])
+            .filter(pl.col("position") >= pl.col("first_position"))
+            .join(dense, on=["model", "dataset", "position"])
+            .sort("model", "dataset", "window", "position")
+            .group_by("model", "dataset", "window", maintain_order=True)
+            .agg(
+                window_excess_by_position=(
+                    pl.col("nll").cast(pl.Float64) - pl.col("dense_nll").cast(pl.Float64)
+                )
+            )
+        )
+        frames.append(excess)
+    if not frames:
+        return pl.DataFrame(
+            schema={
+                "model": pl.String,
+                "dataset": pl.String,
+                "window": pl.Int64,
+                "window_excess_by_position": pl.List(pl.Float64),
+            }
+        )
+    return pl.concat(frames)
+
+
 def summarize(
     pair_tables: Sequence[Mapping[str, pl.DataFrame]],
     head_tables: Sequence[pl.DataFrame] | pl.DataFrame | None = None,
@@ -92,8 +138,9 @@ def summarize(
     * ``overview``: one row per pair and policy on the ``tail`` region (the region common to
       all policies): ``ppl``, ``dense_ppl``, ``log_ppl_ratio``.
     * ``sink_heads``: per pair the share of sink heads (``is_sink`` of the head tables) and the
-      mean BOS mass, next to the window-only damage (``log_ppl_ratio`` on the evicting region)
-      for every window size, and what ``sink{k}`` recovers.
+      mean BOS mass, next to the window-only damage (``log_ppl_ratio`` on the evicting region,
+      and its per-position parts, :func:`eviction_excess`) for every window size, and what
+      ``sink{k}`` recovers.
     * ``layers``: the single-layer eviction damage of every pair (``layer_ablation``) next to
       the layer's share of sink heads and mean BOS mass (empty without ablations or heads).
     * ``correlations``: Spearman/Pearson correlations, with n and a permutation p-value --
@@ -140,7 +187,9 @@ def summarize(
         sink_positions="positions",
         sink_log_ppl_ratio="log_ppl_ratio",
     )
-    sink_heads = window_damage.join(sink_damage, on=["model", "dataset", "window"], how="left")
+    sink_heads = window_damage.join(
+        eviction_excess(pair_tables), on=["model", "dataset", "window"], how="left"
+    ).join(sink_damage, on=["model", "dataset", "window"], how="left")
     if per_pair is not None:
         sink_heads = sink_heads.join(per_pair, on=["model", "dataset"], how="left")
     sink_heads = sink_heads.sort("model", "dataset", "window", "n_sink")

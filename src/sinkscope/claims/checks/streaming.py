@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from sinkscope.claims.intervals import bootstrap_interval
+from sinkscope.claims.intervals import block_bootstrap_interval, bootstrap_interval
+from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
     Interval,
@@ -34,36 +35,76 @@ __all__ = [
 ]
 
 
-def check_eviction_raises_perplexity(sink_heads: pl.DataFrame, sharp_ppl_ratio: float) -> list[Row]:
+def check_eviction_raises_perplexity(
+    sink_heads: pl.DataFrame, sharp_ppl_ratio: float, intervals: Mapping[str, Any] | None = None
+) -> list[Row]:
     """StreamingLLM notes: evicting the first tokens (window-only cache) raises perplexity sharply:
     window-only / dense perplexity on the evicting positions ``>= sharp_ppl_ratio`` (2 = doubles).
     The measured factor is the summary figure's bar label
-    (:func:`sinkscope.streaming.summary.eviction_label`)."""
+    (:func:`sinkscope.streaming.summary.eviction_label`).
+
+    The sampling unit is the scored position (its NLL excess averaged over the streams,
+    ``window_excess_by_position``, :func:`sinkscope.streaming.summary.eviction_excess`); the
+    log ratio is their mean. Neighbouring tokens' NLLs are correlated, so its interval is a
+    moving-block bootstrap over runs of ``intervals["block_tokens"]`` positions
+    (:func:`sinkscope.claims.intervals.block_bootstrap_interval`), exponentiated to the ratio,
+    and the verdict is decided on it."""
     from sinkscope.streaming.summary import eviction_label, perplexity_factor
 
+    settings = {**DEFAULT_TOLERANCES["intervals"], **(intervals or {})}
     require(
-        sink_heads, ["model", "dataset", "window", "window_log_ppl_ratio"], "streaming sink_heads"
+        sink_heads,
+        ["model", "dataset", "window", "window_log_ppl_ratio", "window_excess_by_position"],
+        "streaming sink_heads",
     )
 
     def reading(r: Mapping[str, Any]) -> Reading:
         ratio = math.exp(r["window_log_ppl_ratio"])
-        return Reading(
-            f"window L={r['window']}",
-            f"perplexity {eviction_label(r['window_log_ppl_ratio'])} vs dense",
-            ratio,
-            ratio >= sharp_ppl_ratio,
+        setting = f"window L={r['window']}"
+        measured = f"perplexity {eviction_label(r['window_log_ppl_ratio'])} vs dense"
+        text = (
             f"evicting all but the last {r['window']} tokens multiplies perplexity by "
-            f"{perplexity_factor(r['window_log_ppl_ratio'])}",
+            f"{perplexity_factor(r['window_log_ppl_ratio'])}"
         )
+        excess = np.asarray(r["window_excess_by_position"] or [], dtype=np.float64)
+        block = int(settings["block_tokens"])
+        if excess.size < 2 * block:
+            return Reading(
+                setting,
+                measured,
+                ratio,
+                None,
+                f"{text}; {excess.size} scored positions, fewer than two blocks of {block}: "
+                "no interval (longer streams: streaming.params.stream_length)",
+                verdict=INCONCLUSIVE,
+            )
+        low, high = block_bootstrap_interval(
+            excess,
+            np.mean,
+            block,
+            int(settings["n_resamples"]),
+            int(settings["seed"]),
+            float(settings["level"]),
+        )
+        interval = Interval(
+            math.exp(low),
+            math.exp(high),
+            f"moving-block bootstrap over {excess.size} scored positions (blocks of {block}, "
+            f"mean over streams), {int(settings['n_resamples'])} resamples",
+            float(settings["level"]),
+        )
+        verdict = decide(interval, sharp_ppl_ratio, above=True)
+        if verdict == INCONCLUSIVE:
+            text += (
+                f"; the interval straddles x{sharp_ppl_ratio:g}: needs more scored tokens "
+                "(streaming.params.n_streams or stream_length)"
+            )
+        return Reading(setting, measured, ratio, None, text, interval, verdict)
 
     table = sink_heads.unique(["model", "dataset", "window"]).sort("model", "dataset", "window")
     return rows_per(
         table.iter_rows(named=True), f"window-only ppl / dense ppl >= {sharp_ppl_ratio:g}", reading
     )
-
-
-#: The settings of the bootstrap when a caller gives none (the schema's claims.intervals defaults).
-_INTERVALS = {"level": 0.95, "n_resamples": 2000, "seed": 0}
 
 
 def recovered_fraction(units: np.ndarray) -> float:
@@ -103,7 +144,7 @@ def check_sink_tokens_restore(
     gives "inconclusive", never "reproduced"."""
     from sinkscope.streaming.summary import recovered_label
 
-    settings = {**_INTERVALS, **(intervals or {})}
+    settings = {**DEFAULT_TOLERANCES["intervals"], **(intervals or {})}
     cols = [
         "model", "dataset", "baseline", "window", "kind", "n_sink", "policy_vs_recompute",
         "window_vs_recompute", "recompute_nll", "window_nll", "recovered_fraction",
