@@ -1499,6 +1499,61 @@ def test_a_failing_per_head_check_names_where_it_fails() -> None:
     assert where_heads(many, {}, limit=2).endswith("layer 1: head 0; 7 more layers")
 
 
+def _bos_residual_norm(model: str, dataset: str, norms: list[float]) -> pl.DataFrame:
+    return pl.DataFrame(
+        {"model": model, "dataset": dataset, "layer": range(len(norms)), "rel_bos_norm": norms}
+    )
+
+
+def test_a_failing_layer_is_matched_with_the_known_events_of_its_model() -> None:
+    """Issue 34 item 6: the reason says whether the failing layer is where BOS's relative
+    residual norm jumps (the largest rise over the previous layer) and where massive
+    activations start; an event elsewhere is named as not a failing layer."""
+    from sinkscope.claims.events import bos_norm_jumps, events_by_pair, massive_onsets
+
+    rows = [
+        {"layer": layer, "head": head, "abs_err_xwz": 0.3 if layer == 1 else 0.003}
+        for layer in range(3)
+        for head in range(4)
+    ]
+    per_head, _ = oversmoothing_tables([0.5] * 3, [0.6] * 3, [0.01, 0.02, 0.03])
+    base = per_head.head(1).drop("layer", "head", "abs_err_xwz")
+    planted = pl.DataFrame(rows).join(base, how="cross").select(per_head.columns)
+    # a rise x27.5 at layer 1 beats x1.5 at layer 2 (ratios, not differences: 27.5 -> 41)
+    norms = _bos_residual_norm("m", "d", [1.0, 27.5, 41.0])
+    assert bos_norm_jumps(norms) == {("m", "d"): (1, 1.0, 27.5)}
+    onset = pl.DataFrame({"model": ["m", "m"], "dataset": ["d", "e"], "first_layer": [1, 1]})
+    assert massive_onsets(onset) == {("m", "d"): 1, ("m", "e"): 1, ("m", "all"): 1}
+    tables = {"geometry_bos_residual_norm": norms, "sinks_massive_onset": onset}
+    (row,) = [
+        r
+        for r in OC.check_approximation_every_head(planted, 0.1, events_by_pair(tables))
+        if r["dataset"] == "d"
+    ]
+    assert (
+        "layer 1 is where BOS's relative residual norm jumps (x1 to x27.5 of the median "
+        "token's) and where massive activations start" in row["reason"]
+    )
+    # the same failures where both events are elsewhere
+    tables = {
+        "geometry_bos_residual_norm": _bos_residual_norm("m", "d", [1.0, 1.2, 30.0]),
+        "sinks_massive_onset": onset.with_columns(first_layer=pl.lit(2)),
+    }
+    (row,) = [
+        r
+        for r in OC.check_approximation_every_head(planted, 0.1, events_by_pair(tables))
+        if r["dataset"] == "d"
+    ]
+    assert "layer 1 is" not in row["reason"]
+    assert (
+        "BOS's relative residual norm jumps at layer 2 (x1.2 to x30 of the median token's) and "
+        "massive activations start at layer 2, neither a failing layer" in row["reason"]
+    )
+    # no event tables: the reason stops at where the heads fail
+    (row,) = [r for r in OC.check_approximation_every_head(planted, 0.1) if r["dataset"] == "d"]
+    assert "massive" not in row["reason"] and "BOS's" not in row["reason"]
+
+
 def _signs_summary(agree: float, n: int, base: float | None, m: int) -> pl.DataFrame:
     return pl.DataFrame(
         {

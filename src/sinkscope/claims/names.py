@@ -16,6 +16,7 @@ from sinkscope.dynamics import names as dynamics_names
 from sinkscope.geometry import names as geometry_names
 from sinkscope.heads import names as heads_names
 from sinkscope.oversmoothing import names as oversmoothing_names
+from sinkscope.sinks import names as sinks_names
 from sinkscope.streaming import names as streaming_names
 
 __all__ = ["INPUTS", "ClaimsInput", "summary_tables"]
@@ -45,6 +46,7 @@ def summary_tables(section: str) -> tuple[str, ...]:
         "oversmoothing": oversmoothing_names.TABLES,
         "costs": costs_names.TABLES,
         "streaming": streaming_names.SUMMARY_TABLES,
+        "sinks": sinks_names.SUMMARY_TABLES,
     }[analysis]
 
 
@@ -64,9 +66,12 @@ INPUTS: dict[str, ClaimsInput] = {
     "geometry_value_rank": _input("geometry", "value_rank"),
     "geometry_bos_value_norm_classes": _input("geometry", "bos_value_norm_classes"),
     "geometry_statements": _input("geometry", "statements"),
-    # read only by sinkscope.claims.observations (the "Observations" section of claims.md)
+    # read by sinkscope.claims.observations (the "Observations" section of claims.md) and by the
+    # reasons of per-head checks (sinkscope.claims.events)
     "geometry_bos_residual_norm": _input("geometry", "bos_residual_norm"),
     "geometry_value_rank_worst": _input("geometry", "value_rank_worst"),
+    # read by the reasons of per-head checks (sinkscope.claims.events)
+    "sinks_massive_onset": _input("sinks", "massive_onset"),
     "oversmoothing_summary": _input("oversmoothing", "summary"),
     "oversmoothing_per_head": _input("oversmoothing", "per_head"),
     "costs_toy": _input("costs", "toy"),

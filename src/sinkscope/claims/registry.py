@@ -86,6 +86,7 @@ from sinkscope.claims.checks.streaming import (
     check_eviction_raises_perplexity,
     check_sink_tokens_restore,
 )
+from sinkscope.claims.events import events_by_pair
 from sinkscope.claims.names import INPUTS
 from sinkscope.claims.tolerances import resolve_tolerances
 from sinkscope.claims.verdicts import COLUMNS, NOT_RUN, SYNTHETIC, Row, Tables, row
@@ -236,7 +237,9 @@ CLAIMS: tuple[Claim, ...] = (
         "|error| < 0.1 for every head shown (T' = 512)",
         ("oversmoothing_per_head",),
         lambda tb, t: check_approximation_every_head(
-            tb["oversmoothing_per_head"], t["oversmoothing"]["approximation_error"]
+            tb["oversmoothing_per_head"],
+            t["oversmoothing"]["approximation_error"],
+            events_by_pair(tb),
         ),
     ),
     Claim(

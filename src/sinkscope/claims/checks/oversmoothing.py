@@ -14,6 +14,7 @@ from typing import Any
 
 import polars as pl
 
+from sinkscope.claims.events import LayerEvents, coincidence
 from sinkscope.claims.intervals import newcombe_difference, wilson_interval
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
@@ -162,11 +163,18 @@ def _head_errors(group: Mapping[str, Any]) -> pl.Series:
     return group["heads"]["abs_err_xwz"]
 
 
-def check_approximation_every_head(per_head: pl.DataFrame, approximation_error: float) -> list[Row]:
+def check_approximation_every_head(
+    per_head: pl.DataFrame,
+    approximation_error: float,
+    events: Mapping[tuple[str, str], LayerEvents] | None = None,
+) -> list[Row]:
     """App. E.1 / Fig. 7: ``|rho - rho_hat|`` (approximation (2) of Theorem 5.1) is below
     ``approximation_error`` (paper: 0.1) for every head, for ``X + WZ`` (``X``: an identity, a
     sanity check; :func:`worst_error`), at each pair's largest context length (the paper's Fig. 7
-    uses 512)."""
+    uses 512). A failing pair's reason names the failing heads by layer, the other layers'
+    error, and whether the failing layers are the pair's known ``events``
+    (:func:`sinkscope.claims.events.coincidence`: BOS's norm jump, the massive-activation
+    onset)."""
 
     def reading(g: Mapping[str, Any]) -> Reading:
         h, err = g["heads"], _head_errors(g)
@@ -183,6 +191,11 @@ def check_approximation_every_head(per_head: pl.DataFrame, approximation_error: 
                     f"; in the other layers the mean error is {float(rest['abs_err_xwz'].mean()):.3g}"
                     f" and the largest {float(rest['abs_err_xwz'].max()):.3g}"
                 )
+            known = coincidence(
+                over["layer"].to_list(), (events or {}).get((g["model"], g["dataset"]))
+            )
+            if known:
+                reason += f"; {known}"
         return Reading(
             _heads_setting(h),
             f"max error {worst:.3f} (X+WZ)",
