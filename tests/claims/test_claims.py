@@ -11,6 +11,7 @@ here by hand from the planted inputs.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -577,6 +578,8 @@ def test_condition_claims_use_the_heads_and_map_of_figs_8_9() -> None:
     assert "Fig. 8 alone: 100.0%, Fig. 9 alone: 50.0%" in signs["measured"]
     # the base rate: of the 2 heads without a prediction, head 5 increases in both figures
     assert "base rate: 1 of the 2 heads without a prediction" in signs["reason"]
+    # 0.5 sits on the tolerance 0.5: no sample decides it
+    assert "no sample decides a value on the tolerance" in signs["reason"]
     assert (signs["ci_low"], signs["ci_high"]) == pytest.approx(wilson_interval(1, 2))
     # flip: (ii) for s_l W on the non-sink head 4 and (i) on head 5 -> 1 of 4 satisfy (ii)
     flipped = per_head.with_columns(
@@ -895,6 +898,8 @@ def test_eviction_raises_perplexity() -> None:
     # x3 on average, but position by position the excess scatters by 2 nats over 40 positions
     (row,) = SC.check_eviction_raises_perplexity(streaming_sink_heads(3.0, 1.0, 2.0, 40), 2.0)
     assert row["verdict"] == V.INCONCLUSIVE and "needs more scored tokens" in row["reason"]
+    needed = int(re.search(r"about ([\d,]+) scored positions", row["reason"])[1].replace(",", ""))
+    assert needed > 40  # more than the 40 it has
     assert row["ci_low"] < 2.0 < row["ci_high"] and "blocks of 16" in row["interval"]
     (row,) = SC.check_eviction_raises_perplexity(streaming_sink_heads(3.0, 1.0, 2.0, 20), 2.0)
     assert row["verdict"] == V.INCONCLUSIVE and "fewer than two blocks" in row["reason"]
@@ -1010,6 +1015,7 @@ def test_sink_tokens_restore_is_decided_on_a_bootstrap_over_queries() -> None:
     (row,) = SC.check_sink_tokens_restore(few, 4, 0.9)
     assert row["verdict"] == V.INCONCLUSIVE and "needs more re-computed queries" in row["reason"]
     assert row["ci_low"] < 0.9 < row["ci_high"] and "8 re-computed queries" in row["interval"]
+    assert re.search(r"\(about [\d,]+ queries at this effect;", row["reason"])
     r = few.filter((pl.col("baseline") == "recompute_bos") & (pl.col("n_sink") == 4)).row(
         0, named=True
     )
@@ -1189,6 +1195,7 @@ def test_flip_rate_decreases() -> None:
     few = DC.check_flip_rate_decreases(final.with_columns(attacked=pl.lit(10)), 0.1)
     assert verdicts(few) == [V.REPRODUCED, V.INCONCLUSIVE]
     assert "needs more attacked sequences" in few[1]["reason"]
+    assert re.search(r"\(about [\d,]+ per setting at this effect;", few[1]["reason"])
     # Fig. 21's setup is preferred when it has both levels
     spec = {"vocab_size": [41, 41, 41, 41, 81, 81], "use_mlp": [False] * 4 + [True] * 2}
     other = {"n_heads": [1, 4], "n_layers": [1, 2], "flip_rate": [0.0, 0.9], "attacked": [1000] * 2}

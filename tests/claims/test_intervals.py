@@ -12,6 +12,7 @@ import pytest
 from sinkscope.claims.intervals import (
     block_bootstrap_interval,
     bootstrap_interval,
+    needed_units,
     newcombe_difference,
     normal_quantile,
     wilson_interval,
@@ -127,3 +128,28 @@ def test_block_bootstrap_is_seeded_and_needs_two_blocks() -> None:
     assert one[0] < iid.mean() < one[1]
     with pytest.raises(ValueError, match="two blocks: 31 units, blocks of 16"):
         block_bootstrap_interval(iid[:31], np.mean, block=16, n_resamples=10, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("p", "n", "tolerance"), [(0.55, 100, 0.5), (0.62, 40, 0.5), (0.3, 60, 0.4)]
+)
+def test_needed_units_is_the_sample_whose_interval_decides(
+    p: float, n: int, tolerance: float
+) -> None:
+    """The power statement checked against the interval itself: at the same proportion, the
+    Wilson interval over the needed sample lies (just) on the proportion's side of the
+    tolerance, and over four fifths of it still straddles."""
+    p = round(p * n) / n  # the observed proportion
+    low, high = wilson_interval(round(p * n), n)
+    assert low < tolerance < high  # inconclusive now
+    needed = needed_units(n, p, low, high, tolerance)
+    assert needed is not None and needed > n
+
+    def decided(m: int) -> bool:
+        lo, hi = wilson_interval(round(p * m), m)
+        return lo > tolerance if p > tolerance else hi < tolerance
+
+    assert decided(math.ceil(1.1 * needed))
+    assert not decided(math.floor(0.8 * needed))
+    assert needed_units(n, tolerance, low, high, tolerance) is None
+    assert needed_units(n, 0.9, 0.8, 0.95, 0.5) == n  # decided already

@@ -17,6 +17,9 @@ A verdict is decided on an interval, never on a point (:func:`sinkscope.claims.v
   17:1217-1241) resamples runs of ``block`` consecutive units, which keeps the correlation
   within a block; a plain bootstrap of correlated units gives too narrow an interval.
 
+Where an interval straddles the tolerance, :func:`needed_units` says how many sampling units an
+interval of the same shape would need to decide (the power statement of an inconclusive row).
+
 The level, the number of resamples and the seed are the config's ``claims.intervals`` keys
 (their reasons are in ``workflow/schemas/config.schema.yaml``).
 """
@@ -32,6 +35,7 @@ import numpy as np
 __all__ = [
     "block_bootstrap_interval",
     "bootstrap_interval",
+    "needed_units",
     "newcombe_difference",
     "normal_quantile",
     "wilson_interval",
@@ -130,3 +134,18 @@ def block_bootstrap_interval(
         draws[i] = statistic(series[(starts[:, None] + offsets).ravel()[:n]])
     low, high = np.nanquantile(draws, [alpha, 1.0 - alpha])
     return float(low), float(high)
+
+
+def needed_units(n: int, value: float, low: float, high: float, tolerance: float) -> int | None:
+    """About how many sampling units (``n`` now) an interval ``[low, high]`` of ``value`` would
+    need to lie wholly on ``value``'s side of ``tolerance``, at the same effect: the interval's
+    reach towards the tolerance shrinks as ``1 / sqrt(n)`` (the rate of every interval here), so
+    ``n x (reach / |value - tolerance|)^2``, rounded up; ``n`` when it already lies there, None
+    when ``value`` sits on the tolerance (no sample decides it)."""
+    gap = value - tolerance
+    if n <= 0 or gap == 0 or not all(map(math.isfinite, (value, low, high, tolerance))):
+        return None
+    reach = value - low if gap > 0 else high - value
+    if reach < abs(gap):
+        return n
+    return math.ceil(n * (reach / abs(gap)) ** 2)

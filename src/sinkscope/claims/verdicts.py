@@ -37,6 +37,7 @@ __all__ = [
     "combine",
     "decide",
     "head_count",
+    "needed_text",
     "not_applicable",
     "num",
     "pct",
@@ -109,6 +110,14 @@ def decide(interval: Interval, tolerance: float, above: bool, strict: bool = Fal
     if not low_holds and not high_holds:
         return NOT_REPRODUCED
     return INCONCLUSIVE
+
+
+def needed_text(needed: int | None, units: str) -> str:
+    """The power statement of an inconclusive row, from
+    :func:`sinkscope.claims.intervals.needed_units`: "about 240 heads at this effect"."""
+    if needed is None:
+        return "no sample decides a value on the tolerance"
+    return f"about {needed:,} {units} at this effect"
 
 
 def combine(verdicts: Sequence[str]) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 import polars as pl
 
-from sinkscope.claims.intervals import newcombe_difference
+from sinkscope.claims.intervals import needed_units, newcombe_difference
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
     SYNTHETIC,
@@ -19,6 +19,7 @@ from sinkscope.claims.verdicts import (
     Reading,
     Row,
     decide,
+    needed_text,
     not_applicable,
     pct,
     require,
@@ -311,9 +312,11 @@ def check_flip_rate_decreases(
             f"({k_high}/{n_high}) with {factor}={levels[-1]} ({runs_low} + {runs_high} runs)"
         )
         if verdict == INCONCLUSIVE:
+            needed = needed_units(min(n_low, n_high), lo - hi, low, high, min_difference)
             reason += (
                 f"; the interval of the drop straddles {min_difference:g}: needs more attacked "
-                "sequences (dynamics.classification n_attack) or seeds"
+                f"sequences ({needed_text(needed, 'per setting')}; dynamics.classification "
+                "n_attack) or seeds"
             )
         rows.append(
             row(

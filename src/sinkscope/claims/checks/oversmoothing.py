@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from sinkscope.claims.events import LayerEvents, coincidence
-from sinkscope.claims.intervals import newcombe_difference, wilson_interval
+from sinkscope.claims.intervals import needed_units, newcombe_difference, wilson_interval
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
     Interval,
@@ -23,6 +23,7 @@ from sinkscope.claims.verdicts import (
     Row,
     combine,
     decide,
+    needed_text,
     not_applicable,
     pct,
     require,
@@ -457,6 +458,7 @@ def check_predicted_signs(summary: pl.DataFrame, most: float, level: float = 0.9
         low, high = wilson_interval(k, n, level)
         interval = Interval(low, high, f"Wilson score interval over {n} heads", level)
         verdicts = [decide(interval, most, above=True, strict=True)]
+        needed = [needed_units(n, k / n, low, high, most)]
         reason = (
             f"{k} of the {n} heads with a prediction change rho with the predicted sign in "
             f"both Figs. 8 and 9; basis: {CONDITION_BASIS}"
@@ -470,6 +472,7 @@ def check_predicted_signs(summary: pl.DataFrame, most: float, level: float = 0.9
             verdicts.append(
                 decide(Interval(d_low, d_high, "", level), 0.0, above=True, strict=True)
             )
+            needed.append(needed_units(min(n, m), k / n - b / m, d_low, d_high, 0.0))
             reason += (
                 f"; base rate: {b} of the {m} heads without a prediction change that way too "
                 f"({pct(base)}), difference {pct(x - base)} ({100 * level:.0f}% Newcombe "
@@ -477,7 +480,15 @@ def check_predicted_signs(summary: pl.DataFrame, most: float, level: float = 0.9
             )
         verdict = combine(verdicts)
         if verdict == INCONCLUSIVE:
-            reason += "; an interval straddles its bound: needs more heads (models or datasets)"
+            # the straddling tests' needs; the larger one decides
+            open_needs = [
+                u for u, v in zip(needed, verdicts, strict=True) if v == INCONCLUSIVE and u
+            ]
+            need = max(open_needs) if open_needs else None
+            reason += (
+                "; an interval straddles its bound: needs more heads "
+                f"({needed_text(need, 'heads of each kind')}; models or datasets)"
+            )
         return Reading(
             setting,
             f"{pct(x)} follow both predicted signs (Fig. 8 alone: "

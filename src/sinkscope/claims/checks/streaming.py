@@ -12,7 +12,11 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from sinkscope.claims.intervals import block_bootstrap_interval, bootstrap_interval
+from sinkscope.claims.intervals import (
+    block_bootstrap_interval,
+    bootstrap_interval,
+    needed_units,
+)
 from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
@@ -20,6 +24,7 @@ from sinkscope.claims.verdicts import (
     Reading,
     Row,
     decide,
+    needed_text,
     not_applicable,
     require,
     rows_per,
@@ -95,9 +100,13 @@ def check_eviction_raises_perplexity(
         )
         verdict = decide(interval, sharp_ppl_ratio, above=True)
         if verdict == INCONCLUSIVE:
+            needed = needed_units(
+                excess.size, float(excess.mean()), low, high, math.log(sharp_ppl_ratio)
+            )
             text += (
                 f"; the interval straddles x{sharp_ppl_ratio:g}: needs more scored tokens "
-                "(streaming.params.n_streams or stream_length)"
+                f"({needed_text(needed, 'scored positions')}; streaming.params.n_streams or "
+                "stream_length)"
             )
         return Reading(setting, measured, ratio, None, text, interval, verdict)
 
@@ -204,9 +213,11 @@ def check_sink_tokens_restore(
         )
         verdict = decide(interval, min_recovered_fraction, above=True)
         if verdict == INCONCLUSIVE:
+            needed = needed_units(n_queries, recovered, low, high, min_recovered_fraction)
             text += (
                 f"; the interval straddles {min_recovered_fraction:g}: needs more re-computed "
-                "queries (streaming.params.recompute_samples) or streams"
+                f"queries ({needed_text(needed, 'queries')}; streaming.params.recompute_samples) or "
+                "streams"
             )
         return Reading(setting, measured, recovered, None, text, interval, verdict)
 
