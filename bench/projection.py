@@ -8,9 +8,10 @@ from typing import Any
 
 import codecs_bench as codec_bench  # bench/codecs_bench.py
 import numpy as np
-from settings import REPO, default_config  # bench/settings.py
+from settings import default_config  # bench/settings.py
 
 from sinkscope.extraction import h5layout
+
 # the jobs' requests assume them too
 from sinkscope.sizing.costs import CLUSTER_THREADS, D2H_GB_S, FS_GB_S, GPU_TFLOPS
 from sinkscope.sizing.shapes import facts_from_config, fixture_config

@@ -17,8 +17,14 @@ fixed part is 10-60 s on the CPU), so the default depths are 2 and 6. A model wh
 does not fit this machine's memory twice (the loading peak) takes ``--depths 2 4``.
 
 Needs the default run's prepared SmolLM2 (its tokenizer; ``make run`` or
-``snakemake results/models/smollm2-135m``). Random weights make no sinks: the work that depends
-on them (secondary sinks, per-sink-head work) is not rehearsed. The StreamingLLM jobs run the
+``snakemake results/models/smollm2-135m``). Random weights make no sinks, so the work that depends
+on them (per-sink-head attention and the half-space test on the tokens that attend to BOS, the
+secondary-sink table) is not rehearsed by a plain run. ``--sink-heavy`` bounds it: the thresholds
+(``sinkscope.sizing.rehearsal.SINK_HEAVY``) make every head a sink head, every token one that
+attends to BOS and every eligible position a secondary sink, the most of that work any data can
+ask for.
+
+    .venv/bin/python bench/rehearsal.py --models openai-community/gpt2-xl --sink-heavy The StreamingLLM jobs run the
 short run's settings (one stream of 256 tokens): their times on the CPU say nothing about a GPU
 node, their memory (weights + one chunk) is what is compared.
 """
@@ -42,6 +48,7 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODELS = ("meta-llama/Llama-3.1-8B", "openai-community/gpt2-xl")
 
 
+
 def cpu_model() -> str:
     """The CPU's model name (times are stated with it: CPUs differ about 2x)."""
     try:
@@ -54,7 +61,8 @@ def cpu_model() -> str:
 
 
 def rehearsal_config(
-    model_dir: Path, facts: Any, download_dir: Path, rotary: bool, dtype: str = "float32"
+    model_dir: Path, facts: Any, download_dir: Path, rotary: bool, dtype: str = "float32",
+    sink_heavy: bool = False,
 ) -> dict[str, Any]:
     """The config of one rehearsal: the cut model as a ``local`` float32 model on the CPU, the
     default run's ``alice`` corpus at N = 50 x T = 256, the short run's StreamingLLM settings,
@@ -66,7 +74,7 @@ def rehearsal_config(
     default = load_config(REPO / "config.yaml")
     long_len = min(facts.d_model + 2, facts.max_positions)
     streaming = copy.deepcopy(default["streaming"]) if rotary else {"enabled": False}
-    return {
+    config: dict[str, Any] = {
         "download_dir": str(download_dir),
         "models": {"rehearsal": {"dtype": dtype,
                                  "source": {"kind": "local", "path": str(model_dir)}}},
@@ -78,17 +86,23 @@ def rehearsal_config(
         "dynamics": {"enabled": False},
         "resources": {"gpus": 0},
     }
+    if sink_heavy:
+        from sinkscope.sizing.rehearsal import sink_heavy as heaviest
+
+        config = heaviest(config)
+    return config
 
 
 def run_depth(
-    hub_id: str, n_layers: int, out: Path, cores: int, dtype: str = "float32"
+    hub_id: str, n_layers: int, out: Path, cores: int, dtype: str = "float32",
+    sink_heavy: bool = False,
 ) -> dict[str, Any]:
     """Build the cut model, run the DAG, return ``{rule: usage}`` of its per-pair jobs."""
     from sinkscope.sizing.rehearsal import build_random_model
     from sinkscope.sizing.shapes import facts_from_config
     from sinkscope.sizing.usage import read_usage
 
-    workdir = out / f"{hub_id.replace('/', '--')}-{n_layers}"
+    workdir = out / f"{hub_id.replace('/', '--')}-{n_layers}{'-sink-heavy' if sink_heavy else ''}"
     model_dir = workdir / "model"
     if not (model_dir / "config.json").is_file():
         build_random_model(hub_id, n_layers, REPO / "results" / "models" / "smollm2-135m", model_dir)
@@ -97,7 +111,8 @@ def run_depth(
     configfile = workdir / "rehearsal.yaml"
     configfile.write_text(yaml.safe_dump(
         rehearsal_config(model_dir, facts, REPO / "resources" / "downloads",
-                         rotary=config["model_type"] != "gpt2", dtype=dtype)))
+                         rotary=config["model_type"] != "gpt2", dtype=dtype,
+                         sink_heavy=sink_heavy)))
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
@@ -141,10 +156,8 @@ def compare(
     """Per rule: measured at the two depths, extrapolated to the full depth, the request there
     (same settings, full depth) and the ratios."""
     from sinkscope.config import load_layered_config, validate_config
-    from sinkscope.sizing.requests import job_request
+    from sinkscope.sizing.requests import MODEL_RUNNING_RULES, job_request
     from sinkscope.sizing.shapes import facts_from_config, fixture_config
-
-    from sinkscope.sizing.requests import MODEL_RUNNING_RULES
 
     one, two = sorted(runs, key=lambda run: run["n_layers"])
     depths = (one["n_layers"], two["n_layers"])
@@ -178,13 +191,13 @@ def compare(
 
 def render(rows: list[dict[str, Any]], cpu: str) -> str:
     lines = [
-        f"CPU: {cpu}. Measured at two depths (columns 'a / b': the shallower cut, then the "
+        (f"CPU: {cpu}. Measured at two depths (columns 'a / b': the shallower cut, then the "
         "deeper; N = 50, T = 256, the models' dtype as run, CPU), extrapolated to the full depth (a + b L; jobs "
         "that load the model: the deeper cut's peak plus the extra weights twice); request = "
-        "sinkscope.sizing for the full depth, same settings.",
+        "sinkscope.sizing for the full depth, same settings."),
         "",
-        "| model | cuts | rule | peak at the cuts | peak, full depth | request | request / peak "
-        "| wall at the cuts | wall, full depth | request | request / wall |",
+        ("| model | cuts | rule | peak at the cuts | peak, full depth | request | request / peak "
+        "| wall at the cuts | wall, full depth | request | request / wall |"),
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -208,12 +221,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                         help="models.<name>.dtype of the cut models (gpt-oss-20b: bfloat16, the "
                         "dtype its weights ship in; its float32 copy would not fit this machine)")
+    parser.add_argument("--sink-heavy", action="store_true",
+                        help="thresholds that make every head a sink head and every position a "
+                        "secondary sink: the data-dependent work at its most "
+                        "(sinkscope.sizing.rehearsal.SINK_HEAVY)")
     args = parser.parse_args(argv)
     rows: list[dict[str, Any]] = []
     runs: dict[str, list[dict[str, Any]]] = {}
     for hub_id in args.models:
         runs[hub_id] = [
-            run_depth(hub_id, depth, args.out, args.cores, args.dtype) for depth in args.depths
+            run_depth(hub_id, depth, args.out, args.cores, args.dtype, args.sink_heavy)
+            for depth in args.depths
         ]
         rows += compare(hub_id, runs[hub_id], args.dtype)
     cpu = cpu_model()
@@ -223,8 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     earlier = json.loads(kept.read_text()) if kept.is_file() else {"models": {}}
     models = dict(earlier.get("models", {}))
     for hub_id in args.models:
-        models[hub_id] = {"cpu": cpu, "dtype": args.dtype, "runs": runs[hub_id],
-                          "rows": [r for r in rows if r["model"] == hub_id]}
+        key = f"{hub_id} (sink-heavy)" if args.sink_heavy else hub_id
+        models[key] = {"cpu": cpu, "dtype": args.dtype, "sink_heavy": args.sink_heavy,
+                       "runs": runs[hub_id], "rows": [r for r in rows if r["model"] == hub_id]}
     kept.write_text(json.dumps({"models": models}, indent=1) + "\n")
     return 0
 

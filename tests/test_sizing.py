@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import polars as pl
 import pytest
 import yaml
 
@@ -253,8 +254,15 @@ def test_rehearsal_at_gpt2_width_stays_within_requests(
     through the DAG: extraction, heads, geometry (and its long-context test, T' > d_model),
     oversmoothing, sinks and the first-position mass (GPT-2 has no rotary positions: no cache
     policies, see sinkscope.streaming.applicability). Every job must stay within its request,
-    and no model-sized request may exceed its measured peak by more than 3x."""
-    from sinkscope.sizing.rehearsal import build_random_model
+    and no model-sized request may exceed its measured peak by more than 3x.
+
+    Random weights make no sinks, so the thresholds are the sink-heavy ones
+    (sinkscope.sizing.rehearsal.SINK_HEAVY): the work that depends on the data is at its most,
+    and the test checks that it ran (every head a sink head, every eligible position a
+    secondary sink)."""
+    from sinkscope.paths import Paths
+    from sinkscope.sinks.secondary import eligible_positions
+    from sinkscope.sizing.rehearsal import build_random_model, sink_heavy
 
     workdir = tmp_path_factory.mktemp("rehearsal")
     model_dir = workdir / "gpt2-2-layers"
@@ -262,18 +270,34 @@ def test_rehearsal_at_gpt2_width_stays_within_requests(
         "openai-community/gpt2", 2, tiny_run / "results" / "models" / "smollm2-135m", model_dir
     )
     tiny = yaml.safe_load(TINY.read_text())
-    config = {
-        **tiny,
-        "models": {"gpt2-2-layers": {"source": {"kind": "local", "path": str(model_dir)}}},
-        "datasets": {"alice": {**tiny["datasets"]["alice"], "bos": "keep"}},
-        "geometry": {"long_context": {"n_sequences": 1, "seq_len": 800}},  # > d_model = 768
-        "costs": {"enabled": False},
-        "dynamics": {"enabled": False},
-    }
+    min_queries = 4  # 29 of the 33 positions can be secondary sinks (the default 32: one)
+    config = sink_heavy(
+        {
+            **tiny,
+            "models": {"gpt2-2-layers": {"source": {"kind": "local", "path": str(model_dir)}}},
+            "datasets": {"alice": {**tiny["datasets"]["alice"], "bos": "keep"}},
+            "geometry": {"long_context": {"n_sequences": 1, "seq_len": 800}},  # > d_model = 768
+            "sinks": {**tiny["sinks"], "secondary_min_queries": min_queries},
+            "costs": {"enabled": False},
+            "dynamics": {"enabled": False},
+        }
+    )
     configfile = workdir / "rehearsal.yaml"
     configfile.write_text(yaml.safe_dump(config))
     snakemake(workdir, "--configfile", str(configfile), download_dir=download_dir)
     assert check_requests_cover_measurements(workdir, [configfile]) == []
+
+    pair = {"model": "gpt2-2-layers", "dataset": "alice"}
+    paths = Paths(str(workdir / "results"))
+    per_head = pl.read_parquet(paths.heads_table("per_head").format(**pair))
+    assert per_head.height == 2 * 12 and per_head["is_sink"].all()
+    n_sequences, context_length = (
+        tiny["extraction"]["n_sequences"],
+        tiny["extraction"]["context_length"],
+    )
+    secondary = pl.read_parquet(paths.table("sinks", "secondary_sinks").format(**pair))
+    eligible = eligible_positions(context_length + 1, min_queries)
+    assert secondary.height == n_sequences * eligible.size
 
 
 def test_an_unreachable_hub_is_not_retried_for_a_shape(monkeypatch: pytest.MonkeyPatch) -> None:

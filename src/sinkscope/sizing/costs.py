@@ -84,9 +84,11 @@ CPU_FORWARD_FLOP_S = 2.0e10
 
 @dataclass(frozen=True)
 class AnalysisCost:
-    """A file-reading analysis: peak RSS = :data:`JOB_FIXED_MB` + (``rss_layers`` + ``rss_growth``
-    x layers) x one layer's data (float32, :func:`sinkscope.sizing.requests.layer_bytes`); wall
-    time = ``fixed_s`` + ``s_per_gb`` x the bytes of every layer it reads."""
+    """A file-reading analysis: peak RSS = :data:`JOB_FIXED_MB` + ``rss_layers`` x one layer's
+    data (float32, :func:`sinkscope.sizing.requests.layer_bytes`) + ``rss_growth`` x layers x
+    the same; an analysis that holds a layer's attention maps in another share than the rest
+    of it states that share as ``rss_maps`` (:func:`sinkscope.sizing.requests.layer_parts`).
+    Wall time = ``fixed_s`` + ``s_per_gb`` x the bytes of every layer it reads."""
 
     rss_layers: float
     s_per_gb: float
@@ -94,6 +96,8 @@ class AnalysisCost:
     #: memory kept per layer read (results and per-layer arrays that live to the end), as a
     #: share of one layer's data
     rss_growth: float = 0.0
+    #: the share of a layer's attention maps held at the peak, where it is not ``rss_layers``
+    rss_maps: float | None = None
 
 
 #: The file-reading analyses, measured on the rehearsal at Llama-3.1-8B's widths cut to 2 and 4
@@ -101,15 +105,26 @@ class AnalysisCost:
 #: on :data:`REFERENCE_CPU` while another 2-core job ran (times up to about 2x those of a job
 #: alone): per layer the difference of the two cuts, the fixed part what is left. Peaks held
 #: flat from 2 to 4 layers (classify_heads 0.41 GB, geometry 0.77, sinks 1.11, oversmoothing
-#: 1.85-1.87: one layer at a time); the oversmoothing growth is 10 MB a layer at these widths
-#: (62 MB at GPT-2 XL's with the code before its moments pass: 0.06 covers both).
+#: 1.85-1.87: one layer at a time).
+#:
+#: The oversmoothing analysis holds a layer's attention maps as stored (float16, half their
+#: float32 bytes) plus float32 temporaries of a few sequences, and the rows (X, the update, the
+#: per-head values) several times over in float32 and float64: its peak follows the rows, not
+#: the maps. Its shares are fitted to the rehearsals at four widths (session 17, 2-core Intel
+#: Xeon): above the fixed part 1.40 GB at Llama-3.1-8B's and Mistral-7B's widths, 0.97 Gemma-7B,
+#: 1.06 gpt-oss-20b (64 heads), 0.46 GPT-2 XL; 2.6 x the rows and 0.8 x the maps cover each
+#: within 1.0-1.4x. It grows by 3-9 MB a layer (0.003-0.017 of a layer's data: gpt-oss-20b,
+#: GPT-2 XL); 0.025 covers both.
 ANALYSIS_COSTS: dict[str, AnalysisCost] = {
     "classify_heads": AnalysisCost(rss_layers=0.25, s_per_gb=3.5, fixed_s=10.0),
     "analyze_geometry": AnalysisCost(rss_layers=0.6, s_per_gb=20.0, fixed_s=45.0),
     "analyze_oversmoothing": AnalysisCost(
-        rss_layers=2.0, s_per_gb=100.0, fixed_s=130.0, rss_growth=0.06
+        rss_layers=2.6, rss_maps=0.8, s_per_gb=100.0, fixed_s=130.0, rss_growth=0.025
     ),
-    "analyze_sinks": AnalysisCost(rss_layers=1.0, s_per_gb=1.0, fixed_s=40.0),
+    # the time of the worst data: every eligible position a secondary sink (bench/rehearsal.py
+    # --sink-heavy at GPT-2 XL's widths: 4.75 s a layer of 0.51 GB, against 1.2 s with random
+    # weights' few sinks)
+    "analyze_sinks": AnalysisCost(rss_layers=1.0, s_per_gb=10.0, fixed_s=40.0),
     "analyze_streaming_first_positions": AnalysisCost(rss_layers=0.1, s_per_gb=0.5),
 }
 

@@ -3,7 +3,9 @@ configuration of a paper model (``model_configs/``), cut to a few layers, saved 
 models that the real DAG runs like any other.
 
 Random weights make no sinks: costs that depend on the data (secondary sinks, work per sink head)
-are not rehearsed, and the measured times of those parts are lower bounds.
+are not rehearsed by the thresholds of a real run. :data:`SINK_HEAVY` sets them so that every head
+is a sink head and every eligible position a secondary sink: the most of that work any data can
+ask for, an upper bound a rehearsal can measure.
 """
 
 from __future__ import annotations
@@ -13,7 +15,26 @@ from typing import Any
 
 from sinkscope.sizing.shapes import fixture_config
 
-__all__ = ["build_random_model"]
+__all__ = ["SINK_HEAVY", "build_random_model", "sink_heavy"]
+
+#: Config overrides that put the most data-dependent work on every job, whatever the weights:
+#: every head a sink head (BOS mass >= 0: the per-sink-head attention of ``analyze_geometry``),
+#: every token in Prop. 4.1's set J (attention to BOS >= 0: the half-space test on all tokens),
+#: every position with ``sinks.secondary_min_queries`` queries a secondary sink (a score above
+#: 1e-6; the schema asks for eps > 0, and any softmax over a few hundred keys gives more).
+SINK_HEAVY: dict[str, dict[str, float]] = {
+    "head_classes": {"sink": 0.0},
+    "geometry": {"attend_threshold": 0.0},
+    "sinks": {"eps": 1e-6},
+}
+
+
+def sink_heavy(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` (a config file's mapping) with :data:`SINK_HEAVY` merged into its sections."""
+    merged = dict(config)
+    for section, keys in SINK_HEAVY.items():
+        merged[section] = {**merged.get(section, {}), **keys}
+    return merged
 
 
 def build_random_model(

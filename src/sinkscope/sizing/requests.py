@@ -33,6 +33,7 @@ __all__ = [
     "job_request",
     "job_threads",
     "layer_bytes",
+    "layer_parts",
     "rule_resources",
     "streaming_token_forwards",
 ]
@@ -80,14 +81,21 @@ class Request:
         }
 
 
-def layer_bytes(facts: ModelFacts, n_sequences: int, positions: int) -> int:
-    """One layer's data of an activation file as the analyses hold it (float32): the attention
-    maps ``(N, H, T1, T1)``, the residual stream and the attention update ``(N, T1, d)`` each,
-    and the per-head ``W_V``/``W_O`` (``2 H hd d``); ``positions`` = T1 (BOS included)."""
+def layer_parts(facts: ModelFacts, n_sequences: int, positions: int) -> tuple[int, int]:
+    """One layer's data of an activation file as the analyses hold it (float32), in two parts:
+    the attention maps ``(N, H, T1, T1)``, and the rest: the residual stream and the attention
+    update ``(N, T1, d)`` each and the per-head ``W_V``/``W_O`` (``2 H hd d``); ``positions`` =
+    T1 (BOS included)."""
     maps = n_sequences * facts.n_heads * positions * positions
     rows = 2 * n_sequences * positions * facts.d_model
     weights = 2 * facts.n_heads * facts.head_dim * facts.d_model
-    return FLOAT32 * (maps + rows + weights)
+    return FLOAT32 * maps, FLOAT32 * (rows + weights)
+
+
+def layer_bytes(facts: ModelFacts, n_sequences: int, positions: int) -> int:
+    """One layer's data of an activation file as the analyses hold it (float32): both
+    :func:`layer_parts`."""
+    return sum(layer_parts(facts, n_sequences, positions))
 
 
 def forward_flops(facts: ModelFacts, tokens: int, context: int) -> float:
@@ -145,9 +153,15 @@ def estimate(rule: str, config: Mapping[str, Any], facts: ModelFacts | None) -> 
     if rule in costs.ANALYSIS_COSTS:
         assert facts is not None, rule
         cost = costs.ANALYSIS_COSTS[rule]
-        one_layer = layer_bytes(facts, n, t1)
-        held = cost.rss_layers + cost.rss_growth * facts.n_layers
-        peak = costs.JOB_FIXED_MB + held * one_layer / MB
+        maps, rest = layer_parts(facts, n, t1)
+        one_layer = maps + rest
+        share_of_maps = cost.rss_layers if cost.rss_maps is None else cost.rss_maps
+        held = (
+            share_of_maps * maps
+            + cost.rss_layers * rest
+            + cost.rss_growth * facts.n_layers * one_layer
+        )
+        peak = costs.JOB_FIXED_MB + held / MB
         seconds = cost.fixed_s + cost.s_per_gb * facts.n_layers * one_layer / 1e9
         return Estimate(peak, seconds)
     if rule == "extract_activations":
