@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import os
 import subprocess
 import sys
@@ -29,7 +28,11 @@ def repo() -> Path:
 
 @pytest.fixture()
 def default_config() -> dict:
-    return copy.deepcopy(yaml.safe_load((REPO / "config.yaml").read_text()))
+    """config.yaml as the workflow sees it: validated, the schema's defaults filled in (the file
+    itself states only what differs from them)."""
+    from sinkscope.config import validate_config
+
+    return validate_config(yaml.safe_load((REPO / "config.yaml").read_text()))
 
 
 @pytest.fixture(scope="session")

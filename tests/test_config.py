@@ -56,7 +56,7 @@ def test_offline_full_sets_back_every_scaled_down_key_to_its_default(repo) -> No
     full = copy.deepcopy(short)
     update_config(full, overlay)
     full = validate_config(full)
-    bare = {key: short[key] for key in ("models", "datasets", "head_classes")}
+    bare = {key: short[key] for key in ("models", "datasets")}
     bare["extraction"] = {k: short["extraction"][k] for k in ("context_length", "seed")}
     bare["extraction"]["n_sequences"] = 50  # paper: 50 sequences per dataset (no default)
     defaults = validate_config(bare)
@@ -505,3 +505,36 @@ def test_the_same_model_under_two_names_is_named_in_a_warning(tmp_path: Path) ->
     with contextlib.redirect_stderr(err):
         assert main(["check-config", str(REPO / "config.yaml"), str(path)]) == 0
     assert f"warning: models.{first} and models.twin" in err.getvalue()
+
+
+def _restated_defaults(config: dict) -> list[str]:
+    """The keys of a config file's mapping whose value is the default it would get without them:
+    the schema's (:func:`sinkscope.config_schema.schema_default`) and, under
+    ``streaming.params``, :data:`sinkscope.defaults.STREAMING_PARAMS`."""
+    from sinkscope.config_schema import schema_default
+    from sinkscope.defaults import STREAMING_PARAMS
+
+    restated = []
+    for path, value in _leaves(config).items():
+        if path[:2] == ("streaming", "params") and len(path) == 3:
+            default = STREAMING_PARAMS.get(path[2], object())
+        else:
+            try:
+                default = schema_default(*path)
+            except KeyError:  # no default (required keys, models, datasets): nothing to restate
+                continue
+        if value == default:
+            restated.append(".".join(path))
+    return restated
+
+
+@pytest.mark.parametrize("name", ["config.yaml", "config/paper.yaml"])
+def test_a_config_file_does_not_restate_a_default(repo, name: str) -> None:
+    """Issue 35, every fact once: config.yaml and the paper's config hold what differs from the
+    defaults (and what is required); a default restated in them would drift from the schema
+    unseen. config/offline-full.yaml sets defaults back on purpose (the test above)."""
+    config = yaml.safe_load((repo / name).read_text())
+    assert _restated_defaults(config) == []
+    # the check sees a restated default: the paper's head-class thresholds, the sinks' eps
+    planted = {**config, "head_classes": {"sink": 0.4}, "sinks": {"eps": 0.3, "top_k": 3}}
+    assert _restated_defaults(planted) == ["head_classes.sink", "sinks.eps"]

@@ -211,7 +211,7 @@ def test_thresholds_validated(field: str) -> None:
 
 def test_default_thresholds_are_the_schemas_paper_values(default_config: dict) -> None:
     """The defaults are the config schema's head_classes defaults, the paper's §3 numbers, and
-    what config.yaml states."""
+    what the default run uses (config.yaml leaves them to the schema)."""
     from sinkscope.config_schema import schema_default
     from sinkscope.heads.classify import DEFAULT_THRESHOLDS
 
