@@ -1541,6 +1541,14 @@ def test_a_failing_layer_is_matched_with_the_known_events_of_its_model() -> None
         "layer 1 is where BOS's relative residual norm jumps (x1 to x27.5 of the median "
         "token's) and where massive activations start" in row["reason"]
     )
+    # a dataset without its own BOS norms takes the model's pooled ones, and says so
+    pooled = {**tables, "geometry_bos_residual_norm": _bos_residual_norm("m", "all", [1.0, 27.5])}
+    (row,) = [
+        r
+        for r in OC.check_approximation_every_head(planted, 0.1, events_by_pair(pooled))
+        if r["dataset"] == "d"
+    ]
+    assert "(x1 to x27.5 of the median token's, pooled over datasets)" in row["reason"]
     # the same failures where both events are elsewhere
     tables = {
         "geometry_bos_residual_norm": _bos_residual_norm("m", "d", [1.0, 1.2, 30.0]),

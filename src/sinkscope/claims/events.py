@@ -42,6 +42,8 @@ class LayerEvents:
     jump_from: float | None = None
     jump_to: float | None = None
     massive_onset: int | None = None
+    #: the jump is the model's pooled over datasets (the summary pools BOS's norm per model)
+    jump_pooled: bool = False
 
 
 def bos_norm_jumps(bos_residual_norm: pl.DataFrame) -> dict[Pair, tuple[int, float, float]]:
@@ -82,13 +84,15 @@ def massive_onsets(massive_onset: pl.DataFrame) -> dict[Pair, int]:
 def layer_events(
     bos_residual_norm: pl.DataFrame | None, massive_onset: pl.DataFrame | None
 ) -> dict[Pair, LayerEvents]:
-    """Both events per pair, from whichever of the two summary tables is given."""
+    """Both events per pair, from whichever of the two summary tables is given; a pair without
+    its own BOS norms takes its model's pooled ones (the geometry summary pools them)."""
     jumps = bos_norm_jumps(bos_residual_norm) if bos_residual_norm is not None else {}
     onsets = massive_onsets(massive_onset) if massive_onset is not None else {}
     events = {}
     for pair in set(jumps) | set(onsets):
-        layer, before, after = jumps.get(pair, (None, None, None))
-        events[pair] = LayerEvents(layer, before, after, onsets.get(pair))
+        pooled = pair not in jumps and (pair[0], POOLED) in jumps
+        layer, before, after = jumps.get(pair, jumps.get((pair[0], POOLED), (None, None, None)))
+        events[pair] = LayerEvents(layer, before, after, onsets.get(pair), pooled)
     return events
 
 
@@ -102,7 +106,8 @@ def coincidence(layers: Iterable[int], events: LayerEvents | None) -> str:
     failing = set(layers)
     said: list[tuple[int, str, str]] = []  # (layer, text where it coincides, text where not)
     if events.jump_layer is not None:
-        size = f"(x{events.jump_from:.3g} to x{events.jump_to:.3g} of the median token's)"
+        size = f"(x{events.jump_from:.3g} to x{events.jump_to:.3g} of the median token's"
+        size += ", pooled over datasets)" if events.jump_pooled else ")"
         said.append(
             (
                 events.jump_layer,
