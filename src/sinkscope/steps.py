@@ -161,7 +161,8 @@ def summarize_heads(smk: Any) -> None:
 
     thresholds = HeadClassThresholds(**smk.params.thresholds)
     tables = [pl.read_parquet(path) for path in smk.input.per_head]
-    summary = summarize(tables, thresholds)
+    per_sequence = [pl.read_parquet(path) for path in smk.input.per_sequence]
+    summary = summarize(tables, thresholds, per_sequence, smk.params.intervals)
     write_table(summary, smk.output.table)
     _draw(summary_figures(summary, thresholds), smk.output)
 

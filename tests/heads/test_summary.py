@@ -87,3 +87,80 @@ def test_pool_and_summarize() -> None:
         summarize([per_head_table("m", "all", 1, [0.5])])
     with pytest.raises(ValueError, match="duplicate"):
         summarize([tables[0], tables[0]])
+
+
+def per_sequence_table(model: str, dataset: str, bos: list[list[float]]) -> pl.DataFrame:
+    """A per-sequence table with one layer: ``bos[s][h]`` is head h's BOS mass on sequence s,
+    its diagonal mass ``1 - bos``."""
+    rows = [
+        {
+            "model": model,
+            "dataset": dataset,
+            "layer": 0,
+            "head": h,
+            "sequence": s,
+            "bos_mass": b,
+            "diagonal_mass": 1.0 - b,
+            "subdiagonal_mass": 0.0,
+        }
+        for s, masses in enumerate(bos)
+        for h, b in enumerate(masses)
+    ]
+    return pl.DataFrame(rows)
+
+
+def test_share_intervals_are_the_exact_resampling_distribution_of_two_sequences() -> None:
+    """Two sequences: a resample draws both (1/4), one of each (1/2) or the other twice (1/4),
+    so the shares take three values with known probabilities, and with 2,000 resamples the 95%
+    percentile interval is their smallest and largest. Head 0 is a sink on both; head 1 has BOS
+    mass 0.5 then 0.2, so it is a sink (>= 0.4) only when the first is drawn twice; it is
+    diagonal (1 - mass >= 0.4) every time."""
+    from sinkscope.heads.summary import share_intervals
+
+    table = per_sequence_table("m", "d", [[1.0, 0.5], [1.0, 0.2]])
+    (row,) = share_intervals([table], TH).filter(pl.col("dataset") == "d").iter_rows(named=True)
+    assert (row["frac_sink_lo"], row["frac_sink_hi"]) == (0.5, 1.0)
+    assert (row["frac_diagonal_lo"], row["frac_diagonal_hi"]) == (0.5, 0.5)
+    assert (row["sink_minus_diagonal_lo"], row["sink_minus_diagonal_hi"]) == (0.0, 0.5)
+    assert row["n_resamples"] == 2000 and row["level"] == 0.95
+    assert share_intervals([table], TH).equals(share_intervals([table], TH))  # seeded
+
+
+def test_pooled_share_intervals_resample_within_each_dataset() -> None:
+    """Two datasets whose sequences are each identical: within a dataset nothing varies, so the
+    pooled interval is a point (the mean over all four sequences: head 1 at 0.35, not a sink).
+    Resampling the four pooled sequences as one sample would draw d1's twice and reach 1.0."""
+    from sinkscope.heads.summary import share_intervals
+
+    d1 = per_sequence_table("m", "d1", [[1.0, 0.5], [1.0, 0.5]])
+    d2 = per_sequence_table("m", "d2", [[1.0, 0.2], [1.0, 0.2]])
+    found = share_intervals([d1, d2], TH)
+    pooled = found.filter(pl.col("dataset") == "all").row(0, named=True)
+    assert (pooled["frac_sink_lo"], pooled["frac_sink_hi"]) == (0.5, 0.5)
+    d1_row = found.filter(pl.col("dataset") == "d1").row(0, named=True)
+    assert (d1_row["frac_sink_lo"], d1_row["frac_sink_hi"]) == (1.0, 1.0)
+
+
+def test_summary_carries_the_intervals_and_the_claim_is_decided_on_them() -> None:
+    """End to end: the summary's intervals decide heads.sinks_common. Head 1 is a sink on one
+    sequence and not on the other, so the sink share is 1/2 or 1/4 by the resample and its
+    interval straddles a floor between the two; a floor below it is reproduced."""
+    from sinkscope.claims import verdicts as V
+    from sinkscope.claims.checks.heads import check_sink_heads_common
+
+    bos = [[0.9, 0.9, 0.1, 0.1], [0.9, 0.3, 0.1, 0.1]]
+    # no diagonal heads: the sink share decides
+    per_sequence = per_sequence_table("m", "d", bos).with_columns(diagonal_mass=pl.lit(0.0))
+    mean = [sum(col) / 2 for col in zip(*bos, strict=True)]
+    per_head = per_head_table("m", "d", 2, mean).with_columns(diagonal_mass=pl.lit(0.0))
+    summary = summarize([per_head], TH, [per_sequence])
+    row = summary.filter(pl.col("dataset") == "d").row(0, named=True)
+    assert row["frac_sink"] == 0.5 and (row["frac_sink_lo"], row["frac_sink_hi"]) == (0.25, 0.5)
+    (straddling,) = [r for r in check_sink_heads_common(summary, 0.3) if r["dataset"] == "d"]
+    assert straddling["verdict"] == V.INCONCLUSIVE
+    assert "needs more sequences" in straddling["reason"]
+    assert "bootstrap over the 2 sequences" in straddling["interval"]
+    (holds,) = [r for r in check_sink_heads_common(summary, 0.2) if r["dataset"] == "d"]
+    assert holds["verdict"] == V.REPRODUCED
+    without = summarize([per_head], TH)
+    assert without["frac_sink_lo"].is_null().all()

@@ -45,6 +45,13 @@ rule summarize_heads:
             model=[model for model, _ in pairs(config)],
             dataset=[dataset for _, dataset in pairs(config)],
         ),
+        # the shares' intervals over sequences (sinkscope.heads.summary.share_intervals)
+        per_sequence=expand(
+            paths.heads_table("per_sequence"),
+            zip,
+            model=[model for model, _ in pairs(config)],
+            dataset=[dataset for _, dataset in pairs(config)],
+        ),
     output:
         table=paths.heads_summary(),
         table_csv=paths.heads_summary("csv"),
@@ -56,6 +63,7 @@ rule summarize_heads:
         ),
     params:
         thresholds=config["head_classes"],
+        intervals=config["claims"]["intervals"],
     priority: PRIORITY["summarize_heads"]
     log:
         paths.log("summarize_heads", "all"),

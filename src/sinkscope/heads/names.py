@@ -13,6 +13,7 @@ __all__ = [
     "FIGURES",
     "FLAG_COLUMNS",
     "HEAD_CLASSES",
+    "INTERVAL_SHARES",
     "LEARNED_SINK_MASS",
     "MASS_COLUMNS",
     "OTHER",
@@ -86,4 +87,24 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "frac_other",
     "mean_learned_sink_mass",
     "statement",
+    # intervals of the shares over sequences (sinkscope.heads.summary.share_intervals); null
+    # without the per-sequence tables
+    "n_resamples",
+    "level",
+    "frac_sink_lo",
+    "frac_sink_hi",
+    "frac_diagonal_lo",
+    "frac_diagonal_hi",
+    "frac_sink_prev_lo",
+    "frac_sink_prev_hi",
+    "sink_minus_diagonal_lo",
+    "sink_minus_diagonal_hi",
+)
+#: The shares :func:`sinkscope.heads.summary.share_intervals` gives intervals of: the three
+#: flags' and the sink share's excess over the diagonal share (the claims' quantities).
+INTERVAL_SHARES: tuple[str, ...] = (
+    "frac_sink",
+    "frac_diagonal",
+    "frac_sink_prev",
+    "sink_minus_diagonal",
 )

@@ -2,18 +2,26 @@
 
 :func:`summarize` gives, per model and dataset and pooled over datasets (``"all"``), the share of
 heads flagged sink, diagonal and sink+previous and of heads with none of these patterns
-(:mod:`sinkscope.heads.classify` defines the masses and flags), with a sentence per row.
+(:mod:`sinkscope.heads.classify` defines the masses and flags), with a sentence per row, and
+(:func:`share_intervals`) the intervals of those shares over the sequences the masses average.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import polars as pl
 
-from sinkscope.heads.classify import DEFAULT_THRESHOLDS, HeadClassThresholds, with_classes
+from sinkscope.heads.classify import (
+    DEFAULT_THRESHOLDS,
+    HeadClassThresholds,
+    classify,
+    with_classes,
+)
 from sinkscope.heads.names import (
+    INTERVAL_SHARES,
     LEARNED_SINK_MASS,
     OTHER,
     PER_HEAD_COLUMNS,
@@ -23,7 +31,10 @@ from sinkscope.heads.names import (
 from sinkscope.heads.order import sort_pooled_last
 from sinkscope.variants import NO_BOS_SUFFIX, is_no_bos
 
-__all__ = ["pool_datasets", "summarize"]
+__all__ = ["pool_datasets", "share_intervals", "summarize"]
+
+#: The mass columns of a per-sequence table that the flags are computed from.
+_MASSES = ("bos_mass", "diagonal_mass", "subdiagonal_mass")
 
 
 def _with_learned_sink_mass(frame: pl.DataFrame) -> pl.DataFrame:
@@ -115,9 +126,79 @@ def _statement(row: dict[str, Any], th: HeadClassThresholds) -> str:
     )
 
 
+def _shares(
+    bos: np.ndarray, diag: np.ndarray, sub: np.ndarray, th: HeadClassThresholds
+) -> np.ndarray:
+    """``(B, 4)``: per row of ``(B, H)`` masses the :data:`INTERVAL_SHARES`."""
+    flags, _ = classify(bos, diag, sub, th)
+    sink, diagonal = flags["is_sink"].mean(axis=1), flags["is_diagonal"].mean(axis=1)
+    return np.column_stack([sink, diagonal, flags["is_sink_prev"].mean(axis=1), sink - diagonal])
+
+
+def share_intervals(
+    per_sequence_tables: Sequence[pl.DataFrame],
+    thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS,
+    intervals: Mapping[str, Any] | None = None,
+) -> pl.DataFrame:
+    """Percentile bootstrap intervals over sequences of the head shares (:data:`INTERVAL_SHARES`),
+    per model and dataset and pooled over the model's BOS datasets (``"all"``).
+
+    A head's class comes from its masses averaged over the pair's N sequences (the per-head
+    table), so the shares vary with which sequences were seen: each resample draws N of the
+    pair's sequences with replacement (pooled: each dataset's own N from that dataset, so a
+    resample is again a mean over all sequences), averages each head's masses over them and
+    classifies with ``thresholds``. ``intervals``: the config's ``claims.intervals`` (level,
+    n_resamples, seed; one generator per row, seeded from ``seed``, so the table is the same
+    between runs). Columns ``model, dataset, n_resamples, level`` and ``<share>_lo/_hi``."""
+    from sinkscope.config_schema import schema_default
+
+    settings = {**schema_default("claims", "intervals"), **(intervals or {})}
+    level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"claims.intervals.level must lie in (0, 1), got {level}")
+    alpha = (1.0 - level) / 2.0
+    arrays: dict[tuple[str, str], list[np.ndarray]] = {}
+    for table in per_sequence_tables:
+        frame = table.sort("model", "dataset", "layer", "head", "sequence")
+        for (model, dataset), part in frame.group_by("model", "dataset", maintain_order=True):
+            n_heads = part.select("layer", "head").n_unique()
+            arrays[(str(model), str(dataset))] = [
+                part[m].to_numpy().astype(np.float64).reshape(n_heads, -1).T for m in _MASSES
+            ]
+    groups: dict[tuple[str, str], list[tuple[str, str]]] = {key: [key] for key in arrays}
+    for model in sorted({m for m, _ in arrays}):
+        with_bos = [k for k in sorted(arrays) if k[0] == model and not is_no_bos(k[1])]
+        if with_bos:
+            groups[(model, POOLED)] = with_bos
+    rows = []
+    for row_index, ((model, dataset), members) in enumerate(sorted(groups.items())):
+        rng = np.random.default_rng([int(settings["seed"]), row_index])
+        sums = None
+        total = 0
+        for key in members:
+            masses = arrays[key]
+            n = masses[0].shape[0]
+            counts = rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples).astype(np.float64)
+            part = [counts @ m for m in masses]  # (B, H) sums over the drawn sequences
+            sums = part if sums is None else [a + b for a, b in zip(sums, part, strict=True)]
+            total += n
+        assert sums is not None
+        draws = _shares(*(x / total for x in sums), thresholds)
+        low, high = np.quantile(draws, [alpha, 1.0 - alpha], axis=0)
+        row: dict[str, Any] = {
+            "model": model, "dataset": dataset, "n_resamples": n_resamples, "level": level,
+        }  # fmt: skip
+        for i, share in enumerate(INTERVAL_SHARES):
+            row[f"{share}_lo"], row[f"{share}_hi"] = float(low[i]), float(high[i])
+        rows.append(row)
+    return pl.DataFrame(rows)
+
+
 def summarize(
     per_head_tables: Sequence[pl.DataFrame],
     thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS,
+    per_sequence_tables: Sequence[pl.DataFrame] = (),
+    intervals: Mapping[str, Any] | None = None,
 ) -> pl.DataFrame:
     """The paper's head percentages, per model and dataset and pooled over datasets (``"all"``).
 
@@ -131,7 +212,10 @@ def summarize(
     sorted by model, then dataset with ``"all"`` last. The pooled row classifies each head on its masses
     averaged over datasets weighted by ``n_sequences`` (:func:`pool_datasets`); it pools the
     datasets with BOS only: a no-BOS variant (``<name>.no-bos``, :mod:`sinkscope.variants`) has
-    its own row, whose "sink" heads put their mass on position 0, the first text token.
+    its own row, whose "sink" heads put their mass on position 0, the first text token. With
+    ``per_sequence_tables`` (the pairs' ``heads_per_sequence``), each row also carries the
+    intervals of its shares over sequences (:func:`share_intervals`, ``intervals``: the config's
+    ``claims.intervals``); without, those columns are null.
     """
     if not per_head_tables:
         raise ValueError("summarize needs at least one per-head table")
@@ -167,6 +251,15 @@ def summarize(
         )
     )
     statements = [_statement(row, thresholds) for row in summary.iter_rows(named=True)]
-    return summary.with_columns(statement=pl.Series(statements, dtype=pl.String)).select(
-        SUMMARY_COLUMNS
-    )
+    summary = summary.with_columns(statement=pl.Series(statements, dtype=pl.String))
+    bounds = [f"{share}_{end}" for share in INTERVAL_SHARES for end in ("lo", "hi")]
+    if per_sequence_tables:
+        found = share_intervals(per_sequence_tables, thresholds, intervals)
+        summary = summary.join(found, on=["model", "dataset"], how="left", maintain_order="left")
+    else:
+        summary = summary.with_columns(
+            pl.lit(None, dtype=pl.Int64).alias("n_resamples"),
+            pl.lit(None, dtype=pl.Float64).alias("level"),
+            *(pl.lit(None, dtype=pl.Float64).alias(b) for b in bounds),
+        )
+    return summary.select(SUMMARY_COLUMNS)

@@ -1,4 +1,10 @@
-"""Checks of the head-class claims (§1, §3, §7): read the ``head_classes`` summary table."""
+"""Checks of the head-class claims (§1, §3, §7): read the ``head_classes`` summary table.
+
+Where the table carries the shares' intervals over sequences
+(:func:`sinkscope.heads.summary.share_intervals`: ``<share>_lo/_hi``), every verdict is decided
+on them (:func:`sinkscope.claims.verdicts.decide`); a table without them (written by hand, or
+before they existed) is decided on the shares themselves.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +14,31 @@ from typing import Any
 import polars as pl
 
 from sinkscope.claims.verdicts import (
+    INCONCLUSIVE,
+    NOT_REPRODUCED,
+    Interval,
     Reading,
     Row,
+    combine,
+    decide,
     head_count,
     pct,
     require,
     rows_per,
 )
 from sinkscope.heads.order import sort_pooled_last
+
+
+def _interval(r: Mapping[str, Any], share: str) -> Interval | None:
+    """The row's interval of ``share`` over sequences, None where the table has none."""
+    low, high = r.get(f"{share}_lo"), r.get(f"{share}_hi")
+    if low is None or high is None:
+        return None
+    unit = f"bootstrap over the {r['n_sequences']} sequences, {r['n_resamples']} resamples"
+    return Interval(float(low), float(high), unit, float(r["level"]))
+
+
+_MORE_SEQUENCES = "; an interval straddles its bound: needs more sequences (extraction.n_sequences)"
 
 __all__ = [
     "check_diagonal_fraction_in_paper_range",
@@ -37,15 +60,28 @@ def check_sink_heads_common(head_classes: pl.DataFrame, sink_min_fraction: float
     def reading(r: Mapping[str, Any]) -> Reading:
         sink, diag = r["frac_sink"], r["frac_diagonal"]
         common, more = sink >= sink_min_fraction, sink > diag
-        return Reading(
-            f"{r['n_heads']} heads",
-            f"sink {pct(sink)}, diagonal {pct(diag)}",
-            sink,
-            common and more,
+        reason = (
             f"{pct(sink)} sink heads vs {pct(diag)} diagonal heads"
             + ("" if common else f"; below the {pct(sink_min_fraction)} floor")
-            + ("" if more else "; sinks are not more common than diagonals"),
+            + ("" if more else "; sinks are not more common than diagonals")
         )
+        setting, measured = f"{r['n_heads']} heads", f"sink {pct(sink)}, diagonal {pct(diag)}"
+        share, excess = _interval(r, "frac_sink"), _interval(r, "sink_minus_diagonal")
+        if share is None or excess is None:
+            return Reading(setting, measured, sink, common and more, reason)
+        verdict = combine(
+            [
+                decide(share, sink_min_fraction, above=True),
+                decide(excess, 0.0, above=True, strict=True),
+            ]
+        )
+        reason += (
+            f" (sink minus diagonal {100 * excess.low:+.1f} to {100 * excess.high:+.1f} points "
+            "over the resamples)"
+        )
+        if verdict == INCONCLUSIVE:
+            reason += _MORE_SEQUENCES
+        return Reading(setting, measured, sink, None, reason, share, verdict)
 
     return rows_per(
         sort_pooled_last(head_classes).iter_rows(named=True),
@@ -70,13 +106,16 @@ def check_diagonal_heads_rarer(head_classes: pl.DataFrame) -> list[Row]:
             reason = f"diagonal heads ({pct(diag)}) are not rarer than sink heads ({pct(sink)})"
         else:
             reason = f"{head_count(n_diag)} diagonal ({pct(diag)}) < sink heads ({pct(sink)})"
-        return Reading(
-            f"{r['n_heads']} heads",
-            f"diagonal {pct(diag)} ({head_count(n_diag)}), sink {pct(sink)}",
-            diag,
-            exists and rarer,
-            reason,
-        )
+        setting = f"{r['n_heads']} heads"
+        measured = f"diagonal {pct(diag)} ({head_count(n_diag)}), sink {pct(sink)}"
+        share, excess = _interval(r, "frac_diagonal"), _interval(r, "sink_minus_diagonal")
+        if share is None or excess is None:
+            return Reading(setting, measured, diag, exists and rarer, reason)
+        # existence is read off the heads themselves; "rarer" on the interval of the excess
+        verdict = decide(excess, 0.0, above=True, strict=True) if exists else NOT_REPRODUCED
+        if verdict == INCONCLUSIVE:
+            reason += _MORE_SEQUENCES
+        return Reading(setting, measured, diag, None, reason, share, verdict)
 
     return rows_per(
         sort_pooled_last(head_classes).iter_rows(named=True),
@@ -97,13 +136,15 @@ def _range_rows(
         x = r[column]
         inside = lo <= x <= hi
         where = "inside" if inside else ("below" if x < lo else "above")
-        return Reading(
-            f"{r['n_heads']} heads",
-            f"{label} {pct(x)}",
-            x,
-            inside,
-            f"{pct(x)} is {where} the paper's range {pct(lo)}-{pct(hi)}",
-        )
+        setting, measured = f"{r['n_heads']} heads", f"{label} {pct(x)}"
+        reason = f"{pct(x)} is {where} the paper's range {pct(lo)}-{pct(hi)}"
+        interval = _interval(r, column)
+        if interval is None:
+            return Reading(setting, measured, x, inside, reason)
+        verdict = combine([decide(interval, lo, above=True), decide(interval, hi, above=False)])
+        if verdict == INCONCLUSIVE:
+            reason += _MORE_SEQUENCES
+        return Reading(setting, measured, x, None, reason, interval, verdict)
 
     return rows_per(
         sort_pooled_last(head_classes).iter_rows(named=True),
