@@ -73,7 +73,13 @@ def test_the_labels_are_the_claims_number_formats() -> None:
     assert recovered_label(0.9504) == "95.0%"
     assert recovered_label(None) == recovered_label(float("nan")) == ""
     sink_heads = pl.DataFrame(
-        {"model": "m", "dataset": "d", "window": [64], "window_log_ppl_ratio": math.log(2.314)}
+        {
+            "model": "m",
+            "dataset": "d",
+            "window": [64],
+            "window_log_ppl_ratio": math.log(2.314),
+            "window_excess_by_position": [[math.log(2.314)] * 40],
+        }
     )
     (row,) = SC.check_eviction_raises_perplexity(sink_heads, 2.0)
     assert row["measured"] == "perplexity x2.31 vs dense"
