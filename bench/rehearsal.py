@@ -35,7 +35,6 @@ import argparse
 import copy
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -47,17 +46,6 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODELS = ("meta-llama/Llama-3.1-8B", "openai-community/gpt2-xl")
 
-
-
-def cpu_model() -> str:
-    """The CPU's model name (times are stated with it: CPUs differ about 2x)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def rehearsal_config(
@@ -234,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
             for depth in args.depths
         ]
         rows += compare(hub_id, runs[hub_id], args.dtype)
+    from sinkscope.sizing.usage import cpu_model
+
     cpu = cpu_model()
     print(render(rows, cpu))
     # the models not run this time keep their earlier measurements (and CPU)

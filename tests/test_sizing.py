@@ -339,3 +339,35 @@ def test_threads_come_from_the_sizing_on_a_cluster_and_on_one_machine() -> None:
     assert job_threads("analyze_sinks", 16) == 1
     profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
     assert "set-threads" not in profile
+
+
+def test_time_by_rule_adds_up_the_jobs_logs(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """``sinkscope usage`` (make run's last line): per rule the jobs, their summed minutes and
+    the largest peak, from the usage lines of planted logs; a log without one (a failed job) is
+    not counted, and a run without any is an error."""
+    from sinkscope.cli import main
+    from sinkscope.sizing.usage import USAGE_PREFIX, time_by_rule
+
+    logs = tmp_path / "logs"
+    planted = {
+        "extract_activations/m/a.log": (600.0, 2000.0),
+        "extract_activations/m/b.log": (300.0, 2500.0),
+        "claims/all.log": (6.0, 300.0),
+    }
+    for name, (wall_s, peak_mb) in planted.items():
+        path = logs / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        line = f"{USAGE_PREFIX} peak_rss_mb={peak_mb:.1f} wall_s={wall_s:.1f}"
+        path.write_text(f"INFO starting\n2026-12-03 INFO sinkscope: {line}\n")
+    (logs / "classify_heads").mkdir()
+    (logs / "classify_heads" / "failed.log").write_text("Traceback ...\n")
+    rows = time_by_rule(logs)
+    assert [(r["rule"], r["jobs"], r["minutes"], r["peak_mb"]) for r in rows] == [
+        ("extract_activations", 2, 15.0, 2500.0),
+        ("claims", 1, 0.1, 300.0),
+    ]
+    assert main(["usage", str(logs)]) == 0
+    out = capsys.readouterr().out
+    assert "| extract_activations | 2 | 15.0 | 99% | 2,500 MB |" in out
+    assert "| **total** | 3 | 15.1 | 100% | |" in out
+    assert main(["usage", str(tmp_path / "empty")]) == 1

@@ -223,6 +223,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     return status
 
 
+def _usage(logs: str) -> int:
+    """``sinkscope usage``: :func:`sinkscope.sizing.usage.time_by_rule` of a finished run."""
+    from sinkscope.sizing.usage import cpu_model, time_by_rule, time_by_rule_markdown
+
+    rows = time_by_rule(logs)
+    if not rows:
+        print(
+            f"sinkscope usage: no job in {logs} wrote a usage line (has the run finished?)",
+            file=sys.stderr,
+        )
+        return 1
+    print(time_by_rule_markdown(rows, cpu_model()))
+    return 0
+
+
 def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(
         prog="sinkscope", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -267,9 +282,17 @@ def _main(argv: Sequence[str] | None) -> int:
         help="config files layered as snakemake --configfile does (default: config.yaml)",
     )
     plan.add_argument("--snakefile", default="Snakefile", help="the workflow (default: Snakefile)")
+    usage = commands.add_parser(
+        "usage", help="where a finished run's time went, per rule (from the jobs' logs)"
+    )
+    usage.add_argument(
+        "logs", nargs="?", default="results/logs", help="the run's logs (default: results/logs)"
+    )
     args = parser.parse_args(argv)
     if args.command == "plan":
         return _plan(args.configfile, args.snakefile)
+    if args.command == "usage":
+        return _usage(args.logs)
     if args.command == "compare-claims":
         return _compare_claims(args.tables, args.labels)
     if args.command == "check-config":

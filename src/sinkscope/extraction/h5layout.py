@@ -12,7 +12,7 @@ One file per model x dataset pair, ``results/activations/{model}/{dataset}.h5``.
 ``L`` layers, ``N`` sequences, ``H`` query heads, ``K`` key/value heads, ``T1 = T + 1`` positions
 (position 0 is the BOS token, followed by ``T`` text tokens; in a no-BOS file, attribute
 :data:`ATTR_BOS` ``"drop"``, position 0 is the first text token), ``D`` model width, ``hd`` head width.
-The writer (``sinkscope.extraction.extract``), the readers (analyses, ``sinkscope inspect``) and the README
+The writer (``sinkscope.extraction.extract``), the readers (analyses, ``sinkscope inspect``) and docs/hdf5.md
 all use :data:`DATASETS`; ``sinkscope inspect --layout`` prints it.
 
 Schema 2 stores no tensor that is a deterministic function of others: the attention input ``Z``
@@ -525,7 +525,7 @@ def file_sizes(handle: h5py.File | h5py.Group) -> dict[str, int]:
 
 
 def describe_layout() -> str:
-    """The layout as text (used by ``sinkscope inspect --layout`` and the README)."""
+    """The layout as text (used by ``sinkscope inspect --layout`` and docs/hdf5.md)."""
     lines = [f"{FORMAT} schema version {SCHEMA_VERSION}", "", "Datasets:"]
     for spec in DATASETS:
         dtype = spec.fixed_dtype or f"extraction.storage_dtypes.{spec.dtype_key}"

@@ -13,7 +13,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["USAGE_PREFIX", "JobUsage", "peak_rss_mb", "read_usage", "usage_line"]
+__all__ = [
+    "USAGE_PREFIX",
+    "JobUsage",
+    "cpu_model",
+    "peak_rss_mb",
+    "read_usage",
+    "time_by_rule",
+    "time_by_rule_markdown",
+    "usage_line",
+]
 
 #: How the usage line of a job's log starts.
 USAGE_PREFIX = "sinkscope job usage:"
@@ -61,3 +70,57 @@ def read_usage(log: str | Path) -> JobUsage | None:
             if match:
                 found = JobUsage(float(match.group(1)), float(match.group(2)))
     return found
+
+
+def cpu_model() -> str:
+    """The CPU's model name (times are stated with it: CPUs of one core count differ about 2x)."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def time_by_rule(logs: str | Path) -> list[dict[str, float | int | str]]:
+    """Where a run's time went: per rule (the first folder under ``logs``, i.e.
+    ``results/logs/<rule>/...``) the jobs that wrote a usage line, their summed wall minutes and
+    the largest peak memory; sorted by minutes, largest first."""
+    rules: dict[str, dict[str, float | int | str]] = {}
+    root = Path(logs)
+    for log in sorted(root.rglob("*.log")):
+        usage = read_usage(log)
+        if usage is None:
+            continue
+        rule = log.relative_to(root).parts[0]
+        entry = rules.setdefault(rule, {"rule": rule, "jobs": 0, "minutes": 0.0, "peak_mb": 0.0})
+        entry["jobs"] = int(entry["jobs"]) + 1
+        entry["minutes"] = float(entry["minutes"]) + usage.wall_s / 60.0
+        entry["peak_mb"] = max(float(entry["peak_mb"]), usage.peak_rss_mb)
+    return sorted(rules.values(), key=lambda r: (-float(r["minutes"]), str(r["rule"])))
+
+
+def time_by_rule_markdown(rows: list[dict[str, float | int | str]], cpu: str) -> str:
+    """:func:`time_by_rule` as a Markdown table, with the total job-minutes and the CPU."""
+    total = sum(float(r["minutes"]) for r in rows)
+    lines = [
+        (
+            f"Where the time went (job-minutes: each job's step, after its imports, from the "
+            f"usage line of its log; CPU: {cpu}):"
+        ),
+        "",
+        "| rule | jobs | job-minutes | share | largest peak memory |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        share = float(r["minutes"]) / total if total else 0.0
+        lines.append(
+            f"| {r['rule']} | {r['jobs']} | {float(r['minutes']):.1f} | {100 * share:.0f}% "
+            f"| {float(r['peak_mb']):,.0f} MB |"
+        )
+    jobs = sum(int(r["jobs"]) for r in rows)
+    lines.append(f"| **total** | {jobs} | {total:.1f} | 100% | |")
+    return "\n".join(lines)
