@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 import torch
 
-from sinkscope.dynamics.common import attention_weights, elu_plus_one
+from sinkscope.dynamics.attention import attention_weights, elu_plus_one
 from sinkscope.dynamics.induction import (
     ATTENTION_VARIANTS,
     InductionTransformer,

@@ -9,7 +9,8 @@ import polars as pl
 import pytest
 import torch
 
-from sinkscope.dynamics.common import SelfAttention, rope
+from sinkscope.dynamics.attention import rope
+from sinkscope.dynamics.common import SelfAttention
 from sinkscope.dynamics.grids import SWITCHES
 from sinkscope.dynamics.induction import (
     OFF_THRESHOLD,

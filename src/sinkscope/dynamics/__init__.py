@@ -5,7 +5,8 @@
   layer-2 sink heads (Figures 1, 4, 8, 14-17, Tables 1-2).
 * :mod:`.classification` - the classification task and adversarial one-token flips (Table 3,
   Figures 5, 6, 9, 18-21).
-* :mod:`.common` - the attention functions and transformer block both tasks use.
+* :mod:`.attention` - the attention functions of Table 1.
+* :mod:`.common` - the transformer block both tasks use.
 * :mod:`.switches` - other ways for a softmax head to switch off than a sink: a learned sink
   logit, an output gate, softpick, a key/value bias slot (issue 20).
 * :mod:`.grids` - the job grids, defaults, spec values and run ids (torch-free: the workflow

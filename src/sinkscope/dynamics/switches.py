@@ -64,7 +64,7 @@ import math
 import torch
 from torch import nn
 
-from sinkscope.dynamics.common import attention_weights, key_mask, scaled_dot
+from sinkscope.dynamics.attention import attention_weights, key_mask, scaled_dot
 from sinkscope.dynamics.grids import SWITCHES
 
 __all__ = [
