@@ -171,7 +171,7 @@ def test_every_categorical_palette_stays_apart_for_colour_blind_readers() -> Non
 def test_box_medians_contrast_with_their_fill() -> None:
     """The median line of a class-coloured box stands out: white on the dark sink+previous
     indigo, black on the light colours (and on white / black themselves, the other way)."""
-    from sinkscope.heads.names import SINK, SINK_PREV
+    from sinkscope.labels import SINK, SINK_PREV
     from sinkscope.plotting import CLASS_COLORS, contrasting_line_color
 
     assert contrasting_line_color(CLASS_COLORS[SINK_PREV]) == "white"

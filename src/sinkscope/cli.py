@@ -171,7 +171,7 @@ def _check_config(paths: Sequence[str]) -> int:
 
 def _pin_revisions(config: str, check: bool) -> int:
     from sinkscope.config import ConfigError
-    from sinkscope.prepare.revisions import PinError, pin_revisions, unpinned
+    from sinkscope.revisions import PinError, pin_revisions, unpinned
 
     try:
         if check:

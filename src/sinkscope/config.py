@@ -256,6 +256,21 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def analysis_runs(config: Mapping[str, Any], analysis: str) -> bool:
+    """Whether ``analysis`` runs in ``config``: heads, geometry, oversmoothing and sinks always; another
+    section when its ``enabled`` is true; a dotted ``section.part`` when both the section and the
+    part are enabled (a part without ``enabled`` follows its section)."""
+    section, _, part = analysis.partition(".")
+    entry = config.get(section)
+    enabled = entry.get("enabled") if isinstance(entry, Mapping) else None
+    always = ("heads", "geometry", "oversmoothing", "sinks")
+    runs = section in always if enabled is None else bool(enabled)
+    if runs and part:
+        sub = entry.get(part) if isinstance(entry, Mapping) else None
+        runs = bool(sub.get("enabled", True)) if isinstance(sub, Mapping) else True
+    return runs
+
+
 def _position_problems(config: Mapping[str, Any]) -> list[str]:
     """Every token length the config asks a model to run beyond the positions of a model whose
     ``config.json`` is readable now (a ``local`` source; the others are known only after
@@ -265,8 +280,6 @@ def _position_problems(config: Mapping[str, Any]) -> list[str]:
     reference would otherwise silently be a window of the model's positions). Only the limit
     counts, not ``d_model``: a model with ``d_model >= seq_len - 1`` gets long-context rows
     marked trivially separable."""
-    from sinkscope.paths import analysis_runs
-
     lengths = {"extraction.context_length": (config["extraction"]["context_length"], 1)}
     if analysis_runs(config, "geometry.long_context"):
         lengths["geometry.long_context.seq_len"] = (

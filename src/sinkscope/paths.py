@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sinkscope.claims import names as claims_names
+from sinkscope.config import analysis_runs
 from sinkscope.costs import names as costs_names
 from sinkscope.dynamics import names as dynamics_names
 from sinkscope.geometry import names as geometry_names
@@ -65,21 +66,6 @@ COST_FIGURES = costs_names.FIGURES
 DYNAMICS_RUN_TABLES = dynamics_names.RUN_TABLES
 DYNAMICS_SUMMARY_TABLES = dynamics_names.SUMMARY_TABLES
 DYNAMICS_FIGURES = dynamics_names.FIGURES
-
-
-def analysis_runs(config: Mapping[str, Any], analysis: str) -> bool:
-    """Whether ``analysis`` runs in ``config``: heads, geometry, oversmoothing and sinks always; another
-    section when its ``enabled`` is true; a dotted ``section.part`` when both the section and the
-    part are enabled (a part without ``enabled`` follows its section)."""
-    section, _, part = analysis.partition(".")
-    entry = config.get(section)
-    enabled = entry.get("enabled") if isinstance(entry, Mapping) else None
-    always = ("heads", "geometry", "oversmoothing", "sinks")
-    runs = section in always if enabled is None else bool(enabled)
-    if runs and part:
-        sub = entry.get(part) if isinstance(entry, Mapping) else None
-        runs = bool(sub.get("enabled", True)) if isinstance(sub, Mapping) else True
-    return runs
 
 
 @dataclass(frozen=True)

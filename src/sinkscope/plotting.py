@@ -44,8 +44,8 @@ from matplotlib.legend import Legend
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
-from sinkscope.heads.names import CLASS_LEGEND_NAMES, DIAGONAL, OTHER, SINK, SINK_PREV
 from sinkscope.io import atomic_path
+from sinkscope.labels import CLASS_LEGEND_NAMES, DIAGONAL, OTHER, SINK, SINK_PREV
 
 __all__ = [
     "BINARY_CMAP",

@@ -31,7 +31,7 @@ from sinkscope.claims.checks import heads as HC
 from sinkscope.claims.checks import oversmoothing as OC
 from sinkscope.claims.checks import streaming as SC
 from sinkscope.claims.intervals import newcombe_difference, wilson_interval
-from sinkscope.config import ConfigError, load_config, load_schema, validate_config
+from sinkscope.config import ConfigError, analysis_runs, load_config, load_schema, validate_config
 from sinkscope.costs.summary import fit_slopes
 from sinkscope.costs.toy import toy_table
 from sinkscope.heads.classify import HeadClassThresholds, with_classes
@@ -39,7 +39,7 @@ from sinkscope.heads.names import PER_HEAD_COLUMNS
 from sinkscope.heads.summary import summarize
 from sinkscope.oversmoothing import names as ov_names
 from sinkscope.oversmoothing import summary as ov_summary
-from sinkscope.paths import Paths, analysis_runs
+from sinkscope.paths import Paths
 from sinkscope.streaming.recompute import RECOMPUTE_SCHEMA
 from sinkscope.streaming.summary import summarize as summarize_streaming
 

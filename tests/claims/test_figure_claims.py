@@ -30,9 +30,9 @@ from sinkscope.costs.toy import toy_table
 from sinkscope.dynamics import plots as dplots
 from sinkscope.dynamics.summary import summarize_classification, summarize_value_softmax
 from sinkscope.heads.classify import HeadClassThresholds
-from sinkscope.heads.names import DIAGONAL, POOLED, SINK, SINK_PREV
 from sinkscope.heads.plots import summary_bars_figure
 from sinkscope.heads.summary import summarize
+from sinkscope.labels import DIAGONAL, POOLED, SINK, SINK_PREV
 from sinkscope.plotting import CLASS_COLORS, figure_problems
 from sinkscope.streaming import plots as sp
 from sinkscope.streaming.recompute import RECOMPUTE_SCHEMA

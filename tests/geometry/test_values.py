@@ -19,7 +19,7 @@ from sinkscope.geometry.values import (
     value_output_norms,
     vo_classes,
 )
-from sinkscope.heads.names import DIAGONAL, OTHER, SINK, SINK_PREV
+from sinkscope.labels import DIAGONAL, OTHER, SINK, SINK_PREV
 
 # ----------------------------------------------------------------------------- ranks
 

@@ -12,7 +12,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from sinkscope.heads.classify import HeadClassThresholds, with_classes
-from sinkscope.heads.names import HEAD_CLASSES, PER_HEAD_COLUMNS, SINK
+from sinkscope.heads.names import PER_HEAD_COLUMNS
 from sinkscope.heads.plots import (
     class_map_figure,
     mass_heatmaps_figure,
@@ -22,6 +22,7 @@ from sinkscope.heads.plots import (
     summary_bars_figure,
 )
 from sinkscope.heads.summary import pool_datasets, summarize
+from sinkscope.labels import HEAD_CLASSES, SINK
 from sinkscope.plotting import CLASS_LEGEND_NAMES, figure_problems
 from tests.test_plotting import PNG_SIGNATURE
 

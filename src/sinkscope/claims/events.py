@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from sinkscope.heads.names import POOLED
+from sinkscope.labels import POOLED
 
 __all__ = [
     "LayerEvents",
@@ -69,7 +69,7 @@ def bos_norm_jumps(bos_residual_norm: pl.DataFrame) -> dict[Pair, tuple[int, flo
 
 def massive_onsets(massive_onset: pl.DataFrame) -> dict[Pair, int]:
     """Per (model, dataset): the first layer with a massive entry; the pooled dataset
-    (:data:`~sinkscope.heads.names.POOLED`) gets it where all the model's datasets agree."""
+    (:data:`~sinkscope.labels.POOLED`) gets it where all the model's datasets agree."""
     onsets: dict[Pair, int] = {}
     table = massive_onset.filter(pl.col("first_layer").is_not_null())
     for r in table.iter_rows(named=True):

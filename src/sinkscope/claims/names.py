@@ -28,7 +28,7 @@ class ClaimsInput(NamedTuple):
     #: The analysis that writes it (``heads``, ``geometry``, ... ``dynamics``).
     analysis: str
     #: The config section (a dotted ``section.part`` for a part) whose ``enabled`` decides whether
-    #: the table is made (:func:`sinkscope.paths.analysis_runs`).
+    #: the table is made (:func:`sinkscope.config.analysis_runs`).
     section: str
     #: The table's name among the analysis's summary tables (``sinkscope.paths.Paths``).
     name: str

@@ -34,7 +34,7 @@ import polars as pl
 
 from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
 from sinkscope.geometry.alignment import middle_layers
-from sinkscope.heads.names import POOLED
+from sinkscope.labels import POOLED
 
 __all__ = [
     "COLLAPSED_BOS_MASS",

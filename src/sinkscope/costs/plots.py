@@ -24,7 +24,7 @@ from sinkscope.costs.copypaste import copypaste_slopes
 from sinkscope.costs.names import BACKCOPY_FIGURES, COPYPASTE_FIGURES, TOY_FIGURES
 from sinkscope.costs.summary import fit_slopes, sink_cheaper_reading
 from sinkscope.costs.toy import toy_ratio_deviation
-from sinkscope.heads.names import DIAGONAL, SINK
+from sinkscope.labels import DIAGONAL, SINK
 from sinkscope.plotting import BINARY_CMAP, CLASS_COLORS, Draw, new_figure, save_figure
 
 __all__ = [

@@ -49,13 +49,14 @@ from sinkscope.geometry.halfspace import (
     attending_tokens,
     halfspace_layer_rows,
 )
-from sinkscope.geometry.names import ALL_TOKENS, ATTENDING, BOS_MINUS_TOKEN, POINT_SETS, POOLED
+from sinkscope.geometry.names import ALL_TOKENS, ATTENDING, BOS_MINUS_TOKEN, POINT_SETS
 from sinkscope.geometry.values import (
     relative_rank,
     value_output_factor,
     value_output_norms,
 )
 from sinkscope.heads.classify import DEFAULT_THRESHOLDS, HeadClassThresholds, with_classes
+from sinkscope.labels import POOLED
 
 __all__ = ["ATTEND_THRESHOLD", "N_WORST", "TABLE_COLUMNS", "analyze_file", "halfspace_layer"]
 

@@ -1,14 +1,11 @@
 """Names of the geometry stage: its tables and figures, point sets, statement bases, pooled rows.
 
-No computation, and no import but :data:`~sinkscope.heads.names.POOLED`: :mod:`sinkscope.paths`
+No computation and no imports: :mod:`sinkscope.paths`
 (and through it the workflow) reads the table and figure names here without loading numpy or
 torch.
 """
 
 from __future__ import annotations
-
-# the pooled pseudo-dataset of every summary, stated once in heads.names
-from sinkscope.heads.names import POOLED
 
 __all__ = [
     "ALL_TOKENS",
@@ -22,7 +19,6 @@ __all__ = [
     "LONG_CONTEXT_TABLE",
     "LONG_CONTEXT_TABLES",
     "POINT_SETS",
-    "POOLED",
     "SUMMARY_TABLES",
     "TABLES",
 ]

@@ -27,13 +27,7 @@ from matplotlib.ticker import MaxNLocator
 from sinkscope.geometry.alignment import FIRST_TEXT_POSITION, bos_max_readings
 from sinkscope.geometry.halfspace import long_context_counts, representability_counts
 from sinkscope.geometry.long_context import LONG_CONTEXT_COLUMNS
-from sinkscope.geometry.names import (
-    ALL_TOKENS,
-    ATTENDING,
-    BOS_MINUS_TOKEN,
-    LONG_CONTEXT_POINT_SETS,
-    POOLED,
-)
+from sinkscope.geometry.names import ALL_TOKENS, ATTENDING, BOS_MINUS_TOKEN, LONG_CONTEXT_POINT_SETS
 from sinkscope.geometry.values import (
     HIGH_BOS_MASS,
     LOW_BOS_MASS,
@@ -41,8 +35,8 @@ from sinkscope.geometry.values import (
     bos_mass_relation,
     sink_value_norm_effect,
 )
-from sinkscope.heads.names import SINK
 from sinkscope.heads.order import dataset_order as _dataset_order
+from sinkscope.labels import POOLED, SINK
 from sinkscope.plotting import (
     CLASS_COLORS,
     MAX_FIGURE_INCHES,

@@ -18,9 +18,10 @@ import polars as pl
 
 from sinkscope.geometry.alignment import COSINE_BINS, COSINE_SIGN_BOUND, histogram_quantiles
 from sinkscope.geometry.analysis import N_WORST, TABLE_COLUMNS, halfspace_layer
-from sinkscope.geometry.names import LONG_CONTEXT_TABLE, POOLED
+from sinkscope.geometry.names import LONG_CONTEXT_TABLE
 from sinkscope.geometry.values import vo_classes
 from sinkscope.heads.order import sort_pooled_last
+from sinkscope.labels import POOLED
 
 __all__ = [
     "long_context_table",

@@ -32,9 +32,8 @@ import polars as pl
 import torch
 
 from sinkscope.geometry.halfspace import rank_from_singular_values, torch_threads
-from sinkscope.geometry.names import POOLED
-from sinkscope.heads.names import CLASS_LEGEND_NAMES
 from sinkscope.heads.order import dataset_order, sort_pooled_last
+from sinkscope.labels import CLASS_LEGEND_NAMES, POOLED
 
 __all__ = [
     "BOOTSTRAP_LEVEL",

@@ -68,15 +68,8 @@ from sinkscope.extraction.h5layout import (
     open_activations,
     read_attr,
 )
-from sinkscope.heads.names import (
-    DIAGONAL,
-    FLAG_COLUMNS,
-    LEARNED_SINK_MASS,
-    OTHER,
-    PER_HEAD_COLUMNS,
-    SINK,
-    SINK_PREV,
-)
+from sinkscope.heads.names import FLAG_COLUMNS, LEARNED_SINK_MASS, PER_HEAD_COLUMNS
+from sinkscope.labels import DIAGONAL, OTHER, SINK, SINK_PREV
 
 __all__ = [
     "DEFAULT_THRESHOLDS",
@@ -187,7 +180,7 @@ def classify(
     """Flags and single labels for masses of any (broadcastable) shape.
 
     Returns ``({"is_sink", "is_diagonal", "is_sink_prev"} -> bool arrays, labels)`` where labels
-    is a string array with values in :data:`~sinkscope.heads.names.HEAD_CLASSES` (precedence in
+    is a string array with values in :data:`~sinkscope.labels.HEAD_CLASSES` (precedence in
     the module docstring). ``sink_prev_mass`` is recomputed here as ``bos + subdiag``.
     """
     bos, diag, subdiag = np.broadcast_arrays(

@@ -1,51 +1,22 @@
-"""Names of the head classification stage: class labels, table columns, figures, pooled rows.
+"""Names of the head classification stage: table columns and figures (the class labels and the
+pooled dataset's name, which every stage reads, are in :mod:`sinkscope.labels`).
 
 No computation and no imports: :mod:`sinkscope.paths` (and through it the workflow) reads the
-figure names here, and the other stages read the class labels and :data:`POOLED`, without loading
-numpy, polars or torch.
+figure names here without loading numpy, polars or torch.
 """
 
 from __future__ import annotations
 
 __all__ = [
-    "CLASS_LEGEND_NAMES",
-    "DIAGONAL",
     "FIGURES",
     "FLAG_COLUMNS",
-    "HEAD_CLASSES",
     "INTERVAL_SHARES",
     "LEARNED_SINK_MASS",
     "MASS_COLUMNS",
-    "OTHER",
     "PER_HEAD_COLUMNS",
-    "POOLED",
-    "SINK",
-    "SINK_PREV",
     "SUMMARY",
     "SUMMARY_COLUMNS",
 ]
-
-SINK = "sink"
-DIAGONAL = "diagonal"
-SINK_PREV = "sink+previous"
-OTHER = "other"
-#: Every label :func:`~sinkscope.heads.classify.classify` can return, in a fixed order (used for
-#: legends and colours).
-HEAD_CLASSES: tuple[str, ...] = (SINK, DIAGONAL, SINK_PREV, OTHER)
-#: Names of the *exclusive* labels ``head_class`` wherever a figure or table shows them (the class
-#: map's legend, the groups of ``bos_value_norm_classes``). The label "sink" excludes the sink
-#: heads labelled sink+previous (and the few where the diagonal mass is larger), so it is not the
-#: ``is_sink`` flag that the summary, the claims and the oversmoothing figures count.
-CLASS_LEGEND_NAMES: dict[str, str] = {
-    SINK: "sink (not sink+previous)",
-    DIAGONAL: "diagonal",
-    SINK_PREV: "sink+previous",
-    OTHER: "other (no pattern)",
-}
-
-#: Name of the pooled pseudo-dataset in :func:`~sinkscope.heads.summary.pool_datasets` and
-#: :func:`~sinkscope.heads.summary.summarize`.
-POOLED = "all"
 
 #: Figures of one pair (rule classify_heads); ``sinkscope.paths`` exports them as
 #: ``HEAD_FIGURES``.

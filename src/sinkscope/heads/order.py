@@ -1,4 +1,4 @@
-"""The place of the pooled pseudo-dataset (:data:`~sinkscope.heads.names.POOLED`, ``"all"``) in
+"""The place of the pooled pseudo-dataset (:data:`~sinkscope.labels.POOLED`, ``"all"``) in
 every summary table and figure: datasets sorted by name, the pooled one last.
 
 Stated once here for every stage and for :mod:`sinkscope.claims`; polars only (no numpy, h5py or
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from sinkscope.heads.names import POOLED
+from sinkscope.labels import POOLED
 
 __all__ = ["dataset_order", "sort_pooled_last"]
 

@@ -20,8 +20,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from sinkscope.heads.classify import DEFAULT_THRESHOLDS, HeadClassThresholds
-from sinkscope.heads.names import DIAGONAL, HEAD_CLASSES, POOLED, SINK, SINK_PREV, SUMMARY
+from sinkscope.heads.names import SUMMARY
 from sinkscope.heads.order import dataset_order
+from sinkscope.labels import DIAGONAL, HEAD_CLASSES, POOLED, SINK, SINK_PREV
 from sinkscope.plotting import (
     CLASS_COLORS,
     CLASS_LEGEND_NAMES,
@@ -161,7 +162,7 @@ def plot_mass_heatmaps(per_head: pl.DataFrame, out_png: str | os.PathLike[str], 
 
 
 def class_counts(per_head: pl.DataFrame) -> dict[str, int]:
-    """Heads per exclusive label (every class of :data:`~sinkscope.heads.names.HEAD_CLASSES`,
+    """Heads per exclusive label (every class of :data:`~sinkscope.labels.HEAD_CLASSES`,
     zeros included) and the number of heads with the ``is_sink`` flag under the key
     ``"is_sink"``."""
     counts = dict.fromkeys(HEAD_CLASSES, 0)

@@ -23,12 +23,11 @@ from sinkscope.heads.classify import (
 from sinkscope.heads.names import (
     INTERVAL_SHARES,
     LEARNED_SINK_MASS,
-    OTHER,
     PER_HEAD_COLUMNS,
-    POOLED,
     SUMMARY_COLUMNS,
 )
 from sinkscope.heads.order import sort_pooled_last
+from sinkscope.labels import OTHER, POOLED
 from sinkscope.variants import NO_BOS_SUFFIX, is_no_bos
 
 __all__ = ["pool_datasets", "share_intervals", "summarize"]

@@ -1,6 +1,6 @@
 """Names of the oversmoothing stage: its tables, figures, pooled rows and table columns.
 
-No computation, and no import but :data:`~sinkscope.heads.names.POOLED`: :mod:`sinkscope.paths`
+No computation and no imports: :mod:`sinkscope.paths`
 (and through it the workflow's rules) reads
 :data:`TABLES` and :data:`FIGURES` here without loading numpy or torch;
 :func:`sinkscope.oversmoothing.plots.figures` draws the figures of :data:`FIGURES`.
@@ -8,15 +8,11 @@ No computation, and no import but :data:`~sinkscope.heads.names.POOLED`: :mod:`s
 
 from __future__ import annotations
 
-# the pooled pseudo-dataset of every summary, stated once in heads.names
-from sinkscope.heads.names import POOLED
-
 __all__ = [
     "FIGURES",
     "HEAD_INFO_COLUMNS",
     "PER_HEAD_COLUMNS",
     "PER_LAYER_COLUMNS",
-    "POOLED",
     "TABLES",
 ]
 

@@ -15,7 +15,7 @@ import polars as pl
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from sinkscope.oversmoothing.names import POOLED
+from sinkscope.labels import POOLED
 from sinkscope.plotting import DPI, MAX_FIGURE_PIXELS, new_figure
 
 __all__ = [

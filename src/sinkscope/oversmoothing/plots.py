@@ -35,8 +35,8 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from sinkscope.heads.classify import DEFAULT_THRESHOLDS, TOLERANCE, HeadClassThresholds
+from sinkscope.labels import POOLED
 from sinkscope.oversmoothing import panel_layout
-from sinkscope.oversmoothing.names import POOLED
 from sinkscope.oversmoothing.panel_layout import MAX_INCHES, PANEL_FONTSIZE
 from sinkscope.oversmoothing.summary import (
     UNIFORMITY_THRESHOLD,

@@ -17,7 +17,8 @@ import polars as pl
 
 from sinkscope.config_schema import schema_default
 from sinkscope.heads.order import sort_pooled_last
-from sinkscope.oversmoothing.names import PER_HEAD_COLUMNS, PER_LAYER_COLUMNS, POOLED
+from sinkscope.labels import POOLED
+from sinkscope.oversmoothing.names import PER_HEAD_COLUMNS, PER_LAYER_COLUMNS
 from sinkscope.oversmoothing.theory import CONDITIONS
 
 __all__ = [

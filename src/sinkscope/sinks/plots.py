@@ -13,8 +13,8 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.ticker import MaxNLocator
 
-from sinkscope.heads.names import POOLED
 from sinkscope.heads.order import dataset_order
+from sinkscope.labels import POOLED
 from sinkscope.plotting import (
     MAX_FIGURE_INCHES,
     SEQUENTIAL_CMAP,

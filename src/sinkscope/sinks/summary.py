@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from sinkscope.heads.names import POOLED
 from sinkscope.heads.order import sort_pooled_last
+from sinkscope.labels import POOLED
 from sinkscope.sinks.analysis import TABLE_COLUMNS
 from sinkscope.sinks.massive import onset
 

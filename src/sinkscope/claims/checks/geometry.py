@@ -29,8 +29,8 @@ from sinkscope.claims.verdicts import (
     require,
     rows_per,
 )
-from sinkscope.heads.names import POOLED
 from sinkscope.heads.order import sort_pooled_last
+from sinkscope.labels import POOLED
 
 # sinkscope.geometry, .oversmoothing and .costs import torch: the checks that use their helpers
 # import them when they run, so importing this module (and rendering the claims that need none of

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from sinkscope.config import validate_config
-from sinkscope.prepare.revisions import find_hub_revisions, pin_text
+from sinkscope.revisions import find_hub_revisions, pin_text
 from tests.conftest import REPO
 
 #: what the stub hub holds: (repo type, repo id, revision) -> commit sha
