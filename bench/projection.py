@@ -11,13 +11,14 @@ import numpy as np
 from settings import default_config  # bench/settings.py
 
 from sinkscope.extraction import h5layout
+from sinkscope.prepare.model_config import fixture_config
 
 # the jobs' requests assume them too
 from sinkscope.sizing.costs import CLUSTER_THREADS, D2H_GB_S, FS_GB_S, GPU_TFLOPS
-from sinkscope.sizing.shapes import facts_from_config, fixture_config
+from sinkscope.sizing.shapes import facts_from_config
 
 #: The paper's hub models of the projection of section 7 (their kept config.json files,
-#: sinkscope/sizing/model_configs); N x T as in the paper.
+#: sinkscope/prepare/model_configs); N x T as in the paper.
 PAPER_MODELS = {
     "Llama-3.1-8B": "meta-llama/Llama-3.1-8B",
     "Gemma-7B": "google/gemma-7b",

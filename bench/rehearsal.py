@@ -1,5 +1,5 @@
 """Dress rehearsal at the paper's shapes: the real DAG on random-weight models with the exact
-configuration of paper models (``sinkscope/sizing/model_configs``), cut to two depths (default 2
+configuration of paper models (``sinkscope/prepare/model_configs``), cut to two depths (default 2
 and 6 layers), at the paper's extraction scale (N = 50, T = 256), on this machine's CPU.
 
 Every job writes its peak RSS and wall time at the end of its log (``sinkscope.sizing.usage``).
@@ -144,8 +144,9 @@ def compare(
     """Per rule: measured at the two depths, extrapolated to the full depth, the request there
     (same settings, full depth) and the ratios."""
     from sinkscope.config import load_layered_config, validate_config
+    from sinkscope.prepare.model_config import fixture_config
     from sinkscope.sizing.requests import MODEL_RUNNING_RULES, job_request
-    from sinkscope.sizing.shapes import facts_from_config, fixture_config
+    from sinkscope.sizing.shapes import facts_from_config
 
     one, two = sorted(runs, key=lambda run: run["n_layers"])
     depths = (one["n_layers"], two["n_layers"])

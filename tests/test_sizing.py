@@ -15,10 +15,11 @@ import pytest
 import yaml
 
 from sinkscope.config import load_layered_config, validate_config
+from sinkscope.prepare.model_config import MODEL_CONFIGS, fixture_config
 from sinkscope.sizing import costs
 from sinkscope.sizing.plan import activation_file_bytes
 from sinkscope.sizing.requests import MODEL_SIZED_RULES, Request, job_request, layer_bytes
-from sinkscope.sizing.shapes import MODEL_CONFIGS, facts_from_config, fixture_config
+from sinkscope.sizing.shapes import facts_from_config
 from sinkscope.sizing.usage import JobUsage, read_usage
 from tests.conftest import REPO, SETTINGS, TINY, job_counts, snakemake
 

@@ -19,7 +19,7 @@ from sinkscope.claims.applicability import (
 )
 from sinkscope.config import bos_pairs, load_layered_config, pairs, validate_config
 from sinkscope.paths import Paths
-from sinkscope.sizing.shapes import (
+from sinkscope.prepare.model_config import (
     MODEL_CONFIGS,
     config_json,
     has_learned_sinks,

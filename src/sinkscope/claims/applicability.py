@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sinkscope.sizing.shapes import config_json, has_learned_sinks
+from sinkscope.prepare.model_config import config_json, has_learned_sinks
 from sinkscope.streaming.applicability import not_applicable_models as no_cache_policies
 
 __all__ = [

@@ -13,7 +13,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["POSITION_LIMIT_ATTRIBUTES", "local_position_limit"]
+__all__ = [
+    "LEARNED_SINK_MODEL_TYPES",
+    "MODEL_CONFIGS",
+    "POSITION_LIMIT_ATTRIBUTES",
+    "ROTARY_KEYS",
+    "config_json",
+    "config_json_of_entry",
+    "fixture_config",
+    "has_learned_sinks",
+    "has_rotary_positions",
+    "local_position_limit",
+]
+
+#: The kept ``config.json`` files of the paper's hub models (``<org>--<name>.json``): their shapes
+#: and position handling are known without the hub (:mod:`sinkscope.sizing`, the applicability of
+#: the claims and the StreamingLLM caches).
+MODEL_CONFIGS = Path(__file__).with_name("model_configs")
 
 #: Attributes that hold a model's position limit, in the order they are read:
 #: ``max_position_embeddings`` (Llama, Gemma), GPT-2's ``n_positions``.
@@ -39,3 +55,81 @@ def local_position_limit(source: Mapping[str, Any]) -> tuple[str, int] | None:
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return attribute, value
     return None
+
+
+def fixture_config(hub_id: str) -> dict[str, Any] | None:
+    """The kept ``config.json`` of a paper model (``model_configs/<org>--<name>.json``), if any."""
+    path = MODEL_CONFIGS / f"{hub_id.replace('/', '--')}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def config_json(
+    config: Mapping[str, Any], name: str, results: str | Path = "results"
+) -> tuple[dict[str, Any], str] | None:
+    """``models.<name>``'s ``config.json`` as a mapping and where it came from (as in
+    :attr:`ModelFacts.source`), read without transformers and without the network: the prepared
+    model's own file, a kept paper config (``model_configs/``), a ``local`` source's folder, or a
+    kept config of a registry GGUF; ``None`` where none is at hand (a hub model not prepared
+    yet, outside ``model_configs/``)."""
+    return config_json_of_entry(
+        name, json.dumps(config["models"][name], sort_keys=True, default=str), str(results)
+    )
+
+
+def config_json_of_entry(
+    name: str, entry_json: str, results: str
+) -> tuple[dict[str, Any], str] | None:
+    """:func:`config_json` of the model entry ``entry_json`` (the entry as sorted JSON, so that a
+    caller can cache on it)."""
+    source = json.loads(entry_json)["source"]
+    prepared = Path(results) / "models" / name
+    if (prepared / "sinkscope_model.json").is_file() and (prepared / "config.json").is_file():
+        return json.loads((prepared / "config.json").read_text()), "prepared"
+    if source["kind"] == "hub" and (kept := fixture_config(source["id"])) is not None:
+        return kept, f"model_configs/{source['id']}"
+    if source["kind"] == "local" and (Path(source["path"]) / "config.json").is_file():
+        return json.loads((Path(source["path"]) / "config.json").read_text()), "local"
+    if source["kind"] == "registry_gguf":
+        kept = fixture_config(f"gguf/{source['gguf_sha256']}")
+        if kept is not None:
+            return kept, "model_configs/gguf"
+    return None
+
+
+#: Keys that only the configs of models with rotary position embeddings (RoPE) carry, at the
+#: top or in ``text_config`` (Llama, Mistral, Gemma, gpt-oss, SmolLM2: ``rope_theta`` or
+#: ``rope_parameters``; GPT-NeoX and Phi: ``rotary_*``, ``partial_rotary_factor``).
+ROTARY_KEYS = frozenset(
+    {
+        "rope_theta",
+        "rope_parameters",
+        "rope_scaling",
+        "rotary_dim",
+        "rotary_pct",
+        "rotary_emb_base",
+        "partial_rotary_factor",
+    }
+)
+
+
+#: ``model_type`` of the models whose heads have a learned sink logit (gpt-oss's ``sinks``): their
+#: attention rows over the tokens sum to ``1 - p_sink``.
+LEARNED_SINK_MODEL_TYPES = frozenset({"gpt_oss"})
+
+
+def has_learned_sinks(config_json: Mapping[str, Any]) -> bool:
+    """Whether the model of ``config_json`` has learned sink logits
+    (:data:`LEARNED_SINK_MODEL_TYPES`, at the top or in ``text_config``)."""
+    types = {
+        config_json.get("model_type"),
+        (config_json.get("text_config") or {}).get("model_type"),
+    }
+    return bool(types & LEARNED_SINK_MODEL_TYPES)
+
+
+def has_rotary_positions(config_json: Mapping[str, Any]) -> bool:
+    """Whether the model of ``config_json`` encodes positions by rotating queries and keys
+    (RoPE), which StreamingLLM's in-cache re-positioning needs; GPT-2 adds learned absolute
+    position embeddings to its inputs instead (its config has none of :data:`ROTARY_KEYS`)."""
+    keys = set(config_json) | set(config_json.get("text_config") or {})
+    return bool(keys & ROTARY_KEYS)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sinkscope.sizing.shapes import fixture_config
+from sinkscope.prepare.model_config import fixture_config
 
 __all__ = ["SINK_HEAVY", "build_random_model", "sink_heavy"]
 
@@ -57,7 +57,7 @@ def build_random_model(
 
     kept = fixture_config(hub_id)
     if kept is None:
-        raise KeyError(f"no kept config for {hub_id!r} in sinkscope/sizing/model_configs/")
+        raise KeyError(f"no kept config for {hub_id!r} in sinkscope/prepare/model_configs/")
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     values = {k: v for k, v in kept.items() if k != "quantization_config"}
     model_type = values.pop("model_type")

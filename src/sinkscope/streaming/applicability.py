@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sinkscope.sizing.shapes import config_json, has_rotary_positions
+from sinkscope.prepare.model_config import config_json, has_rotary_positions
 
 __all__ = [
     "ABSOLUTE_POSITIONS",
@@ -33,7 +33,7 @@ def cache_policies_problem(
 ) -> str | None:
     """Why StreamingLLM's cache policies do not apply to ``models.<model>``, or ``None`` when
     they do or when its config is not at hand yet (a hub model neither prepared nor kept in
-    ``sizing/model_configs``: scheduled, and refused by the evaluator with the same reason)."""
+    ``prepare/model_configs``: scheduled, and refused by the evaluator with the same reason)."""
     found = config_json(config, model, results)
     if found is None or has_rotary_positions(found[0]):
         return None

@@ -141,7 +141,7 @@ class StreamingEvaluator:
             raise ValueError(
                 f"this model has {ABSOLUTE_POSITIONS}; the workflow leaves such a model's pairs "
                 "out of the cache evaluation once its config.json is at hand (prepared, local or "
-                "kept in sizing/model_configs): run it again"
+                "kept in prepare/model_configs): run it again"
             )
         rope_types = getattr(rotary, "rope_type", "default")
         rope_types = rope_types.values() if isinstance(rope_types, dict) else [rope_types]
