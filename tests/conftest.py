@@ -113,6 +113,18 @@ def extracted(request, tmp_path: Path):
     return extract_tiny(request.param, tmp_path)
 
 
+@pytest.fixture()
+def extracted_llama(tmp_path: Path):
+    """:func:`extract_tiny` of the Llama family alone, for tests that one family suffices for."""
+    return extract_tiny("llama", tmp_path)
+
+
+@pytest.fixture()
+def extracted_gemma3(tmp_path: Path):
+    """:func:`extract_tiny` of Gemma 3 alone (the one family with a post-attention norm)."""
+    return extract_tiny("gemma3", tmp_path)
+
+
 def extract_tiny(family: str, tmp_path: Path) -> tuple[str, Path, torch.nn.Module, np.ndarray]:
     """A tiny random model of ``family`` (:func:`tiny_config`), saved, prepared and extracted in
     ``tmp_path`` (3 sequences of 21 positions, float32): ``(family, file, reloaded model, ids)``."""

@@ -192,8 +192,13 @@ def test_analysis_matches_a_recomputation_from_the_model(extracted) -> None:
             assert row["post_norm_fit_rel_err"] < 1e-4
         else:
             assert np.isnan(row["post_norm_fit_rel_err"])
-    # the closed form of X equals tr C / tr(B + C) and signs/conditions are consistent
-    assert (heads["abs_err_x"] < 1e-3).all() or family == "gpt2"
+    # the closed form of X, tr C / tr(B + C) of the gain-free normed tokens Z, is rho(X) itself
+    # where the norm only rescales a token (RMSNorm: Z has X's directions and one norm). GPT-2's
+    # LayerNorm first subtracts each token's mean over its features, so Z's directions are not
+    # X's and the formula approximates rho(X) (0.015 here): the identity is not asserted there.
+    if family != "gpt2":
+        assert (heads["abs_err_x"] < 1e-3).all()
+    # signs and conditions are consistent
     cond = heads.select("condition", "cond_i_value", "cond_ii_value").to_dict(as_series=False)
     for label, first, second in zip(*cond.values(), strict=True):
         assert label == ("i" if first > 0 else "ii" if second < 0 else "neither")
@@ -201,10 +206,8 @@ def test_analysis_matches_a_recomputation_from_the_model(extracted) -> None:
     assert tables["summary"].height == len(lengths)
 
 
-def test_gemma_post_norm_gain_is_recovered(extracted) -> None:
-    family, path, model, ids = extracted
-    if family != "gemma3":
-        pytest.skip("post-attention norm only in Gemma 3")
+def test_gemma_post_norm_gain_is_recovered(extracted_gemma3) -> None:
+    family, path, model, ids = extracted_gemma3
     caught = _forward_with_hooks(model, ids, family)
     from sinkscope.extraction.h5layout import open_activations
 
@@ -221,10 +224,8 @@ def test_gemma_post_norm_gain_is_recovered(extracted) -> None:
             np.testing.assert_allclose(r.numpy(), expected_r.numpy(), rtol=1e-12)
 
 
-def test_include_bos_and_summaries(extracted, tmp_path: Path) -> None:
-    family, path, _, _ = extracted
-    if family != "llama":
-        pytest.skip("one family suffices")
+def test_include_bos_and_summaries(extracted_llama, tmp_path: Path) -> None:
+    _, path, _, _ = extracted_llama
     _, per_head = classify_file(path)
     with_bos = analyze_file(path, per_head, [8], include_bos=True)
     without = analyze_file(path, per_head, [8])

@@ -28,10 +28,9 @@ from sinkscope.plotting import MAX_FIGURE_PIXELS
 
 
 @pytest.fixture()
-def combined(extracted) -> dict[str, pl.DataFrame]:
-    family, path, _, _ = extracted
-    if family != "llama":
-        pytest.skip("one family suffices")
+def combined(extracted_llama) -> dict[str, pl.DataFrame]:
+    """One family's tables suffice for the figures (their shapes are tested at the paper's)."""
+    _, path, _, _ = extracted_llama
     _, per_head = classify_file(path)
     # plant: head 0 of every layer is a sink head (BOS mass 0.9), no other head is
     per_head = per_head.with_columns(
