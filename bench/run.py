@@ -58,7 +58,8 @@ from settings import (  # bench/settings.py
 )
 
 from sinkscope.extraction import h5layout
-from sinkscope.extraction.extract import ExtractionSettings, extract_activations
+from sinkscope.extraction.extract import extract_activations
+from sinkscope.extraction.settings import ExtractionSettings
 from sinkscope.prepare.models import PROVENANCE_FILE, base_model, load_model
 from sinkscope.prepare.tokens import prepare_tokens, read_tokens, tokenize_corpus
 

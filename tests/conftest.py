@@ -12,7 +12,8 @@ import pytest
 import torch
 import yaml
 
-from sinkscope.extraction.extract import ExtractionSettings, extract_activations
+from sinkscope.extraction.extract import extract_activations
+from sinkscope.extraction.settings import ExtractionSettings
 from sinkscope.io import write_json
 from sinkscope.prepare.models import load_model, prepare_model
 from sinkscope.prepare.tokens import token_ids_sha256, tokenize_corpus

@@ -110,8 +110,9 @@ def cut_tokens(smk: Any) -> None:
 def extract_activations(smk: Any) -> None:
     import torch
 
-    from sinkscope.extraction.extract import ExtractionSettings, config_digest
     from sinkscope.extraction.extract import extract_activations as extract
+    from sinkscope.extraction.h5write import config_digest
+    from sinkscope.extraction.settings import ExtractionSettings
 
     torch.set_num_threads(max(1, int(smk.threads)))
     extraction = smk.params.extraction

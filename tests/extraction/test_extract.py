@@ -29,16 +29,16 @@ import pytest
 import torch
 
 from sinkscope.extraction import h5layout, h5read
-from sinkscope.extraction.extract import (
+from sinkscope.extraction.batching import (
     CPU_BATCH_BUDGET_BYTES,
-    _to_storage,
     auto_batch_size,
     batch_bytes_per_sequence,
-    extract_activations,
     resolve_batch_size,
     resolve_overlap,
-    rms_norm_cast,
 )
+from sinkscope.extraction.extract import extract_activations
+from sinkscope.extraction.h5write import to_storage
+from sinkscope.extraction.introspection import rms_norm_cast
 from sinkscope.io import partial_siblings
 from sinkscope.prepare.models import ModelShape, architecture_of, decoder_layers, load_model
 from sinkscope.prepare.tokens import token_ids_sha256
@@ -279,7 +279,7 @@ model, tokens, out, writing, entry = sys.argv[1:]
 def stall(*args, **kwargs):
     Path(writing).touch()
     time.sleep(600)
-extract._write_arrays = stall
+extract.write_arrays = stall
 extract.extract_activations(
     Path(model), Path(tokens), Path(out), json.loads(entry), SETTINGS, "cfg", progress=False
 )
@@ -380,14 +380,14 @@ def test_batch_size_and_overlap_settings() -> None:
 
 def test_float16_overflow_names_the_dataset() -> None:
     with pytest.raises(OverflowError, match="attention/residual_update layer 3"):
-        _to_storage(torch.tensor([1.0, 7e4]), "float16", "attention/residual_update layer 3")
+        to_storage(torch.tensor([1.0, 7e4]), "float16", "attention/residual_update layer 3")
     for values in ([-7e4, 1.0], [float("nan"), 1.0], [float("-inf")]):
         with pytest.raises(OverflowError, match="do not fit float16"):
-            _to_storage(torch.tensor(values), "float16", "attention/probs layer 0")
-    assert _to_storage(torch.tensor([-6.5e4, 6.5e4]), "float16", "x").dtype == np.float16
+            to_storage(torch.tensor(values), "float16", "attention/probs layer 0")
+    assert to_storage(torch.tensor([-6.5e4, 6.5e4]), "float16", "x").dtype == np.float16
     with pytest.raises(OverflowError, match="float32"):
-        _to_storage(torch.tensor([1.0, float("nan")]), "float16", "x")
-    stored = _to_storage(torch.tensor([[0.5, -3.0]]), "float16", "x")
+        to_storage(torch.tensor([1.0, float("nan")]), "float16", "x")
+    stored = to_storage(torch.tensor([[0.5, -3.0]]), "float16", "x")
     assert stored.dtype == np.float16
     np.testing.assert_array_equal(stored, [[0.5, -3.0]])
 

@@ -14,7 +14,8 @@ import pytest
 
 from sinkscope.config import ConfigError, validate_config
 from sinkscope.extraction import h5codec, h5layout, h5read
-from sinkscope.extraction.extract import ExtractionSettings, extract_activations
+from sinkscope.extraction.extract import extract_activations
+from sinkscope.extraction.settings import ExtractionSettings
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from sinkscope.extraction import h5layout, h5read
-from sinkscope.extraction.extract import has_learned_sinks, sink_probabilities
+from sinkscope.extraction.introspection import has_learned_sinks, sink_probabilities
 from sinkscope.prepare.models import decoder_layers
 from tests.conftest import extract_tiny
 from tests.extraction.conftest import forward_with_hooks

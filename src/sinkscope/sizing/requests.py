@@ -166,14 +166,14 @@ def estimate(rule: str, config: Mapping[str, Any], facts: ModelFacts | None) -> 
         return Estimate(peak, seconds)
     if rule == "extract_activations":
         assert facts is not None
-        from sinkscope.extraction.extract import CPU_BATCH_BUDGET_BYTES, batch_bytes_per_sequence
+        from sinkscope.extraction.batching import CPU_BATCH_BUDGET_BYTES, batch_bytes_per_sequence
 
         data = facts.n_layers * layer_bytes(facts, n, t1)
         per_sequence = batch_bytes_per_sequence(facts, t1)
         requested = extraction["batch_size"]
         if requested != "auto":
             batch = min(n, int(requested))
-        elif gpus:  # half the free GPU memory (extract.auto_batch_size): at most all N
+        elif gpus:  # half the free GPU memory (extraction.batching.auto_batch_size): at most all N
             batch = n
         else:
             batch = max(1, min(n, CPU_BATCH_BUDGET_BYTES // per_sequence))
