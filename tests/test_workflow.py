@@ -464,3 +464,30 @@ def test_a_damaged_activation_file_names_the_command_that_rebuilds_it(
     rerun = snakemake(run, *command, download_dir=download_dir)
     assert job_counts(rerun.stderr) == {"extract_activations": 1, "classify_heads": 1, "total": 2}
     assert pl.read_parquet(run / head_table).height == 30 * 9
+
+
+@pytest.mark.integration
+def test_a_changed_tolerance_reruns_only_the_claims(
+    tiny_run: Path, download_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 35 item 5: the claims are decided in the claims rule alone, so changing any
+    tolerance (one per analysis group here, and the geometry bound that the statements table
+    once read) leaves every analysis and summary up to date and reruns only ``claims``."""
+    overlay = tmp_path / "tolerances.yaml"
+    overlay.write_text(
+        yaml.safe_dump(
+            {
+                "claims": {
+                    "oversmoothing": {"most": 0.7, "approximation_error": 0.2},
+                    "geometry": {"bos_cosine_max": 0.1},
+                    "heads": {"sink_min_fraction": 0.2},
+                    "streaming": {"sharp_ppl_ratio": 3.0},
+                }
+            }
+        )
+    )
+    result = snakemake(
+        tiny_run, "-n", "--configfile", str(TINY), str(overlay), download_dir=download_dir
+    )
+    counts = job_counts(result.stdout)
+    assert counts == {"claims": 1, "all": 1, "total": 2}, result.stdout[-3000:]  # all: the target

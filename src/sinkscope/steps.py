@@ -237,7 +237,6 @@ def analyze_geometry_long_context(smk: Any) -> None:
 
 def summarize_geometry(smk: Any) -> None:
     from sinkscope.claims.checks.geometry import geometry_statements
-    from sinkscope.claims.tolerances import resolve_tolerances
     from sinkscope.geometry.plots import summary_figures
     from sinkscope.geometry.summary import long_context_table, summarize
     from sinkscope.paths import (
@@ -248,8 +247,7 @@ def summarize_geometry(smk: Any) -> None:
 
     pairs = _read_tables(list(smk.input), GEOMETRY_TABLES + GEOMETRY_LONG_CONTEXT_TABLES)
     summary = summarize(pairs)
-    tolerances = resolve_tolerances(smk.params.tolerances)["geometry"]
-    summary["statements"] = geometry_statements(summary, pairs, tolerances["bos_cosine_max"])
+    summary["statements"] = geometry_statements(summary, pairs)
     _write_tables(summary, smk.output, GEOMETRY_SUMMARY_TABLES)
     figures = summary_figures(summary, pairs, long_context_table(pairs), "pooled over datasets")
     _draw(figures, smk.output)
@@ -290,7 +288,6 @@ def analyze_oversmoothing(smk: Any) -> None:
         settings["uniformity_threshold"],
         include_bos=settings["include_bos"],
     )
-    tables["claims"] = _oversmoothing_claims(tables["summary"], smk)
     _write_tables(tables, smk.output, OVERSMOOTHING_TABLES)
     _plot_oversmoothing(tables, smk, settings["uniformity_threshold"])
 
@@ -300,18 +297,8 @@ def summarize_oversmoothing(smk: Any) -> None:
     from sinkscope.paths import OVERSMOOTHING_TABLES
 
     summary = summarize(_read_tables(list(smk.input), OVERSMOOTHING_TABLES))
-    summary["claims"] = _oversmoothing_claims(summary["summary"], smk)
     _write_tables(summary, smk.output, OVERSMOOTHING_TABLES)
     _plot_oversmoothing(summary, smk, smk.params.uniformity_threshold)
-
-
-def _oversmoothing_claims(summary: pl.DataFrame, smk: Any) -> pl.DataFrame:
-    """The stage's per-pair ``claims`` table, decided by :mod:`sinkscope.claims` with the
-    config's tolerances."""
-    from sinkscope.claims.checks.oversmoothing import pair_claims
-    from sinkscope.claims.tolerances import resolve_tolerances
-
-    return pair_claims(summary, resolve_tolerances(smk.params.tolerances)["oversmoothing"])
 
 
 def _plot_oversmoothing(

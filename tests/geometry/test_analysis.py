@@ -155,7 +155,7 @@ def test_analyze_file_matches_direct_recomputation(extracted, tmp_path: Path) ->
     assert (half["n_sequences"] == 2 * n_seq).all() and (half["dataset"] == "all").all()
     ranks = summary["value_rank"]
     assert set(ranks["dataset"].to_list()) == {"random", "copy", "all"}
-    statements = geometry_statements(summary, [tables, other], 0.0)
+    statements = geometry_statements(summary, [tables, other])
     assert statements.height == 5
 
     # every figure renders from these tables

@@ -401,7 +401,7 @@ def test_the_summary_decides_the_claim_on_the_long_table(extracted, tmp_path: Pa
     z[:, 0] = z[:, 1:].mean(axis=1)  # in the hull: not representable
     long = _long_rows(z, model, dataset)
     pairs = [{**tables, LONG_CONTEXT_TABLE: long}]
-    statements = geometry_statements(summarize(pairs), pairs, 0.0)
+    statements = geometry_statements(summarize(pairs), pairs)
     statement = statements.filter(pl.col("claim") == "sink_representable")
     assert statement["basis"].to_list() == [BASIS_LONG_CONTEXT]
     assert statement["n_cases"].to_list() == [2] and statement["n_trivial"].to_list() == [0]
@@ -413,7 +413,7 @@ def test_the_summary_decides_the_claim_on_the_long_table(extracted, tmp_path: Pa
     (c,) = counts.iter_rows(named=True)
     assert c["long_frac_representable_nontrivial"] == row["value"] == 0.0
     # without the long table the same summary falls back to the extraction's sequences
-    plain = geometry_statements(summarize([tables]), [tables], 0.0).filter(
+    plain = geometry_statements(summarize([tables]), [tables]).filter(
         pl.col("claim") == "sink_representable"
     )
     assert plain["basis"].to_list() == [BASIS_ATTENDING]

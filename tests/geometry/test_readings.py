@@ -206,7 +206,7 @@ def test_figures_print_the_claim_numbers(extracted, tmp_path: Path) -> None:
     other = {name: frame.with_columns(dataset=pl.lit("copy")) for name, frame in tables.items()}
     summary = summarize([tables, other])
     tolerances = TL.resolve_tolerances(None)["geometry"]
-    statements = GC.geometry_statements(summary, [tables, other], tolerances["bos_cosine_max"])
+    statements = GC.geometry_statements(summary, [tables, other])
     out = tmp_path / "figs"
 
     # Figure 1 <-> geometry.bos_cosine_below_zero
@@ -221,19 +221,21 @@ def test_figures_print_the_claim_numbers(extracted, tmp_path: Path) -> None:
     assert row["value"] == b["mid_max_all"]
     assert row["reason"] == bos_max_statement(b)
     assert f"{b['n_mid_below_from2']}/{b['n_middle']} below" in row["measured"]
-    # the statements table reads the claim's readings, under the claim's tolerance
+    # the statements table reads the claim's readings at Fig. 1's own bound, zero (the claim's
+    # tolerance is the claims rule's alone); the claim reads them at its tolerance
+    (statement,) = statements.filter(
+        pl.col("claim") == "bos_cosine_max_below_zero_middle_layers"
+    ).iter_rows(named=True)
+    (at_zero,) = GC.bos_cosine_readings(summary["bos_alignment"], 0.0)[1].iter_rows(named=True)
+    assert GC.STATEMENT_BOS_COSINE_BOUND == 0.0
+    assert statement["statement"] == bos_max_statement(at_zero)
+    assert statement["value"] == at_zero["n_mid_below_all"] / at_zero["n_middle"]
     for bound in (tolerances["bos_cosine_max"], 0.5):
         (claim_row,) = GC.check_bos_cosine_middle_layers(summary["bos_alignment"], bound)
-        (statement,) = (
-            GC.geometry_statements(summary, [tables, other], bound)
-            .filter(pl.col("claim") == "bos_cosine_max_below_zero_middle_layers")
-            .iter_rows(named=True)
-        )
         (reading,) = GC.bos_cosine_readings(summary["bos_alignment"], bound)[1].iter_rows(
             named=True
         )
-        assert statement["statement"] == claim_row["reason"] == bos_max_statement(reading)
-        assert statement["value"] == reading["n_mid_below_all"] / reading["n_middle"]
+        assert claim_row["reason"] == bos_max_statement(reading)
         assert claim_row["verdict"] == (
             V.REPRODUCED if reading["n_mid_below_all"] == reading["n_middle"] else V.NOT_REPRODUCED
         )

@@ -56,9 +56,6 @@ rule summarize_geometry:
     output:
         **summary_tables_of("geometry", GEOMETRY_SUMMARY_TABLES),
         **summary_figures_of("geometry", GEOMETRY_FIGURES, "Sink geometry"),
-    params:
-        # the statements table (sinkscope.claims): the geometry tolerances only
-        tolerances={"geometry": config["claims"]["geometry"]},
     priority: PRIORITY["summarize_geometry"]
     log:
         paths.log("summarize_geometry", "all"),

@@ -12,8 +12,6 @@ rule analyze_oversmoothing:
     params:
         oversmoothing=config["oversmoothing"],
         thresholds=config["head_classes"],
-        # the per-pair claims table (sinkscope.claims): the oversmoothing tolerances only
-        tolerances={"oversmoothing": config["claims"]["oversmoothing"]},
     priority: PRIORITY["analyze_oversmoothing"]
     log:
         paths.log("analyze_oversmoothing", "{model}/{dataset}"),
@@ -35,8 +33,6 @@ rule summarize_oversmoothing:
     params:
         uniformity_threshold=config["oversmoothing"]["uniformity_threshold"],
         thresholds=config["head_classes"],
-        # the per-pair claims table (sinkscope.claims): the oversmoothing tolerances only
-        tolerances={"oversmoothing": config["claims"]["oversmoothing"]},
     priority: PRIORITY["summarize_oversmoothing"]
     log:
         paths.log("summarize_oversmoothing", "all"),

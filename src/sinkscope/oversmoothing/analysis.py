@@ -118,8 +118,7 @@ post-norm, through the fitted
 norm, so it equals ``post_norm_fit_rel_err``), ``output_bias_norm`` (``||b_O||``, an
 output-projection bias such as GPT-2's), ``probs_upper_max`` and ``probs_row_sum_max_err``.
 ``summary`` and ``conditions``: see :func:`~sinkscope.oversmoothing.summary.summary_tables`
-(the stage's ``claims`` table is :func:`sinkscope.claims.checks.oversmoothing.pair_claims` of
-``summary``, written by the rule).
+(the claims on them are decided in the ``claims`` rule alone).
 
 Performance (issue 9): one layer at a time. A layer's stored tensors are decompressed once
 and held (:class:`_LayerData`, about one layer's stored data, with the values recomputed once),

@@ -19,9 +19,9 @@ __all__ = [
 #: Tables of one pair (rule ``analyze_oversmoothing``) and of the summary (rule
 #: ``summarize_oversmoothing``): the keys of
 #: :func:`~sinkscope.oversmoothing.analysis.analyze_file` and
-#: :func:`~sinkscope.oversmoothing.summary.summarize`, and ``claims``
-#: (:func:`sinkscope.claims.checks.oversmoothing.pair_claims` of ``summary``).
-TABLES = ("per_head", "per_layer", "summary", "conditions", "claims")
+#: :func:`~sinkscope.oversmoothing.summary.summarize` (the claims on them are decided in the
+#: ``claims`` rule alone, :mod:`sinkscope.claims.checks.oversmoothing`).
+TABLES = ("per_head", "per_layer", "summary", "conditions")
 #: Figures of one pair and of the summary (``paths.OVERSMOOTHING_FIGURES``), named after the
 #: paper's figures; each is written to ``<name>.png``.
 FIGURES = (

@@ -2,8 +2,8 @@
 (paper §5, App. E.1): head means of ``rho`` (Fig. 2), condition counts and sign agreement
 (Figs. 8-9), the approximation's offset (Fig. 2 left), the ``summary`` and ``conditions``
 tables and :func:`summarize` (several pairs plus a pooled pseudo-dataset). Numbers only: the
-claims read off them are decided in :mod:`sinkscope.claims.checks.oversmoothing` (also the
-stage's per-pair ``claims`` table, :func:`~sinkscope.claims.checks.oversmoothing.pair_claims`).
+claims read off them are decided in :mod:`sinkscope.claims.checks.oversmoothing`, in the
+``claims`` rule alone (a tolerance changed reruns only it).
 """
 
 from __future__ import annotations

@@ -406,20 +406,25 @@ def sink_representable_statements(
     return pl.DataFrame(rows, schema=STATEMENT_SCHEMA)
 
 
+#: The bound of the statement ``bos_cosine_max_below_zero_middle_layers``: Fig. 1's own "below
+#: zero" (the claim ``geometry.bos_cosine_below_zero`` takes its bound from the config, in the
+#: claims rule, so that a changed tolerance reruns only that rule).
+STATEMENT_BOS_COSINE_BOUND = 0.0
+
+
 def geometry_statements(
     summary: Mapping[str, pl.DataFrame],
     tables_by_pair: Sequence[Mapping[str, pl.DataFrame]],
-    bos_cosine_max: float,
 ) -> pl.DataFrame:
     """The geometry stage's ``statements`` table: one row per (model, claim) with a number and a
     sentence, pooled over datasets.
 
     ``summary``: the tables of :func:`sinkscope.geometry.summary.summarize` (``bos_alignment``,
     ``value_rank``, ``bos_value_norm_classes``, ``bos_residual_norm``); ``tables_by_pair``: its
-    input (the pairs' ``halfspace`` tables and long-context tables); ``bos_cosine_max``: the
-    tolerance of ``geometry.bos_cosine_below_zero``. Rows per model:
+    input (the pairs' ``halfspace`` tables and long-context tables). Rows per model:
     ``bos_cosine_max_below_zero_middle_layers`` (share of the middle layers whose maximum cosine is
-    below the bound, on :func:`bos_cosine_readings`, the claim's readings),
+    below zero, :data:`STATEMENT_BOS_COSINE_BOUND`, on :func:`bos_cosine_readings`, the claim's
+    readings),
     ``sink_representable`` (:func:`sink_representable_statements`, also ``n_cases``,
     ``n_trivial`` and ``basis``), ``value_rank_middle_layers`` (median of the middle layers'
     medians, Figure 12), ``sink_heads_switch_off`` (the ``is_sink`` ratio of
@@ -432,7 +437,7 @@ def geometry_statements(
     alignment = summary["bos_alignment"]
     value_rank, vo_classes = summary["value_rank"], summary["bos_value_norm_classes"]
     residual = summary["bos_residual_norm"]
-    _, readings = bos_cosine_readings(alignment, bos_cosine_max)
+    _, readings = bos_cosine_readings(alignment, STATEMENT_BOS_COSINE_BOUND)
     representable = sink_representable_statements(
         pair_table(tables_by_pair, "halfspace"), long_context_table(tables_by_pair)
     )

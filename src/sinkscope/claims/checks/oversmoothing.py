@@ -2,8 +2,7 @@
 
 The approximation of attention by its mean (Fig. 7), the similarity differences of Figs. 5-6,
 conditions (i) and (ii) of Figs. 8-9, the predicted signs and the positive similarity. Each
-claim's verdict is one function (``*_holds``), called by its ``check_*`` and by
-:func:`pair_claims`, the stage's per-pair ``claims`` table, so the two never disagree.
+claim's verdict is one function (``*_holds``), called by its ``check_*``.
 """
 
 from __future__ import annotations
@@ -38,7 +37,6 @@ from sinkscope.labels import POOLED
 # them) does not load torch.
 
 __all__ = [
-    "PAIR_CLAIMS_SCHEMA",
     "approximation_holds",
     "check_approximation_every_head",
     "check_approximation_most_heads",
@@ -55,11 +53,8 @@ __all__ = [
     "condition_ii_holds",
     "difference",
     "difference_holds",
-    "pair_claims",
-    "predicted_signs_hold",
     "relative_offset_holds",
     "similarity_positive",
-    "worst_error",
 ]
 
 
@@ -80,14 +75,6 @@ def _missing(x: float | None) -> bool:
 
 
 # --------------------------------------------------------------------------- readings, verdicts
-
-
-def worst_error(summary_row: Mapping[str, Any]) -> float:
-    """Fig. 7 on a summary row: the largest ``|rho - rho_hat|`` over its heads for ``X + WZ``.
-    For ``X`` the approximation is an identity here (the moments come from the same tokens, whose
-    norms the input norm equalises), so its error is no evidence: it is a sanity check
-    (:mod:`sinkscope.claims.sanity`), not half of the verdict."""
-    return float(summary_row["max_abs_err_xwz"])
 
 
 def approximation_holds(worst: float, approximation_error: float) -> bool:
@@ -127,11 +114,6 @@ def condition_ii_holds(frac: float | None, few_max_fraction: float) -> bool | No
     return None if _missing(frac) else frac <= few_max_fraction
 
 
-def predicted_signs_hold(agree: float | None, most: float) -> bool | None:
-    """§5 / Figs. 8-9: "most" heads follow the predicted signs: ``agree > most``."""
-    return None if _missing(agree) else agree > most
-
-
 def similarity_positive(min_rho: float | None) -> bool | None:
     """App. E.1 / Fig. 4: the smallest average cosine is ``> 0`` (the paper's own bound)."""
     return None if min_rho is None else min_rho > 0
@@ -160,7 +142,7 @@ def _heads_setting(h: pl.DataFrame) -> str:
 
 def _head_errors(group: Mapping[str, Any]) -> pl.Series:
     """The heads' ``|rho - rho_hat|`` for ``X + WZ`` (for ``X`` it is an identity, see
-    :func:`worst_error`)."""
+    :mod:`sinkscope.claims.sanity`)."""
     return group["heads"]["abs_err_xwz"]
 
 
@@ -171,7 +153,7 @@ def check_approximation_every_head(
 ) -> list[Row]:
     """App. E.1 / Fig. 7: ``|rho - rho_hat|`` (approximation (2) of Theorem 5.1) is below
     ``approximation_error`` (paper: 0.1) for every head, for ``X + WZ`` (``X``: an identity, a
-    sanity check; :func:`worst_error`), at each pair's largest context length (the paper's Fig. 7
+    sanity check; :mod:`sinkscope.claims.sanity`), at each pair's largest context length (the paper's Fig. 7
     uses 512). A failing pair's reason names the failing heads by layer, the other layers'
     error, and whether the failing layers are the pair's known ``events``
     (:func:`sinkscope.claims.events.coincidence`: BOS's norm jump, the massive-activation
@@ -214,7 +196,7 @@ def check_approximation_most_heads(
 ) -> list[Row]:
     """§5: the approximation is accurate "for most individual attention heads": more than
     ``most`` of the heads have ``|rho - rho_hat| < approximation_error`` for ``X + WZ`` (``X``:
-    an identity, :func:`worst_error`)."""
+    an identity, :mod:`sinkscope.claims.sanity`)."""
 
     def reading(g: Mapping[str, Any]) -> Reading:
         frac = float((_head_errors(g) < approximation_error).mean())
@@ -241,7 +223,7 @@ def check_mean_approximation(
     between the solid (empirical) and the dashed (approximation) curve, relative to the empirical
     curve's whole change across ``T'`` (``max - min``). Holds if that ratio is at most
     ``approximation_relative_offset`` for ``X + WZ`` (:func:`relative_offset_holds`; ``X`` is an
-    identity here, :func:`worst_error`, so its gap is shown in the reason only). An
+    identity here, :mod:`sinkscope.claims.sanity`, so its gap is shown in the reason only). An
     absolute bound would not do: the head-averaged curves change by only a few hundredths across
     ``T'`` here, so an offset as large as the whole curve would pass Fig. 7's per-head 0.1."""
     require(
@@ -433,7 +415,7 @@ def check_predicted_signs(summary: pl.DataFrame, most: float, level: float = 0.9
     """§5 / Figs. 8-9: the monotonicity predicted by Theorem 5.1 mostly holds: among the non-sink
     heads with a prediction (condition (i) or (ii) for ``s_l W``), the share whose ``rho``
     changes with the predicted sign both from ``X+WZ`` to ``X+WZA^T`` (Fig. 8) and on to
-    ``X+WZA_u^T`` (Fig. 9) is > ``most`` (:func:`predicted_signs_hold`; App. E.1: "Both
+    ``X+WZA_u^T`` (Fig. 9) is > ``most`` (App. E.1: "Both
     quantities should be positive when ... negative when ..."), and higher than the base rate:
     the share of the heads *without* a prediction that change that way anyway
     (``base_agree_both_s``, :func:`sinkscope.oversmoothing.summary.condition_exprs`). When every
@@ -530,122 +512,3 @@ def check_similarity_stays_positive(summary: pl.DataFrame) -> list[Row]:
         )
     ]
     return rows_per(groups, "min over layers and T' of rho > 0", reading)
-
-
-# --------------------------------------------------------------------------- per-pair table
-
-#: Columns of :func:`pair_claims` (the oversmoothing stage's ``claims`` table).
-PAIR_CLAIMS_SCHEMA: dict[str, Any] = {
-    "model": pl.String,
-    "dataset": pl.String,
-    "context_length": pl.Int64,
-    "claim": pl.String,
-    "value": pl.Float64,
-    "holds": pl.Boolean,
-}
-
-
-def pair_claims(summary: pl.DataFrame, tolerances: Mapping[str, Any]) -> pl.DataFrame:
-    """The paper's oversmoothing statements per pair, at its largest context length: the
-    ``claims`` table of the rules ``analyze_oversmoothing`` and ``summarize_oversmoothing``.
-
-    ``summary``: the ``summary`` table of :func:`sinkscope.oversmoothing.analysis.analyze_file`
-    or :func:`sinkscope.oversmoothing.summary.summarize` (rows kept in its order);
-    ``tolerances``: the ``oversmoothing`` group of the claims' tolerances. A quick per-pair view
-    of the ``oversmoothing.*`` claims with the readings and verdict functions of their checks:
-    Fig. 7 on the summary row (:func:`worst_error`; ``check_approximation_every_head`` reads the
-    per-head table), Fig. 2 left (:func:`relative_offset_holds`), the differences of Fig. 2
-    right (:func:`difference`), Figs. 8-9 (:func:`condition_i_holds`, :func:`condition_ii_holds`,
-    :func:`predicted_signs_hold`: the point reading; the claims table's
-    :func:`check_predicted_signs` also weighs its interval and the base rate) and Fig. 4 at that
-    context length (:func:`similarity_positive`;
-    the claim takes the minimum over every ``T'``). Columns :data:`PAIR_CLAIMS_SCHEMA`: ``claim``,
-    ``value``, ``holds`` (null: not applicable)."""
-    from sinkscope.oversmoothing.summary import approximation_offsets
-
-    err, rel_max = tolerances["approximation_error"], tolerances["approximation_relative_offset"]
-    gap, half = tolerances["min_difference"], tolerances["half_band"]
-    few, most = tolerances["few_max_fraction"], tolerances["most"]
-    offsets = {
-        (r["model"], r["dataset"]): r["rel_offset_xwz"]
-        for r in approximation_offsets(summary).iter_rows(named=True)
-    }
-    rows = []
-    largest = summary.filter(
-        pl.col("context_length") == pl.col("context_length").max().over("model", "dataset")
-    )
-    for r in largest.iter_rows(named=True):
-        worst = worst_error(r)
-        rel = offsets[(r["model"], r["dataset"])]
-        w_drop = difference(r, "mean_rho_x", "mean_rho_xwz_s")
-        raise_attn = difference(r, "mean_increase_attn_s", None)
-        dense = difference(r, "mean_increase_attn_s_dense", "mean_increase_attn_s")
-        unif = difference(r, "mean_increase_unif_s", "mean_increase_attn_s")
-        frac_i, frac_ii = r["frac_cond_i_s_non_sink"], r["frac_cond_ii_s_non_sink"]
-        claims = [
-            (
-                f"Fig. 7: |rho - rho_hat| for X + WZ stays below {err:g} for every head",
-                worst,
-                approximation_holds(worst, err),
-            ),
-            (
-                (
-                    "Fig. 2 left: largest gap between the head-averaged empirical X + WZ curve "
-                    f"and approximation (2) at most {rel_max:g} x the curve's range across T'"
-                ),
-                rel,
-                relative_offset_holds(rel, rel_max),
-            ),
-            (
-                "Fig. 2 right: W decreases rho on average (rho(X) - rho(X + s_l WZ) > 0)",
-                w_drop,
-                difference_holds(w_drop, gap),
-            ),
-            (
-                "Fig. 2 right: attention raises rho on average (rho(X + s_l WZA^T) > rho(X))",
-                raise_attn,
-                difference_holds(raise_attn, gap),
-            ),
-            (
-                "Fig. 2 right: the increase is larger for heads with u > threshold",
-                dense,
-                difference_holds(dense, gap),
-            ),
-            (
-                "Fig. 2 right: uniform attention raises rho more than learned attention",
-                unif,
-                difference_holds(unif, gap),
-            ),
-            (
-                "Figs. 8-9: roughly half of the non-sink heads satisfy condition (i)",
-                frac_i,
-                condition_i_holds(frac_i, half),
-            ),
-            (
-                "Figs. 8-9: few non-sink heads satisfy condition (ii) (for s_l W)",
-                frac_ii,
-                condition_ii_holds(frac_ii, few),
-            ),
-            (
-                "Figs. 8-9: most non-sink heads with a prediction follow both predicted signs",
-                r["agree_both_s"],
-                predicted_signs_hold(r["agree_both_s"], most),
-            ),
-            (
-                "Fig. 4: token cosine similarity stays positive across layers",
-                r["min_rho_layers"],
-                similarity_positive(r["min_rho_layers"]),
-            ),
-        ]
-        for claim, value, holds in claims:
-            rows.append(
-                {
-                    "model": r["model"],
-                    "dataset": r["dataset"],
-                    "context_length": r["context_length"],
-                    "claim": claim,
-                    "value": None if value is None else float(value),
-                    "holds": None if holds is None else bool(holds),
-                }
-            )
-    return pl.DataFrame(rows, schema=PAIR_CLAIMS_SCHEMA)
