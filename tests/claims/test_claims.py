@@ -1404,11 +1404,9 @@ def test_the_x_identity_is_a_sanity_check_not_half_of_a_verdict() -> None:
     assert set(verdict["verdict"]) == {V.NOT_REPRODUCED}
 
 
-def test_a_failing_per_head_check_names_where_it_fails() -> None:
-    """Gemma 3's case: every head of one layer fails the approximation, the rest is close; the
-    reason names the layer as a whole and gives the other layers' errors."""
-    from sinkscope.claims.verdicts import where_heads
-
+def _layer_one_fails() -> pl.DataFrame:
+    """A per-head table of 3 layers x 4 heads whose X+WZ error is 0.3 in every head of layer 1
+    and 0.003 elsewhere (Gemma 3's case)."""
     rows = [
         {"layer": layer, "head": head, "abs_err_xwz": 0.3 if layer == 1 else 0.003}
         for layer in range(3)
@@ -1416,7 +1414,15 @@ def test_a_failing_per_head_check_names_where_it_fails() -> None:
     ]
     per_head, _ = oversmoothing_tables([0.5] * 3, [0.6] * 3, [0.01, 0.02, 0.03])
     base = per_head.head(1).drop("layer", "head", "abs_err_xwz")
-    planted = pl.DataFrame(rows).join(base, how="cross").select(per_head.columns)
+    return pl.DataFrame(rows).join(base, how="cross").select(per_head.columns)
+
+
+def test_a_failing_per_head_check_names_where_it_fails() -> None:
+    """Gemma 3's case: every head of one layer fails the approximation, the rest is close; the
+    reason names the layer as a whole and gives the other layers' errors."""
+    from sinkscope.claims.verdicts import where_heads
+
+    planted = _layer_one_fails()
     rows = OC.check_approximation_every_head(planted, 0.1)
     (row,) = [r for r in rows if r["dataset"] == "d"]
     assert row["verdict"] == V.NOT_REPRODUCED
@@ -1440,14 +1446,7 @@ def test_a_failing_layer_is_matched_with_the_known_events_of_its_model() -> None
     activations start; an event elsewhere is named as not a failing layer."""
     from sinkscope.claims.events import bos_norm_jumps, events_by_pair, massive_onsets
 
-    rows = [
-        {"layer": layer, "head": head, "abs_err_xwz": 0.3 if layer == 1 else 0.003}
-        for layer in range(3)
-        for head in range(4)
-    ]
-    per_head, _ = oversmoothing_tables([0.5] * 3, [0.6] * 3, [0.01, 0.02, 0.03])
-    base = per_head.head(1).drop("layer", "head", "abs_err_xwz")
-    planted = pl.DataFrame(rows).join(base, how="cross").select(per_head.columns)
+    planted = _layer_one_fails()
     # a rise x27.5 at layer 1 beats x1.5 at layer 2 (ratios, not differences: 27.5 -> 41)
     norms = _bos_residual_norm("m", "d", [1.0, 27.5, 41.0])
     assert bos_norm_jumps(norms) == {("m", "d"): (1, 1.0, 27.5)}
