@@ -1088,6 +1088,37 @@ def test_other_switch_replaces_sink_on_planted_setups() -> None:
     assert verdicts(alone) == [V.NOT_APPLICABLE] and "select: switch" in alone[0]["reason"]
 
 
+def test_flip_rate_decreases_over_seeds_needs_every_seed() -> None:
+    """Issue 34 item 3, seed-to-seed spread: three seeds, two of which drop the flip rate by
+    0.8 while the third raises it by 0.1. Pooled over the 6,000 attacked sequences the drop is
+    0.5 with a narrow Newcombe interval, but a resample of the seeds can draw the third one three
+    times (1/27 > 2.5%), so the bootstrap over seeds reaches below the tolerance: inconclusive,
+    "needs more seeds". With the third seed like the others the claim is reproduced."""
+    rates = {0: (0.9, 0.1), 1: (0.9, 0.1), 2: (0.5, 0.6)}
+    final = pl.DataFrame(
+        [
+            {"n_heads": h, "n_layers": 1, "seed": seed, "flip_rate": rate, "attacked": 1000}
+            for seed, (low, high) in rates.items()
+            for h, rate in ((1, low), (4, high))
+        ]
+    )
+    (heads,) = [r for r in DC.check_flip_rate_decreases(final, 0.1) if "n_heads" in r["setting"]]
+    assert heads["value"] == pytest.approx(0.5)
+    newcombe = newcombe_difference(2300, 3000, 800, 3000)
+    assert newcombe[0] > 0.1  # the attacked sequences alone would decide it
+    assert heads["verdict"] == V.INCONCLUSIVE and "needs more seeds" in heads["reason"]
+    assert "bootstrap over 3 training seeds" in heads["interval"]
+    assert heads["ci_low"] == pytest.approx(-0.1) and heads["ci_high"] == pytest.approx(0.8)
+    assert "the drop per seed: +0.800, +0.800, -0.100" in heads["reason"]
+    steady = final.with_columns(
+        flip_rate=pl.when(pl.col("seed") == 2)
+        .then(pl.when(pl.col("n_heads") == 1).then(0.85).otherwise(0.15))
+        .otherwise(pl.col("flip_rate"))
+    )
+    (heads,) = [r for r in DC.check_flip_rate_decreases(steady, 0.1) if "n_heads" in r["setting"]]
+    assert heads["verdict"] == V.REPRODUCED
+
+
 def test_flip_rate_decreases() -> None:
     """Flips pooled over the runs of a level (sampling unit: the attacked sequence), the drop's
     Newcombe interval against the tolerance: reproduced above it, not reproduced below it,

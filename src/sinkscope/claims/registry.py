@@ -484,6 +484,7 @@ CLAIMS: tuple[Claim, ...] = (
             tb["dynamics_classification_final"],
             t["dynamics"]["min_difference"],
             t["intervals"]["level"],
+            t["intervals"],
         ),
     ),
 )

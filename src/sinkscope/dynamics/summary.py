@@ -181,8 +181,9 @@ def flip_rate_trend(final: pl.DataFrame, factor: str) -> dict[str, Any]:
     (at the largest), "low_runs" / "high_runs" (their numbers of runs)}``; ``low`` / ``high`` are
     ``None`` with fewer than two levels. With the runs' ``attacked`` counts the rate of a level
     is its runs' flips pooled (:func:`pooled_flips`; the sampling unit is the attacked
-    sequence), and ``low_counts`` / ``high_counts`` are its ``(flipped, attacked)``; without
-    them, the mean of the runs' rates.
+    sequence), and ``low_counts`` / ``high_counts`` are its ``(flipped, attacked)``, with
+    ``low_by_seed`` / ``high_by_seed`` the same per training seed (``{seed: (flipped,
+    attacked)}``, where the runs have a ``seed``); without them, the mean of the runs' rates.
     """
     fig21 = final
     if {"vocab_size", "use_mlp", "use_layernorm"} <= set(final.columns):
@@ -204,6 +205,11 @@ def flip_rate_trend(final: pl.DataFrame, factor: str) -> dict[str, Any]:
                 flipped, attacked = pooled_flips(part)
                 out[key] = flipped / attacked
                 out[f"{key}_counts"] = (flipped, attacked)
+                if "seed" in part.columns:
+                    out[f"{key}_by_seed"] = {
+                        int(seed): pooled_flips(runs_of_seed)
+                        for (seed,), runs_of_seed in part.group_by("seed", maintain_order=True)
+                    }
             else:
                 out[key] = float(part["flip_rate"].mean())
     return out

@@ -9,15 +9,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import polars as pl
 
-from sinkscope.claims.intervals import needed_units, newcombe_difference
+from sinkscope.claims.intervals import bootstrap_interval, needed_units, newcombe_difference
+from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
     SYNTHETIC,
     Interval,
     Reading,
     Row,
+    combine,
     decide,
     needed_text,
     not_applicable,
@@ -39,6 +42,8 @@ __all__ = [
     "check_softmax_sinks_emerge",
     "check_square_does_not_polarize",
     "check_unnormalized_do_not_polarize",
+    "pooled_drop",
+    "seed_drops",
 ]
 
 
@@ -259,8 +264,28 @@ def check_other_switch_replaces_sink(
     )
 
 
+def seed_drops(
+    by_seed_low: Mapping[int, tuple[int, int]], by_seed_high: Mapping[int, tuple[int, int]]
+) -> np.ndarray:
+    """``(seeds, 4)``: per training seed run at both levels, ``flipped, attacked`` at the low and
+    at the high level (the units of the bootstrap over seeds)."""
+    seeds = sorted(set(by_seed_low) & set(by_seed_high))
+    return np.array([[*by_seed_low[s], *by_seed_high[s]] for s in seeds], dtype=np.float64).reshape(
+        len(seeds), 4
+    )
+
+
+def pooled_drop(units: np.ndarray) -> float:
+    """The pooled flip rate at the low level minus the one at the high level of ``units``
+    (:func:`seed_drops` rows)."""
+    return float(units[:, 0].sum() / units[:, 1].sum() - units[:, 2].sum() / units[:, 3].sum())
+
+
 def check_flip_rate_decreases(
-    final: pl.DataFrame, min_difference: float, level: float = 0.95
+    final: pl.DataFrame,
+    min_difference: float,
+    level: float = 0.95,
+    intervals: Mapping[str, Any] | None = None,
 ) -> list[Row]:
     """Value-softmax paper, Fig. 21: more heads or more layers make the classifier harder to flip
     with one adversarial token: the final flip rate at the smallest number of heads (layers)
@@ -272,8 +297,12 @@ def check_flip_rate_decreases(
     attacked): the flips of the runs at one level are pooled into one proportion, and the
     difference of the two proportions gets Newcombe's score interval at ``level``
     (:func:`sinkscope.claims.intervals.newcombe_difference`); the verdict is decided on it
-    (:func:`sinkscope.claims.verdicts.decide`). With one seed per level the interval covers the
-    attack's sampling only, not seed-to-seed spread; the reason says how many runs it rests on."""
+    (:func:`sinkscope.claims.verdicts.decide`). That interval covers the attack's sampling only.
+    Where two or more training seeds ran at both levels, the seed-to-seed spread is tested too: a
+    percentile bootstrap over the seeds (each resample pools the flips of the drawn seeds,
+    :func:`pooled_drop`; ``intervals``: the config's ``claims.intervals``) must also lie above
+    ``min_difference``, and the row reports that interval (with three seeds its lower end is
+    about the worst seed's drop). With one seed the reason says so."""
     from sinkscope.dynamics.summary import flip_rate_trend
 
     require(final, ["n_heads", "n_layers", "flip_rate", "attacked"], "classification final")
@@ -311,7 +340,32 @@ def check_flip_rate_decreases(
             f"flip rate {lo:.3f} ({k_low}/{n_low}) with {factor}={levels[0]}, {hi:.3f} "
             f"({k_high}/{n_high}) with {factor}={levels[-1]} ({runs_low} + {runs_high} runs)"
         )
-        if verdict == INCONCLUSIVE:
+        units = seed_drops(trend.get("low_by_seed") or {}, trend.get("high_by_seed") or {})
+        if units.shape[0] >= 2:
+            settings = {**DEFAULT_TOLERANCES["intervals"], **(intervals or {}), "level": level}
+            s_low, s_high = bootstrap_interval(
+                units, pooled_drop, int(settings["n_resamples"]), int(settings["seed"]), level
+            )
+            over_seeds = Interval(
+                s_low,
+                s_high,
+                f"bootstrap over {units.shape[0]} training seeds, {int(settings['n_resamples'])} "
+                f"resamples (Newcombe over the attacked sequences: {low:+.3f} to {high:+.3f})",
+                level,
+            )
+            by_seed = ", ".join(f"{pooled_drop(units[i : i + 1]):+.3f}" for i in range(len(units)))
+            reason += f"; the drop per seed: {by_seed}"
+            seed_verdict = decide(over_seeds, min_difference, above=True, strict=True)
+            verdict = combine([verdict, seed_verdict])
+            interval = over_seeds
+            if seed_verdict == INCONCLUSIVE and verdict == INCONCLUSIVE:
+                reason += (
+                    f"; over the seeds the drop straddles {min_difference:g}: needs more seeds "
+                    "(dynamics.classification select seed)"
+                )
+        elif units.shape[0] == 1:
+            reason += "; one training seed: the interval covers the attack's sampling only"
+        if verdict == INCONCLUSIVE and interval.unit.startswith("Newcombe"):
             needed = needed_units(min(n_low, n_high), lo - hi, low, high, min_difference)
             reason += (
                 f"; the interval of the drop straddles {min_difference:g}: needs more attacked "
