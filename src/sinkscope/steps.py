@@ -494,6 +494,7 @@ def claims(smk: Any) -> None:
         observations=observations,
         observations_path=smk.output.observations,
         sanity=sanity_checks(with_bos_only(tables)),
+        config=smk.config,
     )
 
 

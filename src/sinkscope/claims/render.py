@@ -204,11 +204,13 @@ def claims_markdown(
     table: pl.DataFrame,
     observations: pl.DataFrame | None = None,
     sanity: pl.DataFrame | None = None,
+    config: Mapping[str, Any] | None = None,
 ) -> str:
     """``claims.md``: counts, the not-reproduced rows first (per claim), an overview of verdicts
-    per claim and model, every row (per claim), then -- given ``observations``
-    (:func:`sinkscope.claims.observations.evaluate_observations`) -- the section "Observations (shown by
-    the figures; not claims of the paper)"."""
+    per claim and model, given the run's ``config`` what sample decides each claim
+    (:func:`sinkscope.claims.samples.sample_lines`), every row (per claim), then -- given
+    ``observations`` (:func:`sinkscope.claims.observations.evaluate_observations`) -- the section
+    "Observations (shown by the figures; not claims of the paper)"."""
     counts = verdict_counts(table)
     lines = [
         "# Claims of the papers, checked against this run",
@@ -244,6 +246,15 @@ def claims_markdown(
         cells = {r["model"]: _summary_cell(r) for r in part.iter_rows(named=True)}
         text = f"`{claim_id}` {part['claim'][0]}"
         lines.append("| " + " | ".join([_cell(text)] + [cells.get(m, "") for m in models]) + " |")
+    if config is not None:
+        from sinkscope.claims.samples import sample_lines
+
+        lines += [
+            "",
+            "## What decides each claim (its sampling unit, and this run's sample)",
+            "",
+            *sample_lines(config, list(dict.fromkeys(table["claim_id"].to_list()))),
+        ]
     lines += ["", "## All checks", ""]
     lines += _md_by_claim(table, ["model", "dataset", "setting", "verdict", *short[3:]])
     if observations is not None:
@@ -311,13 +322,15 @@ def write_claims(
     observations: pl.DataFrame | None = None,
     observations_path: str | Path | None = None,
     sanity: pl.DataFrame | None = None,
+    config: Mapping[str, Any] | None = None,
 ) -> None:
     """Write ``claims.md``, ``claims.parquet`` + ``.csv`` (:func:`sinkscope.io.write_table`) and,
     if given, the report snippet ``claims.rst`` -- all atomically. ``observations``
     (:func:`sinkscope.claims.observations.evaluate_observations`) add their section to ``claims.md``
     and, given ``observations_path``, are written there (parquet + CSV): a table of their own,
     since their columns are not :data:`~sinkscope.claims.verdicts.COLUMNS` (no verdict).
-    ``sanity`` (:func:`sinkscope.claims.sanity.sanity_checks`) adds its section last."""
+    ``sanity`` (:func:`sinkscope.claims.sanity.sanity_checks`) adds its section last; ``config``
+    (the run's, validated) the section on what sample decides each claim."""
     missing = [c for c in COLUMNS if c not in table.columns]
     if missing:
         raise ValueError(f"write_claims: the table lacks the column(s) {missing}")
@@ -325,7 +338,7 @@ def write_claims(
     if observations is not None and observations_path is not None:
         write_table(observations, observations_path)
     with atomic_path(markdown_path) as tmp:
-        tmp.write_text(claims_markdown(table, observations, sanity))
+        tmp.write_text(claims_markdown(table, observations, sanity, config))
     if rst_path is not None:
         with atomic_path(rst_path) as tmp:
             tmp.write_text(claims_rst(table))

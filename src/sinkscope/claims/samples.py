@@ -1,0 +1,137 @@
+"""What sample decides each claim (issue 34, power): the sampling unit its interval or reading
+rests on and the config keys that set how many of them a run has.
+
+:func:`sample_lines` states them with the values of the run's config, so ``claims.md`` says, per
+claim, on how much data this run decided it (the short run's ``config.yaml`` and the full
+offline scale differ exactly in these keys). An inconclusive row says, besides, about how many
+more units would decide it (:func:`sinkscope.claims.intervals.needed_units`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+__all__ = ["SAMPLES", "Sample", "config_value", "sample_lines"]
+
+
+class Sample(NamedTuple):
+    """The sampling unit of a claim and the config keys that set its count."""
+
+    unit: str
+    keys: tuple[str, ...] = ()
+
+
+_SEQUENCES = ("extraction.n_sequences",)
+_HEAD_SHARES = Sample("the extraction's sequences per pair (bootstrap over them)", _SEQUENCES)
+_HEAD_MEANS = Sample(
+    "head means over the extraction's sequences, at the largest prefix T'",
+    (*_SEQUENCES, "oversmoothing.context_lengths"),
+)
+_PREDICTIONS = Sample(
+    "the non-sink heads of the model (Wilson / Newcombe intervals over heads), at the largest T'",
+    ("oversmoothing.context_lengths",),
+)
+_POLARIZATION = Sample(
+    "gradient-flow runs per variant (one per seed)", ("dynamics.value_softmax.select",)
+)
+_INDUCTION = Sample(
+    "induction runs per setup (one per seed) and their layer-2 heads",
+    ("dynamics.induction.select", "dynamics.induction.overrides"),
+)
+_BACKCOPY = Sample(
+    "backcopy runs per pattern over T and seeds", ("costs.backcopy.T", "costs.backcopy.seeds")
+)
+_COPYPASTE = Sample(
+    "copy-paste runs per pattern over dormant tokens and delta",
+    ("costs.copypaste.n_dormant", "costs.copypaste.delta"),
+)
+
+#: Claim id -> its :class:`Sample` (every claim of :data:`sinkscope.claims.registry.CLAIMS`).
+SAMPLES: dict[str, Sample] = {
+    "heads.sinks_common": _HEAD_SHARES,
+    "heads.diagonals_exist_rarer": _HEAD_SHARES,
+    "heads.diagonal_fraction": _HEAD_SHARES,
+    "heads.sink_prev_fraction": _HEAD_SHARES,
+    "geometry.bos_cosine_below_zero": Sample(
+        "the extraction's sequences (the largest cosine over them, per middle layer)", _SEQUENCES
+    ),
+    "geometry.sink_representable": Sample(
+        "points of the long-context sequences (more than d_model for the test to be able to "
+        "fail; Wendel's probability decides whether random points would pass too)",
+        ("geometry.long_context.n_sequences", "geometry.long_context.seq_len"),
+    ),
+    "geometry.value_rank_full": Sample("value ranks per (layer, kv head, sequence)", _SEQUENCES),
+    "geometry.sink_bos_value_small": Sample(
+        "the model's heads pooled over datasets (bootstrap over heads); fixed by the model",
+    ),
+    "oversmoothing.approximation_every_head": Sample(
+        "every head of the model, at the largest T'", ("oversmoothing.context_lengths",)
+    ),
+    "oversmoothing.approximation_most_heads": Sample(
+        "every head of the model, at the largest T'", ("oversmoothing.context_lengths",)
+    ),
+    "oversmoothing.approximation_mean": _HEAD_MEANS,
+    "oversmoothing.w_decreases": _HEAD_MEANS,
+    "oversmoothing.attention_raises": _HEAD_MEANS,
+    "oversmoothing.dense_heads_raise_more": _HEAD_MEANS,
+    "oversmoothing.uniform_raises_more": _HEAD_MEANS,
+    "oversmoothing.condition_i_half": _PREDICTIONS,
+    "oversmoothing.condition_ii_few": _PREDICTIONS,
+    "oversmoothing.predicted_signs": _PREDICTIONS,
+    "oversmoothing.similarity_positive": _HEAD_MEANS,
+    "costs.toy_nuclear_norm": Sample("a closed form on the toy task: no sample"),
+    "costs.backcopy_slopes": _BACKCOPY,
+    "costs.backcopy_sink_cheaper": _BACKCOPY,
+    "costs.copypaste_trends": _COPYPASTE,
+    "costs.theorem_d1_bounds": _COPYPASTE,
+    "streaming.eviction_hurts": Sample(
+        "scored positions of the streams (moving-block bootstrap)",
+        (
+            "streaming.params.n_streams",
+            "streaming.params.stream_length",
+            "claims.intervals.block_tokens",
+        ),
+    ),
+    "streaming.first_token_sink": _HEAD_SHARES,
+    "streaming.sinks_restore": Sample(
+        "re-computed queries per window (bootstrap over them)",
+        ("streaming.params.recompute_samples", "streaming.params.n_streams"),
+    ),
+    "dynamics.logistic_polarizes": _POLARIZATION,
+    "dynamics.square_no_polarization": _POLARIZATION,
+    "dynamics.unnormalized_no_polarization": _POLARIZATION,
+    "dynamics.softmax_sinks_emerge": _INDUCTION,
+    "dynamics.other_switch_replaces_sink": _INDUCTION,
+    "dynamics.flip_rate_decreases": Sample(
+        "attacked sequences per run (Newcombe) and training seeds (bootstrap over seeds)",
+        ("dynamics.classification.select",),
+    ),
+}
+
+
+def config_value(config: Mapping[str, Any], key: str) -> Any:
+    """The value of the dotted ``key`` in a validated ``config``; ``streaming.params.*`` over
+    :data:`sinkscope.defaults.STREAMING_PARAMS`; ``"default"`` for a key the config leaves to
+    its code's defaults (an empty ``select``, for example)."""
+    from sinkscope.config import streaming_params
+
+    if key.startswith("streaming.params."):
+        return streaming_params(config).get(key.removeprefix("streaming.params."), "default")
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return "default"
+        node = node[part]
+    return node if node not in ({}, None) else "default"
+
+
+def sample_lines(config: Mapping[str, Any], claim_ids: list[str]) -> list[str]:
+    """One Markdown bullet per claim: its sampling unit and the run's values of the keys that
+    set its count."""
+    lines = []
+    for claim_id in claim_ids:
+        sample = SAMPLES[claim_id]
+        values = ", ".join(f"`{key}` = {config_value(config, key)}" for key in sample.keys)
+        lines.append(f"- `{claim_id}`: {sample.unit}" + (f"; this run: {values}" if values else ""))
+    return lines
