@@ -117,8 +117,16 @@ class Paths:
     def heads_figure(self, name: str) -> str:
         return f"{self.root}/heads/{{model}}/{{dataset}}/{name}.png"
 
-    def heads_summary(self, suffix: str = "parquet") -> str:
-        return f"{self.root}/summary/{heads_names.SUMMARY}.{suffix}"
+    def heads_summary(self, suffix: str = "parquet", name: str = heads_names.SUMMARY) -> str:
+        """A summary table of the head classification: the class shares (``name`` =
+        :data:`~sinkscope.heads.names.SUMMARY`) or the per-sequence masses
+        (:meth:`heads_sequence_masses`)."""
+        return f"{self.root}/summary/{name}.{suffix}"
+
+    def heads_sequence_masses(self, suffix: str = "parquet") -> str:
+        """Every pair's per-sequence head masses (:data:`~sinkscope.heads.names.SEQUENCE_MASSES`),
+        from which the claims rule bootstraps the head shares."""
+        return self.heads_summary(suffix, heads_names.SEQUENCE_MASSES)
 
     @property
     def heads_summary_figure(self) -> str:
@@ -213,7 +221,7 @@ class Paths:
     def claims_input(self, table: claims_names.ClaimsInput) -> str:
         """Where the summary table ``table`` (of :data:`sinkscope.claims.names.INPUTS`) lives."""
         if table.analysis == "heads":
-            return self.heads_summary()
+            return self.heads_summary(name=table.name)
         if table.analysis == "costs":
             return self.cost_table(table.name)
         if table.analysis == "dynamics":
@@ -403,6 +411,7 @@ class Paths:
                 targets += [self.table(analysis, name).format(**fill) for name in tables]
                 targets += [self.figure(analysis, name).format(**fill) for name in figures]
         targets += [self.heads_summary(), self.heads_summary("csv"), self.heads_summary_figure]
+        targets += [self.heads_sequence_masses(), self.heads_sequence_masses("csv")]
         for analysis, tables, figures in (
             ("geometry", GEOMETRY_SUMMARY_TABLES, GEOMETRY_FIGURES),
             ("oversmoothing", OVERSMOOTHING_TABLES, OVERSMOOTHING_FIGURES),

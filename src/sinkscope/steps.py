@@ -158,13 +158,14 @@ def classify_heads(smk: Any) -> None:
 def summarize_heads(smk: Any) -> None:
     from sinkscope.heads.classify import HeadClassThresholds
     from sinkscope.heads.plots import summary_figures
-    from sinkscope.heads.summary import summarize
+    from sinkscope.heads.summary import masses_by_sequence, summarize
 
     thresholds = HeadClassThresholds(**smk.params.thresholds)
     tables = [pl.read_parquet(path) for path in smk.input.per_head]
-    per_sequence = [pl.read_parquet(path) for path in smk.input.per_sequence]
-    summary = summarize(tables, thresholds, per_sequence, smk.params.intervals)
+    summary = summarize(tables, thresholds)
     write_table(summary, smk.output.table)
+    per_sequence = [pl.read_parquet(path) for path in smk.input.per_sequence]
+    write_table(masses_by_sequence(per_sequence), smk.output.masses)
     _draw(summary_figures(summary, thresholds), smk.output)
 
 

@@ -107,23 +107,38 @@ def no_bos_heads(with_bos: int, without: int, n: int = 100) -> Tables:
     return {"head_classes": summarize(tables)}
 
 
-def with_share_interval(tables: Tables, share: str, low: float, high: float) -> Tables:
-    """``tables`` whose head shares carry intervals over sequences (as
-    sinkscope.heads.summary.share_intervals writes them): ``share``'s is ``[low, high]``, every
-    other share's its point."""
-    frame = tables["head_classes"]
-    points = {
-        "frac_sink": pl.col("frac_sink"),
-        "frac_diagonal": pl.col("frac_diagonal"),
-        "frac_sink_prev": pl.col("frac_sink_prev"),
-        "sink_minus_diagonal": pl.col("frac_sink") - pl.col("frac_diagonal"),
-    }
-    bounds = []
-    for name, point in points.items():
-        lo, hi = (pl.lit(low), pl.lit(high)) if name == share else (point, point)
-        bounds += [lo.alias(f"{name}_lo"), hi.alias(f"{name}_hi")]
-    frame = frame.with_columns(*bounds, n_resamples=pl.lit(2000), level=pl.lit(0.95))
-    return {"head_classes": frame}
+def heads_over_sequences(
+    n: int, steady: tuple[float, float, float], steady_count: int, swing_count: int
+) -> Tables:
+    """``head_classes`` and the per-sequence masses of one model on two sequences: ``steady_count``
+    heads with the masses ``steady`` on both, ``swing_count`` heads that have them on the first
+    sequence only and attend nowhere in particular on the second (their means still classify
+    them like the steady ones), the rest nowhere in particular. A resample that draws the second
+    sequence twice loses the swinging heads, so the share's interval over sequences spans
+    ``steady_count / n`` to ``(steady_count + swing_count) / n``."""
+    nowhere = (0.1, 0.1, 0.1)
+    first = [steady] * (steady_count + swing_count) + [nowhere] * (n - steady_count - swing_count)
+    second = [steady] * steady_count + [nowhere] * (n - steady_count)
+    mean = [
+        tuple((a + b) / 2 for a, b in zip(x, y, strict=True))
+        for x, y in zip(first, second, strict=True)
+    ]
+    per_head = head_table("m", "d1", mean).with_columns(n_sequences=pl.lit(2))
+    rows = [
+        {
+            "model": "m",
+            "dataset": "d1",
+            "layer": i // 4,
+            "head": i % 4,
+            "sequence": s,
+            "bos_mass": m[0],
+            "diagonal_mass": m[1],
+            "subdiagonal_mass": m[2],
+        }
+        for s, masses in enumerate((first, second))
+        for i, m in enumerate(masses)
+    ]
+    return {"head_classes": summarize([per_head]), "head_masses_by_sequence": pl.DataFrame(rows)}
 
 
 NO_BOS_RATIO = TOL["streaming"]["no_bos_sink_ratio_min"]
@@ -397,12 +412,9 @@ FLIPS: dict[str, Flip] = {
         lambda k: heads(100, sink=k, diag=1),
         holds=SINK_IN,
         fails=SINK_OUT,
-        # enough sinks on the whole sample, but the resamples reach below the floor
-        inconclusive=[
-            lambda: with_share_interval(
-                heads(100, sink=SINK_IN[0] + 5, diag=1), "frac_sink", SINK_FLOOR / 2, 0.5
-            )
-        ],
+        # enough sinks on the whole sample, but a resample of the two sequences falls below
+        # the floor (the swinging heads' mean BOS mass, 0.5, still makes them sinks)
+        inconclusive=[lambda: heads_over_sequences(100, SINK, SINK_IN[0] - 3, 6)],
     ),
     "streaming.first_token_sink": Flip(
         lambda k: no_bos_heads(20, k),
@@ -419,12 +431,8 @@ FLIPS: dict[str, Flip] = {
         lambda k: heads(1000, diag=k),
         holds=DIAG_IN,
         fails=DIAG_OUT,
-        # inside the paper's range on the whole sample; the resamples reach past its top
-        inconclusive=[
-            lambda: with_share_interval(
-                heads(1000, diag=DIAG_IN[-1]), "frac_diagonal", DIAG_IN[-1] / 1000 - 0.01, 0.2
-            )
-        ],
+        # inside the paper's range on the whole sample; a resample falls below its bottom
+        inconclusive=[lambda: heads_over_sequences(1000, DIAG, DIAG_IN[0] - 2, 4)],
     ),
     "heads.sink_prev_fraction": Flip(lambda k: heads(200, prev=k), holds=PREV_IN, fails=PREV_OUT),
     "geometry.bos_cosine_below_zero": Flip(

@@ -141,26 +141,34 @@ def test_pooled_share_intervals_resample_within_each_dataset() -> None:
     assert (d1_row["frac_sink_lo"], d1_row["frac_sink_hi"]) == (1.0, 1.0)
 
 
-def test_summary_carries_the_intervals_and_the_claim_is_decided_on_them() -> None:
-    """End to end: the summary's intervals decide heads.sinks_common. Head 1 is a sink on one
-    sequence and not on the other, so the sink share is 1/2 or 1/4 by the resample and its
-    interval straddles a floor between the two; a floor below it is reproduced."""
+def test_the_claim_is_decided_on_the_intervals_of_the_shares() -> None:
+    """End to end: the summary's shares and the per-sequence masses' intervals decide
+    heads.sinks_common. Head 1 is a sink on one sequence and not on the other, so the sink share
+    is 1/2 or 1/4 by the resample and its interval straddles a floor between the two; a floor
+    below it is reproduced. The masses table is the summary's (masses_by_sequence)."""
     from sinkscope.claims import verdicts as V
     from sinkscope.claims.checks.heads import check_sink_heads_common
+    from sinkscope.heads.names import SEQUENCE_MASS_COLUMNS
+    from sinkscope.heads.summary import masses_by_sequence, share_intervals
 
     bos = [[0.9, 0.9, 0.1, 0.1], [0.9, 0.3, 0.1, 0.1]]
     # no diagonal heads: the sink share decides
     per_sequence = per_sequence_table("m", "d", bos).with_columns(diagonal_mass=pl.lit(0.0))
     mean = [sum(col) / 2 for col in zip(*bos, strict=True)]
     per_head = per_head_table("m", "d", 2, mean).with_columns(diagonal_mass=pl.lit(0.0))
-    summary = summarize([per_head], TH, [per_sequence])
-    row = summary.filter(pl.col("dataset") == "d").row(0, named=True)
-    assert row["frac_sink"] == 0.5 and (row["frac_sink_lo"], row["frac_sink_hi"]) == (0.25, 0.5)
-    (straddling,) = [r for r in check_sink_heads_common(summary, 0.3) if r["dataset"] == "d"]
-    assert straddling["verdict"] == V.INCONCLUSIVE
+    summary = summarize([per_head], TH)
+    masses = masses_by_sequence([per_sequence])
+    assert masses.columns == list(SEQUENCE_MASS_COLUMNS)
+    intervals = share_intervals(masses, TH)
+    found = intervals.filter(pl.col("dataset") == "d").row(0, named=True)
+    assert (found["frac_sink_lo"], found["frac_sink_hi"]) == (0.25, 0.5)
+    (straddling,) = [
+        r for r in check_sink_heads_common(summary, 0.3, intervals) if r["dataset"] == "d"
+    ]
+    assert straddling["value"] == 0.5 and straddling["verdict"] == V.INCONCLUSIVE
     assert "needs more sequences" in straddling["reason"]
     assert "bootstrap over the 2 sequences" in straddling["interval"]
-    (holds,) = [r for r in check_sink_heads_common(summary, 0.2) if r["dataset"] == "d"]
+    (holds,) = [r for r in check_sink_heads_common(summary, 0.2, intervals) if r["dataset"] == "d"]
     assert holds["verdict"] == V.REPRODUCED
-    without = summarize([per_head], TH)
-    assert without["frac_sink_lo"].is_null().all()
+    (point,) = [r for r in check_sink_heads_common(summary, 0.3) if r["dataset"] == "d"]
+    assert point["verdict"] == V.REPRODUCED and not point["interval"]

@@ -45,7 +45,7 @@ rule summarize_heads:
             model=[model for model, _ in pairs(config)],
             dataset=[dataset for _, dataset in pairs(config)],
         ),
-        # the shares' intervals over sequences (sinkscope.heads.summary.share_intervals)
+        # every pair's per-sequence masses, which the claims bootstrap (heads.summary.share_intervals)
         per_sequence=expand(
             paths.heads_table("per_sequence"),
             zip,
@@ -55,6 +55,8 @@ rule summarize_heads:
     output:
         table=paths.heads_summary(),
         table_csv=paths.heads_summary("csv"),
+        masses=paths.heads_sequence_masses(),
+        masses_csv=paths.heads_sequence_masses("csv"),
         figure_head_classes=report(
             paths.heads_summary_figure,
             caption="../report/head_classes_summary.rst",
@@ -63,7 +65,6 @@ rule summarize_heads:
         ),
     params:
         thresholds=config["head_classes"],
-        intervals=config["claims"]["intervals"],
     priority: PRIORITY["summarize_heads"]
     log:
         paths.log("summarize_heads", "all"),

@@ -41,7 +41,7 @@ def summary_tables(section: str) -> tuple[str, ...]:
     if analysis == "dynamics":
         return dynamics_names.SUMMARY_TABLES[part]
     return {
-        "heads": (heads_names.SUMMARY,),
+        "heads": (heads_names.SUMMARY, heads_names.SEQUENCE_MASSES),
         "geometry": geometry_names.SUMMARY_TABLES,
         "oversmoothing": oversmoothing_names.TABLES,
         "costs": costs_names.TABLES,
@@ -62,6 +62,8 @@ def _input(section: str, name: str) -> ClaimsInput:
 #: rule ``claims`` lists its inputs.
 INPUTS: dict[str, ClaimsInput] = {
     "head_classes": _input("heads", heads_names.SUMMARY),
+    # the bootstrap of the head shares over sequences (sinkscope.heads.summary.share_intervals)
+    "head_masses_by_sequence": _input("heads", heads_names.SEQUENCE_MASSES),
     "geometry_bos_alignment": _input("geometry", "bos_alignment"),
     "geometry_value_rank": _input("geometry", "value_rank"),
     "geometry_bos_value_norm_classes": _input("geometry", "bos_value_norm_classes"),

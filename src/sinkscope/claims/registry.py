@@ -90,6 +90,7 @@ from sinkscope.claims.events import events_by_pair
 from sinkscope.claims.names import INPUTS
 from sinkscope.claims.tolerances import resolve_tolerances
 from sinkscope.claims.verdicts import COLUMNS, NOT_RUN, SYNTHETIC, Row, Tables, row
+from sinkscope.config_schema import schema_default
 from sinkscope.variants import NO_BOS_SUFFIX
 
 __all__ = [
@@ -150,6 +151,21 @@ def _polarization(
     return lambda tb, t: check(tb[_BY_VARIANT], t["dynamics"]["majority"])
 
 
+def _head_share_intervals(tables: Tables, tolerances: Mapping[str, Any]) -> pl.DataFrame | None:
+    """The head shares' intervals over sequences (:func:`sinkscope.heads.summary.share_intervals`)
+    from the per-sequence masses, with the run's head-class thresholds (``tolerances
+    ["head_classes"]``, put there by :func:`evaluate_claims`) and ``claims.intervals``; None
+    without the masses (the shares are then decided as they stand)."""
+    from sinkscope.heads.classify import HeadClassThresholds
+    from sinkscope.heads.summary import share_intervals
+
+    masses = tables.get("head_masses_by_sequence")
+    if masses is None:
+        return None
+    thresholds = HeadClassThresholds(**tolerances["head_classes"])
+    return share_intervals(masses, thresholds, tolerances["intervals"])
+
+
 CLAIMS: tuple[Claim, ...] = (
     # ---------------------------------------------------------------- §3 / §7 / Remark C.4: heads
     Claim(
@@ -158,7 +174,9 @@ CLAIMS: tuple[Claim, ...] = (
         "Sink vs. diagonal, §1, §4 ('many heads per block'), §7 summary",
         "no single number; 'prevalent' vs 0.6-9.5% diagonal heads",
         ("head_classes",),
-        lambda tb, t: check_sink_heads_common(tb["head_classes"], t["heads"]["sink_min_fraction"]),
+        lambda tb, t: check_sink_heads_common(
+            tb["head_classes"], t["heads"]["sink_min_fraction"], _head_share_intervals(tb, t)
+        ),
     ),
     Claim(
         "heads.diagonals_exist_rarer",
@@ -166,7 +184,7 @@ CLAIMS: tuple[Claim, ...] = (
         "Sink vs. diagonal, §7 ('diagonal attention is common'), §8 (v)",
         "6% / 0.6% / 9.5% (gpt2-medium / Llama 3.1-8B / Gemma 7B)",
         ("head_classes",),
-        lambda tb, t: check_diagonal_heads_rarer(tb["head_classes"]),
+        lambda tb, t: check_diagonal_heads_rarer(tb["head_classes"], _head_share_intervals(tb, t)),
     ),
     Claim(
         "heads.diagonal_fraction",
@@ -175,7 +193,7 @@ CLAIMS: tuple[Claim, ...] = (
         "6% / 0.6% / 9.5% (gpt2-medium / Llama 3.1-8B / Gemma 7B)",
         ("head_classes",),
         lambda tb, t: check_diagonal_fraction_in_paper_range(
-            tb["head_classes"], t["heads"]["diagonal_fraction_range"]
+            tb["head_classes"], t["heads"]["diagonal_fraction_range"], _head_share_intervals(tb, t)
         ),
     ),
     Claim(
@@ -185,7 +203,7 @@ CLAIMS: tuple[Claim, ...] = (
         "16% / 13% / 21% (gpt2 / Llama 3.1-8B / Gemma 7B)",
         ("head_classes",),
         lambda tb, t: check_sink_prev_fraction_in_paper_range(
-            tb["head_classes"], t["heads"]["sink_prev_fraction_range"]
+            tb["head_classes"], t["heads"]["sink_prev_fraction_range"], _head_share_intervals(tb, t)
         ),
     ),
     # ---------------------------------------------------------------- §4 / §6 / E.2: geometry
@@ -556,6 +574,8 @@ def evaluate_claims(
     if unknown:
         raise KeyError(f"claims: unknown input table(s) {unknown}; known: {sorted(TABLE_ANALYSIS)}")
     tol = resolve_tolerances(tolerances)
+    # the head-class thresholds the run classified with, for the bootstrap of the head shares
+    tol["head_classes"] = {**schema_default("head_classes"), **(head_classes or {})}
     bos_only = with_bos_only(tables)
     rows: list[Row] = []
     for claim in claims:

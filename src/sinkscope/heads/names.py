@@ -14,6 +14,8 @@ __all__ = [
     "LEARNED_SINK_MASS",
     "MASS_COLUMNS",
     "PER_HEAD_COLUMNS",
+    "SEQUENCE_MASSES",
+    "SEQUENCE_MASS_COLUMNS",
     "SUMMARY",
     "SUMMARY_COLUMNS",
 ]
@@ -58,18 +60,21 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "frac_other",
     "mean_learned_sink_mass",
     "statement",
-    # intervals of the shares over sequences (sinkscope.heads.summary.share_intervals); null
-    # without the per-sequence tables
-    "n_resamples",
-    "level",
-    "frac_sink_lo",
-    "frac_sink_hi",
-    "frac_diagonal_lo",
-    "frac_diagonal_hi",
-    "frac_sink_prev_lo",
-    "frac_sink_prev_hi",
-    "sink_minus_diagonal_lo",
-    "sink_minus_diagonal_hi",
+)
+#: Name of the summary table of every pair's per-sequence masses (rule summarize_heads), from
+#: which the claims rule bootstraps the shares over sequences
+#: (:func:`sinkscope.heads.summary.share_intervals`).
+SEQUENCE_MASSES = "head_masses_by_sequence"
+#: Its columns.
+SEQUENCE_MASS_COLUMNS: tuple[str, ...] = (
+    "model",
+    "dataset",
+    "layer",
+    "head",
+    "sequence",
+    "bos_mass",
+    "diagonal_mass",
+    "subdiagonal_mass",
 )
 #: The shares :func:`sinkscope.heads.summary.share_intervals` gives intervals of: the three
 #: flags' and the sink share's excess over the diagonal share (the claims' quantities).

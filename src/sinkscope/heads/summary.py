@@ -24,13 +24,14 @@ from sinkscope.heads.names import (
     INTERVAL_SHARES,
     LEARNED_SINK_MASS,
     PER_HEAD_COLUMNS,
+    SEQUENCE_MASS_COLUMNS,
     SUMMARY_COLUMNS,
 )
 from sinkscope.heads.order import sort_pooled_last
 from sinkscope.labels import OTHER, POOLED
 from sinkscope.variants import NO_BOS_SUFFIX, is_no_bos
 
-__all__ = ["pool_datasets", "share_intervals", "summarize"]
+__all__ = ["masses_by_sequence", "pool_datasets", "share_intervals", "summarize"]
 
 #: The mass columns of a per-sequence table that the flags are computed from.
 _MASSES = ("bos_mass", "diagonal_mass", "subdiagonal_mass")
@@ -134,8 +135,17 @@ def _shares(
     return np.column_stack([sink, diagonal, flags["is_sink_prev"].mean(axis=1), sink - diagonal])
 
 
+def masses_by_sequence(per_sequence_tables: Sequence[pl.DataFrame]) -> pl.DataFrame:
+    """The summary table :data:`~sinkscope.heads.names.SEQUENCE_MASSES`: every pair's
+    per-sequence masses (:data:`~sinkscope.heads.names.SEQUENCE_MASS_COLUMNS`), sorted."""
+    if not per_sequence_tables:
+        raise ValueError("masses_by_sequence needs at least one per-sequence table")
+    frame = pl.concat([t.select(SEQUENCE_MASS_COLUMNS) for t in per_sequence_tables])
+    return frame.sort("model", "dataset", "layer", "head", "sequence")
+
+
 def share_intervals(
-    per_sequence_tables: Sequence[pl.DataFrame],
+    per_sequence: pl.DataFrame | Sequence[pl.DataFrame],
     thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS,
     intervals: Mapping[str, Any] | None = None,
 ) -> pl.DataFrame:
@@ -146,9 +156,11 @@ def share_intervals(
     table), so the shares vary with which sequences were seen: each resample draws N of the
     pair's sequences with replacement (pooled: each dataset's own N from that dataset, so a
     resample is again a mean over all sequences), averages each head's masses over them and
-    classifies with ``thresholds``. ``intervals``: the config's ``claims.intervals`` (level,
-    n_resamples, seed; one generator per row, seeded from ``seed``, so the table is the same
-    between runs). Columns ``model, dataset, n_resamples, level`` and ``<share>_lo/_hi``."""
+    classifies with ``thresholds``. ``per_sequence``: the :data:`~sinkscope.heads.names.
+    SEQUENCE_MASSES` table (or the pairs' per-sequence tables); ``intervals``: the config's
+    ``claims.intervals`` (level, n_resamples, seed; one generator per row, seeded from ``seed``,
+    so the table is the same between runs). Called by the claims rule: the intervals are the
+    claims' settings. Columns ``model, dataset, n_resamples, level`` and ``<share>_lo/_hi``."""
     from sinkscope.config_schema import schema_default
 
     settings = {**schema_default("claims", "intervals"), **(intervals or {})}
@@ -156,8 +168,9 @@ def share_intervals(
     if not 0.0 < level < 1.0:
         raise ValueError(f"claims.intervals.level must lie in (0, 1), got {level}")
     alpha = (1.0 - level) / 2.0
+    tables = [per_sequence] if isinstance(per_sequence, pl.DataFrame) else list(per_sequence)
     arrays: dict[tuple[str, str], list[np.ndarray]] = {}
-    for table in per_sequence_tables:
+    for table in tables:
         frame = table.sort("model", "dataset", "layer", "head", "sequence")
         for (model, dataset), part in frame.group_by("model", "dataset", maintain_order=True):
             n_heads = part.select("layer", "head").n_unique()
@@ -196,8 +209,6 @@ def share_intervals(
 def summarize(
     per_head_tables: Sequence[pl.DataFrame],
     thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS,
-    per_sequence_tables: Sequence[pl.DataFrame] = (),
-    intervals: Mapping[str, Any] | None = None,
 ) -> pl.DataFrame:
     """The paper's head percentages, per model and dataset and pooled over datasets (``"all"``).
 
@@ -211,10 +222,7 @@ def summarize(
     sorted by model, then dataset with ``"all"`` last. The pooled row classifies each head on its masses
     averaged over datasets weighted by ``n_sequences`` (:func:`pool_datasets`); it pools the
     datasets with BOS only: a no-BOS variant (``<name>.no-bos``, :mod:`sinkscope.variants`) has
-    its own row, whose "sink" heads put their mass on position 0, the first text token. With
-    ``per_sequence_tables`` (the pairs' ``heads_per_sequence``), each row also carries the
-    intervals of its shares over sequences (:func:`share_intervals`, ``intervals``: the config's
-    ``claims.intervals``); without, those columns are null.
+    its own row, whose "sink" heads put their mass on position 0, the first text token.
     """
     if not per_head_tables:
         raise ValueError("summarize needs at least one per-head table")
@@ -251,14 +259,4 @@ def summarize(
     )
     statements = [_statement(row, thresholds) for row in summary.iter_rows(named=True)]
     summary = summary.with_columns(statement=pl.Series(statements, dtype=pl.String))
-    bounds = [f"{share}_{end}" for share in INTERVAL_SHARES for end in ("lo", "hi")]
-    if per_sequence_tables:
-        found = share_intervals(per_sequence_tables, thresholds, intervals)
-        summary = summary.join(found, on=["model", "dataset"], how="left", maintain_order="left")
-    else:
-        summary = summary.with_columns(
-            pl.lit(None, dtype=pl.Int64).alias("n_resamples"),
-            pl.lit(None, dtype=pl.Float64).alias("level"),
-            *(pl.lit(None, dtype=pl.Float64).alias(b) for b in bounds),
-        )
     return summary.select(SUMMARY_COLUMNS)

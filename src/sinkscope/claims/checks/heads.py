@@ -1,9 +1,9 @@
 """Checks of the head-class claims (§1, §3, §7): read the ``head_classes`` summary table.
 
-Where the table carries the shares' intervals over sequences
-(:func:`sinkscope.heads.summary.share_intervals`: ``<share>_lo/_hi``), every verdict is decided
-on them (:func:`sinkscope.claims.verdicts.decide`); a table without them (written by hand, or
-before they existed) is decided on the shares themselves.
+Given the shares' intervals over sequences (``intervals``: the table of
+:func:`sinkscope.heads.summary.share_intervals`, ``<share>_lo/_hi`` per model and dataset, which
+the claims rule bootstraps from the per-sequence masses), every verdict is decided on them
+(:func:`sinkscope.claims.verdicts.decide`); without them, on the shares themselves.
 """
 
 from __future__ import annotations
@@ -48,7 +48,16 @@ __all__ = [
 ]
 
 
-def check_sink_heads_common(head_classes: pl.DataFrame, sink_min_fraction: float) -> list[Row]:
+def _with_intervals(head_classes: pl.DataFrame, intervals: pl.DataFrame | None) -> pl.DataFrame:
+    """``head_classes`` with the intervals' columns joined on (model, dataset), in its order."""
+    if intervals is None:
+        return head_classes
+    return head_classes.join(intervals, on=["model", "dataset"], how="left", maintain_order="left")
+
+
+def check_sink_heads_common(
+    head_classes: pl.DataFrame, sink_min_fraction: float, intervals: pl.DataFrame | None = None
+) -> list[Row]:
     """§1/§7: sink heads are common and more prevalent than diagonal heads.
 
     Per model and dataset: ``frac_sink >= sink_min_fraction`` and ``frac_sink > frac_diagonal``.
@@ -84,13 +93,15 @@ def check_sink_heads_common(head_classes: pl.DataFrame, sink_min_fraction: float
         return Reading(setting, measured, sink, None, reason, share, verdict)
 
     return rows_per(
-        sort_pooled_last(head_classes).iter_rows(named=True),
+        sort_pooled_last(_with_intervals(head_classes, intervals)).iter_rows(named=True),
         f"frac_sink >= {sink_min_fraction:g} and frac_sink > frac_diagonal",
         reading,
     )
 
 
-def check_diagonal_heads_rarer(head_classes: pl.DataFrame) -> list[Row]:
+def check_diagonal_heads_rarer(
+    head_classes: pl.DataFrame, intervals: pl.DataFrame | None = None
+) -> list[Row]:
     """§7: diagonal heads exist (at least one head) but are rarer than sink heads."""
     require(
         head_classes, ["model", "dataset", "n_heads", "frac_sink", "frac_diagonal"], "head_classes"
@@ -118,14 +129,18 @@ def check_diagonal_heads_rarer(head_classes: pl.DataFrame) -> list[Row]:
         return Reading(setting, measured, diag, None, reason, share, verdict)
 
     return rows_per(
-        sort_pooled_last(head_classes).iter_rows(named=True),
+        sort_pooled_last(_with_intervals(head_classes, intervals)).iter_rows(named=True),
         "0 < frac_diagonal < frac_sink",
         reading,
     )
 
 
 def _range_rows(
-    head_classes: pl.DataFrame, column: str, bounds: Sequence[float], label: str
+    head_classes: pl.DataFrame,
+    column: str,
+    bounds: Sequence[float],
+    label: str,
+    intervals: pl.DataFrame | None = None,
 ) -> list[Row]:
     require(head_classes, ["model", "dataset", "n_heads", column], "head_classes")
     lo, hi = float(bounds[0]), float(bounds[1])
@@ -147,23 +162,33 @@ def _range_rows(
         return Reading(setting, measured, x, None, reason, interval, verdict)
 
     return rows_per(
-        sort_pooled_last(head_classes).iter_rows(named=True),
+        sort_pooled_last(_with_intervals(head_classes, intervals)).iter_rows(named=True),
         f"{lo:g} <= {column} <= {hi:g}",
         reading,
     )
 
 
 def check_diagonal_fraction_in_paper_range(
-    head_classes: pl.DataFrame, diagonal_fraction_range: Sequence[float]
+    head_classes: pl.DataFrame,
+    diagonal_fraction_range: Sequence[float],
+    intervals: pl.DataFrame | None = None,
 ) -> list[Row]:
     """§7: 6 % / 0.6 % / 9.5 % of heads (gpt2-medium / Llama 3.1-8B / Gemma 7B) are diagonal."""
-    return _range_rows(head_classes, "frac_diagonal", diagonal_fraction_range, "diagonal heads")
+    return _range_rows(
+        head_classes, "frac_diagonal", diagonal_fraction_range, "diagonal heads", intervals
+    )
 
 
 def check_sink_prev_fraction_in_paper_range(
-    head_classes: pl.DataFrame, sink_prev_fraction_range: Sequence[float]
+    head_classes: pl.DataFrame,
+    sink_prev_fraction_range: Sequence[float],
+    intervals: pl.DataFrame | None = None,
 ) -> list[Row]:
     """Remark C.4: 16 % / 13 % / 21 % of heads (gpt2 / Llama 3.1-8B / Gemma 7B) are sink+prev."""
     return _range_rows(
-        head_classes, "frac_sink_prev", sink_prev_fraction_range, "sink+previous-token heads"
+        head_classes,
+        "frac_sink_prev",
+        sink_prev_fraction_range,
+        "sink+previous-token heads",
+        intervals,
     )
