@@ -1023,6 +1023,38 @@ def test_softmax_sinks_emerge() -> None:
     assert verdicts(DC.check_softmax_sinks_emerge(only_softmax, 0.1, 0.05)) == [V.NOT_APPLICABLE]
 
 
+def test_softmax_sinks_emerge_over_seeds_needs_every_seed() -> None:
+    """Issue 34 item 3: with three seeds per setup each bound is read on the range over the
+    seeds. Softmax's mean 0.5 clears the floor 0.1, but one seed gave 0.05: the seeds disagree,
+    inconclusive. Every seed above the floor and every un-normalised seed under the ceiling:
+    reproduced; every softmax seed below the floor: not reproduced."""
+
+    def setup(softmax: tuple[float, float, float], raw: tuple[float, float, float]) -> pl.DataFrame:
+        return pl.DataFrame(
+            {
+                "variant": ["softmax", "sigmoid_raw"],
+                "attention": ["softmax", "sigmoid"],
+                "normalize": [True, False],
+                "switch": ["none", "none"],
+                "positional": "rope",
+                "weight_decay": 0.0,
+                "runs": 3,
+                "sink_proportion_mean": [softmax[1], raw[1]],
+                "sink_proportion_min": [softmax[0], raw[0]],
+                "sink_proportion_max": [softmax[2], raw[2]],
+            }
+        )
+
+    (row,) = DC.check_softmax_sinks_emerge(setup((0.05, 0.5, 0.9), (0.0, 0.0, 0.0)), 0.1, 0.05)
+    assert row["verdict"] == V.INCONCLUSIVE and "needs more seeds" in row["reason"]
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((0.05, 0.9))
+    assert "range over the 3+ seeds" in row["interval"]
+    (row,) = DC.check_softmax_sinks_emerge(setup((0.3, 0.5, 0.9), (0.0, 0.01, 0.04)), 0.1, 0.05)
+    assert row["verdict"] == V.REPRODUCED
+    (row,) = DC.check_softmax_sinks_emerge(setup((0.0, 0.03, 0.08), (0.0, 0.0, 0.0)), 0.1, 0.05)
+    assert row["verdict"] == V.NOT_REPRODUCED
+
+
 def test_other_switch_replaces_sink_on_planted_setups() -> None:
     """Issue 20's claim: per switch and setup, against softmax at the same PE and lambda, the
     sink-head share and the first-half BOS share fall by the tolerances while the accuracy

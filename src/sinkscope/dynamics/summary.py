@@ -77,7 +77,8 @@ def summarize_induction(results: list[dict[str, pl.DataFrame]]) -> dict[str, pl.
     per-head switch measures with each run's ``variant``, ``positional``, ``weight_decay``,
     ``seed``, ``accuracy`` and ``learned``) and ``by_setup``: one row per (attention, normalize,
     switch, positional, weight_decay) with ``runs``, ``learned_runs``, ``accuracy_mean``,
-    ``sink_proportion_mean`` (layer 2, over all runs), ``sink_proportion_learned`` (over runs
+    ``sink_proportion_mean`` (layer 2, over all runs; ``_min`` / ``_max`` over them: the
+    seed-to-seed spread), ``sink_proportion_learned`` (over runs
     that learned; null if none), ``mean_sink_mass`` and ``idle_sink_mass`` (layer-2 mean over
     heads of the position-0 mass of the first-half rows), and the layer-2 means of the switch
     measures (:func:`sinkscope.dynamics.induction.switch_measures`): ``idle_bos_share``,
@@ -120,6 +121,8 @@ def summarize_induction(results: list[dict[str, pl.DataFrame]]) -> dict[str, pl.
             learned_runs=pl.col("learned").sum(),
             accuracy_mean=pl.col("accuracy").mean(),
             sink_proportion_mean=pl.col("sink_proportion").mean(),
+            sink_proportion_min=pl.col("sink_proportion").min(),
+            sink_proportion_max=pl.col("sink_proportion").max(),
             sink_proportion_learned=pl.col("sink_proportion").filter(pl.col("learned")).mean(),
             mean_sink_mass=pl.col("mean_sink_mass").mean(),
             idle_sink_mass=pl.col("idle_sink_mass").mean(),
