@@ -148,6 +148,7 @@ def test_every_categorical_palette_stays_apart_for_colour_blind_readers() -> Non
     """The fixed categorical colours of every figure module (policies, conditions, head types,
     point sets, sink groups, cost patterns) keep MIN_CVD_DELTA_E apart under each dichromacy."""
     from sinkscope.costs import plots as cost_plots
+    from sinkscope.geometry import figure_parts as geometry_parts
     from sinkscope.geometry import plots as geometry_plots
     from sinkscope.oversmoothing import plots as oversmoothing_plots
     from sinkscope.streaming import plots as streaming_plots
@@ -156,7 +157,7 @@ def test_every_categorical_palette_stays_apart_for_colour_blind_readers() -> Non
         "streaming.plots.KIND_COLORS": streaming_plots.KIND_COLORS,
         "oversmoothing.plots.CONDITION_COLORS": oversmoothing_plots.CONDITION_COLORS,
         "oversmoothing.plots.PATTERN_COLORS": oversmoothing_plots.PATTERN_COLORS,
-        "geometry.plots._SET_COLORS": geometry_plots._SET_COLORS,
+        "geometry.figure_parts._SET_COLORS": geometry_parts._SET_COLORS,
         "geometry.plots._SINK_GROUP_COLORS": geometry_plots._SINK_GROUP_COLORS,
         "costs.plots.COLORS": cost_plots.COLORS,
     }

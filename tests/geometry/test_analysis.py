@@ -13,6 +13,7 @@ import pytest
 from sinkscope.claims.checks.geometry import geometry_statements
 from sinkscope.extraction.h5layout import open_activations
 from sinkscope.extraction.h5read import read_values, read_Z
+from sinkscope.geometry import halfspace_plots as hplots
 from sinkscope.geometry import plots as gplots
 from sinkscope.geometry.analysis import N_WORST, TABLE_COLUMNS, analyze_file
 from sinkscope.geometry.halfspace import halfspace_margin
@@ -162,7 +163,7 @@ def test_analyze_file_matches_direct_recomputation(extracted, tmp_path: Path) ->
     out = tmp_path / "figs"
     gplots.plot_bos_alignment([tables["bos_alignment"]], out / "a.png", "alignment")
     gplots.plot_bos_alignment([summary["bos_alignment"]], out / "ax.png", "pooled", space="X")
-    gplots.plot_halfspace_margins([tables["halfspace"], other["halfspace"]], out / "h.png", "h")
+    hplots.plot_halfspace_margins([tables["halfspace"], other["halfspace"]], out / "h.png", "h")
     gplots.plot_value_rank([tables["value_rank"], other["value_rank"]], out / "r.png", "rank")
     gplots.plot_bos_value_norm([tables["bos_value_norm"]], out / "v.png", "vo")
     gplots.plot_bos_residual_norm([summary["bos_residual_norm"]], out / "x.png", "x")

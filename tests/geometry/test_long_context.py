@@ -26,7 +26,8 @@ from sinkscope.claims import verdicts as V
 from sinkscope.claims.checks import geometry as GC
 from sinkscope.claims.checks.geometry import geometry_statements, sink_representable_statements
 from sinkscope.config import ConfigError, validate_config
-from sinkscope.geometry import plots as gplots
+from sinkscope.geometry import figure_parts
+from sinkscope.geometry import halfspace_plots as hplots
 from sinkscope.geometry.analysis import analyze_file
 from sinkscope.geometry.halfspace import HalfspaceResult, halfspace_layer_rows, long_context_counts
 from sinkscope.geometry.long_context import (
@@ -361,7 +362,7 @@ def test_the_rule_on_a_tiny_model(tiny_setup, tmp_path: Path) -> None:
     long_counts = long_context_counts(table).row(0, named=True)
     png = tmp_path / "results/geometry/tiny/words/halfspace_long_context.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    fig, pair_counts = gplots.halfspace_long_context_figure(table, "t")
+    fig, pair_counts = hplots.halfspace_long_context_figure(table, "t")
     assert figure_problems(fig) == []
     (ax,) = fig.axes
     assert "T'=39 > d_model=16" in ax.get_title()
@@ -371,11 +372,11 @@ def test_the_rule_on_a_tiny_model(tiny_setup, tmp_path: Path) -> None:
     assert pair_counts.row(0, named=True) == long_counts
     # 2 sequences per layer: boxes of some height; one sequence: flat, each median in its set's colour
     one = table.filter(pl.col("sequence") == 0)
-    fig, _ = gplots.halfspace_long_context_figure(one, "t")
+    fig, _ = hplots.halfspace_long_context_figure(one, "t")
     colours = {mcolors.to_hex(line.get_color()) for line in fig.axes[0].lines}
-    assert {mcolors.to_hex(gplots._SET_COLORS[n]) for n in LONG_CONTEXT_POINT_SETS} <= colours
+    assert {mcolors.to_hex(figure_parts._SET_COLORS[n]) for n in LONG_CONTEXT_POINT_SETS} <= colours
     # the summary figure shows both tests, with the claim's numbers, and stays readable
-    fig, counts = gplots.halfspace_margins_figure(_trivial_short("tiny"), "t", table)
+    fig, counts = hplots.halfspace_margins_figure(_trivial_short("tiny"), "t", table)
     assert figure_problems(fig) == []
     assert len(fig.axes) == 2
     assert "T'=39 > d_model=16" in fig.axes[1].get_title()
@@ -407,7 +408,7 @@ def test_the_summary_decides_the_claim_on_the_long_table(extracted, tmp_path: Pa
     assert statement["n_cases"].to_list() == [2] and statement["n_trivial"].to_list() == [0]
     (row,) = GC.check_sink_representable(statements, 1.0)
     assert row["verdict"] == V.NOT_REPRODUCED and row["setting"].startswith("long-context")
-    counts = gplots.plot_halfspace_margins(
+    counts = hplots.plot_halfspace_margins(
         [tables["halfspace"]], tmp_path / "h.png", "t", long_context=long_context_table(pairs)
     )
     (c,) = counts.iter_rows(named=True)

@@ -20,6 +20,7 @@ import pytest
 from sinkscope.claims import tolerances as TL
 from sinkscope.claims import verdicts as V
 from sinkscope.claims.checks import geometry as GC
+from sinkscope.geometry import halfspace_plots as hplots
 from sinkscope.geometry import plots as gplots
 from sinkscope.geometry.alignment import bos_max_readings, bos_max_statement
 from sinkscope.geometry.analysis import analyze_file
@@ -242,9 +243,9 @@ def test_figures_print_the_claim_numbers(extracted, tmp_path: Path) -> None:
 
     # half-space figure <-> geometry.sink_representable
     halfspace = [tables["halfspace"], other["halfspace"]]
-    fig, counts = gplots.halfspace_margins_figure(halfspace, "t")
+    fig, counts = hplots.halfspace_margins_figure(halfspace, "t")
     assert figure_problems(fig) == []
-    assert gplots.plot_halfspace_margins(halfspace, out / "h.png", "t").equals(counts)
+    assert hplots.plot_halfspace_margins(halfspace, out / "h.png", "t").equals(counts)
     (c,) = counts.iter_rows(named=True)
     assert c["n_cases"] > 0  # the attending sets were exercised
     (row,) = GC.check_sink_representable(statements, tolerances["representable_min_fraction"])

@@ -1,4 +1,6 @@
-"""Figures of the geometry analyses (:mod:`sinkscope.geometry`).
+"""Figures of the geometry analyses (:mod:`sinkscope.geometry`), and every rule's
+``{figure name: Draw}`` (those of the half-space test are drawn by
+:mod:`sinkscope.geometry.halfspace_plots`).
 
 Every function takes one table or a list of tables (as returned by
 :func:`sinkscope.geometry.analysis.analyze_file`, or the pooled ones of
@@ -18,16 +20,28 @@ from typing import Any
 import numpy as np
 import polars as pl
 import seaborn as sns
-from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from sinkscope.geometry.alignment import FIRST_TEXT_POSITION, bos_max_readings
-from sinkscope.geometry.halfspace import long_context_counts, representability_counts
-from sinkscope.geometry.long_context import LONG_CONTEXT_COLUMNS
-from sinkscope.geometry.names import ALL_TOKENS, ATTENDING, BOS_MINUS_TOKEN, LONG_CONTEXT_POINT_SETS
+from sinkscope.geometry.figure_parts import (
+    _SPACE_LABELS,
+    COSINE_YLIM,
+    MAX_INCHES,
+    PANEL_TITLE_FONTSIZE,
+    Tables,
+    _box_stats,
+    _concat,
+    _dataset_label,
+    _draw_boxes,
+    _fmt,
+    _layer_ticks,
+    _panel_grid,
+    _scope,
+)
+from sinkscope.geometry.halfspace_plots import plot_halfspace_long_context, plot_halfspace_margins
 from sinkscope.geometry.values import (
     HIGH_BOS_MASS,
     LOW_BOS_MASS,
@@ -39,12 +53,9 @@ from sinkscope.heads.order import dataset_order as _dataset_order
 from sinkscope.labels import POOLED, SINK
 from sinkscope.plotting import (
     CLASS_COLORS,
-    MAX_FIGURE_INCHES,
     Draw,
-    median_line_props,
     new_figure,
     save_figure,
-    tick_step,
     wrap_to_width,
 )
 from sinkscope.text import plural
@@ -53,152 +64,13 @@ __all__ = [
     "bos_alignment_figure",
     "bos_residual_norm_figure",
     "bos_value_norm_figure",
-    "halfspace_margins_figure",
     "pair_figures",
     "plot_bos_alignment",
     "plot_bos_residual_norm",
     "plot_bos_value_norm",
-    "plot_halfspace_margins",
     "plot_value_rank",
     "summary_figures",
 ]
-
-Tables = pl.DataFrame | Sequence[pl.DataFrame]
-
-_SPACE_LABELS: dict[str, str] = {
-    "Z": "attention input Z (normed, with gain)",
-    "X": "residual stream X",
-}
-_SET_LABELS: dict[str, str] = {
-    BOS_MINUS_TOKEN: "{z0 - zi : i in [T]}",
-    ATTENDING: "{zj : j in J} (sink-attending)",
-    ALL_TOKENS: "{zi : i in [T]} (any sink pattern)",
-}
-_SET_COLORS: dict[str, str] = {
-    BOS_MINUS_TOKEN: "#332288",
-    ATTENDING: "#e69f00",
-    ALL_TOKENS: "#56b4e9",
-}
-
-
-def _concat(tables: Tables, required: Sequence[str]) -> pl.DataFrame:
-    frames = [tables] if isinstance(tables, pl.DataFrame) else list(tables)
-    if not frames:
-        raise ValueError("no table to plot")
-    frame = pl.concat(frames, how="diagonal_relaxed")
-    missing = [c for c in required if c not in frame.columns]
-    if missing:
-        raise ValueError(f"table lacks columns {missing}")
-    if frame.height == 0:
-        raise ValueError("the table to plot is empty")
-    return frame
-
-
-def _dataset_label(dataset: str, n_datasets: int | None = None) -> str:
-    if dataset == POOLED:
-        return f"pooled over {plural(n_datasets, 'dataset')}" if n_datasets else "pooled"
-    return dataset
-
-
-def _fmt(x: float | None, digits: int = 3) -> str:
-    return "n/a" if x is None or not np.isfinite(x) else f"{x:.{digits}g}"
-
-
-def _panel_grid(n: int, max_cols: int = 2) -> tuple[int, int]:
-    cols = min(n, max_cols)
-    return (n + cols - 1) // cols, cols
-
-
-def _box_stats(values: np.ndarray) -> dict[str, Any]:
-    """Box statistics with min/max whiskers (Figures 1 and 12) from raw values."""
-    v = np.asarray(values, dtype=np.float64)
-    v = v[np.isfinite(v)]
-    q1, med, q3 = np.quantile(v, [0.25, 0.5, 0.75])
-    return {
-        "med": med,
-        "q1": q1,
-        "q3": q3,
-        "whislo": v.min(),
-        "whishi": v.max(),
-        "mean": v.mean(),
-        "fliers": [],
-    }
-
-
-#: Longest side of a figure in inches (:data:`~sinkscope.plotting.MAX_FIGURE_INCHES` less a
-#: rounding margin).
-MAX_INCHES = MAX_FIGURE_INCHES - 0.05
-#: Most layer ticks of a panel (48 layers: every third).
-MAX_LAYER_TICKS = 16
-#: Font size of the panel titles of the figures of several models.
-PANEL_TITLE_FONTSIZE = 9
-#: Least height in inches of a row of the half-space figure: below it (more than seven panels:
-#: seven models with their long-context panels) the panels go two to a row, so that the stacked
-#: y labels do not run into each other.
-MIN_MARGIN_ROW = 2.6
-#: A box lower than this share of its axis (about 6 px of a 400-px panel: a median line and two
-#: edges cover it) is flat: drawn as its median alone. Without the axis range: of the values' range.
-FLAT_BOX_FRACTION = 0.015
-#: y limits of the panels of cosines (Fig. 1) and of half-space margins.
-COSINE_YLIM = (-1.02, 1.02)
-MARGIN_YLIM = (-0.04, 1.02)
-
-
-def _draw_boxes(
-    ax: Axes,
-    stats: list[dict[str, Any]],
-    positions: Sequence[float],
-    width: float,
-    color: str,
-    axis_range: float | None = None,
-) -> None:
-    """Boxes in ``color``; the flat ones (:data:`FLAT_BOX_FRACTION` of ``axis_range``, the span
-    of the panel's y limits in data units) as a median line in that colour
-    (:func:`~sinkscope.plotting.median_line_props`)."""
-    if axis_range is None:
-        axis_range = max(s["whishi"] for s in stats) - min(s["whislo"] for s in stats)
-    flat = [s["q3"] - s["q1"] <= FLAT_BOX_FRACTION * axis_range for s in stats]
-    for is_flat in (False, True):
-        chosen = [k for k, f in enumerate(flat) if f == is_flat]
-        if not chosen:
-            continue
-        ax.bxp(
-            [stats[k] for k in chosen],
-            positions=[positions[k] for k in chosen],
-            widths=width,
-            showfliers=False,
-            showmeans=False,
-            patch_artist=True,
-            manage_ticks=False,
-            boxprops={"facecolor": color, "edgecolor": "black", "linewidth": 0.6, "alpha": 0.85},
-            medianprops=median_line_props(color, flat=is_flat),
-            whiskerprops={"color": "black", "linewidth": 0.6},
-            capprops={"color": "black", "linewidth": 0.6},
-        )
-
-
-def _layer_ticks(ax: Axes, layers: Sequence[int], inches: float = MAX_INCHES) -> None:
-    """A tick per layer, thinned to at most :data:`MAX_LAYER_TICKS` and to what a panel
-    ``inches`` wide holds (:func:`~sinkscope.plotting.tick_step`)."""
-    layers = sorted(layers)
-    step = tick_step(len(layers), inches, MAX_LAYER_TICKS)
-    ax.set_xticks(layers[::step])
-    ax.set_xlim(min(layers) - 0.7, max(layers) + 0.7)
-    ax.set_xlabel("layer")
-
-
-def _scope(frame: pl.DataFrame) -> str:
-    """'N=.. sequences, T=..' for a panel (sequences summed over datasets)."""
-    parts = []
-    if "n_sequences" in frame.columns:
-        per_dataset = frame.group_by("dataset").agg(pl.col("n_sequences").max())
-        parts.append(f"N={int(per_dataset['n_sequences'].sum())} seq")
-    elif "sequence" in frame.columns:
-        per_dataset = frame.group_by("dataset").agg(pl.col("sequence").n_unique())
-        parts.append(f"N={int(per_dataset['sequence'].sum())} seq")
-    if "context_length" in frame.columns and frame["context_length"].drop_nulls().len():
-        parts.append(f"T={int(frame['context_length'].max())}")
-    return ", ".join(parts)
 
 
 def bos_alignment_figure(
@@ -317,216 +189,6 @@ def plot_bos_alignment(
     fig, readings = bos_alignment_figure(tables, title, space)
     save_figure(fig, out_png)
     return readings
-
-
-def _margin_boxes(ax: Axes, sub: pl.DataFrame, sets: Sequence[str]) -> None:
-    """Per layer and point set, the box of the margins over sequences (and datasets); circles
-    mark the non-trivial cases."""
-    width = 0.8 / len(sets)
-    for k, name in enumerate(sets):
-        part = sub.filter((pl.col("point_set") == name) & pl.col("margin").is_not_null())
-        if part.height == 0:
-            continue
-        grouped = part.group_by("layer").agg(pl.col("margin")).sort("layer")
-        stats = [_box_stats(np.asarray(m)) for m in grouped["margin"].to_list()]
-        offset = (k - (len(sets) - 1) / 2) * width
-        positions = [layer + offset for layer in grouped["layer"].to_list()]
-        _draw_boxes(
-            ax, stats, positions, width * 0.85, _SET_COLORS[name], MARGIN_YLIM[1] - MARGIN_YLIM[0]
-        )
-        informative = part.filter(~pl.col("trivially_separable"))
-        if informative.height:
-            ax.scatter(
-                informative["layer"].to_numpy() + offset,
-                informative["margin"].to_numpy(),
-                marker="o",
-                s=9,
-                facecolors="none",
-                edgecolors="black",
-                linewidths=0.6,
-                zorder=3,
-            )
-    ax.axhline(0.0, color="crimson", linewidth=0.8, linestyle="--", zorder=0)
-    _layer_ticks(ax, sub["layer"].unique().to_list())
-    ax.set_ylim(*MARGIN_YLIM)
-    ax.set_ylabel("margin gamma\n(cosine to the best direction)")
-    handles: list[Any] = [
-        Patch(facecolor=_SET_COLORS[n], edgecolor="black", label=_SET_LABELS[n]) for n in sets
-    ]
-    handles += [
-        Line2D(
-            [],
-            [],
-            marker="o",
-            markerfacecolor="none",
-            markeredgecolor="black",
-            color="black",
-            linestyle="",
-            label="non-trivial case\n(> d_model points\nor rank-deficient)",
-        ),
-        Line2D([], [], color="crimson", linestyle="--", linewidth=0.8, label="gamma = 0"),
-    ]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
-
-
-#: Prefix of the long-context columns in the counts of :func:`halfspace_margins_figure`.
-LONG_PREFIX = "long_"
-
-
-def _long_context_panel(ax: Axes, sub: pl.DataFrame, counts: dict[str, Any]) -> None:
-    """One model's long-context margins (Prop. 4.1 at T' > d_model) on ``ax``, titled with its
-    :func:`~sinkscope.geometry.halfspace.long_context_counts` row ``counts``."""
-    _margin_boxes(ax, sub, LONG_CONTEXT_POINT_SETS)
-    datasets = _dataset_order(sub["dataset"].to_list())
-    if counts["n_nontrivial"]:
-        verdict = (
-            f"both sets in an open half-space (every sink pattern representable) in "
-            f"{counts['n_representable_nontrivial']} of {counts['n_nontrivial']} non-trivial "
-            f"pairs ({100 * counts['frac_representable_nontrivial']:.1f}%)"
-        )
-    else:
-        verdict = "none non-trivial: the test cannot fail (not applicable)"
-    ax.set_title(
-        f"{sub['model'][0]}: {', '.join(datasets)}, long context (N={counts['n_sequences']} seq, "
-        f"T'={counts['seq_len'] - 1} > d_model={counts['dim']}; decides the claim)\n"
-        f"(layer, seq) pairs: {counts['n_pairs']}, of which {counts['n_trivial']} trivially "
-        f"separable; {verdict}",
-        fontsize=9,
-    )
-
-
-def halfspace_long_context_figure(table: pl.DataFrame, title: str) -> tuple[Figure, pl.DataFrame]:
-    """The long-context half-space figure of one pair and its counts
-    (:func:`plot_halfspace_long_context`)."""
-    frame = _concat(table, [*LONG_CONTEXT_COLUMNS])
-    counts = long_context_counts(frame)
-    (row,) = counts.iter_rows(named=True)
-    n_layers = int(frame["layer"].n_unique())
-    fig = new_figure(min(19.5, max(9.0, 0.5 * n_layers + 5.0)), 4.7)
-    ax = fig.subplots(1, 1)
-    _long_context_panel(ax, frame, row)
-    fig.suptitle(title)
-    return fig, counts
-
-
-def plot_halfspace_long_context(
-    table: pl.DataFrame, out_png: str | os.PathLike[str], title: str
-) -> pl.DataFrame:
-    """Proposition 4.1 on long sequences (T' > d_model, where the test can fail) for one pair:
-    per layer, the margins ``gamma`` of the two point sets that need no attention (``z_0 - z_i``
-    and all tokens; box = quartiles over sequences, whiskers = min/max, circles = non-trivial
-    cases). ``table``: :func:`~sinkscope.geometry.long_context.halfspace_long_context`. Returns
-    the counts of its title (:func:`~sinkscope.geometry.halfspace.long_context_counts`), the
-    numbers the claim ``geometry.sink_representable`` pools over the model's datasets."""
-    fig, counts = halfspace_long_context_figure(table, title)
-    save_figure(fig, out_png)
-    return counts
-
-
-def halfspace_margins_figure(
-    tables: Tables, title: str, long_context: Tables | None = None
-) -> tuple[Figure, pl.DataFrame]:
-    """The half-space figure and the counts its panel titles print (:func:`plot_halfspace_margins`)."""
-    frame = _concat(
-        tables,
-        [
-            "model",
-            "dataset",
-            "layer",
-            "sequence",
-            "point_set",
-            "margin",
-            "halfspace",
-            "n_points",
-            "trivially_separable",
-        ],
-    )
-    counts = representability_counts(frame)
-    long_frame = None
-    if long_context is not None:
-        long_frame = _concat(long_context, [*LONG_CONTEXT_COLUMNS])
-        long_counts = long_context_counts(long_frame)
-        counts = counts.join(
-            long_counts.rename({c: LONG_PREFIX + c for c in long_counts.columns if c != "model"}),
-            on="model",
-            how="left",
-        )
-    models = sorted(set(frame["model"].to_list()))
-    panels: list[tuple[str, bool]] = []
-    for model in models:
-        panels.append((model, False))
-        if long_frame is not None and (long_frame["model"] == model).any():
-            panels.append((model, True))
-    n_layers = int(frame["layer"].n_unique())
-    n_cols = 1 if (MAX_INCHES - 0.8) / len(panels) >= MIN_MARGIN_ROW else 2
-    n_rows = -(-len(panels) // n_cols)
-    row_height = min(3.9, (MAX_INCHES - 0.8) / n_rows)
-    width = min(MAX_INCHES, n_cols * min(19.5, max(9.0, 0.5 * n_layers + 5.0)))
-    fig = new_figure(width, row_height * n_rows + 0.8)
-    axes = np.atleast_1d(fig.subplots(n_rows, n_cols, squeeze=False).ravel())
-    for ax in axes[len(panels) :]:
-        ax.set_visible(False)
-    for ax, (model, is_long) in zip(axes, panels, strict=False):
-        r = counts.filter(pl.col("model") == model).row(0, named=True)
-        if is_long:
-            assert long_frame is not None
-            lc = {c: r[LONG_PREFIX + c] for c in long_counts.columns if c != "model"}
-            _long_context_panel(ax, long_frame.filter(pl.col("model") == model), lc)
-            continue
-        sub = frame.filter(pl.col("model") == model)
-        _margin_boxes(ax, sub, [BOS_MINUS_TOKEN, ATTENDING, ALL_TOKENS])
-        datasets = _dataset_order(sub["dataset"].to_list())
-        n_tokens = sub.filter(pl.col("point_set") == BOS_MINUS_TOKEN)["n_points"].max()
-        if r["n_nontrivial"]:
-            verdict = (
-                f"sink representable in {r['n_representable_nontrivial']} of them "
-                f"({100 * r['frac_representable_nontrivial']:.1f}%)"
-            )
-        else:
-            verdict = "none non-trivial: the test cannot fail (not applicable)"
-        share = 100 * r["n_any_trivial"] / r["n_pairs"] if r["n_pairs"] else float("nan")
-        ax.set_title(
-            f"{model}: {', '.join(datasets)} ({_scope(sub)}, T={n_tokens})\n"
-            f"(layer, seq) pairs with sink-attending tokens: {r['n_cases']}, of which "
-            f"{r['n_trivial']} trivially separable and {r['n_nontrivial']} non-trivial; {verdict}\n"
-            f"any sink pattern (J = all tokens): {r['n_any_trivial']} of {r['n_pairs']} pairs "
-            f"({share:.0f}%) trivially separable; holds in "
-            f"{r['n_any_representable_nontrivial']} of the {r['n_any_nontrivial']} others",
-            fontsize=9,
-        )
-    fig.suptitle(title)
-    return fig, counts
-
-
-def plot_halfspace_margins(
-    tables: Tables,
-    out_png: str | os.PathLike[str],
-    title: str,
-    long_context: Tables | None = None,
-) -> pl.DataFrame:
-    """Proposition 4.1 margins per layer: for each point set, the distribution over sequences
-    (and datasets) of the normalised margin ``gamma`` (box = quartiles, whiskers = min/max);
-    circles mark the non-trivial cases (the others are trivially separable).
-
-    ``tables``: ``halfspace`` tables of :func:`~sinkscope.geometry.analysis.analyze_file`. A set
-    lies in an open half-space iff ``gamma > 0``; the panel titles give the counts of
-    :func:`~sinkscope.geometry.halfspace.representability_counts`, which this function returns:
-    (layer, sequence) pairs with sink-attending tokens, how many are trivially separable (and their
-    share among all pairs for ``J`` = all tokens), and in how many of the others the sink is
-    representable. ``long_context``: the tables of
-    :func:`~sinkscope.geometry.long_context.halfspace_long_context`; each model then gets a second
-    panel after its first (under it; beside it when the panels would be lower than
-    :data:`MIN_MARGIN_ROW` one under the other) with the long-context margins of the two sets
-    that need no attention,
-    titled with :func:`~sinkscope.geometry.halfspace.long_context_counts` (N, T', d_model, the share
-    of non-trivial pairs where both sets lie in an open half-space), returned as the ``long_*``
-    columns. Those are the numbers of the claim ``geometry.sink_representable`` when present, the
-    ``T``-panel's otherwise
-    (:func:`~sinkscope.claims.checks.geometry.sink_representable_statements`).
-    """
-    fig, counts = halfspace_margins_figure(tables, title, long_context)
-    save_figure(fig, out_png)
-    return counts
 
 
 def plot_value_rank(tables: Tables, out_png: str | os.PathLike[str], title: str) -> None:
