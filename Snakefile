@@ -42,11 +42,12 @@ rule all:
 
 include: "workflow/rules/prepare.smk"
 include: "workflow/rules/extract.smk"
+# one rule file per stage of the registry of outputs (sinkscope.outputs.STAGES)
 include: "workflow/rules/heads.smk"
 include: "workflow/rules/geometry.smk"
 include: "workflow/rules/oversmoothing.smk"
 include: "workflow/rules/sinks.smk"
+include: "workflow/rules/streaming.smk"
 include: "workflow/rules/costs.smk"
 include: "workflow/rules/dynamics.smk"
-include: "workflow/rules/streaming.smk"
 include: "workflow/rules/claims.smk"

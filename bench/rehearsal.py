@@ -47,9 +47,12 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MODELS = ("meta-llama/Llama-3.1-8B", "openai-community/gpt2-xl")
 
 
-
 def rehearsal_config(
-    model_dir: Path, facts: Any, download_dir: Path, rotary: bool, dtype: str = "float32",
+    model_dir: Path,
+    facts: Any,
+    download_dir: Path,
+    rotary: bool,
+    dtype: str = "float32",
     sink_heavy: bool = False,
 ) -> dict[str, Any]:
     """The config of one rehearsal: the cut model as a ``local`` float32 model on the CPU, the
@@ -64,8 +67,9 @@ def rehearsal_config(
     streaming = copy.deepcopy(default["streaming"]) if rotary else {"enabled": False}
     config: dict[str, Any] = {
         "download_dir": str(download_dir),
-        "models": {"rehearsal": {"dtype": dtype,
-                                 "source": {"kind": "local", "path": str(model_dir)}}},
+        "models": {
+            "rehearsal": {"dtype": dtype, "source": {"kind": "local", "path": str(model_dir)}}
+        },
         "datasets": {"alice": copy.deepcopy(default["datasets"]["alice"])},
         "extraction": {"n_sequences": 50, "context_length": 256, "seed": 0},
         "streaming": streaming,
@@ -82,7 +86,11 @@ def rehearsal_config(
 
 
 def run_depth(
-    hub_id: str, n_layers: int, out: Path, cores: int, dtype: str = "float32",
+    hub_id: str,
+    n_layers: int,
+    out: Path,
+    cores: int,
+    dtype: str = "float32",
     sink_heavy: bool = False,
 ) -> dict[str, Any]:
     """Build the cut model, run the DAG, return ``{rule: usage}`` of its per-pair jobs."""
@@ -93,32 +101,64 @@ def run_depth(
     workdir = out / f"{hub_id.replace('/', '--')}-{n_layers}{'-sink-heavy' if sink_heavy else ''}"
     model_dir = workdir / "model"
     if not (model_dir / "config.json").is_file():
-        build_random_model(hub_id, n_layers, REPO / "results" / "models" / "smollm2-135m", model_dir)
+        build_random_model(
+            hub_id, n_layers, REPO / "results" / "models" / "smollm2-135m", model_dir
+        )
     config = json.loads((model_dir / "config.json").read_text())
     facts = facts_from_config("rehearsal", config, dtype, "rehearsal")
     configfile = workdir / "rehearsal.yaml"
-    configfile.write_text(yaml.safe_dump(
-        rehearsal_config(model_dir, facts, REPO / "resources" / "downloads",
-                         rotary=config["model_type"] != "gpt2", dtype=dtype,
-                         sink_heavy=sink_heavy)))
+    configfile.write_text(
+        yaml.safe_dump(
+            rehearsal_config(
+                model_dir,
+                facts,
+                REPO / "resources" / "downloads",
+                rotary=config["model_type"] != "gpt2",
+                dtype=dtype,
+                sink_heavy=sink_heavy,
+            )
+        )
+    )
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
-         "--cores", str(cores), "--configfile", str(configfile), "--rerun-triggers", "mtime"],
-        capture_output=True, text=True, cwd=REPO, check=False,
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(workdir),
+            "--cores",
+            str(cores),
+            "--configfile",
+            str(configfile),
+            "--rerun-triggers",
+            "mtime",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"},
     )
     if result.returncode != 0:
-        raise SystemExit(f"rehearsal of {hub_id} at {n_layers} layers failed:\n"
-                         f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        raise SystemExit(
+            f"rehearsal of {hub_id} at {n_layers} layers failed:\n"
+            f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
     usage = {}
     for log in sorted((workdir / "results" / "logs").rglob("rehearsal/*.log")):
         rule = log.relative_to(workdir / "results" / "logs").parts[0]
         found = read_usage(log)
         if found is not None and log.stem == "alice":
             usage[rule] = {"peak_rss_mb": found.peak_rss_mb, "wall_s": found.wall_s}
-    return {"n_layers": n_layers, "wall_s": time.monotonic() - started, "usage": usage,
-            "configfile": str(configfile)}
+    return {
+        "n_layers": n_layers,
+        "wall_s": time.monotonic() - started,
+        "usage": usage,
+        "configfile": str(configfile),
+    }
 
 
 def extrapolate(v1: float, v2: float, depth: int, l1: int = 1, l2: int = 2) -> float:
@@ -152,8 +192,10 @@ def compare(
     depths = (one["n_layers"], two["n_layers"])
     full = facts_from_config("rehearsal", fixture_config(hub_id), dtype, "kept")
     cut = facts_from_config(
-        "rehearsal", json.loads((Path(two["configfile"]).parent / "model" / "config.json").read_text()),
-        dtype, "rehearsal",
+        "rehearsal",
+        json.loads((Path(two["configfile"]).parent / "model" / "config.json").read_text()),
+        dtype,
+        "rehearsal",
     )
     config = validate_config(load_layered_config([two["configfile"]]))
     rows = []
@@ -168,25 +210,40 @@ def compare(
             request = job_request(rule, config, facts=full)
         except KeyError:  # a rule sinkscope.sizing does not know
             continue
-        rows.append({
-            "model": hub_id, "rule": rule, "layers": full.n_layers, "depths": list(depths),
-            "peak_1": a["peak_rss_mb"], "peak_2": b["peak_rss_mb"], "peak_full": peak,
-            "wall_1": a["wall_s"], "wall_2": b["wall_s"], "wall_full": wall,
-            "mem_mb": request.mem_mb, "runtime_min": request.runtime_min,
-            "mem_ratio": request.mem_mb / peak, "time_ratio": 60 * request.runtime_min / wall,
-        })
+        rows.append(
+            {
+                "model": hub_id,
+                "rule": rule,
+                "layers": full.n_layers,
+                "depths": list(depths),
+                "peak_1": a["peak_rss_mb"],
+                "peak_2": b["peak_rss_mb"],
+                "peak_full": peak,
+                "wall_1": a["wall_s"],
+                "wall_2": b["wall_s"],
+                "wall_full": wall,
+                "mem_mb": request.mem_mb,
+                "runtime_min": request.runtime_min,
+                "mem_ratio": request.mem_mb / peak,
+                "time_ratio": 60 * request.runtime_min / wall,
+            }
+        )
     return rows
 
 
 def render(rows: list[dict[str, Any]], cpu: str) -> str:
     lines = [
-        (f"CPU: {cpu}. Measured at two depths (columns 'a / b': the shallower cut, then the "
-        "deeper; N = 50, T = 256, the models' dtype as run, CPU), extrapolated to the full depth (a + b L; jobs "
-        "that load the model: the deeper cut's peak plus the extra weights twice); request = "
-        "sinkscope.sizing for the full depth, same settings."),
+        (
+            f"CPU: {cpu}. Measured at two depths (columns 'a / b': the shallower cut, then the "
+            "deeper; N = 50, T = 256, the models' dtype as run, CPU), extrapolated to the full depth (a + b L; jobs "
+            "that load the model: the deeper cut's peak plus the extra weights twice); request = "
+            "sinkscope.sizing for the full depth, same settings."
+        ),
         "",
-        ("| model | cuts | rule | peak at the cuts | peak, full depth | request | request / peak "
-        "| wall at the cuts | wall, full depth | request | request / wall |"),
+        (
+            "| model | cuts | rule | peak at the cuts | peak, full depth | request | request / peak "
+            "| wall at the cuts | wall, full depth | request | request / wall |"
+        ),
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -205,15 +262,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS))
     parser.add_argument("--out", type=Path, default=Path("/tmp/sinkscope-rehearsal"))
     parser.add_argument("--cores", type=int, default=2)
-    parser.add_argument("--depths", type=int, nargs=2, default=[2, 6],
-                        help="the two cut depths (layers) measured per model")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
-                        help="models.<name>.dtype of the cut models (gpt-oss-20b: bfloat16, the "
-                        "dtype its weights ship in; its float32 copy would not fit this machine)")
-    parser.add_argument("--sink-heavy", action="store_true",
-                        help="thresholds that make every head a sink head and every position a "
-                        "secondary sink: the data-dependent work at its most "
-                        "(sinkscope.sizing.rehearsal.SINK_HEAVY)")
+    parser.add_argument(
+        "--depths",
+        type=int,
+        nargs=2,
+        default=[2, 6],
+        help="the two cut depths (layers) measured per model",
+    )
+    parser.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16", "float16"],
+        help="models.<name>.dtype of the cut models (gpt-oss-20b: bfloat16, the "
+        "dtype its weights ship in; its float32 copy would not fit this machine)",
+    )
+    parser.add_argument(
+        "--sink-heavy",
+        action="store_true",
+        help="thresholds that make every head a sink head and every position a "
+        "secondary sink: the data-dependent work at its most "
+        "(sinkscope.sizing.rehearsal.SINK_HEAVY)",
+    )
     args = parser.parse_args(argv)
     rows: list[dict[str, Any]] = []
     runs: dict[str, list[dict[str, Any]]] = {}
@@ -233,8 +302,13 @@ def main(argv: list[str] | None = None) -> int:
     models = dict(earlier.get("models", {}))
     for hub_id in args.models:
         key = f"{hub_id} (sink-heavy)" if args.sink_heavy else hub_id
-        models[key] = {"cpu": cpu, "dtype": args.dtype, "sink_heavy": args.sink_heavy,
-                       "runs": runs[hub_id], "rows": [r for r in rows if r["model"] == hub_id]}
+        models[key] = {
+            "cpu": cpu,
+            "dtype": args.dtype,
+            "sink_heavy": args.sink_heavy,
+            "runs": runs[hub_id],
+            "rows": [r for r in rows if r["model"] == hub_id],
+        }
     kept.write_text(json.dumps({"models": models}, indent=1) + "\n")
     return 0
 

@@ -178,6 +178,23 @@ def token_stream(prepared: Path, documents: Path, out: Path) -> tuple[Path, Path
 # --- the real Snakemake DAG on the tiny config (one real model, one real corpus, 2 x 32 tokens)
 
 
+def pair_sets(config: dict, results: str | Path = "results") -> dict[str, list[tuple[str, str]]]:
+    """The pair sets of :data:`sinkscope.outputs.PAIR_SETS` for ``config``, as the workflow
+    (``workflow/rules/common.smk``) builds them."""
+    from sinkscope.config import bos_pairs, pairs
+    from sinkscope.streaming.applicability import cache_pairs
+
+    return {
+        "all": pairs(config),
+        "bos": bos_pairs(config),
+        "cache": cache_pairs(config, bos_pairs(config), results),
+    }
+
+
+#: One pair with BOS, in every pair set.
+ONE_PAIR = {"all": [("m", "d")], "bos": [("m", "d")], "cache": [("m", "d")]}
+
+
 def snakemake_command(workdir: Path, *args: str) -> list[str]:
     """``python -m snakemake`` on this repository's Snakefile, run in ``workdir``."""
     return [

@@ -105,3 +105,19 @@ def test_inspect_into_a_closed_pipe_ends_without_a_traceback() -> None:
     stderr = process.stderr.read().decode()
     assert process.wait(timeout=120) == 128 + signal.SIGPIPE, stderr
     assert stderr == ""
+
+
+def test_outputs_lists_every_registered_rule_with_its_files(capsys) -> None:
+    """``sinkscope outputs``: one row per rule of the registry of outputs, with the folder the
+    workflow writes to and the claims keys it feeds."""
+    from sinkscope.outputs import REGISTRY
+    from sinkscope.paths import Paths
+
+    assert main(["outputs"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == list(REGISTRY)
+    (streaming,) = [row for row in rows if row.startswith("| `summarize_streaming`")]
+    assert "summary (cache pairs)" in streaming and "streaming_sink_heads" in streaming
+    (heads,) = [row for row in rows if row.startswith("| `classify_heads`")]
+    folder = Paths().heads_table("per_head").rsplit("/", 1)[0]
+    assert f"`{folder}/`" in heads and "heads_per_head" in heads

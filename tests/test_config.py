@@ -19,7 +19,7 @@ from sinkscope.config import (
     read_config_file,
     validate_config,
 )
-from tests.conftest import REPO, TINY, snakemake
+from tests.conftest import REPO, TINY, pair_sets, snakemake
 
 
 def test_default_config_is_valid_and_gets_defaults(default_config: dict) -> None:
@@ -474,11 +474,13 @@ def test_no_bos_variant_pairs_and_paths(default_config: dict) -> None:
         }
     )
     config["streaming"]["enabled"] = True
-    streaming = paths.streaming_targets(pairs(config), config["streaming"])
+    sets = pair_sets(config)
+    targets = paths.registered_targets(config, sets)
+    streaming = [t for t in targets if "/streaming/" in t]
     variant = [t for t in streaming if "/shakespeare.no-bos/" in t]
     assert variant and all("first_position_mass" in t for t in variant)
     assert [t for t in streaming if "/shakespeare/" in t and "perplexity" in t]
-    long_context = paths.long_context_targets(pairs(config), config)
+    long_context = [t for t in targets if "halfspace_long_context" in t]
     assert long_context and not [t for t in long_context if ".no-bos" in t]
 
 

@@ -851,7 +851,7 @@ def _streaming_figures(
 
 
 def _streaming_summary(pairs: list[tuple[Shape, str]], folder: Path) -> None:
-    from sinkscope.paths import STREAMING_SUMMARY_FIGURES
+    from sinkscope.streaming.names import SUMMARY_FIGURES as STREAMING_SUMMARY_FIGURES
     from sinkscope.streaming.plots import figures
     from sinkscope.streaming.summary import summarize
 
@@ -866,7 +866,7 @@ def _streaming_summary(pairs: list[tuple[Shape, str]], folder: Path) -> None:
 def test_streaming_layer_figures(shape: Shape, tmp_path: Path) -> None:
     """The figures with one row or point per layer: the first positions' mass, and the summary's
     single-layer evictions (one pair)."""
-    from sinkscope.paths import STREAMING_FIRST_POSITION_FIGURES
+    from sinkscope.streaming.names import FIRST_POSITION_FIGURES as STREAMING_FIRST_POSITION_FIGURES
 
     tables = streaming_tables(shape, WINDOWS[1], baselines=2)
     _streaming_figures(tables, STREAMING_FIRST_POSITION_FIGURES, tmp_path)
@@ -884,7 +884,8 @@ def test_streaming_policy_figures_at_every_number_of_windows(
 ) -> None:
     """The cache policies' figures (one panel per window size) and the re-computation figure
     (a column per baseline); they have no layer or head axis."""
-    from sinkscope.paths import STREAMING_POLICY_FIGURES, STREAMING_RECOMPUTE_FIGURES
+    from sinkscope.streaming.names import POLICY_FIGURES as STREAMING_POLICY_FIGURES
+    from sinkscope.streaming.names import RECOMPUTE_FIGURES as STREAMING_RECOMPUTE_FIGURES
 
     tables = streaming_tables(BY_MODEL["gpt2"], windows, baselines=2)
     _streaming_figures(tables, STREAMING_POLICY_FIGURES + STREAMING_RECOMPUTE_FIGURES, tmp_path)
@@ -892,7 +893,7 @@ def test_streaming_policy_figures_at_every_number_of_windows(
 
 @pytest.mark.parametrize("baselines", (0, 1), ids=["0-baselines", "1-baseline"])
 def test_recompute_figure_at_every_number_of_baselines(baselines: int, tmp_path: Path) -> None:
-    from sinkscope.paths import STREAMING_RECOMPUTE_FIGURES
+    from sinkscope.streaming.names import RECOMPUTE_FIGURES as STREAMING_RECOMPUTE_FIGURES
 
     tables = streaming_tables(BY_MODEL["gpt2"], WINDOWS[1], baselines)
     _streaming_figures(tables, STREAMING_RECOMPUTE_FIGURES, tmp_path)

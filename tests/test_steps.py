@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 SCRIPT = """
@@ -43,6 +44,8 @@ def test_a_failing_step_writes_its_sentence_to_the_console_and_the_traceback_to_
     assert "progress on stderr" in text and "Traceback" in text and "second line" in text
 
 
+from sinkscope.costs import names as cost_names
+
 REPO = Path(__file__).resolve().parents[1]
 RULE = re.compile(r"^rule (\w+):$", re.MULTILINE)
 SCRIPT_LINE = re.compile(r"^    script:\n        \"([^\"]+)\"$", re.MULTILINE)
@@ -59,6 +62,7 @@ def _rule_scripts() -> dict[str, list[str]]:
 
 
 def test_every_rule_runs_the_one_script_and_has_a_step() -> None:
+    from sinkscope.outputs import REGISTRY
     from sinkscope.steps import STEPS
 
     listed = subprocess.run(
@@ -72,7 +76,8 @@ def test_every_rule_runs_the_one_script_and_has_a_step() -> None:
     scripts = _rule_scripts()
     assert sorted(scripts) == sorted(listed)  # the parsing above saw every rule
     with_script = {name for name, found in scripts.items() if found}
-    assert with_script == set(STEPS), with_script ^ set(STEPS)
+    generic = {rule for rule, e in REGISTRY.items() if e.compute}
+    assert with_script == set(STEPS) | generic, with_script ^ (set(STEPS) | generic)
     assert {found[0] for found in scripts.values() if found} == {"../scripts/step.py"}
     targets = set(scripts) - with_script
     assert targets == {"all"}, f"rules with neither a step nor a target's role: {targets}"
@@ -82,7 +87,7 @@ def test_every_rule_runs_the_one_script_and_has_a_step() -> None:
 
 def test_every_figure_a_rule_writes_has_one_drawing_function() -> None:
     """The ``{name: Draw}`` dicts of the stages' plots modules name exactly the figures of the
-    stage's ``names.py``, the one place each name is stated (:mod:`sinkscope.paths` reads it
+    stage's ``names.py``, the one place each name is stated (the registry of outputs reads it
     too), so :func:`sinkscope.steps._draw` fills every output ``figure_<name>`` (the drawing is
     lazy: nothing is drawn here)."""
     from sinkscope import paths
@@ -94,6 +99,7 @@ def test_every_figure_a_rule_writes_has_one_drawing_function() -> None:
     from sinkscope.geometry import plots as geometry
     from sinkscope.heads import names as heads_names
     from sinkscope.heads import plots as heads
+    from sinkscope.outputs import entry
     from sinkscope.oversmoothing import names as oversmoothing_names
     from sinkscope.oversmoothing import plots as oversmoothing
     from sinkscope.streaming import names as streaming_names
@@ -118,58 +124,118 @@ def test_every_figure_a_rule_writes_has_one_drawing_function() -> None:
     for part, names in dynamics_names.FIGURES.items():
         assert tuple(dynamics.PLOTS[part]) == names
         assert tuple(dynamics.figures(part, {})) == names
-    # the costs rules write the figures of their names (outputs: paths.Paths.cost_outputs)
-    for draws, names in (
-        (costs.toy_figures([]), cost_names.TOY_FIGURES),
-        (costs.backcopy_figures([], [], {}), cost_names.BACKCOPY_FIGURES),
-        (costs.copypaste_figures([]), cost_names.COPYPASTE_FIGURES),
+    # the costs rules write the figures of their names (outputs: the registry's)
+    for draws, rule in (
+        (costs.toy_figures([]), "cost_toy"),
+        (costs.backcopy_figures([], [], {}), "summarize_backcopy"),
+        (costs.copypaste_figures([]), "summarize_copypaste"),
     ):
-        assert tuple(draws) == names
-    layout = paths.Paths("r")
-    figure_paths = [p for p in layout.cost_targets({"enabled": True}) if p.endswith(".png")]
-    assert figure_paths == [f"r/costs/{name}.png" for name in cost_names.FIGURES]
+        assert tuple(draws) == entry(rule).figure_names
+    assert [
+        n
+        for r in ("cost_toy", "summarize_backcopy", "summarize_copypaste")
+        for n in entry(r).figure_names
+    ] == list(cost_names.FIGURES)
 
 
-def test_the_costs_rules_take_their_outputs_from_costs_names() -> None:
-    """Each §7 summary rule's outputs are ``paths.cost_outputs`` of its names in
-    :mod:`sinkscope.costs.names` (the ``table_<name>`` keys the steps write, the figures with a
-    caption file and a report label each), and those are what
-    :meth:`sinkscope.paths.Paths.cost_targets` requests."""
-    from sinkscope.costs import names as cost_names
+def _record(calls: list[tuple[str, dict]], path: str, **kwargs: object) -> str:
+    """A stand-in for Snakemake's ``report()``: records its arguments, returns the path."""
+    calls.append((path, kwargs))
+    return path
+
+
+def test_every_registered_output_has_its_rule_caption_and_step() -> None:
+    """The registry of outputs (:mod:`sinkscope.outputs`) against the workflow: each registered
+    rule is a rule of its stage's rule file whose ``output:`` is the registry's
+    (``outputs_of``), with its priority from the registry; each figure's caption file exists and
+    every caption file of ``workflow/report/`` is some figure's or the claims'; each rule has a
+    step; and each rule's outputs are ``table_<name>`` (parquet), ``table_<name>_csv`` and
+    ``figure_<name>`` wrapped in ``report()`` with that caption."""
+    from sinkscope import outputs
+    from sinkscope.paths import Paths
+    from sinkscope.steps import step_of
+
+    captions = set()
+    for rule, registered in outputs.REGISTRY.items():
+        text = (REPO / "workflow" / "rules" / f"{registered.stage}.smk").read_text()
+        assert f"rule {rule}:" in text, rule
+        body = text.split(f"rule {rule}:")[1].split("\nrule ")[0]
+        assert f'**outputs_of("{rule}")' in body, rule
+        assert f'priority: priority("{rule}")' in body, rule
+        assert callable(step_of(rule))
+        calls: list[tuple[str, dict]] = []
+        named = Paths("r").rule_outputs(rule, partial(_record, calls))
+        assert list(named) == [
+            *(f"table_{n}{s}" for n in registered.tables for s in ("", "_csv")),
+            *(f"figure_{n}" for n in registered.figure_names),
+        ]
+        for figure, (path, kwargs) in zip(registered.figures, calls, strict=True):
+            assert kwargs["caption"] == f"../report/{figure.caption}"
+            assert path.endswith(f"/{figure.name}.png")
+            assert (REPO / "workflow" / "report" / figure.caption).is_file(), figure.caption
+            captions.add(figure.caption)
+    claims_rule = (REPO / "workflow" / "rules" / "claims.smk").read_text()
+    report_files = {p.name for p in (REPO / "workflow" / "report").glob("*.rst")}
+    unused = {c for c in report_files - captions if f"../report/{c}" not in claims_rule}
+    assert unused == {"workflow.rst"}, unused  # the report's front page (Snakefile)
+    snakefile = (REPO / "Snakefile").read_text()
+    for stage in outputs.STAGES:
+        assert f'include: "workflow/rules/{stage}.smk"' in snakefile, stage
+    for rule in outputs.PIPELINE_PRIORITY:
+        assert rule not in outputs.REGISTRY and callable(step_of(rule))
+
+
+def test_the_registry_refuses_what_would_break_a_rule() -> None:
+    """A registry entry that names an output Snakemake cannot address, a level or pair set that
+    does not exist, or a claims table its rule does not write fails when it is declared; an
+    unregistered rule is named."""
+    import pytest
+
+    from sinkscope.outputs import RuleOutputs, entry, priority
+
+    base = {"rule": "r", "stage": "s", "level": "pair", "priority": 1, "category": "C"}
+    with pytest.raises(ValueError, match="'two words' is not an identifier"):
+        RuleOutputs(**base, tables=("two words",))
+    with pytest.raises(ValueError, match="level 'per_model'"):
+        RuleOutputs(**{**base, "level": "per_model"})
+    with pytest.raises(ValueError, match="pairs 'some'"):
+        RuleOutputs(**base, pairs="some")
+    with pytest.raises(ValueError, match="claims read tables it does not write"):
+        RuleOutputs(**base, tables=("t",), claims={"key": "u"})
+    with pytest.raises(KeyError, match="'nope' has no entry"):
+        entry("nope")
+    with pytest.raises(KeyError, match="'nope' has no priority"):
+        priority("nope")
+
+
+def test_registered_targets_follow_the_config_and_the_pair_sets() -> None:
+    """Which registered rules run (:func:`sinkscope.outputs.rule_runs`): a disabled section, an
+    empty ``requires`` key or an empty pair set leaves a rule's outputs out of the targets."""
+    from sinkscope.outputs import entry, rule_runs
     from sinkscope.paths import Paths
 
-    costs_rules = (REPO / "workflow" / "rules" / "costs.smk").read_text()
-    for tables, figures in (
-        ("TOY_TABLES", "TOY_FIGURES"),
-        ("BACKCOPY_TABLES", "BACKCOPY_FIGURES"),
-        ("COPYPASTE_TABLES", "COPYPASTE_FIGURES"),
-    ):
-        assert f"cost_names.{tables}, cost_names.{figures}, report" in costs_rules
-    assert "paths.cost_outputs(cost_names.END_TO_END_TABLES)" in costs_rules
-    layout = Paths("r")
-    calls: list[tuple[str, dict]] = []
-    outputs = layout.cost_outputs(
-        cost_names.BACKCOPY_TABLES,
-        cost_names.BACKCOPY_FIGURES,
-        lambda path, **kw: calls.append((path, kw)) or path,
-        "§7",
-    )
-    assert list(outputs) == [
-        *(f"table_{n}{s}" for n in cost_names.BACKCOPY_TABLES for s in ("", "_csv")),
-        *(f"figure_{n}" for n in cost_names.BACKCOPY_FIGURES),
+    one = {"all": [("m", "d")], "bos": [("m", "d")], "cache": [("m", "d")]}
+    costs = {"costs": {"enabled": True, "backcopy": {"end_to_end": {"T": []}}}}
+    assert rule_runs(entry("summarize_backcopy"), costs, one)
+    assert not rule_runs(entry("summarize_backcopy_e2e"), costs, one)
+    costs["costs"]["backcopy"]["end_to_end"]["T"] = [8]
+    assert rule_runs(entry("summarize_backcopy_e2e"), costs, one)
+    tables = [p for p in Paths("r").registered_targets(costs, one) if "/costs/" in p]
+    assert [p for p in tables if p.endswith(".parquet")] == [
+        f"r/costs/{n}.parquet" for n in (*cost_names.TABLES, *cost_names.END_TO_END_TABLES)
     ]
-    assert outputs["table_condition3_csv"] == "r/costs/condition3.csv"
-    assert set(cost_names.FIGURE_LABELS) == set(cost_names.FIGURES)
-    for name in cost_names.FIGURES:
-        assert (REPO / "workflow" / "report" / f"costs_{name}.rst").is_file(), name
-    assert [kw["caption"] for _, kw in calls] == [
-        f"../report/costs_{n}.rst" for n in cost_names.BACKCOPY_FIGURES
+    assert not [p for p in Paths("r").registered_targets({}, one) if "/costs/" in p]
+    streaming = {"streaming": {"enabled": True}}
+    no_cache = {**one, "cache": []}
+    assert rule_runs(entry("analyze_streaming_first_positions"), streaming, no_cache)
+    assert not rule_runs(entry("analyze_streaming"), streaming, no_cache)
+    assert not rule_runs(entry("summarize_streaming"), streaming, no_cache)
+    two = {"all": [("m", "d"), ("m", "d.no-bos")], "bos": [("m", "d")], "cache": []}
+    heads = [p for p in Paths("r").registered_targets({}, two) if "heads_per_head.parquet" in p]
+    assert heads == [
+        "r/heads/m/d/heads_per_head.parquet",
+        "r/heads/m/d.no-bos/heads_per_head.parquet",
     ]
-    with_e2e = {"enabled": True, "backcopy": {"end_to_end": {"T": [8]}}}
-    tables = [p for p in layout.cost_targets(with_e2e) if p.endswith(".parquet")]
-    expected = (*cost_names.TABLES, *cost_names.END_TO_END_TABLES)
-    assert tables == [f"r/costs/{name}.parquet" for name in expected]
-    assert layout.cost_targets({"enabled": False}) == []
 
 
 def test_every_dynamics_part_has_its_two_steps_and_functions() -> None:
@@ -177,7 +243,7 @@ def test_every_dynamics_part_has_its_two_steps_and_functions() -> None:
     with their part; ``sinkscope.dynamics.<part>`` has the ``run_<part>`` and
     ``sinkscope.dynamics.summary`` the ``summarize_<part>`` those steps call."""
     from sinkscope.dynamics import summary
-    from sinkscope.paths import DYNAMICS_RUN_TABLES
+    from sinkscope.dynamics.names import RUN_TABLES as DYNAMICS_RUN_TABLES
     from sinkscope.steps import STEPS, _dynamics_module, _dynamics_run, _summarize_dynamics
 
     assert tuple(summary.SUMMARIZE) == tuple(DYNAMICS_RUN_TABLES)

@@ -22,8 +22,9 @@ import torch
 import yaml
 
 from sinkscope.extraction import h5layout
-from sinkscope.paths import HEAD_FIGURES, Paths
-from tests.conftest import TINY, job_counts, snakemake
+from sinkscope.heads.names import FIGURES as HEAD_FIGURES
+from sinkscope.paths import Paths
+from tests.conftest import TINY, job_counts, pair_sets, snakemake
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_EXTRA = REPO / "tests" / "configs" / "tiny_extra_dataset.yaml"
@@ -102,10 +103,15 @@ def test_bad_config_fails_before_any_job(tmp_path: Path) -> None:
 
 def test_all_outputs_exist_and_rerun_is_a_no_op(tiny_run: Path, download_dir: Path) -> None:
     paths = Paths(str(tiny_run / "results"))
-    pairs = [(PAIR["model"], PAIR["dataset"]), (NO_BOS["model"], NO_BOS["dataset"])]
-    expected = paths.all_targets(pairs)
-    expected += paths.streaming_targets(pairs, {"enabled": True})
-    expected += paths.long_context_targets(pairs, {"geometry": {}})
+    from sinkscope.config import load_config
+
+    config = load_config(TINY)
+    sets = pair_sets(config, tiny_run / "results")
+    assert sets["all"] == [(PAIR["model"], PAIR["dataset"]), (NO_BOS["model"], NO_BOS["dataset"])]
+    assert sets["cache"] == sets["bos"] == [(PAIR["model"], PAIR["dataset"])]
+    expected = paths.all_targets(config, sets)
+    assert [p for p in expected if "/streaming/" in p and "perplexity" in p]
+    assert [p for p in expected if "halfspace_long_context" in p]
     missing = [path for path in expected if not Path(path).exists()]
     assert not missing
     for name in HEAD_FIGURES:
@@ -346,8 +352,12 @@ def test_dynamics_outputs_of_the_tiny_run(tiny_run: Path) -> None:
 
     config = load_config(TINY)
     paths = Paths(str(tiny_run / "results"))
-    targets = paths.dynamics_targets(config["dynamics"])
-    assert len(targets) == 3 + 2 * (4 + 6 + 4) + (5 + 5 + 3)
+    targets = [
+        path
+        for part in dynamics_jobs(config["dynamics"])
+        for path in paths.rule_targets(f"summarize_dynamics_{part}")
+    ]
+    assert len(targets) == 2 * (4 + 6 + 4) + (5 + 5 + 3)
     assert not [path for path in targets if not Path(path).exists()]
     for part, runs in dynamics_jobs(config["dynamics"]).items():
         final = pl.read_parquet(paths.dynamics_table(part, "final"))

@@ -288,7 +288,16 @@ def _main(argv: Sequence[str] | None) -> int:
     usage.add_argument(
         "logs", nargs="?", default="results/logs", help="the run's logs (default: results/logs)"
     )
+    commands.add_parser(
+        "outputs",
+        help="every table and figure the workflow writes, by rule (the registry of outputs)",
+    )
     args = parser.parse_args(argv)
+    if args.command == "outputs":
+        from sinkscope.paths import registry_markdown
+
+        print(registry_markdown())
+        return 0
     if args.command == "plan":
         return _plan(args.configfile, args.snakefile)
     if args.command == "usage":

@@ -5,67 +5,19 @@ Paths are Snakemake patterns with ``{model}`` and ``{dataset}`` wildcards under 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sinkscope import outputs as registry
 from sinkscope.claims import names as claims_names
-from sinkscope.config import analysis_runs
-from sinkscope.costs import names as costs_names
 from sinkscope.dynamics import names as dynamics_names
-from sinkscope.geometry import names as geometry_names
 from sinkscope.heads import names as heads_names
-from sinkscope.oversmoothing import names as oversmoothing_names
-from sinkscope.sinks import names as sinks_names
-from sinkscope.streaming import names as streaming_names
-from sinkscope.variants import is_no_bos, source_dataset
+from sinkscope.variants import source_dataset
 
-#: Figures of the head classification (sinkscope.heads), per pair: the names live in
-#: :mod:`sinkscope.heads.names`.
-HEAD_FIGURES = heads_names.FIGURES
-
-#: Tables and figures of each per-pair analysis (paper section in the rule files).
-#: Geometry (sinkscope.geometry): per pair, the long-context tables of Proposition 4.1 and the
-#: summary; the names live in :mod:`sinkscope.geometry.names`.
-GEOMETRY_TABLES = geometry_names.TABLES
-GEOMETRY_LONG_CONTEXT_TABLES = geometry_names.LONG_CONTEXT_TABLES
-GEOMETRY_LONG_CONTEXT_FIGURES = geometry_names.LONG_CONTEXT_FIGURES
-GEOMETRY_SUMMARY_TABLES = geometry_names.SUMMARY_TABLES
-GEOMETRY_FIGURES = geometry_names.FIGURES
-#: Oversmoothing (sinkscope.oversmoothing): the same tables per pair and in the summary, and the
-#: figures; the names live in :mod:`sinkscope.oversmoothing.names`.
-OVERSMOOTHING_TABLES = oversmoothing_names.TABLES
-OVERSMOOTHING_FIGURES = oversmoothing_names.FIGURES
-#: Sinks beyond BOS (sinkscope.sinks): the sink rate of Gu et al., secondary sinks, massive
-#: activations, per pair and in the summary; the names live in :mod:`sinkscope.sinks.names`.
-SINKS_TABLES = sinks_names.TABLES
-SINKS_FIGURES = sinks_names.FIGURES
-SINKS_SUMMARY_TABLES = sinks_names.SUMMARY_TABLES
-SINKS_SUMMARY_FIGURES = sinks_names.SUMMARY_FIGURES
-#: StreamingLLM (sinkscope.streaming), per pair, by rule, and its summary: the names live in
-#: :mod:`sinkscope.streaming.names`.
-STREAMING_POLICY_TABLES = streaming_names.POLICY_TABLES
-STREAMING_POLICY_FIGURES = streaming_names.POLICY_FIGURES
-STREAMING_RECOMPUTE_TABLES = streaming_names.RECOMPUTE_TABLES
-STREAMING_RECOMPUTE_FIGURES = streaming_names.RECOMPUTE_FIGURES
-STREAMING_FIRST_POSITION_TABLES = streaming_names.FIRST_POSITION_TABLES
-STREAMING_FIRST_POSITION_FIGURES = streaming_names.FIRST_POSITION_FIGURES
-STREAMING_TABLES = streaming_names.TABLES
-STREAMING_FIGURES = streaming_names.FIGURES
-STREAMING_SUMMARY_TABLES = streaming_names.SUMMARY_TABLES
-STREAMING_SUMMARY_FIGURES = streaming_names.SUMMARY_FIGURES
-#: §7 cost experiments (sinkscope.costs, no model): the tables and figures made whenever the
-#: section is enabled, and the end-to-end table made only when its sizes are set; the names live
-#: in :mod:`sinkscope.costs.names`.
-COST_TABLES = costs_names.TABLES
-COST_END_TO_END_TABLES = costs_names.END_TO_END_TABLES
-COST_FIGURES = costs_names.FIGURES
-#: Training-dynamics experiments (companion paper; rules in workflow/rules/dynamics.smk): the
-#: tables of one run (``run_*`` of sinkscope.dynamics), the summary tables (``summarize_*``) and
-#: the figures of each part; the names live in :mod:`sinkscope.dynamics.names`.
-DYNAMICS_RUN_TABLES = dynamics_names.RUN_TABLES
-DYNAMICS_SUMMARY_TABLES = dynamics_names.SUMMARY_TABLES
-DYNAMICS_FIGURES = dynamics_names.FIGURES
+#: Which pairs each pair set of :data:`sinkscope.outputs.PAIR_SETS` holds:
+#: ``{"all": [...], "bos": [...], "cache": [...]}`` (the workflow's ``PAIR_SETS``).
+PairSets = Mapping[str, Sequence[tuple[str, str]]]
 
 
 @dataclass(frozen=True)
@@ -110,18 +62,19 @@ class Paths:
     def activations(self) -> str:
         return f"{self.root}/activations/{{model}}/{{dataset}}.h5"
 
-    # head classification (paper §3)
+    # head classification (paper §3): the registry's classify_heads and summarize_heads
     def heads_table(self, level: str, suffix: str = "parquet") -> str:
-        return f"{self.root}/heads/{{model}}/{{dataset}}/heads_{level}.{suffix}"
+        """A pair's head table: ``per_head`` or ``per_sequence`` (rule classify_heads)."""
+        return self.registered_table("classify_heads", level, suffix)
 
     def heads_figure(self, name: str) -> str:
-        return f"{self.root}/heads/{{model}}/{{dataset}}/{name}.png"
+        return self.registered_figure("classify_heads", name)
 
     def heads_summary(self, suffix: str = "parquet", name: str = heads_names.SUMMARY) -> str:
         """A summary table of the head classification: the class shares (``name`` =
         :data:`~sinkscope.heads.names.SUMMARY`) or the per-sequence masses
         (:meth:`heads_sequence_masses`)."""
-        return f"{self.root}/summary/{name}.{suffix}"
+        return self.registered_table("summarize_heads", name, suffix)
 
     def heads_sequence_masses(self, suffix: str = "parquet") -> str:
         """Every pair's per-sequence head masses (:data:`~sinkscope.heads.names.SEQUENCE_MASSES`),
@@ -130,7 +83,72 @@ class Paths:
 
     @property
     def heads_summary_figure(self) -> str:
-        return f"{self.root}/summary/{heads_names.SUMMARY}.png"
+        return self.registered_figure("summarize_heads", heads_names.SUMMARY)
+
+    # the registered outputs (sinkscope.outputs): tables, figures, a rule's output: and targets
+    def registered_table(self, rule: str, name: str, suffix: str = "parquet") -> str:
+        """Where rule ``rule`` writes its table ``name`` (a pattern with the rule's wildcards)."""
+        outputs = registry.entry(rule)
+        if name not in outputs.tables:
+            raise KeyError(f"rule {rule!r} writes no table {name!r} (tables: {outputs.tables})")
+        return f"{self.root}/{outputs.directory}/{outputs.table_prefix}{name}.{suffix}"
+
+    def registered_figure(self, rule: str, name: str) -> str:
+        """Where rule ``rule`` writes its figure ``name``."""
+        outputs = registry.entry(rule)
+        if name not in outputs.figure_names:
+            raise KeyError(f"rule {rule!r} draws no figure {name!r}")
+        return f"{self.root}/{outputs.directory}/{name}.png"
+
+    def rule_outputs(self, rule: str, report: Callable[..., Any] | None = None) -> dict[str, Any]:
+        """The ``output:`` of a registered rule: ``table_<name>`` (parquet) and
+        ``table_<name>_csv`` per table, ``figure_<name>`` per figure.
+
+        With ``report`` (Snakemake's ``report`` function) every figure is wrapped as
+        ``report(path, caption="../report/<caption>", category=..., subcategory=...,
+        labels=...)``: a pair's figures under the rule's category, one subcategory per model; a
+        summary's under "Summary", the rule's category as subcategory; an experiment's under its
+        category and part. The caption path is relative to ``workflow/rules/``.
+        """
+        outputs = registry.entry(rule)
+        named: dict[str, Any] = {}
+        for name in outputs.tables:
+            named[f"table_{name}"] = self.registered_table(rule, name)
+            named[f"table_{name}_csv"] = self.registered_table(rule, name, "csv")
+        for figure in outputs.figures:
+            path = self.registered_figure(rule, figure.name)
+            named[f"figure_{figure.name}"] = (
+                path if report is None else report(path, **_report_entry(outputs, figure))
+            )
+        return named
+
+    def rule_targets(self, rule: str, pairs: Sequence[tuple[str, str]] = ()) -> list[str]:
+        """Every table (parquet and CSV) and figure of ``rule``, for each of ``pairs`` when it
+        runs per pair."""
+        outputs = registry.entry(rule)
+        patterns = list(self.rule_outputs(rule).values())
+        if outputs.level != "pair":
+            return patterns
+        return [p.format(model=m, dataset=d) for m, d in pairs for p in patterns]
+
+    def pair_tables(self, rules: Sequence[str], pairs: Sequence[tuple[str, str]]) -> list[str]:
+        """The parquet tables of the per-pair ``rules`` for every pair of ``pairs`` (the inputs of
+        a summary rule)."""
+        return [
+            self.registered_table(rule, name).format(model=model, dataset=dataset)
+            for model, dataset in pairs
+            for rule in rules
+            for name in registry.entry(rule).tables
+        ]
+
+    def registered_targets(self, config: Mapping[str, Any], pair_sets: PairSets) -> list[str]:
+        """The tables and figures of every registered rule that runs in ``config``
+        (:func:`sinkscope.outputs.rule_runs`), each per-pair rule's for the pairs of its set."""
+        targets: list[str] = []
+        for outputs in registry.REGISTRY.values():
+            if registry.rule_runs(outputs, config, pair_sets):
+                targets += self.rule_targets(outputs.rule, pair_sets[outputs.pairs])
+        return targets
 
     # per-pair analyses and their cross-pair summaries
     def table(self, analysis: str, name: str, suffix: str = "parquet") -> str:
@@ -160,51 +178,6 @@ class Paths:
     def cost_figure(self, name: str) -> str:
         return f"{self.root}/costs/{name}.png"
 
-    def cost_outputs(
-        self,
-        tables: tuple[str, ...],
-        figures: tuple[str, ...] = (),
-        report: Callable[..., Any] | None = None,
-        category: str = "",
-    ) -> dict[str, Any]:
-        """The outputs of a §7 rule that writes ``tables`` and ``figures`` (names of
-        :mod:`sinkscope.costs.names`): ``table_<name>`` (parquet), ``table_<name>_csv`` and
-        ``figure_<name>``.
-
-        With ``report`` (Snakemake's ``report`` function) every figure is wrapped as
-        ``report(path, caption="../report/costs_<name>.rst", category=category,
-        labels={"figure": FIGURE_LABELS[name]})``; the caption path is relative to
-        ``workflow/rules/``.
-        """
-        outputs: dict[str, Any] = {}
-        for name in tables:
-            outputs[f"table_{name}"] = self.cost_table(name)
-            outputs[f"table_{name}_csv"] = self.cost_table(name, "csv")
-        for name in figures:
-            path = self.cost_figure(name)
-            outputs[f"figure_{name}"] = (
-                path
-                if report is None
-                else report(
-                    path,
-                    caption=f"../report/costs_{name}.rst",
-                    category=category,
-                    labels={"figure": costs_names.FIGURE_LABELS[name]},
-                )
-            )
-        return outputs
-
-    def cost_targets(self, costs: dict) -> list[str]:
-        """The tables and figures of the ``costs`` section when enabled: :data:`COST_TABLES`
-        (with :data:`COST_END_TO_END_TABLES` when ``backcopy.end_to_end.T`` lists sizes), then
-        :data:`COST_FIGURES`."""
-        if not costs.get("enabled"):
-            return []
-        tables = COST_TABLES
-        if costs.get("backcopy", {}).get("end_to_end", {}).get("T"):
-            tables += COST_END_TO_END_TABLES
-        return [self.cost_table(n) for n in tables] + [self.cost_figure(n) for n in COST_FIGURES]
-
     # the claims table (rule claims; sinkscope.claims)
     def claims(self, suffix: str = "md") -> str:
         return f"{self.root}/claims.{suffix}"
@@ -218,91 +191,17 @@ class Paths:
             self.observations(suffix) for suffix in ("parquet", "csv")
         ]
 
-    def claims_input(self, table: claims_names.ClaimsInput) -> str:
-        """Where the summary table ``table`` (of :data:`sinkscope.claims.names.INPUTS`) lives."""
-        if table.analysis == "heads":
-            return self.heads_summary(name=table.name)
-        if table.analysis == "costs":
-            return self.cost_table(table.name)
-        if table.analysis == "dynamics":
-            return self.dynamics_table(table.section.partition(".")[2], table.name)
-        return self.summary_table(table.analysis, table.name)
-
-    def claims_inputs(
-        self, config: Mapping[str, Any], without: Collection[str] = ()
-    ) -> dict[str, str]:
+    def claims_inputs(self, config: Mapping[str, Any], pair_sets: PairSets) -> dict[str, str]:
         """The summary tables rule ``claims`` reads (:data:`sinkscope.claims.names.INPUTS`, same
-        keys and order) for the analyses this config runs: heads, geometry and oversmoothing
-        always, any other analysis when its config section says ``enabled: true``, except the
-        sections in ``without`` (e.g. ``streaming`` when no model has rotary positions). Claims
-        whose tables are not listed come out "not applicable -- analysis not run in this
-        config"."""
+        keys and order) from the registered rules that run in this config
+        (:func:`sinkscope.outputs.rule_runs`: e.g. no StreamingLLM summary when no pair is
+        evaluated under the caches). Claims whose tables are not listed come out "not applicable
+        -- analysis not run in this config"."""
         return {
-            key: self.claims_input(table)
+            key: self.registered_table(table.rule, table.name)
             for key, table in claims_names.INPUTS.items()
-            if analysis_runs(config, table.section) and table.section not in without
+            if registry.rule_runs(registry.entry(table.rule), config, pair_sets)
         }
-
-    def streaming_targets(
-        self,
-        pairs: list[tuple[str, str]],
-        streaming: Mapping[str, Any],
-        cache_pairs: Collection[tuple[str, str]] | None = None,
-    ) -> list[str]:
-        """Per-pair and summary outputs of the StreamingLLM analysis (when enabled). A no-BOS
-        pair (:mod:`sinkscope.variants`) gets only the first-position mass, the part read from its
-        activation file: the cache policies cut their own streams (BOS first) from the corpus,
-        the same for both variants of a dataset. So does a pair outside ``cache_pairs`` (default:
-        every pair), whose model the cache policies do not apply to
-        (:mod:`sinkscope.streaming.applicability`); the summary exists when some pair with BOS
-        is evaluated under the caches."""
-        if not streaming.get("enabled"):
-            return []
-        targets = []
-        cached = [
-            p for p in pairs if not is_no_bos(p[1]) and (cache_pairs is None or p in cache_pairs)
-        ]
-        for model, dataset in pairs:
-            fill = {"model": model, "dataset": dataset}
-            full = (model, dataset) in cached
-            tables = STREAMING_TABLES if full else STREAMING_FIRST_POSITION_TABLES
-            figures = STREAMING_FIGURES if full else STREAMING_FIRST_POSITION_FIGURES
-            targets += [self.table("streaming", n).format(**fill) for n in tables]
-            targets += [self.figure("streaming", n).format(**fill) for n in figures]
-        if cached:
-            targets += [self.summary_table("streaming", n) for n in STREAMING_SUMMARY_TABLES]
-            targets += [self.summary_figure("streaming", n) for n in STREAMING_SUMMARY_FIGURES]
-        return targets
-
-    def geometry_pair_tables(self, config: Mapping[str, Any]) -> tuple[str, ...]:
-        """The per-pair geometry tables this config makes (inputs of the geometry summary):
-        :data:`GEOMETRY_TABLES`, plus :data:`GEOMETRY_LONG_CONTEXT_TABLES` unless
-        ``geometry.long_context.enabled`` is false."""
-        long_context = analysis_runs(config, "geometry.long_context")
-        return GEOMETRY_TABLES + (GEOMETRY_LONG_CONTEXT_TABLES if long_context else ())
-
-    def long_context_targets(
-        self, pairs: list[tuple[str, str]], config: Mapping[str, Any]
-    ) -> list[str]:
-        """The long-context half-space tables (parquet and CSV) and figure of every pair with
-        BOS, when enabled (the test cuts its own streams from the corpus: a no-BOS pair has
-        none)."""
-        if not analysis_runs(config, "geometry.long_context"):
-            return []
-        targets = []
-        for model, dataset in pairs:
-            if is_no_bos(dataset):
-                continue
-            targets += [
-                self.table("geometry", name, suffix).format(model=model, dataset=dataset)
-                for name in GEOMETRY_LONG_CONTEXT_TABLES
-                for suffix in ("parquet", "csv")
-            ]
-            targets += [
-                self.figure("geometry", name).format(model=model, dataset=dataset)
-                for name in GEOMETRY_LONG_CONTEXT_FIGURES
-            ]
-        return targets
 
     # training dynamics of the companion paper (no model): per-run tables, summaries, figures
     def dynamics_run_table(self, part: str, name: str) -> str:
@@ -320,28 +219,15 @@ class Paths:
     def dynamics_timing(self, part: str) -> str:
         return f"{self.root}/dynamics/{part}/timing.json"
 
-    def dynamics_targets(self, dynamics: Mapping[str, Any]) -> list[str]:
-        """Summary tables, figures and timings of every enabled part of the ``dynamics`` section."""
-        if not dynamics.get("enabled"):
-            return []
-        targets = []
-        for part, names in DYNAMICS_SUMMARY_TABLES.items():
-            if not dynamics.get(part, {}).get("enabled", True):
-                continue
-            targets += [self.dynamics_table(part, n, s) for n in names for s in ("parquet", "csv")]
-            targets += [self.dynamics_figure(part, n) for n in DYNAMICS_FIGURES[part]]
-            targets.append(self.dynamics_timing(part))
-        return targets
-
     def dynamics_run_outputs(self) -> dict[str, dict[str, str]]:
         """Per part, the outputs of one ``dynamics_<part>_run`` job (``{run}`` wildcard): its
-        tables (:data:`DYNAMICS_RUN_TABLES`) and ``timing``."""
+        tables (:data:`sinkscope.dynamics.names.RUN_TABLES`) and ``timing``."""
         return {
             part: {
                 **{name: self.dynamics_run_table(part, name) for name in names},
                 "timing": self.dynamics_run_timing(part),
             }
-            for part, names in DYNAMICS_RUN_TABLES.items()
+            for part, names in dynamics_names.RUN_TABLES.items()
         }
 
     def dynamics_summary_inputs(
@@ -357,66 +243,64 @@ class Paths:
             for part, outputs in self.dynamics_run_outputs().items()
         }
 
-    def dynamics_summary_outputs(
-        self, report: Callable[..., Any] | None = None, category: str = ""
-    ) -> dict[str, dict[str, Any]]:
-        """Per part, the outputs of ``summarize_dynamics_<part>``: ``table_<name>`` (parquet),
-        ``table_<name>_csv``, ``figure_<name>`` and ``timing``.
-
-        With ``report`` (Snakemake's ``report`` function) every figure is wrapped as
-        ``report(path, caption="../report/dynamics_<part>_<name>.rst", category=category,
-        subcategory=<part with dashes>, labels={"part", "figure"})``; the caption path is relative
-        to ``workflow/rules/``.
-        """
-        out: dict[str, dict[str, Any]] = {}
-        for part, names in DYNAMICS_SUMMARY_TABLES.items():
-            entry: dict[str, Any] = {}
-            for name in names:
-                entry[f"table_{name}"] = self.dynamics_table(part, name, "parquet")
-                entry[f"table_{name}_csv"] = self.dynamics_table(part, name, "csv")
-            for name in DYNAMICS_FIGURES[part]:
-                path = self.dynamics_figure(part, name)
-                entry[f"figure_{name}"] = (
-                    path
-                    if report is None
-                    else report(
-                        path,
-                        caption=f"../report/dynamics_{part}_{name}.rst",
-                        category=category,
-                        subcategory=part.replace("_", "-"),
-                        labels={"part": part, "figure": name},
-                    )
-                )
-            entry["timing"] = self.dynamics_timing(part)
-            out[part] = entry
-        return out
-
     def log(self, rule: str, pattern: str) -> str:
         return f"{self.root}/logs/{rule}/{pattern}.log"
 
-    def all_targets(self, pairs: list[tuple[str, str]], costs: dict | None = None) -> list[str]:
-        """Every final output for the given (model, dataset) pairs, the summaries and §7."""
-        targets: list[str] = []
-        for model, dataset in pairs:
-            fill = {"model": model, "dataset": dataset}
-            targets.append(self.activations.format(**fill))
-            for level in ("per_head", "per_sequence"):
-                targets.append(self.heads_table(level).format(**fill))
-            targets.extend(self.heads_figure(name).format(**fill) for name in HEAD_FIGURES)
-            for analysis, tables, figures in (
-                ("geometry", GEOMETRY_TABLES, GEOMETRY_FIGURES),
-                ("oversmoothing", OVERSMOOTHING_TABLES, OVERSMOOTHING_FIGURES),
-                ("sinks", SINKS_TABLES, SINKS_FIGURES),
-            ):
-                targets += [self.table(analysis, name).format(**fill) for name in tables]
-                targets += [self.figure(analysis, name).format(**fill) for name in figures]
-        targets += [self.heads_summary(), self.heads_summary("csv"), self.heads_summary_figure]
-        targets += [self.heads_sequence_masses(), self.heads_sequence_masses("csv")]
-        for analysis, tables, figures in (
-            ("geometry", GEOMETRY_SUMMARY_TABLES, GEOMETRY_FIGURES),
-            ("oversmoothing", OVERSMOOTHING_TABLES, OVERSMOOTHING_FIGURES),
-            ("sinks", SINKS_SUMMARY_TABLES, SINKS_SUMMARY_FIGURES),
-        ):
-            targets += [self.summary_table(analysis, name) for name in tables]
-            targets += [self.summary_figure(analysis, name) for name in figures]
-        return targets + self.cost_targets(costs or {}) + self.claims_targets()
+    def all_targets(self, config: Mapping[str, Any], pair_sets: PairSets) -> list[str]:
+        """Every final output of ``config``: each pair's activation file, the registered tables and
+        figures (:meth:`registered_targets`) and the claims."""
+        activations = [self.activations.format(model=m, dataset=d) for m, d in pair_sets["all"]]
+        return activations + self.registered_targets(config, pair_sets) + self.claims_targets()
+
+
+def _report_entry(outputs: registry.RuleOutputs, figure: registry.Figure) -> dict[str, Any]:
+    """The ``report()`` arguments of a registered figure (see :meth:`Paths.rule_outputs`)."""
+    caption = f"../report/{figure.caption}"
+    label = figure.report_label
+    if outputs.level == "pair":
+        return {
+            "caption": caption,
+            "category": outputs.category,
+            "subcategory": "{model}",
+            "labels": {"model": "{model}", "dataset": "{dataset}", "figure": label},
+        }
+    if outputs.level == "summary":
+        return {
+            "caption": caption,
+            "category": "Summary",
+            "subcategory": outputs.category,
+            "labels": {"model": "all", "dataset": "pooled", "figure": label},
+        }
+    part = {"subcategory": outputs.subcategory} if outputs.subcategory else {}
+    labels = {"part": outputs.subcategory, "figure": label} if outputs.subcategory else {}
+    return {
+        "caption": caption,
+        "category": outputs.category,
+        **part,
+        "labels": labels or {"figure": label},
+    }
+
+
+def registry_markdown(root: str = "results") -> str:
+    """Every registered rule's outputs as a Markdown table (``sinkscope outputs``): the rule, its
+    level and config section, its folder, its tables (each ``.parquet`` and ``.csv``) and figures
+    (``.png``), and the claims keys it feeds."""
+    lines = [
+        "| rule | level | runs with | folder | tables | figures | read by the claims as |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for outputs in registry.REGISTRY.values():
+        folder = f"{root}/{outputs.directory}/"
+        tables = ", ".join(f"{outputs.table_prefix}{name}" for name in outputs.tables)
+        section = "always" if outputs.config_section == registry.ALWAYS else outputs.config_section
+        level = (
+            outputs.level
+            if outputs.level == "experiment"
+            else f"{outputs.level} ({outputs.pairs} pairs)"
+        )
+        lines.append(
+            f"| `{outputs.rule}` | {level} | `{section}` | "
+            f"`{folder}` | {tables or '-'} | {', '.join(outputs.figure_names) or '-'} | "
+            f"{', '.join(outputs.claims) or '-'} |"
+        )
+    return "\n".join(lines)

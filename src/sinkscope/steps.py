@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import polars as pl
 
-from sinkscope.costs import names as cost_names
 from sinkscope.io import remove_stale_partials, write_table
+from sinkscope.outputs import entry
 
 if TYPE_CHECKING:  # the figures' type only: plotting (matplotlib) loads with a stage's plots
     from sinkscope.plotting import Draw
@@ -150,22 +150,21 @@ def classify_heads(smk: Any) -> None:
 
     thresholds = HeadClassThresholds(**smk.params.thresholds)
     per_sequence, per_head = classify_file(_activations(smk), thresholds)
-    write_table(per_sequence, smk.output.per_sequence)
-    write_table(per_head, smk.output.per_head)
+    _write_tables({"per_head": per_head, "per_sequence": per_sequence}, smk)
     _draw(pair_figures(per_head, _pair_title(smk), thresholds), smk.output)
 
 
 def summarize_heads(smk: Any) -> None:
     from sinkscope.heads.classify import HeadClassThresholds
+    from sinkscope.heads.names import SEQUENCE_MASSES, SUMMARY
     from sinkscope.heads.plots import summary_figures
     from sinkscope.heads.summary import masses_by_sequence, summarize
 
     thresholds = HeadClassThresholds(**smk.params.thresholds)
     tables = [pl.read_parquet(path) for path in smk.input.per_head]
     summary = summarize(tables, thresholds)
-    write_table(summary, smk.output.table)
     per_sequence = [pl.read_parquet(path) for path in smk.input.per_sequence]
-    write_table(masses_by_sequence(per_sequence), smk.output.masses)
+    _write_tables({SUMMARY: summary, SEQUENCE_MASSES: masses_by_sequence(per_sequence)}, smk)
     _draw(summary_figures(summary, thresholds), smk.output)
 
 
@@ -178,17 +177,27 @@ def _pair_title(smk: Any) -> str:
     )
 
 
-def _write_tables(tables: dict[str, pl.DataFrame], outputs: Any, names: tuple[str, ...]) -> None:
-    """Write each named table to the output ``table_<name>`` (parquet, plus CSV beside it)."""
+def _write_tables(tables: Mapping[str, pl.DataFrame], smk: Any) -> None:
+    """Write each table the job's rule registers (:mod:`sinkscope.outputs`) to its output
+    ``table_<name>`` (parquet, plus CSV beside it); a registered table the analysis did not
+    return is named."""
+    names = entry(smk.rule).tables
     missing = [name for name in names if name not in tables]
     if missing:
-        raise KeyError(f"the analysis returned no table(s) {missing}")
+        raise KeyError(f"the analysis of rule {smk.rule} returned no table(s) {missing}")
     for name in names:
-        write_table(tables[name], getattr(outputs, f"table_{name}"))
+        write_table(tables[name], getattr(smk.output, f"table_{name}"))
 
 
-def _read_tables(paths: list[str], names: tuple[str, ...]) -> list[dict[str, pl.DataFrame]]:
-    """Per-pair table dicts from the parquet inputs ``results/<analysis>/<model>/<dataset>/``."""
+def _figure_names(smk: Any) -> tuple[str, ...]:
+    """The figures the job's rule registers."""
+    return entry(smk.rule).figure_names
+
+
+def _read_tables(paths: list[str], *rules: str) -> list[dict[str, pl.DataFrame]]:
+    """Per-pair table dicts from the parquet inputs that hold the tables of the per-pair ``rules``
+    (``results/<analysis>/<model>/<dataset>/<name>.parquet``)."""
+    names = {name for rule in rules for name in entry(rule).tables}
     by_pair: dict[str, dict[str, pl.DataFrame]] = {}
     for path in map(Path, paths):
         if path.suffix == ".parquet" and path.stem in names:
@@ -200,7 +209,6 @@ def analyze_geometry(smk: Any) -> None:
     from sinkscope.geometry.analysis import analyze_file
     from sinkscope.geometry.plots import pair_figures
     from sinkscope.heads.classify import HeadClassThresholds
-    from sinkscope.paths import GEOMETRY_TABLES
 
     tables = analyze_file(
         _activations(smk),
@@ -208,7 +216,7 @@ def analyze_geometry(smk: Any) -> None:
         HeadClassThresholds(**smk.params.thresholds),
         attend_threshold=smk.params.attend_threshold,
     )
-    _write_tables(tables, smk.output, GEOMETRY_TABLES)
+    _write_tables(tables, smk)
     _draw(pair_figures(tables, _pair_title(smk)), smk.output)
 
 
@@ -216,7 +224,6 @@ def analyze_geometry_long_context(smk: Any) -> None:
     from sinkscope.geometry.long_context import halfspace_long_context
     from sinkscope.geometry.names import LONG_CONTEXT_TABLE
     from sinkscope.geometry.plots import long_context_figures
-    from sinkscope.paths import GEOMETRY_LONG_CONTEXT_TABLES
 
     settings = smk.params.long_context
     table = halfspace_long_context(
@@ -231,7 +238,7 @@ def analyze_geometry_long_context(smk: Any) -> None:
         threads=smk.threads,
         **_model_run(smk),
     )
-    _write_tables({LONG_CONTEXT_TABLE: table}, smk.output, GEOMETRY_LONG_CONTEXT_TABLES)
+    _write_tables({LONG_CONTEXT_TABLE: table}, smk)
     title = f"{smk.wildcards.model} on {smk.wildcards.dataset}: Prop. 4.1 on long sequences"
     _draw(long_context_figures(table, title), smk.output)
 
@@ -240,46 +247,38 @@ def summarize_geometry(smk: Any) -> None:
     from sinkscope.claims.checks.geometry import geometry_statements
     from sinkscope.geometry.plots import summary_figures
     from sinkscope.geometry.summary import long_context_table, summarize
-    from sinkscope.paths import (
-        GEOMETRY_LONG_CONTEXT_TABLES,
-        GEOMETRY_SUMMARY_TABLES,
-        GEOMETRY_TABLES,
-    )
 
-    pairs = _read_tables(list(smk.input), GEOMETRY_TABLES + GEOMETRY_LONG_CONTEXT_TABLES)
+    pairs = _read_tables(list(smk.input), "analyze_geometry", "analyze_geometry_long_context")
     summary = summarize(pairs)
     summary["statements"] = geometry_statements(summary, pairs)
-    _write_tables(summary, smk.output, GEOMETRY_SUMMARY_TABLES)
+    _write_tables(summary, smk)
     figures = summary_figures(summary, pairs, long_context_table(pairs), "pooled over datasets")
     _draw(figures, smk.output)
 
 
 def analyze_sinks(smk: Any) -> None:
-    from sinkscope.paths import SINKS_TABLES
     from sinkscope.sinks.analysis import SinkSettings, analyze_file
     from sinkscope.sinks.plots import pair_figures
     from sinkscope.sinks.secondary import tokenizer_decoder
 
     settings = SinkSettings.from_config(smk.params.sinks)
     tables = analyze_file(_activations(smk), settings, tokenizer_decoder(smk.input.model_dir))
-    _write_tables(tables, smk.output, SINKS_TABLES)
+    _write_tables(tables, smk)
     _draw(pair_figures(tables, settings.eps, _pair_title(smk)), smk.output)
 
 
 def summarize_sinks(smk: Any) -> None:
-    from sinkscope.paths import SINKS_SUMMARY_TABLES, SINKS_TABLES
     from sinkscope.sinks.plots import summary_figures
     from sinkscope.sinks.summary import summarize
 
-    pairs = _read_tables(list(smk.input), SINKS_TABLES)
+    pairs = _read_tables(list(smk.input), "analyze_sinks")
     summary = summarize(pairs)
-    _write_tables(summary, smk.output, SINKS_SUMMARY_TABLES)
+    _write_tables(summary, smk)
     _draw(summary_figures(summary, pairs, smk.params.eps), smk.output)
 
 
 def analyze_oversmoothing(smk: Any) -> None:
     from sinkscope.oversmoothing.analysis import analyze_file
-    from sinkscope.paths import OVERSMOOTHING_TABLES
 
     settings = smk.params.oversmoothing
     tables = analyze_file(
@@ -289,16 +288,15 @@ def analyze_oversmoothing(smk: Any) -> None:
         settings["uniformity_threshold"],
         include_bos=settings["include_bos"],
     )
-    _write_tables(tables, smk.output, OVERSMOOTHING_TABLES)
+    _write_tables(tables, smk)
     _plot_oversmoothing(tables, smk, settings["uniformity_threshold"])
 
 
 def summarize_oversmoothing(smk: Any) -> None:
     from sinkscope.oversmoothing.summary import summarize
-    from sinkscope.paths import OVERSMOOTHING_TABLES
 
-    summary = summarize(_read_tables(list(smk.input), OVERSMOOTHING_TABLES))
-    _write_tables(summary, smk.output, OVERSMOOTHING_TABLES)
+    summary = summarize(_read_tables(list(smk.input), "analyze_oversmoothing"))
+    _write_tables(summary, smk)
     _plot_oversmoothing(summary, smk, smk.params.uniformity_threshold)
 
 
@@ -328,7 +326,6 @@ def _model_run(smk: Any) -> dict[str, str]:
 
 
 def analyze_streaming(smk: Any) -> None:
-    from sinkscope.paths import STREAMING_POLICY_FIGURES, STREAMING_POLICY_TABLES
     from sinkscope.streaming.experiment import evaluate_pair
     from sinkscope.streaming.plots import figures
 
@@ -340,12 +337,11 @@ def analyze_streaming(smk: Any) -> None:
         {**smk.params.params, "model_name": model, "dataset_name": dataset},
         **_model_run(smk),
     )
-    _write_tables(tables, smk.output, STREAMING_POLICY_TABLES)
-    _draw(figures(STREAMING_POLICY_FIGURES, tables, f"{model} / {dataset}"), smk.output)
+    _write_tables(tables, smk)
+    _draw(figures(_figure_names(smk), tables, f"{model} / {dataset}"), smk.output)
 
 
 def analyze_streaming_recompute(smk: Any) -> None:
-    from sinkscope.paths import STREAMING_RECOMPUTE_FIGURES, STREAMING_RECOMPUTE_TABLES
     from sinkscope.streaming.plots import figures
     from sinkscope.streaming.recompute import recompute_pair
 
@@ -359,37 +355,37 @@ def analyze_streaming_recompute(smk: Any) -> None:
         {**smk.params.params, "model_name": model, "dataset_name": dataset},
         **_model_run(smk),
     )
-    _write_tables(tables, smk.output, STREAMING_RECOMPUTE_TABLES)
-    _draw(figures(STREAMING_RECOMPUTE_FIGURES, tables, f"{model} / {dataset}"), smk.output)
+    _write_tables(tables, smk)
+    _draw(figures(_figure_names(smk), tables, f"{model} / {dataset}"), smk.output)
 
 
 def analyze_streaming_first_positions(smk: Any) -> None:
-    from sinkscope.paths import STREAMING_FIRST_POSITION_FIGURES, STREAMING_FIRST_POSITION_TABLES
     from sinkscope.streaming.first_positions import first_position_mass
     from sinkscope.streaming.plots import figures
 
     tables = {
         "first_position_mass": first_position_mass(_activations(smk), smk.params.first_positions)
     }
-    _write_tables(tables, smk.output, STREAMING_FIRST_POSITION_TABLES)
+    _write_tables(tables, smk)
     title = f"{smk.wildcards.model} / {smk.wildcards.dataset}"
-    _draw(figures(STREAMING_FIRST_POSITION_FIGURES, tables, title), smk.output)
+    _draw(figures(_figure_names(smk), tables, title), smk.output)
 
 
 def summarize_streaming(smk: Any) -> None:
-    from sinkscope.paths import (
-        STREAMING_SUMMARY_FIGURES,
-        STREAMING_SUMMARY_TABLES,
-        STREAMING_TABLES,
-    )
     from sinkscope.streaming.plots import figures
     from sinkscope.streaming.summary import summarize
 
     heads = [pl.read_parquet(path) for path in smk.input.per_head]
-    summary = summarize(_read_tables(list(smk.input.tables), STREAMING_TABLES), heads)
-    _write_tables(summary, smk.output, STREAMING_SUMMARY_TABLES)
+    per_pair = _read_tables(
+        list(smk.input.tables),
+        "analyze_streaming",
+        "analyze_streaming_recompute",
+        "analyze_streaming_first_positions",
+    )
+    summary = summarize(per_pair, heads)
+    _write_tables(summary, smk)
     title = "StreamingLLM caches, all pairs"
-    _draw(figures(STREAMING_SUMMARY_FIGURES, summary, title), smk.output)
+    _draw(figures(_figure_names(smk), summary, title), smk.output)
 
 
 def cost_toy(smk: Any) -> None:
@@ -397,7 +393,7 @@ def cost_toy(smk: Any) -> None:
     from sinkscope.costs.toy import toy_table
 
     rows = toy_table(smk.params.T)
-    _write_tables({"toy": pl.DataFrame(rows)}, smk.output, cost_names.TOY_TABLES)
+    _write_tables({"toy": pl.DataFrame(rows)}, smk)
     _draw(toy_figures(rows), smk.output)
 
 
@@ -446,7 +442,7 @@ def summarize_backcopy(smk: Any) -> None:
         "condition3": pl.DataFrame(grid),
         "condition3_measured": pl.DataFrame(condition3_vs_measured(rows)),
     }
-    _write_tables(tables, smk.output, cost_names.BACKCOPY_TABLES)
+    _write_tables(tables, smk)
     panel = condition3_panel(
         smk.params.condition3["sizes"], smk.params.condition3["d_offsets"], smk.params.n_dormant
     )
@@ -455,14 +451,14 @@ def summarize_backcopy(smk: Any) -> None:
 
 def summarize_backcopy_e2e(smk: Any) -> None:
     rows = pl.DataFrame(_rows(list(smk.input.rows)))
-    _write_tables({"backcopy_end_to_end": rows}, smk.output, cost_names.END_TO_END_TABLES)
+    _write_tables({"backcopy_end_to_end": rows}, smk)
 
 
 def summarize_copypaste(smk: Any) -> None:
     from sinkscope.costs.plots import copypaste_figures
 
     rows = _rows(list(smk.input.rows))
-    _write_tables({"copypaste_runs": pl.DataFrame(rows)}, smk.output, cost_names.COPYPASTE_TABLES)
+    _write_tables({"copypaste_runs": pl.DataFrame(rows)}, smk)
     _draw(copypaste_figures(rows), smk.output)
 
 
@@ -511,14 +507,14 @@ def _dynamics_module(part: str) -> Any:
 def _dynamics_run(smk: Any, part: str) -> None:
     """Rule ``dynamics_<part>_run``: one job of the ``part`` experiment (``run_<part>`` of
     ``sinkscope.dynamics.<part>``), its tables and its timing."""
+    from sinkscope.dynamics.names import RUN_TABLES
     from sinkscope.io import write_json
-    from sinkscope.paths import DYNAMICS_RUN_TABLES
 
     run_fn: Callable[[dict], dict[str, pl.DataFrame]] = getattr(
         _dynamics_module(part), f"run_{part}"
     )
     tables = run_fn(dict(smk.params.spec))
-    for name in DYNAMICS_RUN_TABLES[part]:
+    for name in RUN_TABLES[part]:
         write_table(tables[name], getattr(smk.output, name))
     timing = tables["timing"].row(0, named=True)
     write_json({**timing, "spec": dict(smk.params.spec)}, smk.output.timing)
@@ -527,19 +523,18 @@ def _dynamics_run(smk: Any, part: str) -> None:
 def _summarize_dynamics(smk: Any, part: str) -> None:
     """Rule ``summarize_dynamics_<part>``: the ``part`` experiment's runs summarized
     (``sinkscope.dynamics.summary.SUMMARIZE[part]``), its tables, figures and timings."""
+    from sinkscope.dynamics.names import RUN_TABLES
     from sinkscope.dynamics.plots import figures
     from sinkscope.dynamics.summary import SUMMARIZE
     from sinkscope.io import write_json
-    from sinkscope.paths import DYNAMICS_RUN_TABLES, DYNAMICS_SUMMARY_TABLES
 
-    names = DYNAMICS_RUN_TABLES[part]
+    names = RUN_TABLES[part]
     runs = [
         {name: pl.read_parquet(path) for name, path in zip(names, files, strict=True)}
         for files in zip(*(getattr(smk.input, name) for name in names), strict=True)
     ]
     tables = SUMMARIZE[part](runs)
-    for name in DYNAMICS_SUMMARY_TABLES[part]:
-        write_table(tables[name], getattr(smk.output, f"table_{name}"))
+    _write_tables(tables, smk)
     _draw(figures(part, tables), smk.output)
     write_json(_rows(list(smk.input.timing)), smk.output.timing)
 
@@ -582,6 +577,50 @@ STEPS: dict[str, Callable[[Any], None]] = {
 }
 
 
+def _function(reference: str) -> Callable[..., Any]:
+    """The function of a registry reference ``"module:function"``."""
+    module, _, name = reference.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def analyze_registered(smk: Any) -> None:
+    """The step of a registered rule without a bespoke one here (:mod:`sinkscope.outputs`,
+    ``compute`` and ``draw``): its tables are ``compute(**inputs, **params)``, every named input
+    passed as a :class:`~pathlib.Path` (an activation file checked to be the job's pair's) and
+    every param as given; its figures ``draw(tables, title)``, titled with the pair (and, with a
+    param ``extraction``, its N and T)."""
+    outputs = entry(smk.rule)
+    inputs = {
+        name: _activations(smk) if name == "activations" else Path(path)
+        for name, path in smk.input.items()
+    }
+    params = {name: value for name, value in smk.params.items() if name != "extraction"}
+    tables = _function(outputs.compute)(**inputs, **params)
+    _write_tables(tables, smk)
+    if outputs.figures:
+        if "extraction" in smk.params.keys():  # noqa: SIM118 - a Namedlist: `in` reads values
+            title = _pair_title(smk)
+        else:
+            title = " on ".join(str(value) for value in smk.wildcards)
+        _draw(_function(outputs.draw)(tables, title), smk.output)
+
+
+def step_of(rule: str) -> Callable[[Any], None]:
+    """The function that runs a job of ``rule``: its :data:`STEPS` entry, or
+    :func:`analyze_registered` for a registered rule that names its ``compute``; a rule with
+    neither is named."""
+    if rule in STEPS:
+        return STEPS[rule]
+    from sinkscope.outputs import REGISTRY
+
+    if rule in REGISTRY and REGISTRY[rule].compute:
+        return analyze_registered
+    raise KeyError(
+        f"rule {rule!r} has no step: neither sinkscope.steps.STEPS nor a registry "
+        "entry with compute (sinkscope.outputs)"
+    )
+
+
 def run(step: str, smk: Any) -> None:
     """Entry point of the workflow's script (``step``: the rule's name, a key of :data:`STEPS`):
     log to the rule's log, delete what killed earlier jobs of the same outputs left behind (their
@@ -596,7 +635,7 @@ def run(step: str, smk: Any) -> None:
     try:
         for output in smk.output:
             remove_stale_partials(output)
-        STEPS[step](smk)
+        step_of(step)(smk)
         # what the job used, against what it asked for (sinkscope.sizing)
         logger.info(usage_line(time.monotonic() - started))
     except Exception as error:

@@ -10,6 +10,7 @@ here by hand from the planted inputs.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Callable
@@ -42,6 +43,7 @@ from sinkscope.oversmoothing import summary as ov_summary
 from sinkscope.paths import Paths
 from sinkscope.streaming.recompute import RECOMPUTE_SCHEMA
 from sinkscope.streaming.summary import summarize as summarize_streaming
+from tests.conftest import ONE_PAIR
 
 REPO = Path(__file__).resolve().parents[2]
 TH = HeadClassThresholds()
@@ -1273,23 +1275,30 @@ def test_analysis_runs() -> None:
 
 def test_claims_inputs_follow_the_config() -> None:
     paths = Paths("results")
-    full = paths.claims_inputs({"costs": {"enabled": True}})
+    full = paths.claims_inputs({"costs": {"enabled": True}}, ONE_PAIR)
     assert set(full) <= set(R.TABLE_ANALYSIS)
     for claim in R.CLAIMS:
         if R.TABLE_ANALYSIS[claim.inputs[0]] in ("heads", "geometry", "oversmoothing", "costs"):
             assert set(claim.inputs) <= set(full), claim.id
     assert full["head_classes"] == "results/summary/head_classes.parquet"
-    no_costs = paths.claims_inputs({"costs": {"enabled": False}, "streaming": {"enabled": True}})
+    no_costs = paths.claims_inputs(
+        {"costs": {"enabled": False}, "streaming": {"enabled": True}}, ONE_PAIR
+    )
     assert not [k for k in no_costs if k.startswith("costs_")]
     assert set(no_costs) == {k for k in full if not k.startswith("costs_")} | {
         "streaming_sink_heads",
         "streaming_recompute",
     }
-    dynamics = paths.claims_inputs({"dynamics": {"enabled": True, "induction": {"enabled": False}}})
+    dynamics = paths.claims_inputs(
+        {"dynamics": {"enabled": True, "induction": {"enabled": False}}}, ONE_PAIR
+    )
     assert "dynamics_value_softmax_by_variant" in dynamics
     assert "dynamics_classification_final" in dynamics
     assert "dynamics_induction_by_setup" not in dynamics
-    assert paths.claims() in paths.all_targets([("m", "d")], {"enabled": False})
+    assert paths.claims() in paths.all_targets({"costs": {"enabled": False}}, ONE_PAIR)
+    # no pair under StreamingLLM's caches: no summary of them, so no claims input from it
+    no_cache = paths.claims_inputs({"streaming": {"enabled": True}}, {**ONE_PAIR, "cache": []})
+    assert "streaming_sink_heads" not in no_cache and "head_classes" in no_cache
 
 
 # =============================================================================== writers
@@ -1427,15 +1436,23 @@ def test_compare_runs_puts_verdicts_side_by_side_and_flags_differences(tmp_path,
 
 
 def test_claims_inputs_name_tables_their_stages_make() -> None:
-    """Every input of rule ``claims`` is a summary table its stage's ``names`` module states, and
-    an input naming a table the stage does not make fails when it is declared."""
+    """Every input of rule ``claims`` is a table its rule writes, as the registry of outputs
+    declares it; a claims input naming a table the rule does not write fails when it is
+    declared, and so does a claims key read from two rules."""
+    from sinkscope import outputs
     from sinkscope.claims import names
 
     for key, table in names.INPUTS.items():
-        assert table.name in names.summary_tables(table.section), key
-        assert table.analysis == table.section.partition(".")[0]
-    with pytest.raises(ValueError, match="'bos_alignment_typo'.*'geometry'"):
-        names._input("geometry", "bos_alignment_typo")
+        assert table.name in outputs.entry(table.rule).tables, key
+        assert table.analysis == outputs.entry(table.rule).stage
+    geometry = outputs.entry("summarize_geometry")
+    with pytest.raises(ValueError, match="bos_alignment_typo"):
+        dataclasses.replace(geometry, claims={"x": "bos_alignment_typo"})
+    twice = dataclasses.replace(geometry, rule="summarize_geometry_again")
+    with pytest.raises(ValueError, match="claims key 'geometry_bos_alignment'"):
+        outputs._index((geometry, twice))
+    with pytest.raises(ValueError, match="registered twice"):
+        outputs._index((geometry, geometry))
 
 
 # =============================================================================== sanity checks

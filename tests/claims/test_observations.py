@@ -13,6 +13,7 @@ from sinkscope.claims import registry as R
 from sinkscope.claims import render as RD
 from sinkscope.claims import verdicts as V
 from sinkscope.paths import Paths
+from tests.conftest import ONE_PAIR
 
 # per layer (sink heads among 4 heads in d1, in d2, bos_mass): levels collapsed, sub-threshold,
 # weak (1 of 8), collapsed, dominant (8 of 8), dominant (4 of 8)
@@ -261,7 +262,7 @@ def test_claims_markdown_has_the_section(
 
 def test_rule_inputs_and_outputs() -> None:
     paths = Paths("results")
-    inputs = paths.claims_inputs({})
+    inputs = paths.claims_inputs({}, ONE_PAIR)
     for key in (
         "geometry_bos_residual_norm",
         "geometry_value_rank_worst",

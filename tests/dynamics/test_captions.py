@@ -21,7 +21,7 @@ from sinkscope.dynamics.grids import (
     dynamics_jobs,
     run_size,
 )
-from sinkscope.paths import DYNAMICS_FIGURES
+from sinkscope.dynamics.names import FIGURES as DYNAMICS_FIGURES
 from tests.conftest import REPO, TINY
 
 CONFIGS = {

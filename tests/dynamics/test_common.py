@@ -13,6 +13,7 @@ from sinkscope.config import ConfigError, validate_config
 from sinkscope.dynamics import grids
 from sinkscope.dynamics.common import dynamics_jobs, select_specs
 from sinkscope.paths import Paths
+from tests.conftest import ONE_PAIR
 
 
 def test_select_specs_uses_defaults_and_rejects_unknown_keys() -> None:
@@ -144,7 +145,10 @@ def test_dynamics_rule_paths_and_minutes() -> None:
         calls.append((path, kwargs))
         return f"report:{path}"
 
-    out = paths.dynamics_summary_outputs(report, category="C")
+    out = {
+        part: paths.rule_outputs(f"summarize_dynamics_{part}", report)
+        for part in ("value_softmax", "induction", "classification")
+    }
     assert list(out["classification"]) == [
         "table_final",
         "table_final_csv",
@@ -157,21 +161,22 @@ def test_dynamics_rule_paths_and_minutes() -> None:
         "figure_flips",
         "figure_flips_by_size",
         "figure_attention",
-        "timing",
     ]
     assert out["classification"]["table_curve_csv"] == "R/dynamics/classification/curve.csv"
     assert out["induction"]["figure_sinks"] == "report:R/dynamics/induction/sinks.png"
     assert len(calls) == 13  # 5 value-softmax + 5 induction + 3 classification figures
     rules = Path(__file__).parents[2] / "workflow" / "rules"
     for path, kwargs in calls:
-        assert kwargs["category"] == "C"
+        assert kwargs["category"] == "Training dynamics (companion paper)"
         assert (rules / str(kwargs["caption"])).is_file(), kwargs["caption"]
         assert path.endswith(f"{kwargs['labels']['figure']}.png")  # type: ignore[index]
-    plain = paths.dynamics_summary_outputs()
-    assert plain["value_softmax"]["figure_tied"] == "R/dynamics/value_softmax/tied.png"
+    plain = paths.rule_outputs("summarize_dynamics_value_softmax")
+    assert plain["figure_tied"] == "R/dynamics/value_softmax/tied.png"
     # the summary rules write exactly the workflow's dynamics targets
-    targets = paths.dynamics_targets({"enabled": True})
-    assert sorted(targets) == sorted(p for part in plain.values() for p in part.values())
+    config = {"dynamics": {"enabled": True}}
+    targets = [t for t in paths.registered_targets(config, ONE_PAIR) if "/dynamics/" in t]
+    written = [p.removeprefix("report:") for part in out.values() for p in part.values()]
+    assert sorted(targets) == sorted(written)
 
     assert grids.dynamics_minutes({}) == {"value_softmax": 5, "induction": 10, "classification": 10}
     assert grids.dynamics_minutes({"induction": {"scale": "paper"}})["induction"] == 180

@@ -48,7 +48,7 @@ from sinkscope.geometry.summary import long_context_table, summarize
 from sinkscope.plotting import figure_problems
 from sinkscope.prepare.corpora import prepare_corpus
 from sinkscope.prepare.models import decoder_layers, prepare_model
-from tests.conftest import TINY, snakemake_command, tiny_config, token_stream
+from tests.conftest import ONE_PAIR, TINY, snakemake_command, tiny_config, token_stream
 
 
 def _long_rows(z: np.ndarray, model: str = "m", dataset: str = "d") -> pl.DataFrame:
@@ -421,20 +421,24 @@ def test_the_summary_decides_the_claim_on_the_long_table(extracted, tmp_path: Pa
 
 
 def test_switching_the_long_context_off_removes_its_tables_from_the_summary() -> None:
-    from sinkscope.paths import GEOMETRY_LONG_CONTEXT_TABLES, GEOMETRY_TABLES, Paths
+    from sinkscope.outputs import entry, rule_runs
+    from sinkscope.paths import Paths
 
-    paths, pairs = Paths(), [("m", "d")]
+    paths, sets = Paths(), ONE_PAIR
+    long_context = entry("analyze_geometry_long_context")
     off = {"geometry": {"long_context": {"enabled": False}}}
-    assert paths.geometry_pair_tables(off) == GEOMETRY_TABLES
-    assert paths.long_context_targets(pairs, off) == []
+    assert not rule_runs(long_context, off, sets)
+    assert not [t for t in paths.registered_targets(off, sets) if "long_context" in t]
     on = {"geometry": {"long_context": {"enabled": True}}}
-    assert paths.geometry_pair_tables(on) == GEOMETRY_TABLES + GEOMETRY_LONG_CONTEXT_TABLES
-    assert paths.long_context_targets(pairs, on) == [
+    assert rule_runs(long_context, on, sets)
+    assert [t for t in paths.registered_targets(on, sets) if "long_context" in t] == [
         "results/geometry/m/d/halfspace_long_context.parquet",
         "results/geometry/m/d/halfspace_long_context.csv",
         "results/geometry/m/d/halfspace_long_context.png",
     ]
-    assert paths.long_context_targets([("m", "d.no-bos")], on) == []
+    # a no-BOS pair is in no set but "all": the test cuts its own streams, BOS first
+    no_bos = {"all": [("m", "d.no-bos")], "bos": [], "cache": []}
+    assert not [t for t in paths.registered_targets(on, no_bos) if "long_context" in t]
 
 
 #: bfloat16 against float32 half-space margins (the cosine margins of every layer x sequence x

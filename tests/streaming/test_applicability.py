@@ -17,7 +17,7 @@ from sinkscope.claims.applicability import (
     THEOREM_CLAIMS,
     not_applicable_claims,
 )
-from sinkscope.config import bos_pairs, load_layered_config, pairs, validate_config
+from sinkscope.config import bos_pairs, load_layered_config, validate_config
 from sinkscope.paths import Paths
 from sinkscope.prepare.model_config import (
     MODEL_CONFIGS,
@@ -27,7 +27,7 @@ from sinkscope.prepare.model_config import (
 )
 from sinkscope.streaming.applicability import cache_pairs, cache_policies_problem
 from tests.claims.test_claims import streaming_sink_heads
-from tests.conftest import tiny_config
+from tests.conftest import pair_sets, tiny_config
 
 REPO = Path(__file__).resolve().parents[2]
 PAPER = validate_config(load_layered_config([REPO / "config" / "paper.yaml"]))
@@ -66,18 +66,19 @@ def test_paper_config_leaves_gpt2_out_of_the_cache_evaluation() -> None:
             assert f"models.{model}" in problem and "rotary" in problem
     kept = cache_pairs(PAPER, bos_pairs(PAPER))
     assert {m for m, _ in kept} == set(PAPER["models"]) - GPT2_MODELS
-    targets = Paths("results").streaming_targets(pairs(PAPER), PAPER["streaming"], kept)
+    targets = Paths("results").registered_targets(PAPER, pair_sets(PAPER))
+    targets = [t for t in targets if "/streaming/" in t]
     gpt2 = [t for t in targets if "/gpt2/" in t]
     assert gpt2 and all("first_position_mass" in t for t in gpt2)  # from the activation file
     assert any("/llama-3.1-8b/" in t and "perplexity" in t for t in targets)
     assert any(t.startswith("results/summary/streaming/") for t in targets)
     # only GPT-2: no pair under the caches, hence no summary (and no claims input of it)
     only_gpt2 = {**PAPER, "models": {m: PAPER["models"][m] for m in GPT2_MODELS}}
-    none = Paths("results").streaming_targets(
-        pairs(only_gpt2), only_gpt2["streaming"], cache_pairs(only_gpt2, bos_pairs(only_gpt2))
-    )
+    sets = pair_sets(only_gpt2)
+    assert sets["cache"] == []
+    none = [t for t in Paths("results").registered_targets(only_gpt2, sets) if "streaming" in t]
     assert none and not any("/summary/" in t for t in none)
-    assert "streaming_sink_heads" not in Paths("results").claims_inputs(only_gpt2, ("streaming",))
+    assert "streaming_sink_heads" not in Paths("results").claims_inputs(only_gpt2, sets)
 
 
 def test_unknown_configs_are_taken_to_apply(tmp_path: Path) -> None:

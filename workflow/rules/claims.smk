@@ -43,7 +43,7 @@ rule claims:
     params:
         tolerances=config["claims"],
         models=list(config["models"]),
-    priority: PRIORITY["claims"]
+    priority: priority("claims")
     log:
         paths.log("claims", "all"),
     conda:

@@ -1,19 +1,14 @@
 # Synthetic cost experiments of §7 (Theorems 7.1, 7.2, D.1; Figure 3): no pretrained model.
 # Every (task, pattern, size, seed) run is its own job, so Snakemake or SLURM runs them in parallel.
-# Table and figure names: sinkscope.costs.names; outputs and captions: paths.cost_outputs.
-from sinkscope.costs import names as cost_names
-
-COST_CATEGORY = "Costs of sinks vs diagonals (§7)"
+# Tables, figures and captions: the registry of outputs (sinkscope.outputs).
 
 
 rule cost_toy:
     output:
-        **paths.cost_outputs(
-            cost_names.TOY_TABLES, cost_names.TOY_FIGURES, report, COST_CATEGORY
-        ),
+        **outputs_of("cost_toy"),
     params:
         T=config["costs"]["toy_T"],
-    priority: PRIORITY["cost_toy"]
+    priority: priority("cost_toy")
     log:
         paths.log("cost_toy", "toy"),
     conda:
@@ -29,7 +24,7 @@ rule cost_backcopy_run:
         row=paths.cost_run("backcopy"),
     params:
         params=config["costs"]["backcopy"]["params"],
-    priority: PRIORITY["cost_backcopy_run"]
+    priority: priority("cost_backcopy_run")
     log:
         paths.log("cost_backcopy_run", "{pattern}_T{T}_seed{seed}"),
     conda:
@@ -45,7 +40,7 @@ rule cost_backcopy_e2e:
         row=paths.cost_run("backcopy_e2e"),
     params:
         params=backcopy_end_to_end_params(config),
-    priority: PRIORITY["cost_backcopy_e2e"]
+    priority: priority("cost_backcopy_e2e")
     log:
         paths.log("cost_backcopy_e2e", "{pattern}_T{T}_seed{seed}"),
     conda:
@@ -61,7 +56,7 @@ rule cost_copypaste_run:
         row=paths.cost_run("copypaste"),
     params:
         params=config["costs"]["copypaste"]["params"],
-    priority: PRIORITY["cost_copypaste_run"]
+    priority: priority("cost_copypaste_run")
     log:
         paths.log("cost_copypaste_run", "{pattern}_n{n}_delta{delta}_seed{seed}"),
     conda:
@@ -81,13 +76,11 @@ rule summarize_backcopy:
             seed=config["costs"]["backcopy"]["seeds"],
         ),
     output:
-        **paths.cost_outputs(
-            cost_names.BACKCOPY_TABLES, cost_names.BACKCOPY_FIGURES, report, COST_CATEGORY
-        ),
+        **outputs_of("summarize_backcopy"),
     params:
         condition3=config["costs"]["condition3"],
         n_dormant=backcopy_params(config)["n_dormant"],
-    priority: PRIORITY["summarize_backcopy"]
+    priority: priority("summarize_backcopy")
     log:
         paths.log("summarize_backcopy", "all"),
     conda:
@@ -108,10 +101,8 @@ rule summarize_copypaste:
             seed=config["costs"]["copypaste"]["seeds"],
         ),
     output:
-        **paths.cost_outputs(
-            cost_names.COPYPASTE_TABLES, cost_names.COPYPASTE_FIGURES, report, COST_CATEGORY
-        ),
-    priority: PRIORITY["summarize_copypaste"]
+        **outputs_of("summarize_copypaste"),
+    priority: priority("summarize_copypaste")
     log:
         paths.log("summarize_copypaste", "all"),
     conda:
@@ -131,8 +122,8 @@ rule summarize_backcopy_e2e:
             seed=config["costs"]["backcopy"]["end_to_end"]["seeds"],
         ),
     output:
-        **paths.cost_outputs(cost_names.END_TO_END_TABLES),
-    priority: PRIORITY["summarize_backcopy_e2e"]
+        **outputs_of("summarize_backcopy_e2e"),
+    priority: priority("summarize_backcopy_e2e")
     log:
         paths.log("summarize_backcopy_e2e", "all"),
     conda:

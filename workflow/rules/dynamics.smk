@@ -12,8 +12,6 @@ DYNAMICS_RUN_SIZE = {part: run_size(part, jobs.values()) for part, jobs in DYNAM
 DYNAMICS_MINUTES = dynamics_minutes(config["dynamics"])
 DYNAMICS_RUN_OUTPUTS = paths.dynamics_run_outputs()
 DYNAMICS_SUMMARY_INPUTS = paths.dynamics_summary_inputs(DYNAMICS_JOBS)
-DYNAMICS_CATEGORY = "Training dynamics (companion paper)"
-DYNAMICS_SUMMARY_OUTPUTS = paths.dynamics_summary_outputs(report, category=DYNAMICS_CATEGORY)
 
 
 rule dynamics_value_softmax_run:
@@ -21,7 +19,7 @@ rule dynamics_value_softmax_run:
         **DYNAMICS_RUN_OUTPUTS["value_softmax"],
     params:
         spec=lambda wc: DYNAMICS_JOBS["value_softmax"][wc.run],
-    priority: PRIORITY["dynamics_value_softmax_run"]
+    priority: priority("dynamics_value_softmax_run")
     log:
         paths.log("dynamics_value_softmax_run", "{run}"),
     conda:
@@ -38,7 +36,7 @@ rule dynamics_induction_run:
         **DYNAMICS_RUN_OUTPUTS["induction"],
     params:
         spec=lambda wc: DYNAMICS_JOBS["induction"][wc.run],
-    priority: PRIORITY["dynamics_induction_run"]
+    priority: priority("dynamics_induction_run")
     log:
         paths.log("dynamics_induction_run", "{run}"),
     conda:
@@ -55,7 +53,7 @@ rule dynamics_classification_run:
         **DYNAMICS_RUN_OUTPUTS["classification"],
     params:
         spec=lambda wc: DYNAMICS_JOBS["classification"][wc.run],
-    priority: PRIORITY["dynamics_classification_run"]
+    priority: priority("dynamics_classification_run")
     log:
         paths.log("dynamics_classification_run", "{run}"),
     conda:
@@ -71,10 +69,11 @@ rule summarize_dynamics_value_softmax:
     input:
         **DYNAMICS_SUMMARY_INPUTS["value_softmax"],
     output:
-        **DYNAMICS_SUMMARY_OUTPUTS["value_softmax"],
+        **outputs_of("summarize_dynamics_value_softmax"),
+        timing=paths.dynamics_timing("value_softmax"),
     params:
         run_size=DYNAMICS_RUN_SIZE["value_softmax"],
-    priority: PRIORITY["summarize_dynamics_value_softmax"]
+    priority: priority("summarize_dynamics_value_softmax")
     log:
         paths.log("summarize_dynamics_value_softmax", "all"),
     conda:
@@ -89,10 +88,11 @@ rule summarize_dynamics_induction:
     input:
         **DYNAMICS_SUMMARY_INPUTS["induction"],
     output:
-        **DYNAMICS_SUMMARY_OUTPUTS["induction"],
+        **outputs_of("summarize_dynamics_induction"),
+        timing=paths.dynamics_timing("induction"),
     params:
         run_size=DYNAMICS_RUN_SIZE["induction"],
-    priority: PRIORITY["summarize_dynamics_induction"]
+    priority: priority("summarize_dynamics_induction")
     log:
         paths.log("summarize_dynamics_induction", "all"),
     conda:
@@ -107,10 +107,11 @@ rule summarize_dynamics_classification:
     input:
         **DYNAMICS_SUMMARY_INPUTS["classification"],
     output:
-        **DYNAMICS_SUMMARY_OUTPUTS["classification"],
+        **outputs_of("summarize_dynamics_classification"),
+        timing=paths.dynamics_timing("classification"),
     params:
         run_size=DYNAMICS_RUN_SIZE["classification"],
-    priority: PRIORITY["summarize_dynamics_classification"]
+    priority: priority("summarize_dynamics_classification")
     log:
         paths.log("summarize_dynamics_classification", "all"),
     conda:

@@ -13,7 +13,7 @@ rule extract_activations:
         model_entry=lambda wc: model_entry(config, wc.model),
         dataset_entry=lambda wc: dataset_entry(config, wc.dataset),
         extraction=extraction_content(config),
-    priority: PRIORITY["extract_activations"]
+    priority: priority("extract_activations")
     log:
         paths.log("extract_activations", "{model}/{dataset}"),
     conda:

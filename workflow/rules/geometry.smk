@@ -7,13 +7,12 @@ rule analyze_geometry:
         activations=paths.activations,
         per_head=paths.heads_table("per_head"),
     output:
-        **tables_of("geometry", GEOMETRY_TABLES),
-        **figures_of("geometry", GEOMETRY_FIGURES, "Sink geometry"),
+        **outputs_of("analyze_geometry"),
     params:
         thresholds=config["head_classes"],
         attend_threshold=config["geometry"]["attend_threshold"],
         extraction=EXTRACTION_SCALE,
-    priority: PRIORITY["analyze_geometry"]
+    priority: priority("analyze_geometry")
     log:
         paths.log("analyze_geometry", "{model}/{dataset}"),
     conda:
@@ -33,12 +32,11 @@ rule analyze_geometry_long_context:
         unpack(lambda wc: paths.token_stream_inputs(wc.model, wc.dataset)),
         model_dir=paths.model_dir,
     output:
-        **tables_of("geometry", GEOMETRY_LONG_CONTEXT_TABLES),
-        **figures_of("geometry", GEOMETRY_LONG_CONTEXT_FIGURES, "Sink geometry"),
+        **outputs_of("analyze_geometry_long_context"),
     params:
         long_context=long_context_params(config),
         stream_seed=streaming_params(config)["seed"],  # the StreamingLLM streams' cut
-    priority: PRIORITY["analyze_geometry_long_context"]
+    priority: priority("analyze_geometry_long_context")
     log:
         paths.log("analyze_geometry_long_context", "{model}/{dataset}"),
     conda:
@@ -52,11 +50,10 @@ rule analyze_geometry_long_context:
 
 rule summarize_geometry:
     input:
-        pair_tables("geometry", paths.geometry_pair_tables(config)),
+        pooled_tables("summarize_geometry", "analyze_geometry", "analyze_geometry_long_context"),
     output:
-        **summary_tables_of("geometry", GEOMETRY_SUMMARY_TABLES),
-        **summary_figures_of("geometry", GEOMETRY_FIGURES, "Sink geometry"),
-    priority: PRIORITY["summarize_geometry"]
+        **outputs_of("summarize_geometry"),
+    priority: priority("summarize_geometry")
     log:
         paths.log("summarize_geometry", "all"),
     conda:

@@ -7,12 +7,11 @@ rule analyze_oversmoothing:
         activations=paths.activations,
         per_head=paths.heads_table("per_head"),
     output:
-        **tables_of("oversmoothing", OVERSMOOTHING_TABLES),
-        **figures_of("oversmoothing", OVERSMOOTHING_FIGURES, "Oversmoothing"),
+        **outputs_of("analyze_oversmoothing"),
     params:
         oversmoothing=config["oversmoothing"],
         thresholds=config["head_classes"],
-    priority: PRIORITY["analyze_oversmoothing"]
+    priority: priority("analyze_oversmoothing")
     log:
         paths.log("analyze_oversmoothing", "{model}/{dataset}"),
     conda:
@@ -26,14 +25,13 @@ rule analyze_oversmoothing:
 
 rule summarize_oversmoothing:
     input:
-        pair_tables("oversmoothing", OVERSMOOTHING_TABLES),
+        pooled_tables("summarize_oversmoothing", "analyze_oversmoothing"),
     output:
-        **summary_tables_of("oversmoothing", OVERSMOOTHING_TABLES),
-        **summary_figures_of("oversmoothing", OVERSMOOTHING_FIGURES, "Oversmoothing"),
+        **outputs_of("summarize_oversmoothing"),
     params:
         uniformity_threshold=config["oversmoothing"]["uniformity_threshold"],
         thresholds=config["head_classes"],
-    priority: PRIORITY["summarize_oversmoothing"]
+    priority: priority("summarize_oversmoothing")
     log:
         paths.log("summarize_oversmoothing", "all"),
     conda:

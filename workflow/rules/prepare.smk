@@ -8,7 +8,7 @@ rule prepare_model:
         model_dir=directory(paths.model_dir),
     params:
         entry=lambda wc: model_entry(config, wc.model),
-    priority: PRIORITY["prepare_model"]
+    priority: priority("prepare_model")
     log:
         paths.log("prepare_model", "{model}"),
     conda:
@@ -25,7 +25,7 @@ rule prepare_corpus:
         provenance=paths.corpus_provenance,
     params:
         entry=lambda wc: dataset_entry(config, wc.dataset),
-    priority: PRIORITY["prepare_corpus"]
+    priority: priority("prepare_corpus")
     log:
         paths.log("prepare_corpus", "{dataset}"),
     conda:
@@ -45,7 +45,7 @@ rule tokenize_corpus:
         stream=paths.token_stream,
     wildcard_constraints:
         dataset=id_pattern(corpus_ids(config)),  # a no-BOS id reads its source's
-    priority: PRIORITY["tokenize_corpus"]
+    priority: priority("tokenize_corpus")
     log:
         paths.log("tokenize_corpus", "{model}/{dataset}"),
     conda:
@@ -67,7 +67,7 @@ rule cut_tokens:
             key: config["extraction"][key]
             for key in ("n_sequences", "context_length", "seed")
         },
-    priority: PRIORITY["cut_tokens"]
+    priority: priority("cut_tokens")
     log:
         paths.log("cut_tokens", "{model}/{dataset}"),
     conda:

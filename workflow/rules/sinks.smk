@@ -7,12 +7,11 @@ rule analyze_sinks:
         activations=paths.activations,
         model_dir=paths.model_dir,  # the tokenizer: the text of secondary-sink and massive tokens
     output:
-        **tables_of("sinks", SINKS_TABLES),
-        **figures_of("sinks", SINKS_FIGURES, "Sinks beyond BOS"),
+        **outputs_of("analyze_sinks"),
     params:
         sinks=config["sinks"],
         extraction=EXTRACTION_SCALE,
-    priority: PRIORITY["analyze_sinks"]
+    priority: priority("analyze_sinks")
     log:
         paths.log("analyze_sinks", "{model}/{dataset}"),
     conda:
@@ -26,13 +25,12 @@ rule analyze_sinks:
 
 rule summarize_sinks:
     input:
-        pair_tables("sinks", SINKS_TABLES),
+        pooled_tables("summarize_sinks", "analyze_sinks"),
     output:
-        **summary_tables_of("sinks", SINKS_SUMMARY_TABLES),
-        **summary_figures_of("sinks", SINKS_SUMMARY_FIGURES, "Sinks beyond BOS"),
+        **outputs_of("summarize_sinks"),
     params:
         eps=config["sinks"]["eps"],  # the reference threshold of the summary's sink-rate figure
-    priority: PRIORITY["summarize_sinks"]
+    priority: priority("summarize_sinks")
     log:
         paths.log("summarize_sinks", "all"),
     conda:

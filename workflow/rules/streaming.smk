@@ -10,11 +10,10 @@ rule analyze_streaming:
         unpack(lambda wc: paths.token_stream_inputs(wc.model, wc.dataset)),
         model_dir=paths.model_dir,
     output:
-        **tables_of("streaming", STREAMING_POLICY_TABLES),
-        **figures_of("streaming", STREAMING_POLICY_FIGURES, "StreamingLLM caches"),
+        **outputs_of("analyze_streaming"),
     params:
         params=config["streaming"]["params"],
-    priority: PRIORITY["analyze_streaming"]
+    priority: priority("analyze_streaming")
     log:
         paths.log("analyze_streaming", "{model}/{dataset}"),
     conda:
@@ -30,14 +29,13 @@ rule analyze_streaming_recompute:
     input:
         unpack(lambda wc: paths.token_stream_inputs(wc.model, wc.dataset)),
         model_dir=paths.model_dir,
-        nll_by_position=paths.table("streaming", "nll_by_position"),
-        settings=paths.table("streaming", "settings"),
+        nll_by_position=paths.registered_table("analyze_streaming", "nll_by_position"),
+        settings=paths.registered_table("analyze_streaming", "settings"),
     output:
-        **tables_of("streaming", STREAMING_RECOMPUTE_TABLES),
-        **figures_of("streaming", STREAMING_RECOMPUTE_FIGURES, "StreamingLLM caches"),
+        **outputs_of("analyze_streaming_recompute"),
     params:
         params=config["streaming"]["params"],
-    priority: PRIORITY["analyze_streaming_recompute"]
+    priority: priority("analyze_streaming_recompute")
     log:
         paths.log("analyze_streaming_recompute", "{model}/{dataset}"),
     conda:
@@ -53,11 +51,10 @@ rule analyze_streaming_first_positions:
     input:
         activations=paths.activations,
     output:
-        **tables_of("streaming", STREAMING_FIRST_POSITION_TABLES),
-        **figures_of("streaming", STREAMING_FIRST_POSITION_FIGURES, "StreamingLLM caches"),
+        **outputs_of("analyze_streaming_first_positions"),
     params:
         first_positions=config["streaming"]["first_positions"],
-    priority: PRIORITY["analyze_streaming_first_positions"]
+    priority: priority("analyze_streaming_first_positions")
     log:
         paths.log("analyze_streaming_first_positions", "{model}/{dataset}"),
     conda:
@@ -70,19 +67,19 @@ rule analyze_streaming_first_positions:
 
 rule summarize_streaming:
     input:
-        tables=[
-            paths.table("streaming", name).format(model=model, dataset=dataset)
-            for model, dataset in STREAMING_CACHE_PAIRS
-            for name in STREAMING_TABLES
-        ],
+        tables=pooled_tables(
+            "summarize_streaming",
+            "analyze_streaming",
+            "analyze_streaming_recompute",
+            "analyze_streaming_first_positions",
+        ),
         per_head=[
             paths.heads_table("per_head").format(model=model, dataset=dataset)
-            for model, dataset in STREAMING_CACHE_PAIRS
+            for model, dataset in PAIR_SETS["cache"]
         ],
     output:
-        **summary_tables_of("streaming", STREAMING_SUMMARY_TABLES),
-        **summary_figures_of("streaming", STREAMING_SUMMARY_FIGURES, "StreamingLLM caches"),
-    priority: PRIORITY["summarize_streaming"]
+        **outputs_of("summarize_streaming"),
+    priority: priority("summarize_streaming")
     log:
         paths.log("summarize_streaming", "all"),
     conda:

@@ -9,7 +9,7 @@ assumed sustained throughput (the same assumptions as BENCHMARKS.md section 7).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from sinkscope.outputs import AnalysisCost
 
 __all__ = [
     "ANALYSIS_COSTS",
@@ -28,7 +28,6 @@ __all__ = [
     "REFERENCE_CPU",
     "TIME_MARGIN",
     "WEIGHT_COPIES_WHILE_LOADING",
-    "AnalysisCost",
 ]
 
 #: The CPU the per-unit CPU times were measured on (2 cores; one job alone).
@@ -80,24 +79,6 @@ HALFSPACE_S_PER_POINT_DIM = 5.4e-7
 #: FLOP/s of a float32 eager forward on the reference CPU, one job on 1-2 threads (measured:
 #: SmolLM2-135M extraction, 8 x 257 tokens, and the 2-layer Llama-width rehearsal).
 CPU_FORWARD_FLOP_S = 2.0e10
-
-
-@dataclass(frozen=True)
-class AnalysisCost:
-    """A file-reading analysis: peak RSS = :data:`JOB_FIXED_MB` + ``rss_layers`` x one layer's
-    data (float32, :func:`sinkscope.sizing.requests.layer_bytes`) + ``rss_growth`` x layers x
-    the same; an analysis that holds a layer's attention maps in another share than the rest
-    of it states that share as ``rss_maps`` (:func:`sinkscope.sizing.requests.layer_parts`).
-    Wall time = ``fixed_s`` + ``s_per_gb`` x the bytes of every layer it reads."""
-
-    rss_layers: float
-    s_per_gb: float
-    fixed_s: float = 10.0
-    #: memory kept per layer read (results and per-layer arrays that live to the end), as a
-    #: share of one layer's data
-    rss_growth: float = 0.0
-    #: the share of a layer's attention maps held at the peak, where it is not ``rss_layers``
-    rss_maps: float | None = None
 
 
 #: The file-reading analyses, measured on the rehearsal at Llama-3.1-8B's widths cut to 2 and 4

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sinkscope.outputs import REGISTRY, AnalysisCost
 from sinkscope.sizing import costs
 from sinkscope.sizing.shapes import ModelFacts, model_facts
 
@@ -46,7 +47,24 @@ MODEL_RUNNING_RULES = (
     "analyze_geometry_long_context",
 )
 #: Rules whose request depends on the model's shape (the others' are measured constants).
-MODEL_SIZED_RULES = (*MODEL_RUNNING_RULES, *costs.ANALYSIS_COSTS)
+#: The file-reading analyses: :data:`~sinkscope.sizing.costs.ANALYSIS_COSTS` and those the
+#: registry of outputs gives an :class:`~sinkscope.outputs.AnalysisCost`
+#: (:mod:`sinkscope.outputs`, a new analysis' ``cost``).
+ANALYSIS_COSTS: dict[str, AnalysisCost] = {
+    **{
+        rule: outputs.cost
+        for rule, outputs in REGISTRY.items()
+        if isinstance(outputs.cost, AnalysisCost)
+    },
+    **costs.ANALYSIS_COSTS,
+}
+#: Jobs that do not depend on a model: :data:`~sinkscope.sizing.costs.MODEL_FREE_REQUESTS` and the
+#: registered rules that state their (peak MB, minutes).
+MODEL_FREE_REQUESTS: dict[str, tuple[float, float]] = {
+    **{rule: outputs.cost for rule, outputs in REGISTRY.items() if isinstance(outputs.cost, tuple)},
+    **costs.MODEL_FREE_REQUESTS,
+}
+MODEL_SIZED_RULES = (*MODEL_RUNNING_RULES, *ANALYSIS_COSTS)
 FLOAT32 = 4
 MB = 2**20
 
@@ -150,9 +168,9 @@ def estimate(rule: str, config: Mapping[str, Any], facts: ModelFacts | None) -> 
     extraction = config["extraction"]
     n, t1 = int(extraction["n_sequences"]), int(extraction["context_length"]) + 1
     gpus = int(config["resources"]["gpus"])
-    if rule in costs.ANALYSIS_COSTS:
+    if rule in ANALYSIS_COSTS:
         assert facts is not None, rule
-        cost = costs.ANALYSIS_COSTS[rule]
+        cost = ANALYSIS_COSTS[rule]
         maps, rest = layer_parts(facts, n, t1)
         one_layer = maps + rest
         share_of_maps = cost.rss_layers if cost.rss_maps is None else cost.rss_maps
@@ -199,8 +217,8 @@ def estimate(rule: str, config: Mapping[str, Any], facts: ModelFacts | None) -> 
         # the half-space programs run on the CPU: one per (layer, sequence, point set)
         programs = costs.HALFSPACE_S_PER_POINT_DIM * facts.n_layers * tokens * facts.d_model
         return Estimate(forward.peak_mb, forward.seconds + programs, gpus)
-    if rule in costs.MODEL_FREE_REQUESTS:
-        peak, minutes = costs.MODEL_FREE_REQUESTS[rule]
+    if rule in MODEL_FREE_REQUESTS:
+        peak, minutes = MODEL_FREE_REQUESTS[rule]
         return Estimate(peak, 60.0 * minutes)
     raise KeyError(f"sinkscope.sizing has no estimate for rule {rule!r}")
 
