@@ -232,7 +232,7 @@ ENTRIES: tuple[RuleOutputs, ...] = (
         level="pair",
         priority=100,  # the first table users wait for
         category=_HEADS,
-        tables=("per_head", "per_sequence"),
+        tables=heads_names.TABLES,
         figures=(
             Figure("mass_heatmaps", "head_mass_heatmaps.rst", "pattern masses"),
             Figure("class_map", "head_class_map.rst", "class map"),

@@ -146,11 +146,12 @@ def _activations(smk: Any) -> Path:
 
 def classify_heads(smk: Any) -> None:
     from sinkscope.heads.classify import HeadClassThresholds, classify_file
+    from sinkscope.heads.names import PER_HEAD, PER_SEQUENCE
     from sinkscope.heads.plots import pair_figures
 
     thresholds = HeadClassThresholds(**smk.params.thresholds)
     per_sequence, per_head = classify_file(_activations(smk), thresholds)
-    _write_tables({"per_head": per_head, "per_sequence": per_sequence}, smk)
+    _write_tables({PER_HEAD: per_head, PER_SEQUENCE: per_sequence}, smk)
     _draw(pair_figures(per_head, _pair_title(smk), thresholds), smk.output)
 
 

@@ -13,15 +13,23 @@ __all__ = [
     "INTERVAL_SHARES",
     "LEARNED_SINK_MASS",
     "MASS_COLUMNS",
+    "PER_HEAD",
     "PER_HEAD_COLUMNS",
+    "PER_SEQUENCE",
     "SEQUENCE_MASSES",
     "SEQUENCE_MASS_COLUMNS",
     "SUMMARY",
     "SUMMARY_COLUMNS",
+    "TABLES",
 ]
 
-#: Figures of one pair (rule classify_heads); ``sinkscope.paths`` exports them as
-#: ``HEAD_FIGURES``.
+#: Tables of one pair (rule classify_heads, :func:`sinkscope.heads.classify.classify_file`):
+#: one row per (layer, head), and one per (sequence, layer, head); written as
+#: ``heads_<name>.parquet`` (the registry of outputs, :mod:`sinkscope.outputs`).
+PER_HEAD = "per_head"
+PER_SEQUENCE = "per_sequence"
+TABLES = (PER_HEAD, PER_SEQUENCE)
+#: Figures of one pair (rule classify_heads).
 FIGURES = ("mass_heatmaps", "class_map")
 #: Name of the cross-pair summary (rule summarize_heads): its table and its figure, the class
 #: fractions of every pair as bars; ``sinkscope.paths`` places them under ``summary/``.
