@@ -14,7 +14,6 @@ does not load torch.
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -259,7 +258,6 @@ MIN_DIFF = TOL["oversmoothing"]["min_difference"]
 HALF_BAND = TOL["oversmoothing"]["half_band"]
 FEW = TOL["oversmoothing"]["few_max_fraction"]
 REL_OFFSET = TOL["oversmoothing"]["approximation_relative_offset"]
-MOST_IN, MOST_OUT = edges(10, lambda x: x > MOST)
 HALF_IN, HALF_OUT = edges(20, lambda x: abs(x - 0.5) <= HALF_BAND)
 FEW_IN, FEW_OUT = edges(20, lambda x: x <= FEW)
 
@@ -463,7 +461,15 @@ FLIPS: dict[str, Flip] = {
         holds=[APPROX - 0.01],
         fails=[APPROX, APPROX + 0.05],
     ),
-    "oversmoothing.approximation_most_heads": Flip(within, holds=MOST_IN, fails=MOST_OUT),
+    "oversmoothing.approximation_most_heads": Flip(
+        # k of 400 heads within the bound: decided on a Wilson interval over the heads, so the
+        # planted shares sit 0.15 from the tolerance
+        lambda k: within(k, 400),
+        holds=[round((MOST + 0.15) * 400), 400],
+        fails=[round((MOST - 0.15) * 400), 0],
+        # the old edge case: 6 of 10 heads
+        inconclusive=[lambda: within(6, 10)],
+    ),
     "oversmoothing.approximation_mean": Flip(
         # the X+WZ curve's range is 0.02; the largest gap is r times that range
         lambda r: {"oversmoothing_summary": approximation_curves(0.02 * r, 0.01)},
@@ -789,7 +795,6 @@ def test_flip_values_straddle_the_tolerances() -> None:
     assert SINK_OUT == [SINK_IN[0] - 1] and SINK_IN[0] / 100 >= SINK_FLOOR
     assert all(abs(k / 20 - 0.5) <= HALF_BAND for k in HALF_IN)
     assert all(abs(k / 20 - 0.5) > HALF_BAND for k in HALF_OUT)
-    assert all(math.isclose(abs(a - b), 1) for a, b in zip(MOST_IN, MOST_OUT, strict=True))
 
 
 def test_a_check_that_finds_no_rows_leaves_a_not_applicable_row() -> None:

@@ -192,20 +192,35 @@ def check_approximation_every_head(
 
 
 def check_approximation_most_heads(
-    per_head: pl.DataFrame, approximation_error: float, most: float
+    per_head: pl.DataFrame, approximation_error: float, most: float, level: float = 0.95
 ) -> list[Row]:
     """§5: the approximation is accurate "for most individual attention heads": more than
     ``most`` of the heads have ``|rho - rho_hat| < approximation_error`` for ``X + WZ`` (``X``:
-    an identity, :mod:`sinkscope.claims.sanity`)."""
+    an identity, :mod:`sinkscope.claims.sanity`).
+
+    The sampling unit is the head, as in :func:`check_predicted_signs`: the share gets a Wilson
+    interval (:func:`sinkscope.claims.intervals.wilson_interval`, at ``level``), reproduced when
+    it lies wholly above ``most``, not reproduced when wholly below, inconclusive otherwise
+    ("needs more heads"). Each head's own error is the point reading of its N sequences."""
 
     def reading(g: Mapping[str, Any]) -> Reading:
-        frac = float((_head_errors(g) < approximation_error).mean())
+        within = _head_errors(g) < approximation_error
+        k, n = int(within.sum()), within.len()
+        low, high = wilson_interval(k, n, level)
+        interval = Interval(low, high, f"Wilson score interval over {n} heads", level)
+        verdict = decide(interval, most, above=True, strict=True)
+        reason = f"{k} of {n} heads have an X+WZ error below {approximation_error:g}"
+        if verdict == INCONCLUSIVE:
+            need = needed_units(n, k / n, low, high, most)
+            reason += f"; the interval straddles {most:g}: needs more heads ({needed_text(need, 'heads')})"
         return Reading(
             _heads_setting(g["heads"]),
-            f"{pct(frac)} of heads within {approximation_error:g}",
-            frac,
-            frac > most,
-            f"{pct(frac)} of heads have an X+WZ error below {approximation_error:g}",
+            f"{pct(k / n)} of heads within {approximation_error:g}",
+            k / n,
+            None,
+            reason,
+            interval,
+            verdict,
         )
 
     test = f"fraction of heads with error < {approximation_error:g} > {most:g}"
