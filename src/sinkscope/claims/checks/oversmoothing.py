@@ -205,18 +205,24 @@ def check_approximation_most_heads(
 
     def reading(g: Mapping[str, Any]) -> Reading:
         within = _head_errors(g) < approximation_error
-        k, n = int(within.sum()), within.len()
+        share = float(within.mean())
+        # the pooled row reads each head once per dataset: its unit is still the head
+        n = g["heads"].select("layer", "head").n_unique()
+        k = round(share * n)
         low, high = wilson_interval(k, n, level)
         interval = Interval(low, high, f"Wilson score interval over {n} heads", level)
         verdict = decide(interval, most, above=True, strict=True)
-        reason = f"{k} of {n} heads have an X+WZ error below {approximation_error:g}"
+        reason = f"{pct(share)} of {within.len()} head readings have an X+WZ error below"
+        reason += f" {approximation_error:g}"
+        if within.len() != n:
+            reason += f" ({n} heads, each read on {within.len() // n} datasets)"
         if verdict == INCONCLUSIVE:
-            need = needed_units(n, k / n, low, high, most)
+            need = needed_units(n, share, low, high, most)
             reason += f"; the interval straddles {most:g}: needs more heads ({needed_text(need, 'heads')})"
         return Reading(
             _heads_setting(g["heads"]),
-            f"{pct(k / n)} of heads within {approximation_error:g}",
-            k / n,
+            f"{pct(share)} of heads within {approximation_error:g}",
+            share,
             None,
             reason,
             interval,
