@@ -69,7 +69,9 @@ SAMPLES: dict[str, Sample] = {
         "every head of the model, at the largest T'", ("oversmoothing.context_lengths",)
     ),
     "oversmoothing.approximation_most_heads": Sample(
-        "every head of the model, at the largest T'", ("oversmoothing.context_lengths",)
+        "the model's heads (Wilson interval over the heads, each counted once when datasets "
+        "are pooled), at the largest T'; fixed by the model",
+        ("oversmoothing.context_lengths",),
     ),
     "oversmoothing.approximation_mean": _HEAD_MEANS,
     "oversmoothing.w_decreases": _HEAD_MEANS,
