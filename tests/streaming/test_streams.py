@@ -196,6 +196,7 @@ def test_the_streaming_steps_load_the_model_as_the_config_says(
     monkeypatch.setattr(steps, "_write_tables", lambda *args: None)
     monkeypatch.setattr(steps, "_draw", lambda *args: None)
     smk = SimpleNamespace(
+        rule="analyze_streaming",
         config={
             "models": {"m": {"dtype": "bfloat16", "attn_implementation": "eager"}},
             "extraction": {"device": "cuda:1"},
@@ -208,6 +209,7 @@ def test_the_streaming_steps_load_the_model_as_the_config_says(
         output=SimpleNamespace(),
     )
     steps.analyze_streaming(smk)
+    smk.rule = "analyze_streaming_recompute"
     steps.analyze_streaming_recompute(smk)
     expected = {"dtype": "bfloat16", "attn_implementation": "eager", "device": "cuda:1"}
     assert seen == {"evaluate_pair": expected, "recompute_pair": expected}
