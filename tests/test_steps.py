@@ -8,10 +8,15 @@ import subprocess
 import sys
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
 
 SCRIPT = """
 import sys
 from types import SimpleNamespace
+
+import pytest
 from sinkscope import steps
 
 def broken(smk):
@@ -189,8 +194,6 @@ def test_the_registry_refuses_what_would_break_a_rule() -> None:
     """A registry entry that names an output Snakemake cannot address, a level or pair set that
     does not exist, or a claims table its rule does not write fails when it is declared; an
     unregistered rule is named."""
-    import pytest
-
     from sinkscope.outputs import RuleOutputs, entry, priority
 
     base = {"rule": "r", "stage": "s", "level": "pair", "priority": 1, "category": "C"}
@@ -255,3 +258,65 @@ def test_every_dynamics_part_has_its_two_steps_and_functions() -> None:
             assert STEPS[rule].func is step and STEPS[rule].keywords == {"part": part}
         assert callable(getattr(_dynamics_module(part), f"run_{part}"))
         assert summary.SUMMARIZE[part] is getattr(summary, f"summarize_{part}")
+
+
+def _toy_compute(tables: list[Path], scale: float) -> dict:
+    """A registered rule's ``compute`` for the test below: one row per input path."""
+    import polars as pl
+
+    return {"toy": pl.DataFrame({"name": [p.name for p in tables], "scaled": [scale] * 2})}
+
+
+def _toy_draw(tables: dict, title: str) -> dict:
+    def draw(out: str) -> None:
+        Path(out).write_text(f"{title}: {tables['toy'].height} rows")
+
+    return {"toy": draw}
+
+
+def test_a_registered_rule_without_a_step_runs_its_compute_and_draw(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``steps.analyze_registered``: a named list of inputs arrives as a list of paths, the
+    params by keyword, the tables go to ``table_<name>`` (parquet and CSV) and the figures to
+    ``figure_<name>``; a summary without wildcards is titled with its report category."""
+    import polars as pl
+    from snakemake.iocontainers import Namedlist
+
+    from sinkscope import outputs
+    from sinkscope.steps import analyze_registered, step_of
+
+    toy = outputs.RuleOutputs(
+        rule="summarize_toy",
+        stage="toy",
+        level="summary",
+        priority=1,
+        category="Toy",
+        tables=("toy",),
+        figures=(outputs.Figure("toy", "toy.rst"),),
+        compute="tests.test_steps:_toy_compute",
+        draw="tests.test_steps:_toy_draw",
+    )
+    monkeypatch.setitem(outputs.REGISTRY, "summarize_toy", toy)
+    assert step_of("summarize_toy") is analyze_registered
+    out = tmp_path / "out"
+    smk = SimpleNamespace(
+        rule="summarize_toy",
+        input=Namedlist(fromdict={"tables": ["a/x.parquet", "b/y.parquet"]}),
+        params=Namedlist(fromdict={"scale": 2.0}),
+        wildcards=Namedlist(fromdict={}),
+        output=Namedlist(
+            fromdict={
+                "table_toy": str(out / "toy.parquet"),
+                "table_toy_csv": str(out / "toy.csv"),
+                "figure_toy": str(out / "toy.png"),
+            }
+        ),
+    )
+    analyze_registered(smk)
+    table = pl.read_parquet(out / "toy.parquet")
+    assert table["name"].to_list() == ["x.parquet", "y.parquet"] and table["scaled"][0] == 2.0
+    assert (out / "toy.csv").is_file()
+    assert (out / "toy.png").read_text() == "Toy: 2 rows"
+    with pytest.raises(KeyError, match="'nowhere' has no step"):
+        step_of("nowhere")

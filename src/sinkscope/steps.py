@@ -588,11 +588,16 @@ def analyze_registered(smk: Any) -> None:
     """The step of a registered rule without a bespoke one here (:mod:`sinkscope.outputs`,
     ``compute`` and ``draw``): its tables are ``compute(**inputs, **params)``, every named input
     passed as a :class:`~pathlib.Path` (an activation file checked to be the job's pair's) and
-    every param as given; its figures ``draw(tables, title)``, titled with the pair (and, with a
-    param ``extraction``, its N and T)."""
+    every param as given (a named list of inputs, e.g. a summary's ``pooled_tables``, as a list
+    of paths); its figures ``draw(tables, title)``, titled with the pair (and, with a param
+    ``extraction``, its N and T), or with the rule's report category where it has no pair."""
     outputs = entry(smk.rule)
-    inputs = {
-        name: _activations(smk) if name == "activations" else Path(path)
+    inputs: dict[str, Path | list[Path]] = {
+        name: _activations(smk)
+        if name == "activations"
+        else Path(path)
+        if isinstance(path, str)
+        else [Path(p) for p in path]
         for name, path in smk.input.items()
     }
     params = {name: value for name, value in smk.params.items() if name != "extraction"}
@@ -602,7 +607,7 @@ def analyze_registered(smk: Any) -> None:
         if "extraction" in smk.params.keys():  # noqa: SIM118 - a Namedlist: `in` reads values
             title = _pair_title(smk)
         else:
-            title = " on ".join(str(value) for value in smk.wildcards)
+            title = " on ".join(str(value) for value in smk.wildcards) or outputs.category
         _draw(_function(outputs.draw)(tables, title), smk.output)
 
 

@@ -450,7 +450,7 @@ def test_the_most_heads_interval_counts_each_head_once_when_datasets_are_pooled(
     distinct heads, as wide as one dataset's, not over heads x datasets."""
     a, _ = oversmoothing_tables([0.5] * 6, [0.5] * 6, [0.01] * 5 + [0.5])
     b = a.with_columns(dataset=pl.lit("e"))
-    d, e, pooled = OC.check_approximation_most_heads(pl.concat([a, b]), 0.1, 0.5)
+    d, _, pooled = OC.check_approximation_most_heads(pl.concat([a, b]), 0.1, 0.5)
     assert pooled["dataset"] == "all" and pooled["value"] == pytest.approx(5 / 6)
     assert (pooled["ci_low"], pooled["ci_high"]) == (d["ci_low"], d["ci_high"])
     assert pooled["verdict"] == V.INCONCLUSIVE and "each read on 2 datasets" in pooled["reason"]
