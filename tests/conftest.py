@@ -195,14 +195,15 @@ def pair_sets(config: dict, results: str | Path = "results") -> dict[str, list[t
 ONE_PAIR = {"all": [("m", "d")], "bos": [("m", "d")], "cache": [("m", "d")]}
 
 
-def snakemake_command(workdir: Path, *args: str) -> list[str]:
-    """``python -m snakemake`` on this repository's Snakefile, run in ``workdir``."""
+def snakemake_command(workdir: Path, *args: str, snakefile: Path = REPO / "Snakefile") -> list[str]:
+    """``python -m snakemake`` on this repository's Snakefile (or ``snakefile``), run in
+    ``workdir``."""
     return [
         sys.executable,
         "-m",
         "snakemake",
         "-s",
-        str(REPO / "Snakefile"),
+        str(snakefile),
         "-d",
         str(workdir),
         *args,

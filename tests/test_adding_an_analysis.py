@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tests.conftest import REPO, TINY, job_counts
+from tests.conftest import REPO, TINY, job_counts, snakemake_command
 
 pytestmark = pytest.mark.integration
 
@@ -105,21 +105,11 @@ def test_following_the_page_adds_one_analysis_and_reruns_nothing_else(
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
     }
-    command = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(repo / "Snakefile"),
-        "-d",
-        str(run),
-        "--cores",
-        "2",
-        "--configfile",
-        str(TINY),
-        "--config",
-        f"download_dir={download_dir}",
-    ]
+    command = snakemake_command(
+        run,
+        *("--cores", "2", "--configfile", str(TINY), "--config", f"download_dir={download_dir}"),
+        snakefile=repo / "Snakefile",
+    )
 
     def snakemake(*args: str) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
