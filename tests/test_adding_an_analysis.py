@@ -9,7 +9,8 @@ registry; the rule, caption, module and test are new or appended. Then:
 - the new rule's jobs, one per pair, are the only jobs scheduled;
 - its table equals a direct computation from the activation file;
 - its figure is written;
-- the page's own test passes in the copy.
+- the page's own test and the checks of every registered rule (``tests/test_steps.py``) pass in
+  the copy.
 """
 
 from __future__ import annotations
@@ -89,7 +90,16 @@ def test_following_the_page_adds_one_analysis_and_reruns_nothing_else(
 ) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
-    for part in ("Snakefile", "workflow", "src", "envs", "tests", "pyproject.toml"):
+    for part in (
+        "Snakefile",
+        "config.yaml",
+        "config",
+        "workflow",
+        "src",
+        "envs",
+        "tests",
+        "pyproject.toml",
+    ):
         source = REPO / part
         if source.is_dir():
             ignore = shutil.ignore_patterns("__pycache__", "*.egg-info")
@@ -132,7 +142,7 @@ def test_following_the_page_adds_one_analysis_and_reruns_nothing_else(
         got = table.sort("layer", "head")["normalized_entropy"].to_numpy()
         assert got == pytest.approx(expected, abs=1e-9)
     assert "Nothing to be done" in snakemake("-n").stdout
-    # the page's own test, in the copy
+    # the page's own test, and the workflow's checks of every registered rule, in the copy
     result = subprocess.run(
         [
             sys.executable,
@@ -142,6 +152,7 @@ def test_following_the_page_adds_one_analysis_and_reruns_nothing_else(
             "-p",
             "no:cacheprovider",
             "tests/heads/test_entropy.py",
+            "tests/test_steps.py",
         ],
         cwd=repo,
         capture_output=True,
@@ -151,7 +162,7 @@ def test_following_the_page_adds_one_analysis_and_reruns_nothing_else(
         timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:]
-    assert "1 passed" in result.stdout
+    assert " passed" in result.stdout and "failed" not in result.stdout
 
 
 def direct_entropy(activations: Path) -> np.ndarray:
