@@ -188,6 +188,12 @@ def test_every_registered_output_has_its_rule_caption_and_step() -> None:
         assert f'include: "workflow/rules/{stage}.smk"' in snakefile, stage
     for rule in outputs.PIPELINE_PRIORITY:
         assert rule not in outputs.REGISTRY and callable(step_of(rule))
+    # a registry entry's own functions resolve (a rule without a bespoke step runs them)
+    from sinkscope.steps import _function
+
+    for registered in outputs.REGISTRY.values():
+        for reference in filter(None, (registered.compute, registered.draw)):
+            assert callable(_function(reference)), (registered.rule, reference)
 
 
 def test_the_registry_refuses_what_would_break_a_rule() -> None:
