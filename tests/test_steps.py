@@ -326,3 +326,25 @@ def test_a_registered_rule_without_a_step_runs_its_compute_and_draw(
     assert (out / "toy.png").read_text() == "Toy: 2 rows"
     with pytest.raises(KeyError, match="'nowhere' has no step"):
         step_of("nowhere")
+
+
+def test_a_summary_pools_the_tables_of_its_pair_set_from_the_rules_that_run() -> None:
+    """``Paths.pooled_tables``: the geometry summary reads the BOS pairs only, and the
+    long-context tables only where that rule runs; the head summary reads every pair, one table
+    at a time where asked."""
+    from sinkscope.outputs import entry
+    from sinkscope.paths import Paths
+
+    sets = {"all": [("m", "d"), ("m", "d.no-bos")], "bos": [("m", "d")], "cache": []}
+    rules = ("analyze_geometry", "analyze_geometry_long_context")
+    off = {"geometry": {"long_context": {"enabled": False}}}
+    tables = Paths("r").pooled_tables("summarize_geometry", rules, off, sets)
+    assert tables == [f"r/geometry/m/d/{n}.parquet" for n in entry("analyze_geometry").tables]
+    on = {"geometry": {"long_context": {"enabled": True}}}
+    tables = Paths("r").pooled_tables("summarize_geometry", rules, on, sets)
+    assert tables[-1] == "r/geometry/m/d/halfspace_long_context.parquet"
+    heads = Paths("r").pooled_tables("summarize_heads", ["classify_heads"], {}, sets, "per_head")
+    assert heads == [
+        "r/heads/m/d/heads_per_head.parquet",
+        "r/heads/m/d.no-bos/heads_per_head.parquet",
+    ]

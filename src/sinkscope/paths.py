@@ -141,6 +141,25 @@ class Paths:
             for name in registry.entry(rule).tables
         ]
 
+    def pooled_tables(
+        self,
+        summary: str,
+        rules: Sequence[str],
+        config: Mapping[str, Any],
+        pair_sets: PairSets,
+        table: str | None = None,
+    ) -> list[str]:
+        """The inputs of the summary rule ``summary``: the parquet tables (only ``table``, where
+        given) of those per-pair ``rules`` that run in ``config``
+        (:func:`sinkscope.outputs.rule_runs`), for every pair of the summary's own pair set (its
+        registry entry's ``pairs``: the pooled rows and the paper's claims are about BOS)."""
+        ran = [r for r in rules if registry.rule_runs(registry.entry(r), config, pair_sets)]
+        paths = self.pair_tables(ran, pair_sets[registry.entry(summary).pairs])
+        if table is None:
+            return paths
+        suffix = f"/{registry.entry(ran[0]).table_prefix}{table}.parquet" if ran else ""
+        return [p for p in paths if p.endswith(suffix)]
+
     def registered_targets(self, config: Mapping[str, Any], pair_sets: PairSets) -> list[str]:
         """The tables and figures of every registered rule that runs in ``config``
         (:func:`sinkscope.outputs.rule_runs`), each per-pair rule's for the pairs of its set."""

@@ -24,8 +24,7 @@ from sinkscope.config import (
 from sinkscope.sizing.requests import job_threads as rule_threads
 from sinkscope.sizing.requests import rule_resources
 from sinkscope.streaming.applicability import cache_pairs
-from sinkscope.outputs import entry as registry_entry
-from sinkscope.outputs import priority, rule_runs
+from sinkscope.outputs import priority
 from sinkscope.paths import Paths
 
 
@@ -110,9 +109,6 @@ def outputs_of(rule):
     return paths.rule_outputs(rule, report)
 
 
-def pooled_tables(summary, *rules):
-    """The parquet tables of the per-pair ``rules`` that run in this config, for every pair that
-    the summary ``summary`` pools, which is its registry entry's pair set (the pooled rows and the
-    paper's claims are about BOS; no-BOS pairs have their own per-pair outputs)."""
-    ran = [rule for rule in rules if rule_runs(registry_entry(rule), config, PAIR_SETS)]
-    return paths.pair_tables(ran, PAIR_SETS[registry_entry(summary).pairs])
+def pooled_tables(summary, *rules, table=None):
+    """The inputs of the summary ``summary`` (sinkscope.paths.Paths.pooled_tables)."""
+    return paths.pooled_tables(summary, rules, config, PAIR_SETS, table)

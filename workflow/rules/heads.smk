@@ -22,11 +22,9 @@ rule classify_heads:
 
 rule summarize_heads:
     input:
-        per_head=[paths.heads_table("per_head").format(model=m, dataset=d) for m, d in pairs(config)],
+        per_head=pooled_tables("summarize_heads", "classify_heads", table="per_head"),
         # every pair's per-sequence masses, which the claims bootstrap (heads.summary.share_intervals)
-        per_sequence=[
-            paths.heads_table("per_sequence").format(model=m, dataset=d) for m, d in pairs(config)
-        ],
+        per_sequence=pooled_tables("summarize_heads", "classify_heads", table="per_sequence"),
     output:
         **outputs_of("summarize_heads"),
     params:
