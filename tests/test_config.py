@@ -404,7 +404,14 @@ def test_rule_params_are_the_entries_that_change_outputs(default_config: dict) -
     backcopy["end_to_end"]["params"] = {"e2e_lbfgs_iters": 9}
     validate_config(config)  # the planted values are valid ones
     assert extraction_scale(config) == {"n_sequences": 7, "context_length": 300}
-    assert long_context_params(config) == {"n_sequences": 3, "seq_len": 99}
+    assert long_context_params(config) == {
+        "n_sequences": 3,
+        "seq_len": 99,
+        "points_per_dim": 2.5,
+        "solve_seconds": 300,
+        "gaussian_null": True,
+        "null_solve_seconds": 20,
+    }
     assert backcopy_end_to_end_params(config) == {
         "fit_tol": 0.01,
         "kappa": 0.5,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import codecs
 import copy
 import json
+import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -279,13 +280,12 @@ def _position_problems(config: Mapping[str, Any]) -> list[str]:
     ``geometry.long_context.seq_len`` and ``streaming.params.stream_length`` (whose "dense"
     reference would otherwise silently be a window of the model's positions). Only the limit
     counts, not ``d_model``: a model with ``d_model >= seq_len - 1`` gets long-context rows
-    marked trivially separable."""
+    marked trivially separable. An ``"auto"`` ``geometry.long_context.seq_len`` is never beyond
+    the positions (:func:`long_context_seq_len`)."""
     lengths = {"extraction.context_length": (config["extraction"]["context_length"], 1)}
-    if analysis_runs(config, "geometry.long_context"):
-        lengths["geometry.long_context.seq_len"] = (
-            config["geometry"]["long_context"]["seq_len"],
-            0,
-        )
+    seq_len = config["geometry"]["long_context"]["seq_len"]
+    if analysis_runs(config, "geometry.long_context") and seq_len != AUTO_SEQ_LEN:
+        lengths["geometry.long_context.seq_len"] = (seq_len, 0)
     if analysis_runs(config, "streaming"):
         length = streaming_params(config)["stream_length"]
         lengths["streaming.params.stream_length"] = (length, 0)
@@ -319,7 +319,34 @@ def backcopy_params(config: Mapping[str, Any]) -> dict[str, Any]:
 EXTRACTION_SCALE_KEYS = ("n_sequences", "context_length")
 #: The ``geometry.long_context`` settings that can change rule ``analyze_geometry_long_context``'s
 #: table (``enabled`` only decides whether the rule runs).
-LONG_CONTEXT_KEYS = ("n_sequences", "seq_len")
+LONG_CONTEXT_KEYS = (
+    "n_sequences",
+    "seq_len",
+    "points_per_dim",
+    "solve_seconds",
+    "gaussian_null",
+    "null_solve_seconds",
+)
+#: The ``geometry.long_context.seq_len`` that takes each model's length from its ``d_model``.
+AUTO_SEQ_LEN = "auto"
+
+
+def long_context_seq_len(
+    seq_len: int | str, points_per_dim: float, d_model: int, max_positions: int | None
+) -> int:
+    """The long-context length of one model, BOS included (config ``geometry.long_context``).
+
+    A number is taken as it is. :data:`AUTO_SEQ_LEN` asks for ``ceil(points_per_dim x d_model)``
+    tokens after BOS, so that the half-space test of Prop. 4.1 can fail and random points would
+    fail it too (Wendel's probability,
+    :func:`sinkscope.geometry.halfspace_solver.wendel_probability`, falls fast beyond ``2 d``), at most
+    ``max_positions`` (None or 0: no limit known). A model whose positions cannot hold that many
+    gets its positions, and its claim row says whether random points would pass at that length.
+    """
+    if seq_len != AUTO_SEQ_LEN:
+        return int(seq_len)
+    wanted = math.ceil(points_per_dim * d_model) + 1
+    return min(wanted, int(max_positions)) if max_positions else wanted
 
 
 def extraction_scale(config: Mapping[str, Any]) -> dict[str, Any]:

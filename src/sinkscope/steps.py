@@ -237,6 +237,10 @@ def analyze_geometry_long_context(smk: Any) -> None:
         model_name=smk.wildcards.model,
         dataset_name=smk.wildcards.dataset,
         threads=smk.threads,
+        points_per_dim=settings["points_per_dim"],
+        solve_seconds=settings["solve_seconds"],
+        gaussian_null=settings["gaussian_null"],
+        null_solve_seconds=settings["null_solve_seconds"],
         **_model_run(smk),
     )
     _write_tables({LONG_CONTEXT_TABLE: table}, smk)

@@ -16,7 +16,7 @@ from sinkscope.extraction.h5read import read_values, read_Z
 from sinkscope.geometry import halfspace_plots as hplots
 from sinkscope.geometry import plots as gplots
 from sinkscope.geometry.analysis import N_WORST, TABLE_COLUMNS, analyze_file
-from sinkscope.geometry.halfspace import halfspace_margin
+from sinkscope.geometry.halfspace_solver import halfspace_margin
 from sinkscope.geometry.summary import summarize
 from sinkscope.geometry.values import RANK_RTOL
 from sinkscope.heads.classify import HeadClassThresholds, classify_file

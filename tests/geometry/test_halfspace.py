@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from sinkscope.geometry.halfspace import HALFSPACE_TOL, attending_tokens, halfspace_margin
+from sinkscope.geometry.halfspace import attending_tokens
+from sinkscope.geometry.halfspace_solver import HALFSPACE_TOL, halfspace_margin
 
 # ----------------------------------------------------------------------------- half-spaces
 
@@ -146,6 +147,7 @@ def test_halfspace_table_columns_are_the_pair_key_and_the_result_fields() -> Non
         "margin",
         "margin_upper",
         "n_support",
+        "solved",
     )
     assert TABLE_COLUMNS["halfspace"] == (
         *PAIR_KEY,
@@ -160,7 +162,7 @@ def test_wendel_probability_against_counting_and_the_lp() -> None:
     """Wendel's null: small cases by hand, the known symmetries (N <= d: 1; N = 2d: 1/2), and the
     frequency with which the module's own half-space test finds random Gaussian points in an
     open half-space (500 draws each)."""
-    from sinkscope.geometry.halfspace import halfspace_margin, wendel_probability
+    from sinkscope.geometry.halfspace_solver import halfspace_margin, wendel_probability
 
     assert wendel_probability(6, 3) == pytest.approx((1 + 5 + 10) / 32)
     assert wendel_probability(3, 5) == 1.0 and wendel_probability(6, 6) == 1.0
@@ -174,3 +176,95 @@ def test_wendel_probability_against_counting_and_the_lp() -> None:
         )
         expected = wendel_probability(n, d)
         assert abs(hits / 500 - expected) < 4 * math.sqrt(expected * (1 - expected) / 500)
+
+
+# ------------------------------------------------- the solver's bracket, its budget, the null
+
+
+@pytest.mark.parametrize(("n", "d", "shift"), [(400, 150, 0.0), (400, 150, 0.12), (300, 40, 0.5)])
+def test_the_bracket_closes_however_large_the_support_grows(n: int, d: int, shift: float) -> None:
+    """Sets around the origin (support ~ d: many updates and downdates of the passive inverse)
+    and sets with a weak or strong common direction: the certified lower end (checked on the
+    vectors) meets the upper end (the norm of a hull point), so the margin is proven optimal
+    whatever the path of the solver; a set around the origin ends within round-off of it."""
+    rng = np.random.default_rng(n + d)
+    points = rng.standard_normal((n, d)) + shift * np.ones(d)
+    result = halfspace_margin(points)
+    assert result.solved
+    if result.halfspace:
+        assert result.margin == pytest.approx(result.margin_upper, abs=1e-9)
+        assert result.n_support > 1
+    else:
+        assert shift == 0.0  # 2.7 points per dimension around the origin: Wendel ~ 1e-12
+        assert result.margin == 0.0 and result.margin_upper < 1e-8
+    assert (shift == 0.0) is (not result.halfspace)
+
+
+def test_a_solve_out_of_time_keeps_a_valid_bracket_and_is_undecided(monkeypatch) -> None:
+    """No time at all: the trivial bracket [0, 1]; a little time: a bracket that still contains
+    the margin of the full solve; a set proven in a half-space by the first step's bracket is
+    decided even though the solve did not finish."""
+    from sinkscope.geometry import halfspace_solver
+
+    rng = np.random.default_rng(4)
+    around_origin = rng.standard_normal((600, 200))
+    full = halfspace_margin(around_origin)
+    assert full.solved and full.halfspace is False
+    none = halfspace_margin(around_origin, max_seconds=0.0)
+    assert (none.solved, none.halfspace, none.margin, none.margin_upper) == (False, None, 0.0, 1.0)
+    short = halfspace_margin(around_origin, max_seconds=0.01)
+    assert not short.solved and short.halfspace is None
+    assert short.margin == 0.0 and full.margin_upper <= short.margin_upper <= 1.0
+    # a narrow cone: after one step the hull point is one of its vectors, which already proves it
+    cone = _cone(0.2, 6, 40, rng)
+    clock = iter([0.0, 0.0] + [1e9] * 10)  # the deadline, one step, then out of time
+    monkeypatch.setattr(halfspace_solver.time, "perf_counter", lambda: next(clock))
+    stopped = halfspace_margin(cone, max_seconds=1.0)
+    monkeypatch.undo()
+    assert not stopped.solved and stopped.halfspace is True
+    assert 0 < stopped.margin <= math.cos(0.2) + 1e-12 <= stopped.margin_upper + 1e-12
+
+
+def test_the_gaussian_null_has_wendels_probability_and_the_sets_covariance() -> None:
+    """The null keeps the set's size, dimension and covariance and drops its mean: a set far
+    from the origin passes the test and its null does not (3 points per dimension); at N = 2d
+    the nulls pass half the time, Wendel's probability; their covariance is the set's."""
+    from sinkscope.geometry.halfspace_solver import gaussian_null_margin, wendel_probability
+
+    rng = np.random.default_rng(5)
+    d = 30
+    points = rng.standard_normal((3 * d, d)) + 2.0 * rng.standard_normal(d)
+    assert halfspace_margin(points).halfspace is True
+    null = gaussian_null_margin(points, rng)
+    assert null.solved and null.halfspace is False and null.n_points == 3 * d and null.dim == d
+    # N = 2d: Wendel's 1/2 whatever the covariance (a stretched, correlated set)
+    base = rng.standard_normal((12, 6)) @ rng.standard_normal((6, 6)) + 5.0
+    hits = sum(bool(gaussian_null_margin(base, rng).halfspace) for _ in range(400))
+    assert wendel_probability(12, 6) == pytest.approx(0.5)
+    assert abs(hits / 400 - 0.5) < 4 * math.sqrt(0.25 / 400)
+    # the null's second moment is the set's covariance (averaged over draws)
+    wide = rng.standard_normal((400, 3)) @ np.array([[2.0, 0, 0], [1.0, 0.5, 0], [0, 0, 0.1]])
+    draws = [_draw(wide, rng) for _ in range(20)]
+    second = np.mean([g.T @ g / g.shape[0] for g in draws], axis=0)
+    np.testing.assert_allclose(second, np.cov(wide.T), rtol=0.1, atol=0.02)
+
+
+def _draw(points: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The null sample of :func:`gaussian_null_margin`, drawn the same way (its definition)."""
+    centred = points - points.mean(axis=0)
+    return rng.standard_normal((len(points),) * 2) @ centred / math.sqrt(len(points) - 1)
+
+
+def test_the_auto_length_is_two_and_a_half_points_per_dimension_within_the_positions() -> None:
+    from sinkscope.config import long_context_seq_len
+    from sinkscope.geometry.halfspace_solver import wendel_probability
+
+    assert long_context_seq_len("auto", 2.5, 576, 8192) == 1441  # SmolLM2-135M
+    assert long_context_seq_len("auto", 2.5, 640, 32768) == 1601  # Gemma-3-270M
+    assert long_context_seq_len("auto", 2.5, 4096, 131072) == 10241  # Llama-3.1-8B
+    assert long_context_seq_len("auto", 2.5, 1024, 1024) == 1024  # GPT-2 medium: its positions
+    assert long_context_seq_len("auto", 3.0, 100, None) == 301
+    assert long_context_seq_len(600, 2.5, 576, 8192) == 600  # a number is taken as it is
+    for d in (64, 576, 4096):  # random points fail the test at the auto length
+        points = long_context_seq_len("auto", 2.5, d, None) - 1
+        assert wendel_probability(points, d) < (0.01 if d == 64 else 1.3e-14)

@@ -25,15 +25,20 @@ import yaml
 from sinkscope.claims import verdicts as V
 from sinkscope.claims.checks import geometry as GC
 from sinkscope.claims.checks.geometry import geometry_statements, sink_representable_statements
-from sinkscope.config import ConfigError, validate_config
+from sinkscope.config import ConfigError, long_context_params, validate_config
+from sinkscope.config_schema import schema_default
 from sinkscope.geometry import figure_parts
 from sinkscope.geometry import halfspace_plots as hplots
 from sinkscope.geometry.analysis import analyze_file
-from sinkscope.geometry.halfspace import HalfspaceResult, halfspace_layer_rows, long_context_counts
+from sinkscope.geometry.halfspace import long_context_counts
+from sinkscope.geometry.halfspace_solver import HalfspaceResult
 from sinkscope.geometry.long_context import (
     LONG_CONTEXT_COLUMNS,
+    NULL_COLUMNS,
     attention_inputs,
     halfspace_long_context,
+    long_context_frame,
+    long_context_layer_rows,
 )
 from sinkscope.geometry.names import (
     ALL_TOKENS,
@@ -51,21 +56,12 @@ from sinkscope.prepare.models import decoder_layers, prepare_model
 from tests.conftest import ONE_PAIR, TINY, snakemake_command, tiny_config, token_stream
 
 
-def _long_rows(z: np.ndarray, model: str = "m", dataset: str = "d") -> pl.DataFrame:
+def _long_rows(
+    z: np.ndarray, model: str = "m", dataset: str = "d", gaussian_null: bool = False
+) -> pl.DataFrame:
     """The long-context table of one layer's ``Z`` ``(N, T1, D)``, as the rule builds it."""
-    rows = [{**r, "layer": 0} for r in halfspace_layer_rows(z, None)]
-    return (
-        pl.DataFrame(rows)
-        .with_columns(
-            model=pl.lit(model),
-            dataset=pl.lit(dataset),
-            seq_len=pl.lit(z.shape[1], dtype=pl.Int64),
-            halfspace=pl.col("halfspace").cast(pl.Boolean),
-            margin=pl.col("margin").cast(pl.Float64),
-            margin_upper=pl.col("margin_upper").cast(pl.Float64),
-        )
-        .select(LONG_CONTEXT_COLUMNS)
-    )
+    rows = long_context_layer_rows(z, 0, seed=0, gaussian_null=gaussian_null)
+    return long_context_frame(rows, model, dataset, z.shape[1])
 
 
 def _trivial_short(model: str = "m") -> pl.DataFrame:
@@ -115,8 +111,14 @@ def test_long_context_columns_are_the_keys_and_the_halfspace_result() -> None:
         "margin",
         "margin_upper",
         "n_support",
+        "solved",
+        "null_halfspace",
+        "null_margin",
+        "null_margin_upper",
+        "null_solved",
     )
-    assert LONG_CONTEXT_COLUMNS[6:] == tuple(HalfspaceResult.__dataclass_fields__)
+    assert LONG_CONTEXT_COLUMNS[6:-4] == tuple(HalfspaceResult.__dataclass_fields__)
+    assert LONG_CONTEXT_COLUMNS[-4:] == NULL_COLUMNS
 
 
 D, T = 6, 20  # more points than dimensions: no set can be trivially separable
@@ -169,6 +171,78 @@ def test_tokens_rotated_against_bos_are_representable_and_the_claim_holds() -> N
         assert 0 < r["margin"] <= r["margin_upper"] + 1e-12  # a certified bracket
     row = _verdict(_trivial_short(), long)
     assert row["verdict"] == V.REPRODUCED and row["value"] == 1.0
+
+
+def _rotated(n_sequences: int, seed: int = 1) -> np.ndarray:
+    """``Z`` of ``n_sequences`` sequences whose tokens all have ``z_i . u = 1`` and BOS ``-3u``:
+    both sets lie in an open half-space (the test above), with ``T = 20`` points in ``D = 6``
+    dimensions, where random points would pass with Wendel's probability 0.03 only."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n_sequences):
+        u = rng.normal(size=D)
+        u /= np.linalg.norm(u)
+        tokens = rng.normal(size=(T, D))
+        tokens += (1.0 - tokens @ u)[:, None] * u
+        out.append(np.concatenate([-3.0 * u[None], tokens]))
+    return np.stack(out)
+
+
+def _undecided(long: pl.DataFrame, sequence: int, name: str = ALL_TOKENS) -> pl.DataFrame:
+    """``long`` with one set's solve stopped by its time budget before it decided anything."""
+    hit = (pl.col("sequence") == sequence) & (pl.col("point_set") == name)
+    return long.with_columns(
+        halfspace=pl.when(hit).then(None).otherwise(pl.col("halfspace")),
+        solved=pl.when(hit).then(False).otherwise(pl.col("solved")),
+        margin=pl.when(hit).then(0.0).otherwise(pl.col("margin")),
+    )
+
+
+def test_undecided_pairs_leave_the_claim_inconclusive_unless_a_decided_pair_fails() -> None:
+    """A pair a solve left undecided is neither holding nor failing: the claim's interval runs
+    from "it fails" to "it holds"; it is inconclusive while that straddles the tolerance (1: every
+    pair) and not reproduced once a decided pair fails; with none undecided, reproduced."""
+    long = _long_rows(_rotated(2))
+    assert _verdict(_trivial_short(), long)["verdict"] == V.REPRODUCED
+    one = _undecided(long, 1)
+    counts = long_context_counts(one).row(0, named=True)
+    assert counts["n_undecided"] == 1 and counts["n_representable_nontrivial"] == 1
+    row = _verdict(_trivial_short(), one)
+    assert row["verdict"] == V.INCONCLUSIVE and row["value"] == 1.0  # 1 of 1 decided pair
+    assert (row["ci_low"], row["ci_high"]) == (0.5, 1.0)
+    assert "geometry.long_context.solve_seconds" in row["reason"]
+    assert "1 undecided" in row["measured"]
+    failing = one.with_columns(
+        halfspace=pl.when((pl.col("sequence") == 0) & (pl.col("point_set") == BOS_MINUS_TOKEN))
+        .then(False)
+        .otherwise(pl.col("halfspace"))
+    )
+    row = _verdict(_trivial_short(), failing)
+    assert row["verdict"] == V.NOT_REPRODUCED and row["value"] == 0.0
+    assert (row["ci_low"], row["ci_high"]) == (0.0, 0.5)
+
+
+def test_the_gaussian_null_beside_the_real_sets_decides_whether_chance_passes_too() -> None:
+    """With the null (same N, d and covariance) failing, the real pass is evidence: reproduced,
+    and the statement compares the margins. Planted nulls that pass make it inconclusive, as
+    Wendel's probability does for too few points."""
+    long = _long_rows(_rotated(2), gaussian_null=True)
+    assert long["null_margin_upper"].is_not_null().all() and long["null_solved"].all()
+    counts = long_context_counts(long).row(0, named=True)
+    assert counts["n_null"] == 4 and counts["n_null_halfspace"] == 0
+    assert counts["n_margin_above_null"] == 4  # every real margin above its null's bound
+    row = _verdict(_trivial_short(), long)
+    assert row["verdict"] == V.REPRODUCED
+    assert "Gaussian null of the same size, dimension and covariance" in row["reason"]
+    assert "in 0 of 4 sets" in row["reason"]
+    passing = long.with_columns(null_halfspace=pl.lit(True), null_margin=pl.lit(0.9))
+    row = _verdict(_trivial_short(), passing)
+    assert row["verdict"] == V.INCONCLUSIVE
+    assert "the Gaussian null's share 1 > 0.05" in row["reason"]
+    # too few points for the length: Wendel's probability alone makes it inconclusive
+    short_rows = _long_rows(_rotated(2)[:, :8])  # 7 points in 6 dimensions
+    assert not short_rows["trivially_separable"].any()
+    assert _verdict(_trivial_short(), short_rows)["verdict"] == V.INCONCLUSIVE
 
 
 def test_long_rows_without_a_non_trivial_pair_leave_the_claim_to_the_extraction() -> None:
@@ -514,7 +588,12 @@ def test_the_long_context_step_loads_the_model_as_the_config_says(
         },
         wildcards=SimpleNamespace(model="m", dataset="d"),
         input=SimpleNamespace(model_dir="m", stream="s", provenance="p"),
-        params=SimpleNamespace(long_context={"n_sequences": 1, "seq_len": 40}, stream_seed=0),
+        params=SimpleNamespace(
+            long_context=long_context_params(
+                {"geometry": {"long_context": {**schema_default("geometry", "long_context")}}}
+            ),
+            stream_seed=0,
+        ),
         output=SimpleNamespace(),
         threads=1,
     )

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from sinkscope.geometry.alignment import relative_bos_norm
-from sinkscope.geometry.halfspace import rank_from_singular_values
+from sinkscope.geometry.halfspace_solver import rank_from_singular_values
 from sinkscope.geometry.values import (
     RANK_RTOL,
     relative_rank,

@@ -58,8 +58,15 @@ SAMPLES: dict[str, Sample] = {
     ),
     "geometry.sink_representable": Sample(
         "points of the long-context sequences (more than d_model for the test to be able to "
-        "fail; Wendel's probability decides whether random points would pass too)",
-        ("geometry.long_context.n_sequences", "geometry.long_context.seq_len"),
+        "fail, about 2.5 x d_model so that random points fail it: Wendel's probability and a "
+        "Gaussian null of the same size decide whether chance would pass too; a solve left "
+        "undecided by its time budget makes it inconclusive)",
+        (
+            "geometry.long_context.n_sequences",
+            "geometry.long_context.seq_len",
+            "geometry.long_context.points_per_dim",
+            "geometry.long_context.solve_seconds",
+        ),
     ),
     "geometry.value_rank_full": Sample("value ranks per (layer, kv head, sequence)", _SEQUENCES),
     "geometry.sink_bos_value_small": Sample(

@@ -9,7 +9,9 @@ massive BOS activations).
 
 * :mod:`.names` - table and figure names, point sets, statement bases, the pooled dataset.
 * :mod:`.alignment` - BOS cosines, their exact histograms and quantiles, Figure 1's readings.
-* :mod:`.halfspace` - the half-space test (Lawson-Hanson), representability counts in words.
+* :mod:`.halfspace_solver` - the exact half-space test of one point set (Lawson-Hanson active
+  set): certified bracket, time budget, Wendel's and a Gaussian null.
+* :mod:`.halfspace` - the half-space tables per layer, representability counts in words.
 * :mod:`.long_context` - the model forward and the half-space test on long sequences.
 * :mod:`.values` - value ranks, BOS value-output and residual norms, the sink / other effect.
 * :mod:`.analysis` - :func:`~sinkscope.geometry.analysis.analyze_file`: every per-pair table.

@@ -294,7 +294,7 @@ def analyze_file(
       claim) and where the maximum occurs.
     * ``bos_cosine_hist``: the non-empty bins of the fixed cosine histogram (exact pooling).
     * ``halfspace``: per (layer, sequence, point set) the Prop. 4.1 test
-      (:class:`~sinkscope.geometry.halfspace.HalfspaceResult` fields, plus ``n_sink_heads`` of the
+      (:class:`~sinkscope.geometry.halfspace_solver.HalfspaceResult` fields, plus ``n_sink_heads`` of the
       layer and ``attend_threshold``).
     * ``halfspace_layer``: per layer the fraction of sequences (with ``J`` non-empty) whose sink
       is representable, the fraction where every sink pattern is (``J = [T]``), the fraction

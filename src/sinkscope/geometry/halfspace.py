@@ -40,33 +40,14 @@ for the ``"attending"`` set and are left out of ``frac_sink_representable``. The
 ``"all_tokens"`` (``J = [T]``) asks whether *every* sink pattern is representable, the reading of
 Figure 1 ("allowing each attention head to produce any sink pattern").
 
-Feasibility test and tolerance
-------------------------------
-:func:`halfspace_margin` solves the minimum-norm-point problem over the convex hull exactly with
-the Lawson-Hanson active-set method (finite termination; capped at ``3 n + 10`` steps, after
-which the bracket below is still valid) applied to the least-distance program ``min |w| s.t.
-V w >= 1`` (Lawson & Hanson, *Solving Least Squares Problems*, ch. 23), written on the Gram
-matrix so that the cost depends on the number of points, not on ``d_model`` (scipy's LP solvers
-are not a dependency of the project; this needs only numpy). It returns a certified bracket:
-``margin`` is
-``min_v w . v/|v|`` for the returned unit direction ``w`` (a lower bound on ``gamma`` that is
-checked directly on the vectors), ``margin_upper`` is the norm of the returned hull point (an
-upper bound). The set is declared to lie in an open half-space iff ``margin > HALFSPACE_TOL =
-1e-9``: float64 round-off of the dot products of unit vectors is below ``d * eps ~ 1e-13``, four
-orders of magnitude smaller, while any set that holds only with margin ``< 1e-9`` is degenerate
-for all practical purposes (``Z`` is recomputed in float32 from ``X`` by
-:func:`~sinkscope.extraction.h5read.read_Z`; schema-1 files stored it in float16, relative rounding
-``2^-11 ~ 4.9e-4``: compare the margin with such roundings to judge robustness). A zero vector
-in the set (``z_i == z_0`` exactly, e.g. a repeated BOS token in layer 0 of a model without
-absolute positions) makes the set infeasible by definition.
+The test of one point set (the solver, its tolerance, time budget and nulls) is
+:mod:`sinkscope.geometry.halfspace_solver`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -75,6 +56,14 @@ import torch
 
 from sinkscope.config_schema import schema_default
 from sinkscope.geometry.alignment import blocks
+from sinkscope.geometry.halfspace_solver import (
+    HALFSPACE_TOL,
+    HalfspaceResult,
+    halfspace_from_unit,
+    set_ranks,
+    torch_threads,
+    wendel_probability,
+)
 from sinkscope.geometry.names import (
     ALL_TOKENS,
     ATTENDING,
@@ -87,247 +76,26 @@ from sinkscope.text import plural
 
 __all__ = [
     "ATTEND_THRESHOLD",
-    "HALFSPACE_TOL",
     "PAIR_KEY",
     "RESULT_COLUMNS",
-    "SET_RANK_RTOL",
-    "HalfspaceResult",
     "attending_tokens",
     "halfspace_layer_rows",
-    "halfspace_margin",
     "long_context_counts",
     "long_context_statement",
-    "rank_from_singular_values",
+    "null_pass_fraction",
     "representability_counts",
     "representability_statement",
-    "torch_threads",
-    "wendel_probability",
 ]
 
 #: Default BOS attention that puts a token in ``J`` (Prop. 4.1): the config schema's
 #: ``geometry.attend_threshold``.
 ATTEND_THRESHOLD: float = schema_default("geometry", "attend_threshold")
-#: A set lies in an open half-space iff its certified margin exceeds this (see module docstring).
-HALFSPACE_TOL = 1e-9
-#: Relative singular-value tolerance of the rank of a point set (``trivially_separable``).
-SET_RANK_RTOL = 1e-6
-
-
-@dataclasses.dataclass(frozen=True)
-class HalfspaceResult:
-    """Whether a finite point set lies in an open half-space, with its margin (Prop. 4.1).
-
-    ``margin``: certified lower bound on ``gamma = max_{|w|=1} min_v w . v/|v|`` (0 when the set
-    is not in an open half-space; None for an empty set); ``margin_upper``: upper bound (distance
-    from the origin to the returned point of the hull); ``halfspace``: ``margin >
-    HALFSPACE_TOL`` (None for an empty set: the condition is vacuous); ``rank``: numerical rank
-    of the unit-normalised points (singular values ``> SET_RANK_RTOL * largest``);
-    ``trivially_separable``: ``n_points <= dim`` and ``rank == n_points``; ``n_support``: points
-    carrying the optimal hull point (the support vectors of the hard-margin separator).
-    """
-
-    n_points: int
-    dim: int
-    rank: int
-    trivially_separable: bool
-    halfspace: bool | None
-    margin: float | None
-    margin_upper: float | None
-    n_support: int
-
 
 #: The columns that name one (layer, sequence) pair of the half-space tables (``halfspace`` of
 #: :func:`sinkscope.geometry.analysis.analyze_file` and the long-context table).
 PAIR_KEY: tuple[str, ...] = ("model", "dataset", "layer", "sequence")
 #: The columns of one :class:`HalfspaceResult` in those tables: its fields, in order.
 RESULT_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(HalfspaceResult))
-
-
-@contextlib.contextmanager
-def torch_threads(n: int) -> Iterator[None]:
-    """Run torch linear algebra on ``n`` threads (restored afterwards).
-
-    The analyses do many small and medium factorisations; on a shared 2-core machine a
-    multi-threaded BLAS spends more time synchronising than computing (measured: a 256 x 256
-    ``eigvalsh`` 4 ms single-threaded, 100 ms with two contended threads).
-    """
-    previous = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
-def _passive_solve(
-    q: np.ndarray, b: np.ndarray, passive: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Indices of the passive set and the unconstrained minimiser on it (``Q_PP u_P = b_P``)."""
-    index = np.flatnonzero(passive)
-    sub = q[np.ix_(index, index)]
-    try:
-        return index, np.linalg.solve(sub, b[index])
-    except np.linalg.LinAlgError:
-        return index, np.linalg.lstsq(sub, b[index], rcond=None)[0]
-
-
-def _nnls_gram(q: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Lawson-Hanson NNLS in normal-equation form: ``argmin_{u >= 0} u^T Q u / 2 - b^T u``.
-
-    ``q`` symmetric positive semi-definite ``(n, n)`` (``E^T E`` of a least-squares problem
-    ``min |E u - f|``), ``b = E^T f``. The active-set loop adds the variable of largest positive
-    dual (``b - Q u``), solves the unconstrained problem on the passive set and steps back to
-    the boundary when a passive variable would turn non-positive (Lawson & Hanson 1974, ch. 23;
-    Bro & de Jong 1997, "FNNLS"). A variable whose own solution is non-positive on entry
-    (possible only through round-off) is not admitted until the solution changes again.
-    """
-    n = q.shape[0]
-    u = np.zeros(n)
-    passive = np.zeros(n, dtype=bool)
-    dual = b.astype(np.float64).copy()
-    scale = max(1.0, float(np.abs(q).max()), float(np.abs(b).max()))
-    tol = 10.0 * np.finfo(np.float64).eps * n * scale
-    for _ in range(3 * n + 10):
-        candidates = np.where(passive, -np.inf, dual)
-        j = int(np.argmax(candidates))
-        if candidates[j] <= tol:
-            break
-        passive[j] = True
-        index, solution = _passive_solve(q, b, passive)
-        if solution[np.searchsorted(index, j)] <= 0:
-            passive[j] = False
-            dual[j] = 0.0
-            continue
-        while index.size and solution.min() <= 0:
-            # step from u towards the new solution until a passive variable hits zero
-            blocking = solution <= 0
-            current = u[index]
-            step = float(np.min(current[blocking] / (current[blocking] - solution[blocking])))
-            current = current + step * (solution - current)
-            u[index] = current
-            passive[index[current <= tol]] = False
-            u[~passive] = 0.0
-            index, solution = _passive_solve(q, b, passive)
-        u = np.zeros(n)
-        u[index] = solution
-        dual = b - q[:, index] @ solution
-    return u
-
-
-def _certify(vectors: np.ndarray, weights: np.ndarray, tol: float) -> tuple[bool, float, float]:
-    """(halfspace, margin lower bound, margin upper bound) from hull weights ``weights >= 0``.
-
-    The hull point ``p = sum_k weights_k v_k / sum_k weights_k`` bounds ``gamma <= |p|``; the
-    direction ``w = p / |p|`` certifies ``gamma >= min_k w . v_k``, evaluated on the vectors.
-    """
-    total = float(weights.sum())
-    if total <= 0:
-        return False, 0.0, 0.0
-    support = np.flatnonzero(weights)
-    point = (weights[support] / total) @ vectors[support]
-    upper = float(np.linalg.norm(point))
-    if upper == 0.0:
-        return False, 0.0, 0.0
-    lower = float((vectors @ point).min()) / upper
-    feasible = lower > tol
-    return feasible, (lower if feasible else 0.0), upper
-
-
-def rank_from_singular_values(sigma: np.ndarray, rtol: float) -> np.ndarray:
-    """Number of singular values strictly greater than ``rtol`` times the largest (last axis).
-
-    ``sigma``: ``(..., k)`` non-negative, any order. A zero (or empty) matrix has rank 0.
-    """
-    s = np.asarray(sigma, dtype=np.float64)
-    if s.shape[-1] == 0:
-        return np.zeros(s.shape[:-1], dtype=np.int64)
-    largest = s.max(axis=-1, keepdims=True)
-    return np.where(largest[..., 0] > 0, (s > rtol * largest).sum(axis=-1), 0).astype(np.int64)
-
-
-def _gram_ranks(grams: np.ndarray) -> np.ndarray:
-    """Numerical ranks of unit vectors from their Gram matrices ``(B, n, n)`` (SET_RANK_RTOL).
-
-    A Cholesky factorisation of ``G - rtol^2 n I`` succeeds iff ``lambda_min(G) > rtol^2 n >=
-    rtol^2 lambda_max`` (``lambda_max <= trace = n``), which proves full rank cheaply; the others
-    get their eigenvalues (``sigma_k^2 = lambda_k``).
-    """
-    b, n, _ = grams.shape
-    if n == 0:
-        return np.zeros(b, dtype=np.int64)
-    g = torch.from_numpy(np.ascontiguousarray(grams, dtype=np.float64))
-    shift = (SET_RANK_RTOL**2) * n * torch.eye(n, dtype=torch.float64)
-    _, info = torch.linalg.cholesky_ex(g - shift)
-    ranks = np.full(b, n, dtype=np.int64)
-    failed = np.flatnonzero(info.numpy() != 0)
-    if failed.size:
-        eig = torch.linalg.eigvalsh(g[torch.from_numpy(failed)]).numpy()
-        sigma = np.sqrt(np.clip(eig, 0.0, None))
-        ranks[failed] = rank_from_singular_values(sigma, SET_RANK_RTOL)
-    return ranks
-
-
-def _halfspace_from_unit(
-    unit: np.ndarray,
-    gram: np.ndarray,
-    has_zero: bool,
-    tol: float,
-    rank: int | None = None,
-) -> HalfspaceResult:
-    """:func:`halfspace_margin` on unit vectors ``(n, d)`` with their Gram matrix given."""
-    n, dim = unit.shape
-    if n == 0:
-        return HalfspaceResult(0, dim, 0, False, None, None, None, 0)
-    if rank is None:
-        with torch_threads(1):
-            rank = int(_gram_ranks(gram[None])[0])
-    trivial = bool(n <= dim and rank == n and not has_zero)
-    if has_zero:
-        return HalfspaceResult(n, dim, rank, False, False, 0.0, 0.0, 0)
-    # LDP min |w| s.t. V w >= 1 via NNLS on E = [V^T; 1^T], f = e_{d+1}: E^T E = G + 1 1^T,
-    # E^T f = 1; the solution u is proportional to the hull weights of the min-norm point.
-    weights = _nnls_gram(gram + 1.0, np.ones(n))
-    feasible, lower, upper = _certify(unit, weights, tol)
-    return HalfspaceResult(
-        n, dim, rank, trivial, feasible, lower, upper, int(np.count_nonzero(weights))
-    )
-
-
-def halfspace_margin(points: np.ndarray, tol: float = HALFSPACE_TOL) -> HalfspaceResult:
-    """Does ``{v_k}`` (rows of ``points``, shape ``(n, d)``) lie in an open half-space? (Prop. 4.1)
-
-    Decides ``exists w: w . v_k > 0 for all k`` exactly (up to ``tol``, see the module
-    docstring) and returns the optimal normalised margin ``gamma`` (the distance from the origin
-    to the convex hull of the unit-normalised points) with a certified bracket. A zero row makes
-    the set infeasible; an empty set is vacuous (``halfspace`` None).
-    """
-    v = np.asarray(points, dtype=np.float64)
-    if v.ndim != 2:
-        raise ValueError(f"points must have shape (n, d), got {v.shape}")
-    norms = np.linalg.norm(v, axis=1)
-    has_zero = bool((norms == 0).any())
-    unit = v / np.where(norms == 0, 1.0, norms)[:, None]
-    return _halfspace_from_unit(unit, unit @ unit.T, has_zero, tol)
-
-
-def wendel_probability(n_points: int, dim: int) -> float:
-    """The chance that ``n_points`` random points in ``dim`` dimensions lie in an open half-space
-    through the origin (Wendel 1962, "A problem in geometric probability", Math. Scand. 11:109-111):
-    ``2^-(N-1) sum_{k<d} C(N-1, k)`` for any distribution symmetric about the origin with points
-    in general position. It is 1 while ``N <= d``, about 1 up to ``N`` near ``2d``, and falls
-    fast beyond: a half-space test on ``N`` tokens in ``d_model`` dimensions tells geometry from
-    chance only where this null probability is small. Summed in log space (exact for any ``N``)."""
-    if n_points < 1 or dim < 1:
-        raise ValueError(f"need n_points >= 1 and dim >= 1, got {n_points}, {dim}")
-    m = n_points - 1
-    if dim > m:
-        return 1.0
-    log_terms = [
-        math.lgamma(m + 1) - math.lgamma(k + 1) - math.lgamma(m - k + 1) for k in range(dim)
-    ]
-    top = max(log_terms)
-    log_sum = top + math.log(sum(math.exp(t - top) for t in log_terms))
-    return min(1.0, math.exp(log_sum - m * math.log(2.0)))
 
 
 def attending_tokens(bos_attention: np.ndarray, threshold: float = ATTEND_THRESHOLD) -> np.ndarray:
@@ -353,7 +121,10 @@ def _unit_rows(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def halfspace_layer_rows(
-    z_layer: np.ndarray, attend: np.ndarray | None, tol: float = HALFSPACE_TOL
+    z_layer: np.ndarray,
+    attend: np.ndarray | None,
+    tol: float = HALFSPACE_TOL,
+    max_seconds: float | None = None,
 ) -> list[dict[str, Any]]:
     """Rows of the ``halfspace`` table for one layer: 3 point sets per sequence.
 
@@ -361,7 +132,7 @@ def halfspace_layer_rows(
     sets that need no attention (:data:`~sinkscope.geometry.names.LONG_CONTEXT_POINT_SETS`; the
     long-context test). Gram matrices and full-rank checks are batched over blocks of sequences
     (torch, one thread); the active-set solve runs per sequence and point set on the ``T x T`` Gram
-    matrix.
+    matrix, within ``max_seconds`` each (None: no budget).
     """
     z_all = np.asarray(z_layer)
     rows: list[dict[str, Any]] = []
@@ -385,35 +156,39 @@ def halfspace_layer_rows(
                 diff_scale[:, :, None] * diff_scale[:, None, :]
             )
             del r
-            rank_tok = _gram_ranks(gram_tok)
-            rank_diff = _gram_ranks(gram_diff)
+            rank_tok = set_ranks(unit_tok, gram_tok)
+            rank_diff = set_ranks(unit_diff, gram_diff)
             for local, seq in enumerate(range(block.start, block.stop)):
                 results = {
-                    BOS_MINUS_TOKEN: _halfspace_from_unit(
+                    BOS_MINUS_TOKEN: halfspace_from_unit(
                         unit_diff[local],
                         gram_diff[local],
                         bool(zero_diff[local].any()),
                         tol,
                         int(rank_diff[local]),
+                        max_seconds,
                     ),
-                    ALL_TOKENS: _halfspace_from_unit(
+                    ALL_TOKENS: halfspace_from_unit(
                         unit_tok[local],
                         gram_tok[local],
                         bool(zero_tok[local].any()),
                         tol,
                         int(rank_tok[local]),
+                        max_seconds,
                     ),
                 }
+
                 if attend is not None:
                     members = np.flatnonzero(attend[seq])
                     # a subset of linearly independent vectors is independent: no factorisation
                     full = rank_tok[local] == unit_tok.shape[1]
-                    results[ATTENDING] = _halfspace_from_unit(
+                    results[ATTENDING] = halfspace_from_unit(
                         unit_tok[local, members],
                         gram_tok[local][np.ix_(members, members)],
                         bool(zero_tok[local, members].any()),
                         tol,
                         rank=int(members.size) if full else None,
+                        max_seconds=max_seconds,
                     )
                 for name in POINT_SETS if attend is not None else LONG_CONTEXT_POINT_SETS:
                     rows.append(
@@ -534,13 +309,42 @@ def long_context_counts(halfspace_long: pl.DataFrame) -> pl.DataFrame:
     (``{z_0 - z_i}`` in a half-space: without it no non-empty ``J`` is representable). Columns:
     ``model, n_datasets, n_sequences`` (summed over datasets), ``seq_len, dim, n_pairs,
     n_trivial, n_nontrivial, n_representable_nontrivial, frac_representable_nontrivial`` (null
-    when no pair is non-trivial), ``n_bos_halfspace_nontrivial, min_margin``.
+    when no pair is non-trivial), ``n_bos_halfspace_nontrivial, min_margin``, ``n_undecided``
+    (pairs with a set whose solve ran out of its time budget before deciding it, ``halfspace``
+    null; counted among the non-trivial pairs, not among the representable ones) and the Gaussian
+    null's sets (:data:`~sinkscope.geometry.long_context.NULL_COLUMNS`; zero and null where none
+    ran): ``n_null`` (sets with a null draw), ``n_null_halfspace`` (null draws in an open
+    half-space), ``n_null_undecided``, ``max_null_margin_upper`` (the largest upper bound of a
+    null margin) and ``n_margin_above_null`` (sets whose certified margin exceeds their null's
+    upper bound).
     """
     needed = ["dataset", "sequence", "seq_len", "dim", "point_set", "halfspace"]
     missing = [c for c in needed if c not in halfspace_long.columns]
     if missing:
         raise ValueError(f"long-context halfspace table lacks columns {missing}")
     counts = representability_counts(halfspace_long)
+    undecided = (
+        halfspace_long.filter(pl.col("halfspace").is_null() & (pl.col("n_points") > 0))
+        .select(PAIR_KEY)
+        .unique()
+        .group_by("model")
+        .agg(pl.len().cast(pl.Int64).alias("n_undecided"))
+    )
+    with_null = (
+        halfspace_long.filter(pl.col("null_margin_upper").is_not_null())
+        if "null_margin_upper" in halfspace_long.columns
+        else halfspace_long.clear()
+    )
+    nulls = with_null.group_by("model").agg(
+        pl.len().cast(pl.Int64).alias("n_null"),
+        pl.col("null_halfspace").fill_null(False).sum().cast(pl.Int64).alias("n_null_halfspace"),
+        pl.col("null_halfspace").is_null().sum().cast(pl.Int64).alias("n_null_undecided"),
+        pl.col("null_margin_upper").max().alias("max_null_margin_upper"),
+        (pl.col("margin").fill_null(0.0) > pl.col("null_margin_upper"))
+        .sum()
+        .cast(pl.Int64)
+        .alias("n_margin_above_null"),
+    )
     bos = halfspace_long.filter(pl.col("point_set") == BOS_MINUS_TOKEN)
     extra = bos.group_by("model").agg(
         pl.col("dataset").n_unique().cast(pl.Int64).alias("n_datasets"),
@@ -554,6 +358,19 @@ def long_context_counts(halfspace_long: pl.DataFrame) -> pl.DataFrame:
     )
     return (
         counts.join(extra, on="model", how="left")
+        .join(undecided, on="model", how="left")
+        .join(nulls, on="model", how="left")
+        .with_columns(
+            pl.col(
+                "n_undecided",
+                "n_null",
+                "n_null_halfspace",
+                "n_null_undecided",
+                "n_margin_above_null",
+            )
+            .fill_null(0)
+            .cast(pl.Int64)
+        )
         .select(
             "model",
             "n_datasets",
@@ -567,6 +384,12 @@ def long_context_counts(halfspace_long: pl.DataFrame) -> pl.DataFrame:
             pl.col("frac_any_representable_nontrivial").alias("frac_representable_nontrivial"),
             "n_bos_halfspace_nontrivial",
             "min_margin",
+            "n_undecided",
+            "n_null",
+            "n_null_halfspace",
+            "n_null_undecided",
+            pl.col("max_null_margin_upper").cast(pl.Float64),
+            "n_margin_above_null",
         )
         .sort("model")
     )
@@ -589,6 +412,11 @@ def long_context_statement(counts: Mapping[str, Any]) -> str:
         )
     else:
         text += "none is non-trivial"
+    if r.get("n_undecided"):
+        text += (
+            f"; {r['n_undecided']} undecided (a solve ran out of "
+            f"geometry.long_context.solve_seconds; neither counted as holding nor as failing)"
+        )
     if r["min_margin"] is not None:
         text += f"; smallest margin {r['min_margin']:.3g}"
     null = wendel_probability(int(r["seq_len"]) - 1, int(r["dim"]))
@@ -598,7 +426,23 @@ def long_context_statement(counts: Mapping[str, Any]) -> str:
     )
     if null > NULL_PROBABILITY_MAX:
         text += ", so this length cannot tell the geometry from chance"
+    if r.get("n_null"):
+        text += (
+            f"; Gaussian null of the same size, dimension and covariance: in an open half-space "
+            f"in {r['n_null_halfspace']} of {r['n_null']} sets"
+            + (f" ({r['n_null_undecided']} undecided)" if r["n_null_undecided"] else "")
+            + f", its margin at most {r['max_null_margin_upper']:.3g}; the real margin exceeds "
+            f"its null's in {r['n_margin_above_null']} of {r['n_null']} sets"
+        )
     return text
+
+
+def null_pass_fraction(counts: Mapping[str, Any]) -> float | None:
+    """The share of decided Gaussian-null sets that lie in an open half-space (a row of
+    :func:`long_context_counts`; None when no null draw was decided): the empirical counterpart
+    of Wendel's probability for this run's sets."""
+    decided = int(counts.get("n_null") or 0) - int(counts.get("n_null_undecided") or 0)
+    return int(counts["n_null_halfspace"]) / decided if decided > 0 else None
 
 
 def representability_statement(counts: Mapping[str, Any]) -> str:

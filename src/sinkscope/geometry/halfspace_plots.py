@@ -94,10 +94,44 @@ def _margin_boxes(ax: Axes, sub: pl.DataFrame, sets: Sequence[str]) -> None:
 LONG_PREFIX = "long_"
 
 
+def _null_bounds(ax: Axes, sub: pl.DataFrame) -> None:
+    """Per layer and point set, the largest upper bound of the Gaussian null's margin over
+    sequences (a grey bar: chance reaches at most this margin), where the null ran; added to the
+    panel's legend."""
+    if "null_margin_upper" not in sub.columns or sub["null_margin_upper"].is_null().all():
+        return
+    sets = LONG_CONTEXT_POINT_SETS
+    width = 0.8 / len(sets)
+    for k, name in enumerate(sets):
+        part = sub.filter((pl.col("point_set") == name) & pl.col("null_margin_upper").is_not_null())
+        if part.height == 0:
+            continue
+        bound = part.group_by("layer").agg(pl.col("null_margin_upper").max()).sort("layer")
+        offset = (k - (len(sets) - 1) / 2) * width
+        ax.scatter(
+            bound["layer"].to_numpy() + offset,
+            np.minimum(bound["null_margin_upper"].to_numpy(), MARGIN_YLIM[1]),
+            marker="_",
+            s=60,
+            color="dimgray",
+            linewidths=1.5,
+            zorder=4,
+        )
+    legend = ax.get_legend()
+    handles = list(legend.legend_handles) if legend is not None else []
+    labels = [text.get_text() for text in legend.texts] if legend is not None else []
+    handles.append(
+        Line2D([], [], marker="_", markersize=9, markeredgewidth=1.5, color="dimgray", ls="")
+    )
+    labels.append("Gaussian null (same N, d,\ncovariance): its margin\nis at most this")
+    ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+
+
 def _long_context_panel(ax: Axes, sub: pl.DataFrame, counts: dict[str, Any]) -> None:
     """One model's long-context margins (Prop. 4.1 at T' > d_model) on ``ax``, titled with its
     :func:`~sinkscope.geometry.halfspace.long_context_counts` row ``counts``."""
     _margin_boxes(ax, sub, LONG_CONTEXT_POINT_SETS)
+    _null_bounds(ax, sub)
     datasets = _dataset_order(sub["dataset"].to_list())
     if counts["n_nontrivial"]:
         verdict = (
@@ -105,6 +139,8 @@ def _long_context_panel(ax: Axes, sub: pl.DataFrame, counts: dict[str, Any]) -> 
             f"{counts['n_representable_nontrivial']} of {counts['n_nontrivial']} non-trivial "
             f"pairs ({100 * counts['frac_representable_nontrivial']:.1f}%)"
         )
+        if counts.get("n_undecided"):
+            verdict += f", {counts['n_undecided']} undecided (solve time budget)"
     else:
         verdict = "none non-trivial: the test cannot fail (not applicable)"
     ax.set_title(

@@ -31,20 +31,20 @@ import numpy as np
 import polars as pl
 import torch
 
-from sinkscope.geometry.halfspace import (
-    HALFSPACE_TOL,
-    PAIR_KEY,
-    RESULT_COLUMNS,
-    halfspace_layer_rows,
-    torch_threads,
-)
+from sinkscope.geometry.halfspace import PAIR_KEY, RESULT_COLUMNS, halfspace_layer_rows
+from sinkscope.geometry.halfspace_solver import HALFSPACE_TOL, gaussian_null_margin, torch_threads
+from sinkscope.geometry.names import ALL_TOKENS, BOS_MINUS_TOKEN, LONG_CONTEXT_POINT_SETS
 
 __all__ = [
     "LONG_CONTEXT_COLUMNS",
     "LONG_CONTEXT_N_SEQUENCES_KEY",
     "LONG_CONTEXT_SEQ_LEN_KEY",
+    "NULL_COLUMNS",
     "attention_inputs",
     "halfspace_long_context",
+    "long_context_frame",
+    "long_context_layer_rows",
+    "null_rows",
 ]
 
 #: The config key of the long-context sequence length (named in errors).
@@ -53,10 +53,26 @@ LONG_CONTEXT_SEQ_LEN_KEY = "geometry.long_context.seq_len"
 LONG_CONTEXT_N_SEQUENCES_KEY = "geometry.long_context.n_sequences"
 
 
+#: The columns of the Gaussian null beside each long-context row
+#: (:func:`~sinkscope.geometry.halfspace_solver.gaussian_null_margin`: ``null_halfspace``,
+#: ``null_margin``, ``null_margin_upper``, ``null_solved``; null where ``gaussian_null`` is off).
+NULL_COLUMNS: tuple[str, ...] = (
+    "null_halfspace",
+    "null_margin",
+    "null_margin_upper",
+    "null_solved",
+)
+
 #: Columns of :func:`halfspace_long_context`: those of ``halfspace`` without the two that describe
 #: the sink heads' attention (``n_sink_heads``, ``attend_threshold``: no attention is computed),
-#: plus ``seq_len`` (BOS included; ``n_points = seq_len - 1``).
-LONG_CONTEXT_COLUMNS: tuple[str, ...] = (*PAIR_KEY, "seq_len", "point_set", *RESULT_COLUMNS)
+#: plus ``seq_len`` (BOS included; ``n_points = seq_len - 1``) and the :data:`NULL_COLUMNS`.
+LONG_CONTEXT_COLUMNS: tuple[str, ...] = (
+    *PAIR_KEY,
+    "seq_len",
+    "point_set",
+    *RESULT_COLUMNS,
+    *NULL_COLUMNS,
+)
 
 
 @torch.no_grad()
@@ -89,18 +105,57 @@ def attention_inputs(model: torch.nn.Module, ids: torch.Tensor) -> list[np.ndarr
     ]
 
 
+#: The dtypes of :data:`NULL_COLUMNS`.
+NULL_DTYPES = (pl.Boolean, pl.Float64, pl.Float64, pl.Boolean)
+
+
+def null_rows(
+    z_layer: np.ndarray,
+    rng: np.random.Generator,
+    tol: float = HALFSPACE_TOL,
+    max_seconds: float | None = None,
+) -> list[dict[str, Any]]:
+    """The :data:`NULL_COLUMNS` for the rows of
+    :func:`~sinkscope.geometry.halfspace.halfspace_layer_rows` ``(z_layer, None)``, in their
+    order: per sequence, Gaussian points of the size, dimension and covariance of the
+    unit-normalised ``{z_0 - z_i}`` and ``{z_i}``
+    (:func:`~sinkscope.geometry.halfspace_solver.gaussian_null_margin`, draws from ``rng``)."""
+    rows: list[dict[str, Any]] = []
+    for sequence in np.asarray(z_layer, dtype=np.float64):
+        sets = {BOS_MINUS_TOKEN: sequence[:1] - sequence[1:], ALL_TOKENS: sequence[1:]}
+        for name in LONG_CONTEXT_POINT_SETS:
+            vectors = sets[name]
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            unit = vectors / np.where(norms == 0, 1.0, norms)
+            drawn = gaussian_null_margin(unit, rng, tol, max_seconds)
+            rows.append(
+                dict(
+                    zip(
+                        NULL_COLUMNS,
+                        (drawn.halfspace, drawn.margin, drawn.margin_upper, drawn.solved),
+                        strict=True,
+                    )
+                )
+            )
+    return rows
+
+
 def halfspace_long_context(
     prepared_model_dir: str | os.PathLike[str],
     token_stream: str | os.PathLike[str],
     corpus_provenance: str | os.PathLike[str],
     n_sequences: int,
-    seq_len: int,
+    seq_len: int | str,
     seed: int,
     model_name: str,
     dataset_name: str,
     threads: int = 1,
     tol: float = HALFSPACE_TOL,
     *,
+    points_per_dim: float = 2.5,
+    solve_seconds: float | None = None,
+    gaussian_null: bool = True,
+    null_solve_seconds: float | None = None,
     dtype: str | None = None,
     attn_implementation: str = "eager",
     device: str = "auto",
@@ -117,7 +172,7 @@ def halfspace_long_context(
     ``threads`` torch threads). Per layer and sequence the sets ``{z_0 - z_i : i in [T']}`` and
     ``{z_i : i in [T']}`` (:data:`~sinkscope.geometry.names.LONG_CONTEXT_POINT_SETS`,
     ``T' = seq_len - 1``) are tested exactly as at ``T = 256``
-    (:func:`~sinkscope.geometry.halfspace.halfspace_margin` on the Gram matrices). The
+    (:func:`~sinkscope.geometry.halfspace_solver.halfspace_margin` on the Gram matrices). The
     sink-attending set ``J`` needs the sink heads' attention probabilities and is not tested here;
     ``{z_i : i in [T']}`` is the superset of every ``J`` (Figure 1's "any sink pattern": if it lies
     in an open half-space, so does every ``J``).
@@ -133,17 +188,40 @@ def halfspace_long_context(
     (:data:`LONG_CONTEXT_SEQ_LEN_KEY`; checked from the model's config before the weights or the
     corpus are loaded, and for local models already by the config check) and more
     ``n_sequences`` than the corpus holds streams of ``seq_len`` (:data:`LONG_CONTEXT_N_SEQUENCES_KEY`).
-    Returns the rows of :data:`LONG_CONTEXT_COLUMNS`.
+    ``seq_len``: a length, or ``"auto"``: ``points_per_dim x d_model`` tokens after BOS, at most
+    the model's positions (:func:`sinkscope.config.long_context_seq_len`; at 2.5 points per
+    dimension random points lie in an open half-space with Wendel's probability of 1.3e-14 or less for
+    the models of the default config). ``solve_seconds``: the time budget of each solve
+    (:func:`~sinkscope.geometry.halfspace_solver.halfspace_margin`; a set it leaves undecided has a null
+    ``halfspace`` and its bracket). ``gaussian_null``: each row also gets the test on Gaussian
+    points of the same size, dimension and covariance
+    (:func:`~sinkscope.geometry.halfspace_solver.gaussian_null_margin`, seeded by ``seed`` and the layer,
+    within ``null_solve_seconds``: its bracket's upper end is what the comparison with the
+    real margin needs). Returns the rows of :data:`LONG_CONTEXT_COLUMNS`.
     """
     import logging
     import time
 
+    from sinkscope.config import long_context_seq_len
     from sinkscope.prepare.models import load_config, model_shape, pick_device
     from sinkscope.streaming.streams import load_streams
 
     log = logging.getLogger(__name__)
     began = time.perf_counter()
     shape = model_shape(load_config(Path(prepared_model_dir)))
+    asked = seq_len
+    seq_len = long_context_seq_len(seq_len, points_per_dim, shape.d_model, shape.max_positions)
+    if asked != seq_len:
+        log.info(
+            "%s = %s: %d tokens for %s (%g x d_model = %d, BOS included; at most %s positions)",
+            LONG_CONTEXT_SEQ_LEN_KEY,
+            asked,
+            seq_len,
+            model_name,
+            points_per_dim,
+            shape.d_model,
+            shape.max_positions,
+        )
     if shape.max_positions and seq_len > shape.max_positions:
         raise ValueError(
             f"{LONG_CONTEXT_SEQ_LEN_KEY} = {seq_len} exceeds the {shape.max_positions} "
@@ -182,8 +260,11 @@ def halfspace_long_context(
         forward = time.perf_counter()
         rows: list[dict[str, Any]] = []
         for layer, z in enumerate(z_layers):
-            for row in halfspace_layer_rows(z, None, tol):
-                rows.append({**row, "layer": layer})
+            rows.extend(
+                long_context_layer_rows(
+                    z, layer, seed, tol, solve_seconds, gaussian_null, null_solve_seconds
+                )
+            )
         solved = time.perf_counter()
     log.info(
         "%s/%s: %d sequences x %d tokens (offsets %s), d_model %d, %s on %s: load %.1f s, "
@@ -200,15 +281,48 @@ def halfspace_long_context(
         forward - loaded,
         solved - forward,
     )
+    return long_context_frame(rows, model_name, dataset_name, seq_len)
+
+
+def long_context_layer_rows(
+    z_layer: np.ndarray,
+    layer: int,
+    seed: int,
+    tol: float = HALFSPACE_TOL,
+    solve_seconds: float | None = None,
+    gaussian_null: bool = True,
+    null_solve_seconds: float | None = None,
+) -> list[dict[str, Any]]:
+    """The rows of one layer's ``Z`` ``(N, T1, D)``: the half-space test of ``{z_0 - z_i}`` and
+    ``{z_i}`` per sequence (:func:`~sinkscope.geometry.halfspace.halfspace_layer_rows`, each solve
+    within ``solve_seconds``) and, with ``gaussian_null``, the Gaussian null beside each
+    (:func:`null_rows`, seeded by ``(seed, layer)``, within ``null_solve_seconds``)."""
+    rows = halfspace_layer_rows(z_layer, None, tol, solve_seconds)
+    if gaussian_null:
+        nulls = null_rows(z_layer, np.random.default_rng([seed, layer]), tol, null_solve_seconds)
+        rows = [{**row, **null} for row, null in zip(rows, nulls, strict=True)]
+    return [{**row, "layer": layer} for row in rows]
+
+
+def long_context_frame(
+    rows: list[dict[str, Any]], model_name: str, dataset_name: str, seq_len: int
+) -> pl.DataFrame:
+    """The long-context table (:data:`LONG_CONTEXT_COLUMNS`, sorted by layer, sequence and point
+    set) of :func:`long_context_layer_rows`' rows; the null columns are null where no null ran."""
+    table = pl.DataFrame(rows, infer_schema_length=None)
+    for name, dtype in zip(NULL_COLUMNS, NULL_DTYPES, strict=True):
+        if name not in table.columns:
+            table = table.with_columns(pl.lit(None, dtype=dtype).alias(name))
     return (
-        pl.DataFrame(rows, infer_schema_length=None)
-        .with_columns(
+        table.with_columns(
             model=pl.lit(model_name),
             dataset=pl.lit(dataset_name),
             seq_len=pl.lit(int(seq_len), dtype=pl.Int64),
             halfspace=pl.col("halfspace").cast(pl.Boolean),
             margin=pl.col("margin").cast(pl.Float64),
             margin_upper=pl.col("margin_upper").cast(pl.Float64),
+            solved=pl.col("solved").cast(pl.Boolean),
+            **{n: pl.col(n).cast(t) for n, t in zip(NULL_COLUMNS, NULL_DTYPES, strict=True)},
         )
         .select(LONG_CONTEXT_COLUMNS)
         .sort("layer", "sequence", "point_set")

@@ -77,7 +77,7 @@ LONG_CONTEXT_TABLE = LONG_CONTEXT_TABLES[0]
 BASIS_LONG_CONTEXT = "long_context"
 BASIS_ATTENDING = "attending"
 
-#: Above this null probability (Wendel's, :func:`sinkscope.geometry.halfspace.wendel_probability`)
+#: Above this null probability (Wendel's, :func:`sinkscope.geometry.halfspace_solver.wendel_probability`)
 #: a half-space test could pass by chance: the long-context statement says so and the claim
 #: geometry.sink_representable is inconclusive.
 NULL_PROBABILITY_MAX = 0.05

@@ -31,7 +31,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from sinkscope.geometry.halfspace import rank_from_singular_values, torch_threads
+from sinkscope.geometry.halfspace_solver import rank_from_singular_values, torch_threads
 from sinkscope.heads.order import dataset_order, sort_pooled_last
 from sinkscope.labels import CLASS_LEGEND_NAMES, POOLED
 

@@ -18,6 +18,7 @@ __all__ = [
     "D2H_GB_S",
     "FS_GB_S",
     "GPU_TFLOPS",
+    "HALFSPACE_NULL_S_PER_POINT2_DIM",
     "HALFSPACE_S_PER_POINT_DIM",
     "JOB_FIXED_MB",
     "MEM_MARGIN",
@@ -75,6 +76,11 @@ MODEL_JOB_FIXED_S = 120.0
 #: layer, sequence and point set; measured: SmolLM2-135M, 30 layers x 2 x 1,023 points in
 #: d = 576, 19 s on one core of the reference CPU).
 HALFSPACE_S_PER_POINT_DIM = 5.4e-7
+#: Seconds per squared point and dimension of a half-space solve around the origin, where the
+#: support grows to about d (a Gaussian null, or a set that fails). Measured on one core of a
+#: 2-core Intel Xeon: 0.9 s at d = 640 and n = 1,600 points, 3.2 s at 1,024 x 2,560, 13 s at
+#: 1,536 x 3,840 (5.5e-10); times the 2.2 that the same jobs took longer on the reference CPU.
+HALFSPACE_NULL_S_PER_POINT2_DIM = 1.2e-9
 
 #: FLOP/s of a float32 eager forward on the reference CPU, one job on 1-2 threads (measured:
 #: SmolLM2-135M extraction, 8 x 257 tokens, and the 2-layer Llama-width rehearsal).

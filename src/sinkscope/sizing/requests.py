@@ -66,6 +66,7 @@ MODEL_FREE_REQUESTS: dict[str, tuple[float, float]] = {
 }
 MODEL_SIZED_RULES = (*MODEL_RUNNING_RULES, *ANALYSIS_COSTS)
 FLOAT32 = 4
+FLOAT64 = 8
 MB = 2**20
 
 
@@ -163,7 +164,7 @@ def _model_job(
 def estimate(rule: str, config: Mapping[str, Any], facts: ModelFacts | None) -> Estimate:
     """The expected peak memory and wall time of one job of ``rule`` under ``config`` for the model
     of ``facts`` (None for rules that do not depend on a model)."""
-    from sinkscope.config import long_context_params, streaming_params
+    from sinkscope.config import long_context_params, long_context_seq_len, streaming_params
 
     extraction = config["extraction"]
     n, t1 = int(extraction["n_sequences"]), int(extraction["context_length"]) + 1
@@ -211,12 +212,26 @@ def estimate(rule: str, config: Mapping[str, Any], facts: ModelFacts | None) -> 
     if rule == "analyze_geometry_long_context":
         assert facts is not None
         lc = long_context_params(config)
-        tokens = int(lc["n_sequences"]) * int(lc["seq_len"])
+        seq_len = long_context_seq_len(
+            lc["seq_len"], lc["points_per_dim"], facts.d_model, facts.max_positions
+        )
+        n_seq, points = int(lc["n_sequences"]), seq_len - 1
+        tokens = n_seq * seq_len
         states = (facts.n_layers + 1) * tokens * facts.d_model * FLOAT32 * 2
-        forward = _model_job(facts, tokens, int(lc["seq_len"]), states, gpus, 0)
-        # the half-space programs run on the CPU: one per (layer, sequence, point set)
-        programs = costs.HALFSPACE_S_PER_POINT_DIM * facts.n_layers * tokens * facts.d_model
-        return Estimate(forward.peak_mb, forward.seconds + programs, gpus)
+        forward = _model_job(facts, tokens, seq_len, states, gpus, 0)
+        # the half-space programs run on the CPU, one per (layer, sequence, point set), each
+        # within its time budget; a block of up to 8 sequences holds three float64 T' x T'
+        # products (R, two Gram matrices), a solve one more (Q), a Gaussian null its n x n draw
+        solves = facts.n_layers * n_seq * 2
+        real = costs.HALFSPACE_S_PER_POINT_DIM * points * facts.d_model
+        seconds = solves * min(real, float(lc["solve_seconds"]))
+        square = points * points * FLOAT64
+        held = (3 * min(n_seq, 8) + 1) * square
+        if lc["gaussian_null"]:
+            null = costs.HALFSPACE_NULL_S_PER_POINT2_DIM * points * points * facts.d_model
+            seconds += solves * min(null, float(lc["null_solve_seconds"]))
+            held += 2 * square
+        return Estimate(forward.peak_mb + held / MB, forward.seconds + seconds, gpus)
     if rule in MODEL_FREE_REQUESTS:
         peak, minutes = MODEL_FREE_REQUESTS[rule]
         return Estimate(peak, 60.0 * minutes)

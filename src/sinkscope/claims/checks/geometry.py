@@ -18,6 +18,7 @@ import polars as pl
 
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
+    REPRODUCED,
     Interval,
     Reading,
     Row,
@@ -159,25 +160,59 @@ def check_sink_representable(
                 "not applicable - all cases trivially separable: " + r["statement"],
                 f"all {n_cases} pairs trivially separable (n_points <= d_model, full rank)",
             )
+        n_undecided = r.get("n_undecided") or 0
+        nontrivial = n_cases - n_trivial
+        decided = nontrivial - n_undecided
         measured = (
-            f"condition holds in {pct(value)} of {n_cases - n_trivial} non-trivial pairs "
-            f"({n_trivial} of {n_cases} trivially separable, not counted)"
+            f"condition holds in {pct(value)} of {decided} non-trivial pairs "
+            f"({n_trivial} of {n_cases} trivially separable, not counted"
+            + (f"; {n_undecided} undecided by the solver's time budget" if n_undecided else "")
+            + ")"
         )
-        null = r.get("null_probability")
         passed = value >= representable_min_fraction
-        if passed and null is not None and null > NULL_PROBABILITY_MAX:
+        interval = None
+        if n_undecided:
+            # the share if every undecided pair failed, and if every one held
+            holding = round(value * decided)
+            interval = Interval(
+                holding / nontrivial,
+                (holding + n_undecided) / nontrivial,
+                f"bounds over {nontrivial} pairs, {n_undecided} undecided within "
+                "geometry.long_context.solve_seconds",
+                level=1.0,
+            )
+            verdict = decide(interval, representable_min_fraction, above=True)
+            if verdict != REPRODUCED:
+                passed = verdict == REPRODUCED
+                reason = r["statement"]
+                if verdict == INCONCLUSIVE:
+                    reason += (
+                        f"; the {n_undecided} undecided pairs could turn it either way: needs "
+                        "a longer solve budget (geometry.long_context.solve_seconds)"
+                    )
+                return Reading(setting, measured, value, passed, reason, interval, verdict)
+        chance = [
+            f"{name} {p:.3g}"
+            for name, p in (
+                ("Wendel's probability", r.get("null_probability")),
+                ("the Gaussian null's share", r.get("null_pass_fraction")),
+            )
+            if p is not None and p > NULL_PROBABILITY_MAX
+        ]
+        if passed and chance:
             # random points of the same N and d would pass too: no evidence either way
             return Reading(
                 setting,
                 measured,
                 value,
                 None,
-                f"{r['statement']}; random points pass this test with probability {null:.3g} "
-                f"> {NULL_PROBABILITY_MAX:g}: needs longer sequences (about 2.5 x d_model "
+                f"{r['statement']}; random points pass this test too ({', '.join(chance)} > "
+                f"{NULL_PROBABILITY_MAX:g}): needs longer sequences (about 2.5 x d_model "
                 "tokens; geometry.long_context.seq_len)",
+                interval,
                 verdict=INCONCLUSIVE,
             )
-        return Reading(setting, measured, value, passed, r["statement"])
+        return Reading(setting, measured, value, passed, r["statement"], interval)
 
     rep = statements.filter(pl.col("claim") == "sink_representable").sort("model")
     return rows_per(
@@ -323,8 +358,12 @@ STATEMENT_SCHEMA: dict[str, Any] = {
     "n_trivial": pl.Int64,
     "basis": pl.String,
     # Wendel's probability that the test passes on random points of the same N and d (long
-    # context only: geometry.halfspace.wendel_probability); null where not computed
+    # context only: geometry.halfspace_solver.wendel_probability); null where not computed
     "null_probability": pl.Float64,
+    # long context only: pairs left undecided by the solver's time budget, and the share of
+    # decided Gaussian-null sets in an open half-space (geometry.halfspace.null_pass_fraction)
+    "n_undecided": pl.Int64,
+    "null_pass_fraction": pl.Float64,
 }
 
 
@@ -350,10 +389,11 @@ def sink_representable_statements(
     from sinkscope.geometry.halfspace import (
         long_context_counts,
         long_context_statement,
+        null_pass_fraction,
         representability_counts,
         representability_statement,
-        wendel_probability,
     )
+    from sinkscope.geometry.halfspace_solver import wendel_probability
     from sinkscope.geometry.names import BASIS_ATTENDING, BASIS_LONG_CONTEXT
 
     short = representability_counts(halfspace) if halfspace.height else None
@@ -374,6 +414,7 @@ def sink_representable_statements(
         lr = lc.row(0, named=True) if lc is not None and lc.height else None
         if lr is not None and lr["n_nontrivial"]:
             r = lr
+            decided = r["n_nontrivial"] - r["n_undecided"]
             text = long_context_statement(r)
             if at_t is not None:
                 text += f"; at the extraction's T: {at_t}"
@@ -381,12 +422,15 @@ def sink_representable_statements(
                 {
                     "model": model,
                     "claim": "sink_representable",
-                    "value": r["frac_representable_nontrivial"],
+                    # the share of the decided pairs (all of them unless a solve ran out of time)
+                    "value": r["n_representable_nontrivial"] / decided if decided else None,
                     "statement": f"{model}: {text}",
                     "n_cases": r["n_pairs"],
                     "n_trivial": r["n_trivial"],
                     "basis": BASIS_LONG_CONTEXT,
                     "null_probability": wendel_probability(int(r["seq_len"]) - 1, int(r["dim"])),
+                    "n_undecided": r["n_undecided"],
+                    "null_pass_fraction": null_pass_fraction(r),
                 }
             )
         elif s is not None and s.height:
