@@ -377,6 +377,7 @@ def geometry_tables(
                             "margin": margin,
                             "margin_upper": margin,
                             "n_support": min(points, 3),
+                            "solved": True,
                         }
                     )
         return rows
@@ -456,7 +457,19 @@ def geometry_tables(
     # Prop. 4.1 on long sequences: T' > d_model points per set (only counted, never computed)
     long_rows = halfspace_rows(LONG_CONTEXT_POINT_SETS, shape.d_model + 1)
     out[LONG_CONTEXT_TABLE] = pl.DataFrame(
-        [{**r, "seq_len": shape.d_model + 2} for r in long_rows], infer_schema_length=None
+        [
+            {
+                **r,
+                "seq_len": shape.d_model + 2,
+                # the Gaussian null of the same size fails: no half-space, margin 0
+                "null_halfspace": False,
+                "null_margin": 0.0,
+                "null_margin_upper": 0.0,
+                "null_solved": True,
+            }
+            for r in long_rows
+        ],
+        infer_schema_length=None,
     ).select(LONG_CONTEXT_COLUMNS)
     return out
 

@@ -275,6 +275,14 @@ def test_the_no_bos_pair_is_the_bos_pair_without_bos(tiny_run: Path) -> None:
     assert "alice.no-bos" not in set(others["dataset"])
 
 
+def test_each_claims_row_has_its_own_key(tiny_run: Path) -> None:
+    """(claim, model, dataset, setting) names one row of the claims table: two rows with the
+    same key could not be told apart in claims.md or compared between runs."""
+    claims = pl.read_parquet(tiny_run / "results/claims.parquet")
+    key = claims.select("claim_id", "model", "dataset", "setting")
+    assert not key.is_duplicated().any(), key.filter(key.is_duplicated())
+
+
 def test_streaming_tables_of_the_tiny_run(tiny_run: Path) -> None:
     """The StreamingLLM rule on a real model: evicting the sink hurts, keeping it helps."""
     folder = tiny_run / "results/streaming" / PAIR["model"] / PAIR["dataset"]

@@ -1013,6 +1013,24 @@ def test_value_softmax_claims() -> None:
     assert verdicts(DC.check_unnormalized_do_not_polarize(flipped, 0.5)) == [V.NOT_APPLICABLE]
 
 
+def test_polarization_rows_name_the_target_that_tells_two_runs_apart() -> None:
+    """Two square-loss softmax runs at the same (n, d) and different regression targets are two
+    rows with two settings, so (claim, model, dataset, setting) stays a key of the claims table."""
+    table = pl.concat(
+        [
+            by_variant({("square", "softmax"): 0.0}).with_columns(target=pl.lit(target))
+            for target in (5.0, 1.0)
+        ]
+    )
+    rows = DC.check_square_does_not_polarize(table, 0.5)
+    assert [r["setting"] for r in rows] == [
+        "loss=square, phi=softmax, n=8, d=4, target=1",
+        "loss=square, phi=softmax, n=8, d=4, target=5",
+    ]
+    single = DC.check_square_does_not_polarize(table.filter(pl.col("target") == 1.0), 0.5)
+    assert [r["setting"] for r in single] == ["loss=square, phi=softmax, n=8, d=4"]
+
+
 def test_softmax_sinks_emerge() -> None:
     def setup(softmax: float, raw: float) -> pl.DataFrame:
         return pl.DataFrame(

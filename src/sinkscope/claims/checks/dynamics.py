@@ -63,7 +63,7 @@ def _share_rows(
         (pl.col("experiment") == "untied")
         & (pl.col("loss") == loss)
         & pl.col("activation").is_in(list(activations))
-    ).sort("activation", "n", "d")
+    ).sort("activation", "n", "d", *(c for c in ("kappa", "target") if c in by_variant.columns))
     test = f"polarized share > {majority:g}" if polarizes else f"polarized share < {majority:g}"
     if part.height == 0:
         return [
@@ -79,10 +79,21 @@ def _share_rows(
             )
         ]
 
+    # the knobs that tell this loss's runs apart beyond (phi, n, d), e.g. two regression targets
+    varying = [
+        name
+        for name in ("kappa", "target", "kl_sharpness")
+        if name in part.columns and part.group_by("activation", "n", "d").agg(
+            pl.col(name).n_unique()
+        )[name].max()
+        > 1
+    ]
+
     def reading(r: Mapping[str, Any]) -> Reading:
         share = r["polarized_share"]
+        knobs = "".join(f", {name}={r[name]:g}" for name in varying)
         return Reading(
-            f"loss={loss}, phi={r['activation']}, n={r['n']}, d={r['d']}",
+            f"loss={loss}, phi={r['activation']}, n={r['n']}, d={r['d']}{knobs}",
             f"{pct(share)} of {r['runs']} runs polarized (top weight {r['top_weight_mean']:.3f})"
             if "top_weight_mean" in r
             else f"{pct(share)} of {r['runs']} runs polarized",
