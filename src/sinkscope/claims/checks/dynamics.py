@@ -83,10 +83,8 @@ def _share_rows(
     varying = [
         name
         for name in ("kappa", "target", "kl_sharpness")
-        if name in part.columns and part.group_by("activation", "n", "d").agg(
-            pl.col(name).n_unique()
-        )[name].max()
-        > 1
+        if name in part.columns
+        and part.group_by("activation", "n", "d").agg(pl.col(name).n_unique())[name].max() > 1
     ]
 
     def reading(r: Mapping[str, Any]) -> Reading:
