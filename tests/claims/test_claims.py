@@ -777,7 +777,7 @@ def test_theorem_d1_bounds() -> None:
 
 
 def streaming_sink_heads(
-    window_ratio: float, sink_ratio: float, spread: float = 0.0, n_positions: int = 100
+    window_ratio: float, sink_ratio: float, spread: float = 0.0, n_positions: int = 320
 ) -> pl.DataFrame:
     """streaming.summary.summarize's ``sink_heads`` for one pair with planted perplexity ratios:
     the window-only NLL exceeds the dense one by ``log(window_ratio)`` on average over
@@ -835,14 +835,34 @@ def test_eviction_raises_perplexity() -> None:
     assert verdicts(SC.check_eviction_raises_perplexity(streaming_sink_heads(1.5, 1.0), 2.0)) == [
         V.NOT_REPRODUCED
     ]
-    # x3 on average, but position by position the excess scatters by 2 nats over 40 positions
-    (row,) = SC.check_eviction_raises_perplexity(streaming_sink_heads(3.0, 1.0, 2.0, 40), 2.0)
+    # x3 on average, but position by position the excess scatters by 6 nats over 320 positions
+    (row,) = SC.check_eviction_raises_perplexity(streaming_sink_heads(3.0, 1.0, 6.0, 320), 2.0)
     assert row["verdict"] == V.INCONCLUSIVE and "needs more scored tokens" in row["reason"]
     needed = int(re.search(r"about ([\d,]+) scored positions", row["reason"])[1].replace(",", ""))
-    assert needed > 40  # more than the 40 it has
+    assert needed > 320  # more than the 320 it has
     assert row["ci_low"] < 2.0 < row["ci_high"] and "blocks of 16" in row["interval"]
     (row,) = SC.check_eviction_raises_perplexity(streaming_sink_heads(3.0, 1.0, 2.0, 20), 2.0)
     assert row["verdict"] == V.INCONCLUSIVE and "fewer than two blocks" in row["reason"]
+
+
+def test_eviction_on_fewer_blocks_than_min_units_decides_nothing() -> None:
+    """x3 without scatter on 100 positions: the interval lies far above x2, but 6 blocks of 16
+    are too few for a bootstrap (claims.intervals.min_units = 20), so the row is inconclusive
+    and says how many blocks it has; 20 blocks (320 positions) decide it."""
+    (row,) = SC.check_eviction_raises_perplexity(streaming_sink_heads(3.0, 1.0, 0.0, 100), 2.0)
+    assert row["ci_low"] > 2.0 and row["verdict"] == V.INCONCLUSIVE
+    assert "a bootstrap over 6 blocks of 16 scored positions decides nothing" in row["reason"]
+    assert "claims.intervals.min_units = 20" in row["reason"]
+    (row,) = SC.check_eviction_raises_perplexity(
+        streaming_sink_heads(3.0, 1.0, 0.0, 100), 2.0, {"min_units": 6}
+    )
+    assert row["verdict"] == V.REPRODUCED
+    assert verdicts(
+        SC.check_eviction_raises_perplexity(streaming_sink_heads(1.5, 1.0, 0.0, 100), 2.0)
+    ) == [V.INCONCLUSIVE]
+    assert verdicts(
+        SC.check_eviction_raises_perplexity(streaming_sink_heads(1.5, 1.0, 0.0, 320), 2.0)
+    ) == [V.NOT_REPRODUCED]
 
 
 def test_eviction_excess_averages_to_the_log_ratio() -> None:
@@ -946,15 +966,15 @@ def test_sink_tokens_restore() -> None:
 
 
 def test_sink_tokens_restore_is_decided_on_a_bootstrap_over_queries() -> None:
-    """The recovered fraction's interval comes from the re-computed queries: 8 scattered queries
+    """The recovered fraction's interval comes from the re-computed queries: 24 scattered queries
     leave 95% recovered inconclusive against 0.9, 400 less scattered ones decide it; the interval is the bootstrap
-    of the same statistic, by hand."""
+    of the same statistic, by hand. 8 queries decide nothing, even where all of them agree."""
     from sinkscope.claims.intervals import bootstrap_interval
 
-    few = streaming_recompute(1.0, 0.05, spread=0.5, n_queries=8)
+    few = streaming_recompute(1.0, 0.05, spread=0.5, n_queries=24)
     (row,) = SC.check_sink_tokens_restore(few, 4, 0.9)
     assert row["verdict"] == V.INCONCLUSIVE and "needs more re-computed queries" in row["reason"]
-    assert row["ci_low"] < 0.9 < row["ci_high"] and "8 re-computed queries" in row["interval"]
+    assert row["ci_low"] < 0.9 < row["ci_high"] and "24 re-computed queries" in row["interval"]
     assert re.search(r"\(about [\d,]+ queries at this effect;", row["reason"])
     r = few.filter((pl.col("baseline") == "recompute_bos") & (pl.col("n_sink") == 4)).row(
         0, named=True
@@ -972,6 +992,14 @@ def test_sink_tokens_restore_is_decided_on_a_bootstrap_over_queries() -> None:
     one = streaming_recompute(1.0, 0.05, n_queries=1)
     (row,) = SC.check_sink_tokens_restore(one, 4, 0.9)
     assert row["verdict"] == V.INCONCLUSIVE and "no interval" in row["reason"]
+    # the short run's 8 queries: however clear their interval, they decide nothing
+    eight = streaming_recompute(1.0, 0.05, spread=0.01, n_queries=8)
+    (row,) = SC.check_sink_tokens_restore(eight, 4, 0.9)
+    assert row["ci_low"] > 0.9 and row["verdict"] == V.INCONCLUSIVE
+    assert "a bootstrap over 8 re-computed queries decides nothing" in row["reason"]
+    assert "streaming.params.recompute_samples" in row["reason"]
+    (row,) = SC.check_sink_tokens_restore(eight, 4, 0.9, intervals={"min_units": 8})
+    assert row["verdict"] == V.REPRODUCED
 
 
 # =============================================================================== dynamics

@@ -159,9 +159,15 @@ def test_the_claim_is_decided_on_the_intervals_of_the_shares() -> None:
     summary = summarize([per_head], TH)
     masses = masses_by_sequence([per_sequence])
     assert masses.columns == list(SEQUENCE_MASS_COLUMNS)
-    intervals = share_intervals(masses, TH)
+    # two sequences are below the floor of min_units: they decide nothing, wherever the interval
+    few = share_intervals(masses, TH)
+    (below,) = [r for r in check_sink_heads_common(summary, 0.2, few) if r["dataset"] == "d"]
+    assert below["verdict"] == V.INCONCLUSIVE
+    assert "a bootstrap over 2 sequences decides nothing" in below["reason"]
+    intervals = share_intervals(masses, TH, {"min_units": 2})
     found = intervals.filter(pl.col("dataset") == "d").row(0, named=True)
     assert (found["frac_sink_lo"], found["frac_sink_hi"]) == (0.25, 0.5)
+    assert (found["n_units"], found["min_units"]) == (2, 2)
     (straddling,) = [
         r for r in check_sink_heads_common(summary, 0.3, intervals) if r["dataset"] == "d"
     ]

@@ -78,7 +78,7 @@ def test_the_labels_are_the_claims_number_formats() -> None:
             "dataset": "d",
             "window": [64],
             "window_log_ppl_ratio": math.log(2.314),
-            "window_excess_by_position": [[math.log(2.314)] * 40],
+            "window_excess_by_position": [[math.log(2.314)] * 320],
         }
     )
     (row,) = SC.check_eviction_raises_perplexity(sink_heads, 2.0)

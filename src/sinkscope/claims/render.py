@@ -224,7 +224,8 @@ def claims_markdown(
             "the config's `claims` section (documented in `workflow/schemas/config.schema.yaml`). "
             "Where a row has an `interval` (the value's interval from its own sampling unit), the "
             "verdict is decided on it: reproduced or not reproduced when all of it lies on one "
-            "side of the tolerance, inconclusive when it straddles the tolerance."
+            "side of the tolerance, inconclusive when it straddles the tolerance or when it is "
+            "a bootstrap over fewer units than `claims.intervals.min_units` (too few to decide)."
         ),
         "",
         f"## Not reproduced ({counts[NOT_REPRODUCED]})",

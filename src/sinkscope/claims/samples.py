@@ -23,7 +23,11 @@ class Sample(NamedTuple):
 
 
 _SEQUENCES = ("extraction.n_sequences",)
-_HEAD_SHARES = Sample("the extraction's sequences per pair (bootstrap over them)", _SEQUENCES)
+#: a bootstrap over fewer units than this decides nothing (sinkscope.claims.verdicts.Interval)
+_MIN_UNITS = "claims.intervals.min_units"
+_HEAD_SHARES = Sample(
+    "the extraction's sequences per pair (bootstrap over them)", (*_SEQUENCES, _MIN_UNITS)
+)
 _HEAD_MEANS = Sample(
     "head means over the extraction's sequences, at the largest prefix T'",
     (*_SEQUENCES, "oversmoothing.context_lengths"),
@@ -100,12 +104,13 @@ SAMPLES: dict[str, Sample] = {
             "streaming.params.n_streams",
             "streaming.params.stream_length",
             "claims.intervals.block_tokens",
+            _MIN_UNITS,
         ),
     ),
     "streaming.first_token_sink": _HEAD_SHARES,
     "streaming.sinks_restore": Sample(
         "re-computed queries per window (bootstrap over them)",
-        ("streaming.params.recompute_samples", "streaming.params.n_streams"),
+        ("streaming.params.recompute_samples", "streaming.params.n_streams", _MIN_UNITS),
     ),
     "dynamics.logistic_polarizes": _POLARIZATION,
     "dynamics.square_no_polarization": _POLARIZATION,

@@ -44,6 +44,7 @@ __all__ = [
     "require",
     "row",
     "rows_per",
+    "too_few_units_text",
     "where_heads",
 ]
 
@@ -88,6 +89,16 @@ class Interval:
     high: float
     unit: str
     level: float = 0.95
+    #: the sampling units a bootstrap interval resamples (None: a closed-form interval)
+    n_units: int | None = None
+    #: a bootstrap over fewer units decides nothing (the config's ``claims.intervals.min_units``)
+    min_units: int = 0
+
+    @property
+    def too_few_units(self) -> bool:
+        """A bootstrap over fewer than ``min_units`` units: its percentile ends under-cover, so
+        :func:`decide` reads it as inconclusive whatever side of the tolerance it lies on."""
+        return self.n_units is not None and self.n_units < self.min_units
 
     def text(self) -> str:
         return f"{100 * self.level:.0f}% [{num(self.low)}, {num(self.high)}], {self.unit}"
@@ -97,7 +108,11 @@ def decide(interval: Interval, tolerance: float, above: bool, strict: bool = Fal
     """The verdict of a claim "value >= tolerance" (``above``; ``strict``: ">") or "value <=
     tolerance" (not ``above``; ``strict``: "<") on an interval of the value: reproduced when
     the whole interval satisfies it, not reproduced when none of it does, inconclusive when the
-    interval straddles the tolerance (more data could turn it either way)."""
+    interval straddles the tolerance (more data could turn it either way). A bootstrap interval
+    over fewer than its ``min_units`` sampling units (:attr:`Interval.too_few_units`) is
+    inconclusive wherever it lies: its reason says so (:func:`too_few_units_text`)."""
+    if interval.too_few_units:
+        return INCONCLUSIVE
 
     def holds(x: float) -> bool:
         if above:
@@ -110,6 +125,18 @@ def decide(interval: Interval, tolerance: float, above: bool, strict: bool = Fal
     if not low_holds and not high_holds:
         return NOT_REPRODUCED
     return INCONCLUSIVE
+
+
+def too_few_units_text(interval: Interval | None, units: str, where: str) -> str:
+    """The reason of a row that :func:`decide` left inconclusive because its bootstrap has too
+    few units ("" when it has enough): ``units`` names them, ``where`` the config key that adds
+    more."""
+    if interval is None or not interval.too_few_units:
+        return ""
+    return (
+        f"; a bootstrap over {interval.n_units} {units} decides nothing (under "
+        f"claims.intervals.min_units = {interval.min_units}; more {units}: {where})"
+    )
 
 
 def needed_text(needed: int | None, units: str) -> str:

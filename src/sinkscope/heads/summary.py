@@ -160,7 +160,9 @@ def share_intervals(
     SEQUENCE_MASSES` table (or the pairs' per-sequence tables); ``intervals``: the config's
     ``claims.intervals`` (level, n_resamples, seed; one generator per row, seeded from ``seed``,
     so the table is the same between runs). Called by the claims rule: the intervals are the
-    claims' settings. Columns ``model, dataset, n_resamples, level`` and ``<share>_lo/_hi``."""
+    claims' settings. Columns ``model, dataset, n_resamples, level``, ``n_units`` (the
+    sequences a resample draws: the pair's N, or the sum of the pooled datasets' N),
+    ``min_units`` (``claims.intervals.min_units``: fewer decide nothing) and ``<share>_lo/_hi``."""
     from sinkscope.config_schema import schema_default
 
     settings = {**schema_default("claims", "intervals"), **(intervals or {})}
@@ -199,6 +201,7 @@ def share_intervals(
         low, high = np.quantile(draws, [alpha, 1.0 - alpha], axis=0)
         row: dict[str, Any] = {
             "model": model, "dataset": dataset, "n_resamples": n_resamples, "level": level,
+            "n_units": total, "min_units": int(settings["min_units"]),
         }  # fmt: skip
         for i, share in enumerate(INTERVAL_SHARES):
             row[f"{share}_lo"], row[f"{share}_hi"] = float(low[i]), float(high[i])

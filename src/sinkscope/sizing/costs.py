@@ -77,10 +77,13 @@ MODEL_JOB_FIXED_S = 120.0
 #: d = 576, 19 s on one core of the reference CPU).
 HALFSPACE_S_PER_POINT_DIM = 5.4e-7
 #: Seconds per squared point and dimension of a half-space solve around the origin, where the
-#: support grows to about d (a Gaussian null, or a set that fails). Measured on one core of a
-#: 2-core Intel Xeon: 0.9 s at d = 640 and n = 1,600 points, 3.2 s at 1,024 x 2,560, 13 s at
-#: 1,536 x 3,840 (5.5e-10); times the 2.2 that the same jobs took longer on the reference CPU.
-HALFSPACE_NULL_S_PER_POINT2_DIM = 1.2e-9
+#: support grows to about d (a Gaussian null, or a set that fails). Isotropic Gaussian points on
+#: one core of a 2-core Intel Xeon: 0.9 s at d = 640 and n = 1,600 points, 3.2 s at 1,024 x
+#: 2,560, 13 s at 1,536 x 3,840 (5.5e-10). Nulls with a real layer's covariance solve 2-4 times
+#: slower: the default run's long-context jobs (1 x 1,441 tokens, d = 576, and 1 x 1,601, d = 640)
+#: spent 2.1-3.8 s per null on that CPU (1.8-2.3e-9 per point^2 x dim); times the 2.2 that the same
+#: jobs took longer on the reference CPU.
+HALFSPACE_NULL_S_PER_POINT2_DIM = 5.0e-9
 
 #: FLOP/s of a float32 eager forward on the reference CPU, one job on 1-2 threads (measured:
 #: SmolLM2-135M extraction, 8 x 257 tokens, and the 2-layer Llama-width rehearsal).

@@ -25,6 +25,7 @@ from sinkscope.claims.verdicts import (
     pct,
     require,
     rows_per,
+    too_few_units_text,
 )
 from sinkscope.heads.order import sort_pooled_last
 
@@ -35,10 +36,25 @@ def _interval(r: Mapping[str, Any], share: str) -> Interval | None:
     if low is None or high is None:
         return None
     unit = f"bootstrap over the {r['n_sequences']} sequences, {r['n_resamples']} resamples"
-    return Interval(float(low), float(high), unit, float(r["level"]))
+    n_units = r.get("n_units")
+    return Interval(
+        float(low),
+        float(high),
+        unit,
+        float(r["level"]),
+        n_units=None if n_units is None else int(n_units),
+        min_units=int(r.get("min_units") or 0),
+    )
 
 
 _MORE_SEQUENCES = "; an interval straddles its bound: needs more sequences (extraction.n_sequences)"
+
+
+def _more_sequences(interval: Interval) -> str:
+    """Why an interval over sequences left its row inconclusive: too few sequences to decide
+    anything, or an interval that straddles the bound."""
+    return too_few_units_text(interval, "sequences", "extraction.n_sequences") or _MORE_SEQUENCES
+
 
 __all__ = [
     "check_diagonal_fraction_in_paper_range",
@@ -89,7 +105,7 @@ def check_sink_heads_common(
             "over the resamples)"
         )
         if verdict == INCONCLUSIVE:
-            reason += _MORE_SEQUENCES
+            reason += _more_sequences(share)
         return Reading(setting, measured, sink, None, reason, share, verdict)
 
     return rows_per(
@@ -125,7 +141,7 @@ def check_diagonal_heads_rarer(
         # existence is read off the heads themselves; "rarer" on the interval of the excess
         verdict = decide(excess, 0.0, above=True, strict=True) if exists else NOT_REPRODUCED
         if verdict == INCONCLUSIVE:
-            reason += _MORE_SEQUENCES
+            reason += _more_sequences(excess)
         return Reading(setting, measured, diag, None, reason, share, verdict)
 
     return rows_per(
@@ -158,7 +174,7 @@ def _range_rows(
             return Reading(setting, measured, x, inside, reason)
         verdict = combine([decide(interval, lo, above=True), decide(interval, hi, above=False)])
         if verdict == INCONCLUSIVE:
-            reason += _MORE_SEQUENCES
+            reason += _more_sequences(interval)
         return Reading(setting, measured, x, None, reason, interval, verdict)
 
     return rows_per(

@@ -28,6 +28,7 @@ from sinkscope.claims.verdicts import (
     not_applicable,
     require,
     rows_per,
+    too_few_units_text,
 )
 
 # sinkscope.streaming.summary imports torch: the checks import its number formats when they run,
@@ -53,7 +54,8 @@ def check_eviction_raises_perplexity(
     log ratio is their mean. Neighbouring tokens' NLLs are correlated, so its interval is a
     moving-block bootstrap over runs of ``intervals["block_tokens"]`` positions
     (:func:`sinkscope.claims.intervals.block_bootstrap_interval`), exponentiated to the ratio,
-    and the verdict is decided on it."""
+    and the verdict is decided on it; a stream of fewer than ``intervals["min_units"]`` blocks
+    decides nothing (inconclusive)."""
     from sinkscope.streaming.summary import eviction_label, perplexity_factor
 
     settings = {**DEFAULT_TOLERANCES["intervals"], **(intervals or {})}
@@ -97,9 +99,17 @@ def check_eviction_raises_perplexity(
             f"moving-block bootstrap over {excess.size} scored positions (blocks of {block}, "
             f"mean over streams), {int(settings['n_resamples'])} resamples",
             float(settings["level"]),
+            n_units=excess.size // block,
+            min_units=int(settings["min_units"]),
         )
         verdict = decide(interval, sharp_ppl_ratio, above=True)
-        if verdict == INCONCLUSIVE:
+        if interval.too_few_units:
+            text += too_few_units_text(
+                interval,
+                f"blocks of {block} scored positions",
+                "streaming.params.n_streams or stream_length",
+            )
+        elif verdict == INCONCLUSIVE:
             needed = needed_units(
                 excess.size, float(excess.mean()), low, high, math.log(sharp_ppl_ratio)
             )
@@ -149,8 +159,9 @@ def check_sink_tokens_restore(
     The sampling unit is the re-computed query (its NLL averaged over the streams): the
     recovered fraction gets a percentile bootstrap interval over the sampled queries
     (``intervals``: the config's ``claims.intervals``, :func:`recovered_fraction`), and the
-    verdict is decided on it (:func:`sinkscope.claims.verdicts.decide`): a handful of queries
-    gives "inconclusive", never "reproduced"."""
+    verdict is decided on it (:func:`sinkscope.claims.verdicts.decide`). Fewer queries than
+    ``intervals["min_units"]`` decide nothing: a handful of queries gives "inconclusive" wherever
+    its interval lies, never "reproduced"."""
     from sinkscope.streaming.summary import recovered_label
 
     settings = {**DEFAULT_TOLERANCES["intervals"], **(intervals or {})}
@@ -210,9 +221,15 @@ def check_sink_tokens_restore(
             f"bootstrap over {n_queries} re-computed queries (mean over streams), "
             f"{int(settings['n_resamples'])} resamples",
             float(settings["level"]),
+            n_units=n_queries,
+            min_units=int(settings["min_units"]),
         )
         verdict = decide(interval, min_recovered_fraction, above=True)
-        if verdict == INCONCLUSIVE:
+        if interval.too_few_units:
+            text += too_few_units_text(
+                interval, "re-computed queries", "streaming.params.recompute_samples"
+            )
+        elif verdict == INCONCLUSIVE:
             needed = needed_units(n_queries, recovered, low, high, min_recovered_fraction)
             text += (
                 f"; the interval straddles {min_recovered_fraction:g}: needs more re-computed "
