@@ -103,7 +103,7 @@ def test_requests_grow_with_the_attempt_and_the_model() -> None:
         "extract_activations",
         "analyze_streaming",
         "analyze_streaming_recompute",
-        "analyze_geometry_long_context",
+        "extract_long_context",
     ):
         request = job_request(rule, config, "mistral-7b")
         assert request.gpus == 1 and request.partition == "gpu", rule
@@ -115,6 +115,23 @@ def test_requests_grow_with_the_attempt_and_the_model() -> None:
         fp32 = job_request(rule, {**config, "models": {"mistral-7b": as_float32}}, "mistral-7b")
         assert (fp32.mem_mb - request.mem_mb) * 2**20 > 2 * 2 * 7_241_732_096, rule
     assert job_request("classify_heads", config, "mistral-7b").partition == "cpu"
+
+
+def test_the_long_context_solves_run_on_the_cpu_after_a_short_gpu_forward() -> None:
+    """The long-context test at Mistral-7B's width: the forward holds a GPU for minutes, the
+    half-space solves (10,240 points in 4,096 dimensions, 2 x 2 x 32 of them and their nulls)
+    run on the CPU partition, holding one layer of Z and the Gram matrices, not the weights."""
+    config = validate_config(load_layered_config([REPO / "config" / "paper.yaml"]))
+    forward = job_request("extract_long_context", config, "mistral-7b")
+    solves = job_request("analyze_geometry_long_context", config, "mistral-7b")
+    assert (forward.gpus, forward.partition) == (1, "gpu")
+    assert (solves.gpus, solves.partition) == (0, "cpu")
+    assert solves.runtime_min > 10 * forward.runtime_min
+    assert solves.mem_mb < forward.mem_mb
+    # every solve within its budget: 2 sequences x 2 sets x 32 layers, real and null
+    lc = config["geometry"]["long_context"]
+    budget = 2 * 2 * 32 * (lc["solve_seconds"] + lc["null_solve_seconds"])
+    assert solves.estimate.seconds < budget + 600
 
 
 def test_plan_lists_every_job_of_the_dry_run() -> None:

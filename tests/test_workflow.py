@@ -216,6 +216,7 @@ def test_adding_a_dataset_runs_only_its_jobs(
         "extract_activations": 1,
         "classify_heads": 1,
         "analyze_geometry": 1,
+        "extract_long_context": 1,
         "analyze_geometry_long_context": 1,
         "analyze_oversmoothing": 1,
         "analyze_streaming": 1,
@@ -229,7 +230,7 @@ def test_adding_a_dataset_runs_only_its_jobs(
         "summarize_sinks": 1,
         "claims": 1,
         "all": 1,
-        "total": 19,
+        "total": 20,
     }, dry.stdout
     snakemake(tiny_run, *extra, download_dir=download_dir)
     after = {path: path.stat().st_mtime_ns for path in before}

@@ -1,6 +1,7 @@
 """The ``sinkscope`` command: look inside activation files without writing code.
 
 sinkscope inspect FILE.h5                       provenance, every dataset with its storage
+                                                (an activation or a long-context inputs file)
 sinkscope inspect FILE.h5 --attention L S H     one head's attention map (layer, sequence, head)
 sinkscope inspect --layout                      the layout every file follows
 sinkscope compare-claims A/claims.parquet B/claims.parquet [--labels short full]
@@ -243,8 +244,14 @@ def _main(argv: Sequence[str] | None) -> int:
         prog="sinkscope", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    inspect = commands.add_parser("inspect", help="describe an activation HDF5 file")
-    inspect.add_argument("file", nargs="?", help="results/activations/{model}/{dataset}.h5")
+    inspect = commands.add_parser(
+        "inspect", help="describe an activation (or long-context inputs) HDF5 file"
+    )
+    inspect.add_argument(
+        "file",
+        nargs="?",
+        help="results/activations/{model}/{dataset}.h5 or results/long_context/{model}/{dataset}.h5",
+    )
     inspect.add_argument("--layout", action="store_true", help="print the file layout and exit")
     inspect.add_argument(
         "--attention",
@@ -313,6 +320,14 @@ def _main(argv: Sequence[str] | None) -> int:
         return 0
     if not args.file:
         parser.error("inspect needs a FILE (or --layout)")
+    from sinkscope.geometry.long_context_file import (
+        describe_long_context_file,
+        is_long_context_file,
+    )
+
+    if is_long_context_file(args.file):  # results/long_context/{model}/{dataset}.h5
+        print(describe_long_context_file(args.file))
+        return 0
     try:
         with h5layout.open_activations(args.file) as handle:
             if args.attention:

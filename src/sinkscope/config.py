@@ -317,16 +317,15 @@ def backcopy_params(config: Mapping[str, Any]) -> dict[str, Any]:
 #: The extraction settings a pair's figure titles name (N and T): the only part of the
 #: ``extraction`` section that can change what ``classify_heads`` and ``analyze_geometry`` write.
 EXTRACTION_SCALE_KEYS = ("n_sequences", "context_length")
-#: The ``geometry.long_context`` settings that can change rule ``analyze_geometry_long_context``'s
-#: table (``enabled`` only decides whether the rule runs).
-LONG_CONTEXT_KEYS = (
-    "n_sequences",
-    "seq_len",
-    "points_per_dim",
-    "solve_seconds",
-    "gaussian_null",
-    "null_solve_seconds",
-)
+#: The ``geometry.long_context`` settings that decide which sequences rule
+#: ``extract_long_context`` runs the model on (its attention-inputs file).
+LONG_CONTEXT_INPUT_KEYS = ("n_sequences", "seq_len", "points_per_dim")
+#: Those that decide only how rule ``analyze_geometry_long_context`` solves on that file: a
+#: change re-runs the solves, not the model.
+LONG_CONTEXT_SOLVE_KEYS = ("solve_seconds", "gaussian_null", "null_solve_seconds")
+#: Every ``geometry.long_context`` setting that can change the long-context table (``enabled``
+#: only decides whether the rules run).
+LONG_CONTEXT_KEYS = (*LONG_CONTEXT_INPUT_KEYS, *LONG_CONTEXT_SOLVE_KEYS)
 #: The ``geometry.long_context.seq_len`` that takes each model's length from its ``d_model``.
 AUTO_SEQ_LEN = "auto"
 
@@ -355,9 +354,12 @@ def extraction_scale(config: Mapping[str, Any]) -> dict[str, Any]:
     return {key: config["extraction"][key] for key in EXTRACTION_SCALE_KEYS}
 
 
-def long_context_params(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The :data:`LONG_CONTEXT_KEYS` of a validated config's ``geometry.long_context``."""
-    return {key: config["geometry"]["long_context"][key] for key in LONG_CONTEXT_KEYS}
+def long_context_params(
+    config: Mapping[str, Any], keys: tuple[str, ...] = LONG_CONTEXT_KEYS
+) -> dict[str, Any]:
+    """The ``keys`` (:data:`LONG_CONTEXT_KEYS`, or the input or solve part) of a validated
+    config's ``geometry.long_context``."""
+    return {key: config["geometry"]["long_context"][key] for key in keys}
 
 
 def backcopy_end_to_end_params(config: Mapping[str, Any]) -> dict[str, Any]:

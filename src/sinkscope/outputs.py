@@ -446,6 +446,8 @@ PIPELINE_PRIORITY: dict[str, int] = {
         ("prepare_model", "prepare_corpus", "tokenize_corpus", "cut_tokens", "extract_activations"),
         90,
     ),
+    # the long-context forward: as soon as the GPU is free, so the CPU solves can start
+    "extract_long_context": 50,
     "claims": 60,
     **dict.fromkeys(("cost_backcopy_e2e", "cost_copypaste_run", "dynamics_induction_run"), 45),
     **dict.fromkeys(

@@ -62,6 +62,12 @@ class Paths:
     def activations(self) -> str:
         return f"{self.root}/activations/{{model}}/{{dataset}}.h5"
 
+    @property
+    def long_context_inputs(self) -> str:
+        """A pair's long-context attention inputs (rule extract_long_context, read by
+        analyze_geometry_long_context; :mod:`sinkscope.geometry.long_context_file`)."""
+        return f"{self.root}/long_context/{{model}}/{{dataset}}.h5"
+
     # head classification (paper §3): the registry's classify_heads and summarize_heads
     def heads_table(self, level: str, suffix: str = "parquet") -> str:
         """A pair's head table: ``per_head`` or ``per_sequence`` (rule classify_heads)."""

@@ -221,13 +221,13 @@ def analyze_geometry(smk: Any) -> None:
     _draw(pair_figures(tables, _pair_title(smk)), smk.output)
 
 
-def analyze_geometry_long_context(smk: Any) -> None:
-    from sinkscope.geometry.long_context import halfspace_long_context
-    from sinkscope.geometry.names import LONG_CONTEXT_TABLE
-    from sinkscope.geometry.plots import long_context_figures
+def extract_long_context(smk: Any) -> None:
+    """The model's part of the long-context test: ``Z`` of every layer to the pair's file."""
+    from sinkscope.geometry.long_context import long_context_inputs
+    from sinkscope.geometry.long_context_file import write_long_context_inputs
 
     settings = smk.params.long_context
-    table = halfspace_long_context(
+    inputs = long_context_inputs(
         smk.input.model_dir,
         smk.input.stream,
         smk.input.provenance,
@@ -238,11 +238,33 @@ def analyze_geometry_long_context(smk: Any) -> None:
         dataset_name=smk.wildcards.dataset,
         threads=smk.threads,
         points_per_dim=settings["points_per_dim"],
-        solve_seconds=settings["solve_seconds"],
-        gaussian_null=settings["gaussian_null"],
-        null_solve_seconds=settings["null_solve_seconds"],
         **_model_run(smk),
     )
+    write_long_context_inputs(inputs, smk.output.inputs)
+
+
+def analyze_geometry_long_context(smk: Any) -> None:
+    """The CPU part: the half-space solves on the pair's file, its table and figure."""
+    from sinkscope.geometry.long_context import solve_long_context
+    from sinkscope.geometry.long_context_file import open_long_context_inputs
+    from sinkscope.geometry.names import LONG_CONTEXT_TABLE
+    from sinkscope.geometry.plots import long_context_figures
+
+    settings = smk.params.long_context
+    with open_long_context_inputs(smk.input.inputs) as inputs:
+        if (inputs.model, inputs.dataset) != (smk.wildcards.model, smk.wildcards.dataset):
+            raise ValueError(
+                f"{smk.input.inputs} holds {inputs.model}/{inputs.dataset}, not the job's pair "
+                f"{smk.wildcards.model}/{smk.wildcards.dataset}"
+            )
+        table = solve_long_context(
+            inputs,
+            smk.params.stream_seed,
+            solve_seconds=settings["solve_seconds"],
+            gaussian_null=settings["gaussian_null"],
+            null_solve_seconds=settings["null_solve_seconds"],
+            threads=smk.threads,
+        )
     _write_tables({LONG_CONTEXT_TABLE: table}, smk)
     title = f"{smk.wildcards.model} on {smk.wildcards.dataset}: Prop. 4.1 on long sequences"
     _draw(long_context_figures(table, title), smk.output)
@@ -569,6 +591,7 @@ STEPS: dict[str, Callable[[Any], None]] = {
     "classify_heads": classify_heads,
     "summarize_heads": summarize_heads,
     "analyze_geometry": analyze_geometry,
+    "extract_long_context": extract_long_context,
     "analyze_geometry_long_context": analyze_geometry_long_context,
     "summarize_geometry": summarize_geometry,
     "analyze_sinks": analyze_sinks,

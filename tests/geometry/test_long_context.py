@@ -25,7 +25,12 @@ import yaml
 from sinkscope.claims import verdicts as V
 from sinkscope.claims.checks import geometry as GC
 from sinkscope.claims.checks.geometry import geometry_statements, sink_representable_statements
-from sinkscope.config import ConfigError, long_context_params, validate_config
+from sinkscope.config import (
+    LONG_CONTEXT_INPUT_KEYS,
+    ConfigError,
+    long_context_params,
+    validate_config,
+)
 from sinkscope.config_schema import schema_default
 from sinkscope.geometry import figure_parts
 from sinkscope.geometry import halfspace_plots as hplots
@@ -428,6 +433,9 @@ def test_the_rule_on_a_tiny_model(tiny_setup, tmp_path: Path) -> None:
     assert not table["trivially_separable"].any()  # 39 points in 16 dimensions
     log = tmp_path / "results/logs/analyze_geometry_long_context/tiny/words.log"
     assert "half-space solves" in log.read_text()
+    # the forward ran in its own job; its file was temporary
+    assert "forward" in (tmp_path / "results/logs/extract_long_context/tiny/words.log").read_text()
+    assert not (tmp_path / "results/long_context/tiny/words.h5").exists()
     # the same numbers as a direct call on the same streams (StreamingLLM's default seed, 0)
     direct = halfspace_long_context(prepared, stream, provenance, 2, 40, 0, "tiny", "words")
     assert direct.equals(table)
@@ -459,6 +467,49 @@ def test_the_rule_on_a_tiny_model(tiny_setup, tmp_path: Path) -> None:
     assert c["long_frac_representable_nontrivial"] == long_counts["frac_representable_nontrivial"]
     statements = sink_representable_statements(_trivial_short("tiny"), table)
     assert statements["value"][0] == long_counts["frac_representable_nontrivial"]
+
+
+def test_the_inputs_file_gives_the_table_of_one_process(
+    tiny_setup, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rule extract_long_context's file, read back by analyze_geometry_long_context: the same Z
+    (bit for bit), attributes that say what it holds, and the same table as the forward and the
+    solves in one process; a file that lacks a layer is refused, naming it."""
+    import h5py
+
+    from sinkscope.geometry.long_context import long_context_inputs, solve_long_context
+    from sinkscope.geometry.long_context_file import (
+        open_long_context_inputs,
+        write_long_context_inputs,
+    )
+    from sinkscope.geometry.names import LONG_CONTEXT_FILE_ATTRS, LONG_CONTEXT_Z
+
+    _, prepared, stream, provenance = tiny_setup
+    inputs = long_context_inputs(prepared, stream, provenance, 2, 40, 0, "tiny", "words")
+    path = tmp_path / "words.h5"
+    write_long_context_inputs(inputs, path)
+    with h5py.File(path) as f:
+        assert set(f.attrs) == set(LONG_CONTEXT_FILE_ATTRS)
+        assert (f.attrs["n_layers"], f.attrs["n_sequences"], f.attrs["seq_len"]) == (2, 2, 40)
+        assert f[LONG_CONTEXT_Z.format(layer=1)].shape == (2, 40, 16)
+        assert "Proposition 4.1" in f.attrs["description"]
+    with open_long_context_inputs(path) as read:
+        assert (read.model, read.dataset, read.offsets) == ("tiny", "words", inputs.offsets)
+        for layer in range(2):
+            np.testing.assert_array_equal(read.layers[layer], inputs.layers[layer])
+        from_file = solve_long_context(read, 0)
+    direct = halfspace_long_context(prepared, stream, provenance, 2, 40, 0, "tiny", "words")
+    assert from_file.equals(direct)
+    from sinkscope.cli import main
+
+    assert main(["inspect", str(path)]) == 0
+    shown = capsys.readouterr().out
+    assert "long-context attention inputs" in shown and "offsets: [" in shown
+    assert "attention_inputs/layer_001: (2, 40, 16) float32" in shown
+    with h5py.File(path, "a") as f:
+        del f[LONG_CONTEXT_Z.format(layer=1)]
+    with pytest.raises(ValueError, match="layer_001"), open_long_context_inputs(path):
+        pass
 
 
 @pytest.mark.parametrize("extracted", ["llama"], indirect=True)
@@ -567,20 +618,19 @@ def test_bfloat16_and_float32_give_the_same_half_spaces(
 def test_the_long_context_step_loads_the_model_as_the_config_says(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Rule analyze_geometry_long_context passes the model entry's dtype and attention kernel and
+    """Rule extract_long_context passes the model entry's dtype and attention kernel and
     extraction.device from the config, not from its params (the device is no rerun trigger)."""
     from sinkscope import steps
-    from sinkscope.geometry import long_context
+    from sinkscope.geometry import long_context, long_context_file
 
     seen: dict = {}
 
-    def analysis(*args: object, **kwargs: object) -> pl.DataFrame:
+    def forward(*args: object, **kwargs: object) -> str:
         seen.update(kwargs)
-        return pl.DataFrame()
+        return "inputs"
 
-    monkeypatch.setattr(long_context, "halfspace_long_context", analysis)
-    monkeypatch.setattr(steps, "_write_tables", lambda *args: None)
-    monkeypatch.setattr(steps, "_draw", lambda *args: None)
+    monkeypatch.setattr(long_context, "long_context_inputs", forward)
+    monkeypatch.setattr(long_context_file, "write_long_context_inputs", lambda *args: None)
     smk = SimpleNamespace(
         config={
             "models": {"m": {"dtype": "bfloat16", "attn_implementation": "eager"}},
@@ -590,14 +640,15 @@ def test_the_long_context_step_loads_the_model_as_the_config_says(
         input=SimpleNamespace(model_dir="m", stream="s", provenance="p"),
         params=SimpleNamespace(
             long_context=long_context_params(
-                {"geometry": {"long_context": {**schema_default("geometry", "long_context")}}}
+                {"geometry": {"long_context": {**schema_default("geometry", "long_context")}}},
+                LONG_CONTEXT_INPUT_KEYS,
             ),
             stream_seed=0,
         ),
-        output=SimpleNamespace(),
+        output=SimpleNamespace(inputs="out.h5"),
         threads=1,
     )
-    steps.analyze_geometry_long_context(smk)
+    steps.extract_long_context(smk)
     assert {key: seen[key] for key in ("dtype", "attn_implementation", "device")} == {
         "dtype": "bfloat16",
         "attn_implementation": "eager",

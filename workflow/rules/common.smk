@@ -5,6 +5,8 @@ from snakemake.utils import validate
 
 # (the Snakefile puts this repository's src/ on sys.path)
 from sinkscope.config import (
+    LONG_CONTEXT_INPUT_KEYS,
+    LONG_CONTEXT_SOLVE_KEYS,
     backcopy_end_to_end_params,
     backcopy_params,
     bos_pairs,

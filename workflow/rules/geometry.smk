@@ -25,17 +25,38 @@ rule analyze_geometry:
 
 
 # Prop. 4.1 where it can fail: T' > d_model tokens (the StreamingLLM streams of the same corpus;
-# T' = 256 tokens in d_model >= 576 are trivially separable). One forward of the model, no
-# activation file; its table decides the claim geometry.sink_representable in the summary.
-rule analyze_geometry_long_context:
+# T' = 256 tokens in d_model >= 576 are trivially separable). One forward of the model where it
+# runs (extract_long_context: Z of every layer, a temporary file), the half-space solves on the
+# CPU (analyze_geometry_long_context); its table decides geometry.sink_representable.
+rule extract_long_context:
     input:
         unpack(lambda wc: paths.token_stream_inputs(wc.model, wc.dataset)),
         model_dir=paths.model_dir,
     output:
+        inputs=temp(paths.long_context_inputs),
+    params:
+        long_context=long_context_params(config, LONG_CONTEXT_INPUT_KEYS),
+        stream_seed=streaming_params(config)["seed"],  # the StreamingLLM streams' cut
+    priority: priority("extract_long_context")
+    log:
+        paths.log("extract_long_context", "{model}/{dataset}"),
+    conda:
+        "../../envs/sinkscope.yaml"
+    threads: 1
+    resources:
+        **job_resources("extract_long_context"),
+    script:
+        "../scripts/step.py"
+
+
+rule analyze_geometry_long_context:
+    input:
+        inputs=paths.long_context_inputs,
+    output:
         **outputs_of("analyze_geometry_long_context"),
     params:
-        long_context=long_context_params(config),
-        stream_seed=streaming_params(config)["seed"],  # the StreamingLLM streams' cut
+        long_context=long_context_params(config, LONG_CONTEXT_SOLVE_KEYS),
+        stream_seed=streaming_params(config)["seed"],  # seeds the Gaussian null
     priority: priority("analyze_geometry_long_context")
     log:
         paths.log("analyze_geometry_long_context", "{model}/{dataset}"),

@@ -1,19 +1,25 @@
-"""Proposition 4.1 on long sequences, where the half-space test can fail (issue 22).
+"""Proposition 4.1 on long sequences, where the half-space test can fail (issues 22 and 34).
 
-:func:`halfspace_long_context` runs the model on a few sequences of ``T' > d_model`` tokens
-(default 2 x 1023, the StreamingLLM streams; config ``geometry.long_context``) and tests the two
-sets that need no attention probabilities, ``{z_0 - z_i}`` and ``{z_i : i in [T']}`` (every sink
-pattern, ``J = [T']``; a subset of a set in an open half-space is in it, so this implies the
-condition for every sink-attending ``J``; the attending set itself needs the sink heads'
-attention and is not tested there). With more points than dimensions no set is trivially
-separable, so the proposition is tested exactly as stated, any ``W`` in ``R^{d x d}``, and can
-fail (e.g. when ``z_0`` lies in the convex hull of the other tokens).
+:func:`long_context_inputs` runs the model on a few sequences of ``T' > d_model`` tokens (by
+default 2.5 x d_model tokens, ``seq_len: auto``, cut like the StreamingLLM streams; config
+``geometry.long_context``) and keeps the attention input ``Z`` of every layer;
+:func:`solve_long_context` tests on them the two sets that need no attention probabilities,
+``{z_0 - z_i}`` and ``{z_i : i in [T']}`` (every sink pattern, ``J = [T']``; a subset of a set in
+an open half-space is in it, so this implies the condition for every sink-attending ``J``; the
+attending set itself needs the sink heads' attention and is not tested there), each beside a
+Gaussian null of the same size, dimension and covariance. With more points than dimensions no set
+is trivially separable, so the proposition is tested exactly as stated, any ``W`` in
+``R^{d x d}``, and can fail (e.g. when ``z_0`` lies in the convex hull of the other tokens).
 :func:`~sinkscope.claims.checks.geometry.sink_representable_statements` decides the claim there
 when the table exists (:func:`~sinkscope.geometry.halfspace.long_context_counts`), reporting the
-trivial and non-trivial counts at ``T`` beside it. Measured on the shared 2-core machine, one
-thread: ~40 s per pair for SmolLM2-135M (load 3 s, forward 11 s, 60 solves of 1023 points 19 s)
-and ~35 s for Gemma-3-270M; both hold in every (layer, sequence) pair on alice, with margins
-0.31-0.89 (the set is far from failing, not barely in a half-space).
+trivial and non-trivial counts at ``T`` beside it.
+
+The workflow runs the two parts as two rules, the forward where the model runs (rule
+``extract_long_context``, the GPU partition on a cluster) and the solves on the CPU (rule
+``analyze_geometry_long_context``), through the file of
+:mod:`sinkscope.geometry.long_context_file`; :func:`halfspace_long_context` runs both in one
+process and gives the same table. Measured on a 2-core Intel Xeon, one sequence per pair of the
+default run: forward 5-8 s, solves 2-3 minutes (real sets and their nulls).
 
 The model runs as the extraction runs it: in its configured dtype (``models.<name>.dtype``, e.g.
 bfloat16 for the 7-8B models of ``config/paper.yaml``: no float32 copy) on the device of
@@ -33,6 +39,7 @@ import torch
 
 from sinkscope.geometry.halfspace import PAIR_KEY, RESULT_COLUMNS, halfspace_layer_rows
 from sinkscope.geometry.halfspace_solver import HALFSPACE_TOL, gaussian_null_margin, torch_threads
+from sinkscope.geometry.long_context_file import LongContextInputs
 from sinkscope.geometry.names import ALL_TOKENS, BOS_MINUS_TOKEN, LONG_CONTEXT_POINT_SETS
 
 __all__ = [
@@ -43,8 +50,10 @@ __all__ = [
     "attention_inputs",
     "halfspace_long_context",
     "long_context_frame",
+    "long_context_inputs",
     "long_context_layer_rows",
     "null_rows",
+    "solve_long_context",
 ]
 
 #: The config key of the long-context sequence length (named in errors).
@@ -140,7 +149,7 @@ def null_rows(
     return rows
 
 
-def halfspace_long_context(
+def long_context_inputs(
     prepared_model_dir: str | os.PathLike[str],
     token_stream: str | os.PathLike[str],
     corpus_provenance: str | os.PathLike[str],
@@ -150,17 +159,14 @@ def halfspace_long_context(
     model_name: str,
     dataset_name: str,
     threads: int = 1,
-    tol: float = HALFSPACE_TOL,
     *,
     points_per_dim: float = 2.5,
-    solve_seconds: float | None = None,
-    gaussian_null: bool = True,
-    null_solve_seconds: float | None = None,
     dtype: str | None = None,
     attn_implementation: str = "eager",
     device: str = "auto",
-) -> pl.DataFrame:
-    """Proposition 4.1's half-space test on ``n_sequences`` sequences of ``seq_len`` tokens.
+) -> LongContextInputs:
+    """The attention inputs of ``n_sequences`` sequences of ``seq_len`` tokens (the model's part
+    of :func:`halfspace_long_context`, rule ``extract_long_context``).
 
     The sequences are the StreamingLLM analysis' streams
     (:func:`sinkscope.streaming.streams.load_streams` with ``stream_length = seq_len``,
@@ -169,35 +175,22 @@ def halfspace_long_context(
     (``dtype``: ``models.<name>.dtype``, None: the dtype it was prepared in;
     ``attn_implementation``; ``device``: ``extraction.device``, resolved by
     :func:`sinkscope.prepare.models.pick_device`) and run once (:func:`attention_inputs`,
-    ``threads`` torch threads). Per layer and sequence the sets ``{z_0 - z_i : i in [T']}`` and
-    ``{z_i : i in [T']}`` (:data:`~sinkscope.geometry.names.LONG_CONTEXT_POINT_SETS`,
-    ``T' = seq_len - 1``) are tested exactly as at ``T = 256``
-    (:func:`~sinkscope.geometry.halfspace_solver.halfspace_margin` on the Gram matrices). The
-    sink-attending set ``J`` needs the sink heads' attention probabilities and is not tested here;
-    ``{z_i : i in [T']}`` is the superset of every ``J`` (Figure 1's "any sink pattern": if it lies
-    in an open half-space, so does every ``J``).
+    ``threads`` torch threads).
 
-    With ``T' > d_model`` points no set can be trivially separable (its rank is at most
-    ``d_model < n_points``), so the test can fail. A ``seq_len`` that does not exceed
-    ``d_model + 1`` is not refused (GPT-2 medium and XL of the paper's config have ``d_model``
-    >= their 1024 positions, so no ``seq_len`` could): the job logs a warning, every row says
-    ``trivially_separable`` and
+    ``seq_len``: a length, or ``"auto"``: ``points_per_dim x d_model`` tokens after BOS, at most
+    the model's positions (:func:`sinkscope.config.long_context_seq_len`; at 2.5 points per
+    dimension random points lie in an open half-space with Wendel's probability of 1.3e-14 or
+    less for the models of the default config). With ``T' > d_model`` points no set can be
+    trivially separable (its rank is at most ``d_model < n_points``), so the test can fail. A
+    ``seq_len`` that does not exceed ``d_model + 1`` is not refused (GPT-2 medium and XL of the
+    paper's config have ``d_model`` >= their 1024 positions, so no ``seq_len`` could): the job
+    logs a warning, every row of the solve says ``trivially_separable`` and
     :func:`~sinkscope.claims.checks.geometry.sink_representable_statements` falls back to the
     extraction's sequences for that model. Refused before the forward, with an
     error that names the config key: a ``seq_len`` beyond the model's ``max_position_embeddings``
     (:data:`LONG_CONTEXT_SEQ_LEN_KEY`; checked from the model's config before the weights or the
     corpus are loaded, and for local models already by the config check) and more
     ``n_sequences`` than the corpus holds streams of ``seq_len`` (:data:`LONG_CONTEXT_N_SEQUENCES_KEY`).
-    ``seq_len``: a length, or ``"auto"``: ``points_per_dim x d_model`` tokens after BOS, at most
-    the model's positions (:func:`sinkscope.config.long_context_seq_len`; at 2.5 points per
-    dimension random points lie in an open half-space with Wendel's probability of 1.3e-14 or less for
-    the models of the default config). ``solve_seconds``: the time budget of each solve
-    (:func:`~sinkscope.geometry.halfspace_solver.halfspace_margin`; a set it leaves undecided has a null
-    ``halfspace`` and its bracket). ``gaussian_null``: each row also gets the test on Gaussian
-    points of the same size, dimension and covariance
-    (:func:`~sinkscope.geometry.halfspace_solver.gaussian_null_margin`, seeded by ``seed`` and the layer,
-    within ``null_solve_seconds``: its bracket's upper end is what the comparison with the
-    real margin needs). Returns the rows of :data:`LONG_CONTEXT_COLUMNS`.
     """
     import logging
     import time
@@ -257,18 +250,9 @@ def halfspace_long_context(
         )
         loaded = time.perf_counter()
         z_layers = attention_inputs(streams.model, streams.ids)
-        forward = time.perf_counter()
-        rows: list[dict[str, Any]] = []
-        for layer, z in enumerate(z_layers):
-            rows.extend(
-                long_context_layer_rows(
-                    z, layer, seed, tol, solve_seconds, gaussian_null, null_solve_seconds
-                )
-            )
-        solved = time.perf_counter()
     log.info(
         "%s/%s: %d sequences x %d tokens (offsets %s), d_model %d, %s on %s: load %.1f s, "
-        "forward %.1f s, half-space solves %.1f s",
+        "forward %.1f s",
         model_name,
         dataset_name,
         streams.ids.shape[0],
@@ -278,10 +262,126 @@ def halfspace_long_context(
         streams.model.dtype,
         streams.ids.device,
         loaded - began,
-        forward - loaded,
-        solved - forward,
+        time.perf_counter() - loaded,
     )
-    return long_context_frame(rows, model_name, dataset_name, seq_len)
+    return LongContextInputs(
+        layers=z_layers,
+        model=model_name,
+        dataset=dataset_name,
+        seq_len=int(seq_len),
+        d_model=int(shape.d_model),
+        offsets=tuple(int(o) for o in streams.offsets),
+        dtype=str(streams.model.dtype).removeprefix("torch."),
+        device=str(streams.ids.device),
+    )
+
+
+def solve_long_context(
+    inputs: LongContextInputs,
+    seed: int,
+    tol: float = HALFSPACE_TOL,
+    *,
+    solve_seconds: float | None = None,
+    gaussian_null: bool = True,
+    null_solve_seconds: float | None = None,
+    threads: int = 1,
+) -> pl.DataFrame:
+    """Proposition 4.1's half-space test on the long-context attention inputs (the CPU part of
+    :func:`halfspace_long_context`, rule ``analyze_geometry_long_context``), one layer at a time.
+
+    Per layer and sequence the sets ``{z_0 - z_i : i in [T']}`` and ``{z_i : i in [T']}``
+    (:data:`~sinkscope.geometry.names.LONG_CONTEXT_POINT_SETS`, ``T' = seq_len - 1``) are tested
+    exactly as at ``T = 256`` (:func:`~sinkscope.geometry.halfspace_solver.halfspace_margin` on
+    the Gram matrices). The sink-attending set ``J`` needs the sink heads' attention
+    probabilities and is not tested here; ``{z_i : i in [T']}`` is the superset of every ``J``
+    (Figure 1's "any sink pattern": if it lies in an open half-space, so does every ``J``).
+    ``solve_seconds``: the time budget of each solve (a set it leaves undecided has a null
+    ``halfspace`` and its bracket). ``gaussian_null``: each row also gets the test on Gaussian
+    points of the same size, dimension and covariance
+    (:func:`~sinkscope.geometry.halfspace_solver.gaussian_null_margin`, seeded by ``seed`` and
+    the layer, within ``null_solve_seconds``: its bracket's upper end is what the comparison with
+    the real margin needs). Returns the rows of :data:`LONG_CONTEXT_COLUMNS`.
+    """
+    import logging
+    import time
+
+    began = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    with torch_threads(int(threads)):
+        for layer in range(len(inputs.layers)):
+            rows.extend(
+                long_context_layer_rows(
+                    inputs.layers[layer],
+                    layer,
+                    seed,
+                    tol,
+                    solve_seconds,
+                    gaussian_null,
+                    null_solve_seconds,
+                )
+            )
+    logging.getLogger(__name__).info(
+        "%s/%s: %d layers x %d tokens, d_model %d: half-space solves %.1f s",
+        inputs.model,
+        inputs.dataset,
+        len(inputs.layers),
+        inputs.seq_len,
+        inputs.d_model,
+        time.perf_counter() - began,
+    )
+    return long_context_frame(rows, inputs.model, inputs.dataset, inputs.seq_len)
+
+
+def halfspace_long_context(
+    prepared_model_dir: str | os.PathLike[str],
+    token_stream: str | os.PathLike[str],
+    corpus_provenance: str | os.PathLike[str],
+    n_sequences: int,
+    seq_len: int | str,
+    seed: int,
+    model_name: str,
+    dataset_name: str,
+    threads: int = 1,
+    tol: float = HALFSPACE_TOL,
+    *,
+    points_per_dim: float = 2.5,
+    solve_seconds: float | None = None,
+    gaussian_null: bool = True,
+    null_solve_seconds: float | None = None,
+    dtype: str | None = None,
+    attn_implementation: str = "eager",
+    device: str = "auto",
+) -> pl.DataFrame:
+    """Proposition 4.1's half-space test on ``n_sequences`` sequences of ``seq_len`` tokens, in
+    one process: :func:`long_context_inputs` (the model's forward; its arguments) then
+    :func:`solve_long_context` (the solves; ``seed`` also seeds the Gaussian null). The workflow
+    runs the two as rules ``extract_long_context`` (where the model runs) and
+    ``analyze_geometry_long_context`` (on the CPU), through the file of
+    :mod:`sinkscope.geometry.long_context_file`; the table is the same."""
+    inputs = long_context_inputs(
+        prepared_model_dir,
+        token_stream,
+        corpus_provenance,
+        n_sequences,
+        seq_len,
+        seed,
+        model_name,
+        dataset_name,
+        threads,
+        points_per_dim=points_per_dim,
+        dtype=dtype,
+        attn_implementation=attn_implementation,
+        device=device,
+    )
+    return solve_long_context(
+        inputs,
+        seed,
+        tol,
+        solve_seconds=solve_seconds,
+        gaussian_null=gaussian_null,
+        null_solve_seconds=null_solve_seconds,
+        threads=threads,
+    )
 
 
 def long_context_layer_rows(

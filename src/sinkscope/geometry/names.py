@@ -15,9 +15,11 @@ __all__ = [
     "BOS_MINUS_TOKEN",
     "FIGURES",
     "LONG_CONTEXT_FIGURES",
+    "LONG_CONTEXT_FILE_ATTRS",
     "LONG_CONTEXT_POINT_SETS",
     "LONG_CONTEXT_TABLE",
     "LONG_CONTEXT_TABLES",
+    "LONG_CONTEXT_Z",
     "POINT_SETS",
     "SUMMARY_TABLES",
     "TABLES",
@@ -40,6 +42,24 @@ TABLES = (
 LONG_CONTEXT_TABLES = ("halfspace_long_context",)
 #: Its figure: the pair's long-context margins (the summary's half-space figure pools them per model).
 LONG_CONTEXT_FIGURES = ("halfspace_long_context",)
+#: The long-context attention-inputs file of a pair (rule extract_long_context, read by rule
+#: analyze_geometry_long_context; :mod:`sinkscope.geometry.long_context_file`): one dataset per
+#: decoder layer, that layer's attention input ``Z`` on every sequence, float32
+#: ``(n_sequences, seq_len, d_model)``, BOS at position 0.
+LONG_CONTEXT_Z = "attention_inputs/layer_{layer:03d}"
+#: Its root attributes: what was run, on what (strings and integers; ``description`` in words).
+LONG_CONTEXT_FILE_ATTRS = (
+    "description",
+    "model",
+    "dataset",
+    "n_layers",
+    "n_sequences",
+    "seq_len",
+    "d_model",
+    "offsets",
+    "dtype",
+    "device",
+)
 #: Tables of the summary (rule ``summarize_geometry``): the keys of
 #: :func:`~sinkscope.geometry.summary.summarize`, and ``statements``
 #: (:func:`sinkscope.claims.checks.geometry.geometry_statements`).

@@ -18,6 +18,7 @@ __all__ = [
     "D2H_GB_S",
     "FS_GB_S",
     "GPU_TFLOPS",
+    "HALFSPACE_JOB_FIXED_S",
     "HALFSPACE_NULL_S_PER_POINT2_DIM",
     "HALFSPACE_S_PER_POINT_DIM",
     "JOB_FIXED_MB",
@@ -71,6 +72,9 @@ CLUSTER_THREADS: dict[str, int] = {"extract_activations": 4, "analyze_oversmooth
 
 #: Fixed wall time of a job that runs a model: imports, CUDA start, tokenizer, tables, figures.
 MODEL_JOB_FIXED_S = 120.0
+#: Fixed wall time of the long-context solve job besides its solves and reads: imports, the
+#: table and its figure (about 10-15 s on the reference CPU, doubled).
+HALFSPACE_JOB_FIXED_S = 30.0
 
 #: Seconds per point and dimension of the long-context half-space test (one linear program per
 #: layer, sequence and point set; measured: SmolLM2-135M, 30 layers x 2 x 1,023 points in

@@ -44,7 +44,7 @@ MODEL_RUNNING_RULES = (
     "extract_activations",
     "analyze_streaming",
     "analyze_streaming_recompute",
-    "analyze_geometry_long_context",
+    "extract_long_context",
 )
 #: Rules whose request depends on the model's shape (the others' are measured constants).
 #: The file-reading analyses: :data:`~sinkscope.sizing.costs.ANALYSIS_COSTS` and those the
@@ -64,7 +64,7 @@ MODEL_FREE_REQUESTS: dict[str, tuple[float, float]] = {
     **{rule: outputs.cost for rule, outputs in REGISTRY.items() if isinstance(outputs.cost, tuple)},
     **costs.MODEL_FREE_REQUESTS,
 }
-MODEL_SIZED_RULES = (*MODEL_RUNNING_RULES, *ANALYSIS_COSTS)
+MODEL_SIZED_RULES = (*MODEL_RUNNING_RULES, "analyze_geometry_long_context", *ANALYSIS_COSTS)
 FLOAT32 = 4
 FLOAT64 = 8
 MB = 2**20
@@ -209,7 +209,7 @@ def estimate(rule: str, config: Mapping[str, Any], facts: ModelFacts | None) -> 
         kv_cache = 2 * facts.n_layers * facts.n_kv_heads * facts.head_dim * window * FLOAT32
         chunk = int(params["chunk_size"]) * facts.vocab_size * FLOAT32  # one chunk's logits
         return _model_job(facts, tokens, window, kv_cache + chunk, gpus, 0)
-    if rule == "analyze_geometry_long_context":
+    if rule in ("extract_long_context", "analyze_geometry_long_context"):
         assert facts is not None
         lc = long_context_params(config)
         seq_len = long_context_seq_len(
@@ -217,21 +217,26 @@ def estimate(rule: str, config: Mapping[str, Any], facts: ModelFacts | None) -> 
         )
         n_seq, points = int(lc["n_sequences"]), seq_len - 1
         tokens = n_seq * seq_len
-        states = (facts.n_layers + 1) * tokens * facts.d_model * FLOAT32 * 2
-        forward = _model_job(facts, tokens, seq_len, states, gpus, 0)
+        one_layer = tokens * facts.d_model * FLOAT32  # Z of one layer, float32, in the file
+        if rule == "extract_long_context":
+            # the forward's hidden states (model dtype, at most float32) and their normed copies
+            states = (facts.n_layers + 1) * one_layer * 2
+            return _model_job(facts, tokens, seq_len, states, gpus, facts.n_layers * one_layer)
         # the half-space programs run on the CPU, one per (layer, sequence, point set), each
-        # within its time budget; a block of up to 8 sequences holds three float64 T' x T'
-        # products (R, two Gram matrices), a solve one more (Q), a Gaussian null its n x n draw
+        # within its time budget, on one layer read from the file at a time; a block of up to
+        # 8 sequences holds three float64 T' x T' products (R, two Gram matrices), a solve one
+        # more (Q), a Gaussian null its n x n draw
         solves = facts.n_layers * n_seq * 2
         real = costs.HALFSPACE_S_PER_POINT_DIM * points * facts.d_model
-        seconds = solves * min(real, float(lc["solve_seconds"]))
+        seconds = costs.HALFSPACE_JOB_FIXED_S + solves * min(real, float(lc["solve_seconds"]))
+        seconds += facts.n_layers * one_layer / (costs.FS_GB_S * 1e9)
         square = points * points * FLOAT64
-        held = (3 * min(n_seq, 8) + 1) * square
+        held = 2 * one_layer + (3 * min(n_seq, 8) + 1) * square
         if lc["gaussian_null"]:
             null = costs.HALFSPACE_NULL_S_PER_POINT2_DIM * points * points * facts.d_model
             seconds += solves * min(null, float(lc["null_solve_seconds"]))
             held += 2 * square
-        return Estimate(forward.peak_mb + held / MB, forward.seconds + seconds, gpus)
+        return Estimate(costs.JOB_FIXED_MB + held / MB, seconds)
     if rule in MODEL_FREE_REQUESTS:
         peak, minutes = MODEL_FREE_REQUESTS[rule]
         return Estimate(peak, 60.0 * minutes)
