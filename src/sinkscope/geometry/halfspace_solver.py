@@ -34,7 +34,10 @@ Entering and leaving the passive set updates the inverse of its block (``O(k^2)`
 :class:`_PassiveInverse`), so a solve whose support grows to ``d`` costs ``O(d^3)`` rather than
 ``O(d^4)``. A solve may still be given ``max_seconds``: stopped there, it keeps its certified
 bracket and reports ``solved`` False, and its ``halfspace`` is None (undecided) unless the
-bracket's lower end already proves the set in a half-space.
+bracket's lower end already proves the set in a half-space. The budget is seconds on the
+reference CPU of the job sizing, enforced as a number of active-set steps
+(:func:`budget_steps`, :data:`STEP_S_PER_POINT2`), not by the clock: where a solve stops does
+not depend on the machine or its load, so two runs of a config write the same table.
 """
 
 from __future__ import annotations
@@ -42,7 +45,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -51,7 +53,9 @@ import torch
 __all__ = [
     "HALFSPACE_TOL",
     "SET_RANK_RTOL",
+    "STEP_S_PER_POINT2",
     "HalfspaceResult",
+    "budget_steps",
     "gaussian_null_margin",
     "halfspace_from_unit",
     "halfspace_margin",
@@ -78,8 +82,8 @@ class HalfspaceResult:
     of the unit-normalised points (singular values ``> SET_RANK_RTOL * largest``);
     ``trivially_separable``: ``n_points <= dim`` and ``rank == n_points``; ``n_support``: points
     carrying the optimal hull point (the support vectors of the hard-margin separator);
-    ``solved``: the solver reached its optimality conditions. A solve stopped by its time budget
-    (``max_seconds`` of :func:`halfspace_margin`) has ``solved`` False and keeps its certified
+    ``solved``: the solver reached its optimality conditions. A solve stopped by its budget
+    (``max_seconds`` of :func:`halfspace_margin`, counted in steps) has ``solved`` False and keeps its certified
     bracket ``[margin, margin_upper]``; its ``halfspace`` is True when the bracket's lower end
     already proves it, None (undecided) otherwise.
     """
@@ -166,8 +170,26 @@ class _PassiveInverse:
         return self.inverse @ b[self.index]
 
 
+#: Seconds of one active-set step of :func:`_nnls_gram` per squared point on the reference CPU
+#: (the dual update ``b - Q u`` and the passive solves grow with ``n^2``). Measured on the
+#: default run's long-context nulls (SmolLM2-135M, 1,440 points in d = 576, one thread of a
+#: 2-core Intel Xeon shared with another job): 1.2-3.0 d steps in 2-11 s, 2.6e-9 s per step and
+#: squared point; times the 2.2 the same jobs take on the reference CPU, rounded down to 4e-9
+#: because that Intel machine was loaded.
+STEP_S_PER_POINT2 = 4.0e-9
+
+
+def budget_steps(max_seconds: float | None, n_points: int) -> int | None:
+    """The active-set steps a solve of ``n_points`` may take within ``max_seconds`` on the
+    reference CPU (None: no budget): ``floor(max_seconds / (STEP_S_PER_POINT2 n^2))``. A step
+    count, unlike a clock, stops every run of a solve at the same place."""
+    if max_seconds is None:
+        return None
+    return max(0, math.floor(max_seconds / (STEP_S_PER_POINT2 * max(n_points, 1) ** 2)))
+
+
 def _nnls_gram(
-    q: np.ndarray, b: np.ndarray, deadline: float | None = None
+    q: np.ndarray, b: np.ndarray, max_steps: int | None = None
 ) -> tuple[np.ndarray, bool]:
     """Lawson-Hanson NNLS in normal-equation form: ``argmin_{u >= 0} u^T Q u / 2 - b^T u``.
 
@@ -179,8 +201,8 @@ def _nnls_gram(
     whose own solution is non-positive on entry (possible only through round-off) is not admitted
     until the solution changes again. Returns ``(u, solved)``: ``solved`` is True when the loop
     stopped at the optimality conditions (no positive dual outside the passive set), False when
-    it stopped at ``deadline`` (a ``time.perf_counter()`` value) or at the cap of ``3 n + 10``
-    steps; any ``u >= 0`` still gives a valid bracket (:func:`_certify`).
+    it stopped after ``max_steps`` steps (one variable entering, or the final re-solve, per step)
+    or at the cap of ``3 n + 10``; any ``u >= 0`` still gives a valid bracket (:func:`_certify`).
     """
     n = q.shape[0]
     u = np.zeros(n)
@@ -208,8 +230,8 @@ def _nnls_gram(
             solution = system.solve(b)
         return solution
 
-    for _ in range(3 * n + 10):
-        if deadline is not None and time.perf_counter() > deadline:
+    for step in range(3 * n + 10):
+        if max_steps is not None and step >= max_steps:
             return u, False
         candidates = np.where(passive, -np.inf, dual)
         j = int(np.argmax(candidates))
@@ -334,9 +356,8 @@ def halfspace_from_unit(
         return HalfspaceResult(n, dim, rank, False, False, 0.0, 0.0, 0)
     # LDP min |w| s.t. V w >= 1 via NNLS on E = [V^T; 1^T], f = e_{d+1}: E^T E = G + 1 1^T,
     # E^T f = 1; the solution u is proportional to the hull weights of the min-norm point.
-    deadline = None if max_seconds is None else time.perf_counter() + max_seconds
-    weights, solved = _nnls_gram(gram + 1.0, np.ones(n), deadline)
-    if not weights.any():  # out of time before the first step: only the trivial bracket [0, 1]
+    weights, solved = _nnls_gram(gram + 1.0, np.ones(n), budget_steps(max_seconds, n))
+    if not weights.any():  # no step in the budget: only the trivial bracket [0, 1]
         return HalfspaceResult(n, dim, rank, trivial, None, 0.0, 1.0, 0, False)
     feasible, lower, upper = _certify(unit, weights, tol)
     return HalfspaceResult(
@@ -361,7 +382,8 @@ def halfspace_margin(
     docstring) and returns the optimal normalised margin ``gamma`` (the distance from the origin
     to the convex hull of the unit-normalised points) with a certified bracket. A zero row makes
     the set infeasible; an empty set is vacuous (``halfspace`` None). ``max_seconds``: a time
-    budget for the solve (None: none); a solve that runs out of it reports ``solved`` False and
+    budget for the solve in seconds on the reference CPU, enforced as a step count
+    (:func:`budget_steps`; None: none); a solve that runs out of it reports ``solved`` False and
     its bracket, and leaves ``halfspace`` None unless the bracket's lower end proves it.
     """
     v = np.asarray(points, dtype=np.float64)
