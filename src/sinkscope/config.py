@@ -275,7 +275,7 @@ def analysis_runs(config: Mapping[str, Any], analysis: str) -> bool:
 def _position_problems(config: Mapping[str, Any]) -> list[str]:
     """Every token length the config asks a model to run beyond the positions of a model whose
     ``config.json`` is readable now (a ``local`` source; the others are known only after
-    preparation, and :func:`sinkscope.geometry.long_context.halfspace_long_context` checks them
+    preparation, and :func:`sinkscope.geometry.long_context.long_context_inputs` checks them
     before loading the weights): ``extraction.context_length`` (+ 1 for BOS),
     ``geometry.long_context.seq_len`` and ``streaming.params.stream_length`` (whose "dense"
     reference would otherwise silently be a window of the model's positions). Only the limit

@@ -14,6 +14,7 @@ import os
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import matplotlib.colors as mcolors
 import numpy as np
@@ -41,9 +42,10 @@ from sinkscope.geometry.long_context import (
     LONG_CONTEXT_COLUMNS,
     NULL_COLUMNS,
     attention_inputs,
-    halfspace_long_context,
     long_context_frame,
+    long_context_inputs,
     long_context_layer_rows,
+    solve_long_context,
 )
 from sinkscope.geometry.names import (
     ALL_TOKENS,
@@ -97,6 +99,13 @@ def _trivial_short(model: str = "m") -> pl.DataFrame:
 def _verdict(short: pl.DataFrame, long: pl.DataFrame | None) -> dict:
     (row,) = GC.check_sink_representable(sink_representable_statements(short, long), 1.0)
     return row
+
+
+def halfspace_long_context(*args: Any, **kwargs: Any) -> pl.DataFrame:
+    """The long-context test in one process: the forward (:func:`long_context_inputs`, its
+    arguments), then the solves (:func:`solve_long_context`, seeded by the streams' seed), as the
+    two rules run it through their file."""
+    return solve_long_context(long_context_inputs(*args, **kwargs), args[5])
 
 
 def test_long_context_columns_are_the_keys_and_the_halfspace_result() -> None:

@@ -300,7 +300,7 @@ def representability_counts(halfspace: pl.DataFrame) -> pl.DataFrame:
 
 def long_context_counts(halfspace_long: pl.DataFrame) -> pl.DataFrame:
     """Proposition 4.1's test on long sequences per model
-    (:func:`~sinkscope.geometry.long_context.halfspace_long_context` rows).
+    (:func:`~sinkscope.geometry.long_context.solve_long_context` rows).
 
     A *pair* is a (dataset, layer, sequence); the sink is representable for every pattern
     (``J = [T']``) when both ``{z_0 - z_i}`` and ``{z_i}`` lie in an open half-space. The counts

@@ -17,8 +17,8 @@ trivial and non-trivial counts at ``T`` beside it.
 The workflow runs the two parts as two rules, the forward where the model runs (rule
 ``extract_long_context``, the GPU partition on a cluster) and the solves on the CPU (rule
 ``analyze_geometry_long_context``), through the file of
-:mod:`sinkscope.geometry.long_context_file`; :func:`halfspace_long_context` runs both in one
-process and gives the same table. Measured on a 2-core Intel Xeon, one sequence per pair of the
+:mod:`sinkscope.geometry.long_context_file`; ``solve_long_context(long_context_inputs(...))``
+runs both in one process and gives the same table. Measured on a 2-core Intel Xeon, one sequence per pair of the
 default run: forward 5-8 s, solves 2-3 minutes (real sets and their nulls).
 
 The model runs as the extraction runs it: in its configured dtype (``models.<name>.dtype``, e.g.
@@ -48,7 +48,6 @@ __all__ = [
     "LONG_CONTEXT_SEQ_LEN_KEY",
     "NULL_COLUMNS",
     "attention_inputs",
-    "halfspace_long_context",
     "long_context_frame",
     "long_context_inputs",
     "long_context_layer_rows",
@@ -72,7 +71,7 @@ NULL_COLUMNS: tuple[str, ...] = (
     "null_solved",
 )
 
-#: Columns of :func:`halfspace_long_context`: those of ``halfspace`` without the two that describe
+#: Columns of :func:`solve_long_context`: those of ``halfspace`` without the two that describe
 #: the sink heads' attention (``n_sink_heads``, ``attend_threshold``: no attention is computed),
 #: plus ``seq_len`` (BOS included; ``n_points = seq_len - 1``) and the :data:`NULL_COLUMNS`.
 LONG_CONTEXT_COLUMNS: tuple[str, ...] = (
@@ -166,7 +165,7 @@ def long_context_inputs(
     device: str = "auto",
 ) -> LongContextInputs:
     """The attention inputs of ``n_sequences`` sequences of ``seq_len`` tokens (the model's part
-    of :func:`halfspace_long_context`, rule ``extract_long_context``).
+    of the long-context test, rule ``extract_long_context``).
 
     The sequences are the StreamingLLM analysis' streams
     (:func:`sinkscope.streaming.streams.load_streams` with ``stream_length = seq_len``,
@@ -287,7 +286,7 @@ def solve_long_context(
     threads: int = 1,
 ) -> pl.DataFrame:
     """Proposition 4.1's half-space test on the long-context attention inputs (the CPU part of
-    :func:`halfspace_long_context`, rule ``analyze_geometry_long_context``), one layer at a time.
+    long-context test, rule ``analyze_geometry_long_context``), one layer at a time.
 
     Per layer and sequence the sets ``{z_0 - z_i : i in [T']}`` and ``{z_i : i in [T']}``
     (:data:`~sinkscope.geometry.names.LONG_CONTEXT_POINT_SETS`, ``T' = seq_len - 1``) are tested
@@ -330,58 +329,6 @@ def solve_long_context(
         time.perf_counter() - began,
     )
     return long_context_frame(rows, inputs.model, inputs.dataset, inputs.seq_len)
-
-
-def halfspace_long_context(
-    prepared_model_dir: str | os.PathLike[str],
-    token_stream: str | os.PathLike[str],
-    corpus_provenance: str | os.PathLike[str],
-    n_sequences: int,
-    seq_len: int | str,
-    seed: int,
-    model_name: str,
-    dataset_name: str,
-    threads: int = 1,
-    tol: float = HALFSPACE_TOL,
-    *,
-    points_per_dim: float = 2.5,
-    solve_seconds: float | None = None,
-    gaussian_null: bool = True,
-    null_solve_seconds: float | None = None,
-    dtype: str | None = None,
-    attn_implementation: str = "eager",
-    device: str = "auto",
-) -> pl.DataFrame:
-    """Proposition 4.1's half-space test on ``n_sequences`` sequences of ``seq_len`` tokens, in
-    one process: :func:`long_context_inputs` (the model's forward; its arguments) then
-    :func:`solve_long_context` (the solves; ``seed`` also seeds the Gaussian null). The workflow
-    runs the two as rules ``extract_long_context`` (where the model runs) and
-    ``analyze_geometry_long_context`` (on the CPU), through the file of
-    :mod:`sinkscope.geometry.long_context_file`; the table is the same."""
-    inputs = long_context_inputs(
-        prepared_model_dir,
-        token_stream,
-        corpus_provenance,
-        n_sequences,
-        seq_len,
-        seed,
-        model_name,
-        dataset_name,
-        threads,
-        points_per_dim=points_per_dim,
-        dtype=dtype,
-        attn_implementation=attn_implementation,
-        device=device,
-    )
-    return solve_long_context(
-        inputs,
-        seed,
-        tol,
-        solve_seconds=solve_seconds,
-        gaussian_null=gaussian_null,
-        null_solve_seconds=null_solve_seconds,
-        threads=threads,
-    )
 
 
 def long_context_layer_rows(

@@ -86,11 +86,11 @@ ATTENDING = "attending"
 ALL_TOKENS = "all_tokens"
 POINT_SETS: tuple[str, ...] = (BOS_MINUS_TOKEN, ATTENDING, ALL_TOKENS)
 #: The point sets of the long-context test
-#: (:func:`~sinkscope.geometry.long_context.halfspace_long_context`): those that need no
+#: (:func:`~sinkscope.geometry.long_context.solve_long_context`): those that need no
 #: attention probabilities.
 LONG_CONTEXT_POINT_SETS: tuple[str, ...] = (BOS_MINUS_TOKEN, ALL_TOKENS)
 #: Name of the long-context table of a pair
-#: (:func:`~sinkscope.geometry.long_context.halfspace_long_context`).
+#: (:func:`~sinkscope.geometry.long_context.solve_long_context`).
 LONG_CONTEXT_TABLE = LONG_CONTEXT_TABLES[0]
 #: ``basis`` of a ``sink_representable`` statement: decided on the long sequences (every sink
 #: pattern) or, without them, on the extraction's sequences (the sink-attending tokens).

@@ -1,7 +1,7 @@
 """Cross-pair summary of the geometry analyses: pooled exactly over the datasets of each model.
 
 :func:`summarize` turns the per-pair tables of :func:`~sinkscope.geometry.analysis.analyze_file`
-(and the long-context tables of :func:`~sinkscope.geometry.long_context.halfspace_long_context`)
+(and the long-context tables of :func:`~sinkscope.geometry.long_context.solve_long_context`)
 into the summary tables. Cosine distributions are pooled through their histograms
 (:func:`pool_bos_alignment`; see :mod:`sinkscope.geometry.alignment`), value ranks, half-space
 margins and norm ratios from their raw rows. Numbers only: the ``statements`` table of the
@@ -146,7 +146,7 @@ def summarize(tables_by_pair: list[dict[str, pl.DataFrame]]) -> dict[str, pl.Dat
     ``tables_by_pair``: outputs of :func:`~sinkscope.geometry.analysis.analyze_file`, each
     optionally with the pair's long-context table under
     :data:`~sinkscope.geometry.names.LONG_CONTEXT_TABLE`
-    (:func:`~sinkscope.geometry.long_context.halfspace_long_context`; read by the ``statements``
+    (:func:`~sinkscope.geometry.long_context.solve_long_context`; read by the ``statements``
     of :func:`sinkscope.claims.checks.geometry.geometry_statements`, not here). Returns:
 
     * ``bos_alignment``: per (model, space, layer) with ``dataset = "all"``: exact count, min,

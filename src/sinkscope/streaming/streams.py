@@ -64,7 +64,7 @@ def load_streams(
     corpus' ``documents.json``): the same streams for every caller
     (:func:`sinkscope.streaming.experiment.evaluate_pair`,
     :func:`sinkscope.streaming.recompute.recompute_pair`,
-    :func:`sinkscope.geometry.long_context.halfspace_long_context`).
+    :func:`sinkscope.geometry.long_context.long_context_inputs`).
 
     The model is loaded once, as the extraction loads it
     (:func:`sinkscope.prepare.models.load_model`: read in ``dtype``, then moved to ``device``):
