@@ -23,7 +23,20 @@ from typing import overload
 import h5py
 import numpy as np
 
-from sinkscope.geometry.names import LONG_CONTEXT_FILE_ATTRS, LONG_CONTEXT_Z
+from sinkscope.geometry.names import (
+    LC_ATTR_D_MODEL,
+    LC_ATTR_DATASET,
+    LC_ATTR_DESCRIPTION,
+    LC_ATTR_DEVICE,
+    LC_ATTR_DTYPE,
+    LC_ATTR_MODEL,
+    LC_ATTR_N_LAYERS,
+    LC_ATTR_N_SEQUENCES,
+    LC_ATTR_OFFSETS,
+    LC_ATTR_SEQ_LEN,
+    LONG_CONTEXT_FILE_ATTRS,
+    LONG_CONTEXT_Z,
+)
 from sinkscope.io import atomic_path
 
 __all__ = [
@@ -68,16 +81,16 @@ class LongContextInputs:
 def write_long_context_inputs(inputs: LongContextInputs, path: str | os.PathLike[str]) -> None:
     """Write ``inputs`` to ``path``, one layer at a time (never a half-written file at ``path``)."""
     attrs = {
-        "description": _DESCRIPTION,
-        "model": inputs.model,
-        "dataset": inputs.dataset,
-        "n_layers": len(inputs.layers),
-        "n_sequences": int(np.shape(inputs.layers[0])[0]) if len(inputs.layers) else 0,
-        "seq_len": inputs.seq_len,
-        "d_model": inputs.d_model,
-        "offsets": np.asarray(inputs.offsets, dtype=np.int64),
-        "dtype": inputs.dtype,
-        "device": inputs.device,
+        LC_ATTR_DESCRIPTION: _DESCRIPTION,
+        LC_ATTR_MODEL: inputs.model,
+        LC_ATTR_DATASET: inputs.dataset,
+        LC_ATTR_N_LAYERS: len(inputs.layers),
+        LC_ATTR_N_SEQUENCES: int(np.shape(inputs.layers[0])[0]) if len(inputs.layers) else 0,
+        LC_ATTR_SEQ_LEN: inputs.seq_len,
+        LC_ATTR_D_MODEL: inputs.d_model,
+        LC_ATTR_OFFSETS: np.asarray(inputs.offsets, dtype=np.int64),
+        LC_ATTR_DTYPE: inputs.dtype,
+        LC_ATTR_DEVICE: inputs.device,
     }
     assert tuple(attrs) == LONG_CONTEXT_FILE_ATTRS
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
@@ -116,7 +129,7 @@ def open_long_context_inputs(path: str | os.PathLike[str]) -> Iterator[LongConte
         missing = [name for name in LONG_CONTEXT_FILE_ATTRS if name not in f.attrs]
         if missing:
             raise ValueError(f"{path}: not a long-context inputs file (no attribute(s) {missing})")
-        n_layers = int(f.attrs["n_layers"])
+        n_layers = int(f.attrs[LC_ATTR_N_LAYERS])
         absent = [
             LONG_CONTEXT_Z.format(layer=i)
             for i in range(n_layers)
@@ -126,13 +139,13 @@ def open_long_context_inputs(path: str | os.PathLike[str]) -> Iterator[LongConte
             raise ValueError(f"{path}: {len(absent)} layer(s) missing, first {absent[0]}")
         yield LongContextInputs(
             layers=_FileLayers(f, n_layers),
-            model=str(f.attrs["model"]),
-            dataset=str(f.attrs["dataset"]),
-            seq_len=int(f.attrs["seq_len"]),
-            d_model=int(f.attrs["d_model"]),
-            offsets=tuple(int(o) for o in f.attrs["offsets"]),
-            dtype=str(f.attrs["dtype"]),
-            device=str(f.attrs["device"]),
+            model=str(f.attrs[LC_ATTR_MODEL]),
+            dataset=str(f.attrs[LC_ATTR_DATASET]),
+            seq_len=int(f.attrs[LC_ATTR_SEQ_LEN]),
+            d_model=int(f.attrs[LC_ATTR_D_MODEL]),
+            offsets=tuple(int(o) for o in f.attrs[LC_ATTR_OFFSETS]),
+            dtype=str(f.attrs[LC_ATTR_DTYPE]),
+            device=str(f.attrs[LC_ATTR_DEVICE]),
         )
 
 
@@ -154,7 +167,7 @@ def describe_long_context_file(path: str | os.PathLike[str]) -> str:
             value = f.attrs[name]
             shown = list(value) if isinstance(value, np.ndarray) else value
             lines.append(f"  {name}: {shown}")
-        for layer in range(int(f.attrs["n_layers"])):
+        for layer in range(int(f.attrs[LC_ATTR_N_LAYERS])):
             name = LONG_CONTEXT_Z.format(layer=layer)
             if name in f:
                 data = f[name]

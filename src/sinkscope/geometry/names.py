@@ -14,6 +14,16 @@ __all__ = [
     "BASIS_LONG_CONTEXT",
     "BOS_MINUS_TOKEN",
     "FIGURES",
+    "LC_ATTR_DATASET",
+    "LC_ATTR_DESCRIPTION",
+    "LC_ATTR_DEVICE",
+    "LC_ATTR_DTYPE",
+    "LC_ATTR_D_MODEL",
+    "LC_ATTR_MODEL",
+    "LC_ATTR_N_LAYERS",
+    "LC_ATTR_N_SEQUENCES",
+    "LC_ATTR_OFFSETS",
+    "LC_ATTR_SEQ_LEN",
     "LONG_CONTEXT_FIGURES",
     "LONG_CONTEXT_FILE_ATTRS",
     "LONG_CONTEXT_POINT_SETS",
@@ -47,18 +57,30 @@ LONG_CONTEXT_FIGURES = ("halfspace_long_context",)
 #: decoder layer, that layer's attention input ``Z`` on every sequence, float32
 #: ``(n_sequences, seq_len, d_model)``, BOS at position 0.
 LONG_CONTEXT_Z = "attention_inputs/layer_{layer:03d}"
-#: Its root attributes: what was run, on what (strings and integers; ``description`` in words).
+#: Its root attributes: what was run, on what (``description`` in words; ``offsets``: each
+#: sequence's first corpus token in the token stream; ``dtype``/``device``: how the model ran).
+LC_ATTR_DESCRIPTION = "description"
+LC_ATTR_MODEL = "model"
+LC_ATTR_DATASET = "dataset"
+LC_ATTR_N_LAYERS = "n_layers"
+LC_ATTR_N_SEQUENCES = "n_sequences"
+LC_ATTR_SEQ_LEN = "seq_len"
+LC_ATTR_D_MODEL = "d_model"
+LC_ATTR_OFFSETS = "offsets"
+LC_ATTR_DTYPE = "dtype"
+LC_ATTR_DEVICE = "device"
+#: All of them, in the order the file lists them.
 LONG_CONTEXT_FILE_ATTRS = (
-    "description",
-    "model",
-    "dataset",
-    "n_layers",
-    "n_sequences",
-    "seq_len",
-    "d_model",
-    "offsets",
-    "dtype",
-    "device",
+    LC_ATTR_DESCRIPTION,
+    LC_ATTR_MODEL,
+    LC_ATTR_DATASET,
+    LC_ATTR_N_LAYERS,
+    LC_ATTR_N_SEQUENCES,
+    LC_ATTR_SEQ_LEN,
+    LC_ATTR_D_MODEL,
+    LC_ATTR_OFFSETS,
+    LC_ATTR_DTYPE,
+    LC_ATTR_DEVICE,
 )
 #: Tables of the summary (rule ``summarize_geometry``): the keys of
 #: :func:`~sinkscope.geometry.summary.summarize`, and ``statements``
