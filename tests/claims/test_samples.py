@@ -56,7 +56,8 @@ def test_claims_md_states_the_runs_sample() -> None:
     text = claims_markdown(table, config=tiny)
     assert "## What decides each claim" in text
     assert (
-        "- `heads.sinks_common`: the extraction's sequences per pair (bootstrap over them); "
+        "- `heads.sinks_common`: the extraction's sequences per pair (bootstrap over them; a "
+        "pooled row resamples each dataset's own, so its floor is per dataset); "
         "this run: `extraction.n_sequences` = 2"
     ) in text
     assert "## What decides each claim" not in claims_markdown(table)

@@ -270,3 +270,28 @@ def test_the_auto_length_is_two_and_a_half_points_per_dimension_within_the_posit
     for d in (64, 576, 4096):  # random points fail the test at the auto length
         points = long_context_seq_len("auto", 2.5, d, None) - 1
         assert wendel_probability(points, d) < (0.01 if d == 64 else 1.3e-14)
+
+
+def test_the_documented_auto_lengths_are_the_rule_at_the_schema_default() -> None:
+    """docs/analyses/geometry.md, the one place that lists the auto lengths, states each with
+    the d_model it comes from; every pair must be :func:`long_context_seq_len` at the schema's
+    ``points_per_dim``, and the paper's 4,096 must be its 7-8B models' width (their kept
+    configs)."""
+    import re
+    from pathlib import Path
+
+    from sinkscope.config import load_config, long_context_seq_len
+    from sinkscope.config_schema import schema_default
+    from sinkscope.sizing.shapes import model_facts
+
+    repo = Path(__file__).resolve().parents[2]
+    text = " ".join((repo / "docs" / "analyses" / "geometry.md").read_text().split())
+    per_dim = schema_default("geometry", "long_context")["points_per_dim"]
+    stated = re.findall(r"([\d,]+) (?:tokens )?(?:for [\w ]+ )?at d_model = ([\d,]+)", text)
+    assert len(stated) == 3, stated
+    for tokens, width in stated:
+        n, d = int(tokens.replace(",", "")), int(width.replace(",", ""))
+        assert long_context_seq_len("auto", per_dim, d, None) == n, (tokens, width)
+    paper = load_config(repo / "config" / "paper.yaml")
+    widths = {model_facts(paper, m, results="/nonexistent").d_model for m in paper["models"]}
+    assert 4096 in widths and int(stated[-1][1].replace(",", "")) == 4096

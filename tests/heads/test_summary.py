@@ -178,3 +178,29 @@ def test_the_claim_is_decided_on_the_intervals_of_the_shares() -> None:
     assert holds["verdict"] == V.REPRODUCED
     (point,) = [r for r in check_sink_heads_common(summary, 0.3) if r["dataset"] == "d"]
     assert point["verdict"] == V.REPRODUCED and not point["interval"]
+
+
+def test_the_pooled_floor_is_per_dataset() -> None:
+    """A pooled row resamples each dataset's own sequences, so its floor of ``min_units`` is
+    per dataset: two datasets of 3 sequences are 6 in all but 3 per stratum, under a floor of
+    4, and decide nothing; with a floor of 3 the same row is decided. Every head is a sink on
+    every sequence, so the interval lies wholly above the floor either way."""
+    from sinkscope.claims import verdicts as V
+    from sinkscope.claims.checks.heads import check_sink_heads_common
+    from sinkscope.heads.summary import share_intervals
+
+    bos = [[0.9, 0.9]] * 3
+    tables = [per_sequence_table("m", d, bos) for d in ("d1", "d2")]
+    heads = [per_head_table("m", d, 3, [0.9, 0.9]) for d in ("d1", "d2")]
+    summary = summarize(heads, TH)
+    for floor, verdict in ((4, V.INCONCLUSIVE), (3, V.REPRODUCED)):
+        intervals = share_intervals(tables, TH, {"min_units": floor})
+        pooled = intervals.filter(pl.col("dataset") == "all").row(0, named=True)
+        assert pooled["n_units"] == 3
+        (row,) = [
+            r for r in check_sink_heads_common(summary, 0.2, intervals) if r["dataset"] == "all"
+        ]
+        assert row["verdict"] == verdict, row
+        assert "stratified by dataset (at fewest 3 per dataset)" in row["interval"]
+        if verdict == V.INCONCLUSIVE:
+            assert "a bootstrap over 3 sequences per dataset decides nothing" in row["reason"]

@@ -26,7 +26,9 @@ _SEQUENCES = ("extraction.n_sequences",)
 #: a bootstrap over fewer units than this decides nothing (sinkscope.claims.verdicts.Interval)
 _MIN_UNITS = "claims.intervals.min_units"
 _HEAD_SHARES = Sample(
-    "the extraction's sequences per pair (bootstrap over them)", (*_SEQUENCES, _MIN_UNITS)
+    "the extraction's sequences per pair (bootstrap over them; a pooled row resamples each "
+    "dataset's own, so its floor is per dataset)",
+    (*_SEQUENCES, _MIN_UNITS),
 )
 _HEAD_MEANS = Sample(
     "head means over the extraction's sequences, at the largest prefix T'",

@@ -35,8 +35,14 @@ def _interval(r: Mapping[str, Any], share: str) -> Interval | None:
     low, high = r.get(f"{share}_lo"), r.get(f"{share}_hi")
     if low is None or high is None:
         return None
-    unit = f"bootstrap over the {r['n_sequences']} sequences, {r['n_resamples']} resamples"
     n_units = r.get("n_units")
+    unit = f"bootstrap over the {r['n_sequences']} sequences, {r['n_resamples']} resamples"
+    if _stratified(r) and n_units is not None:
+        # pooled: stratified by dataset, each stratum resampled from its own N
+        unit = (
+            f"bootstrap over the {r['n_sequences']} sequences stratified by dataset (at fewest "
+            f"{n_units} per dataset), {r['n_resamples']} resamples"
+        )
     return Interval(
         float(low),
         float(high),
@@ -50,10 +56,16 @@ def _interval(r: Mapping[str, Any], share: str) -> Interval | None:
 _MORE_SEQUENCES = "; an interval straddles its bound: needs more sequences (extraction.n_sequences)"
 
 
-def _more_sequences(interval: Interval) -> str:
-    """Why an interval over sequences left its row inconclusive: too few sequences to decide
-    anything, or an interval that straddles the bound."""
-    return too_few_units_text(interval, "sequences", "extraction.n_sequences") or _MORE_SEQUENCES
+def _stratified(r: Mapping[str, Any]) -> bool:
+    """A pooled row: its bootstrap resamples each dataset's sequences separately."""
+    return int(r.get("n_datasets") or 1) > 1
+
+
+def _more_sequences(interval: Interval, r: Mapping[str, Any]) -> str:
+    """Why an interval over sequences left its row inconclusive: too few sequences (per
+    dataset, for a pooled row) to decide anything, or an interval that straddles the bound."""
+    units = "sequences per dataset" if _stratified(r) else "sequences"
+    return too_few_units_text(interval, units, "extraction.n_sequences") or _MORE_SEQUENCES
 
 
 __all__ = [
@@ -105,7 +117,7 @@ def check_sink_heads_common(
             "over the resamples)"
         )
         if verdict == INCONCLUSIVE:
-            reason += _more_sequences(share)
+            reason += _more_sequences(share, r)
         return Reading(setting, measured, sink, None, reason, share, verdict)
 
     return rows_per(
@@ -141,7 +153,7 @@ def check_diagonal_heads_rarer(
         # existence is read off the heads themselves; "rarer" on the interval of the excess
         verdict = decide(excess, 0.0, above=True, strict=True) if exists else NOT_REPRODUCED
         if verdict == INCONCLUSIVE:
-            reason += _more_sequences(excess)
+            reason += _more_sequences(excess, r)
         return Reading(setting, measured, diag, None, reason, share, verdict)
 
     return rows_per(
@@ -174,7 +186,7 @@ def _range_rows(
             return Reading(setting, measured, x, inside, reason)
         verdict = combine([decide(interval, lo, above=True), decide(interval, hi, above=False)])
         if verdict == INCONCLUSIVE:
-            reason += _more_sequences(interval)
+            reason += _more_sequences(interval, r)
         return Reading(setting, measured, x, None, reason, interval, verdict)
 
     return rows_per(
