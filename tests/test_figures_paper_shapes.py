@@ -196,6 +196,7 @@ def oversmoothing_tables(
     :func:`~sinkscope.oversmoothing.analysis.analyze_file` for ``shape``, with exactly
     ``n_deviating`` heads (one non-sink head in each of the first ``n_deviating`` layers) where
     uniform attention mixes no more than the learned attention (Fig. 11's rule)."""
+    from sinkscope.oversmoothing.names import BY_SEQUENCE_COLUMNS as OS_BY_SEQUENCE
     from sinkscope.oversmoothing.names import PER_HEAD_COLUMNS as OS_HEAD
     from sinkscope.oversmoothing.names import PER_LAYER_COLUMNS as OS_LAYER
     from sinkscope.oversmoothing.summary import UNIFORMITY_THRESHOLD, summary_tables
@@ -303,10 +304,31 @@ def oversmoothing_tables(
         probs_upper_max=pl.lit(0.0),
         probs_row_sum_max_err=pl.lit(1e-7),
     ).select(OS_LAYER)
+    # eq. (2)'s terms per sequence at the largest T': every sequence reads the head's rho and
+    # rho_hat (a = rho_hat, d0 = 1), as the analysis writes them
+    largest = per_head.filter(pl.col("context_length") == max(CONTEXT_LENGTHS))
+    by_sequence = (
+        largest.select(
+            "model", "dataset", "layer", "head", "context_length", "rho_xwz", "rhohat_xwz"
+        )
+        .join(pl.DataFrame({"sequence": np.arange(N_SEQUENCES)}), how="cross")
+        .with_columns(
+            a_beta2=pl.lit(0.0),
+            a_beta1=pl.lit(0.0),
+            a_beta0=pl.col("rhohat_xwz"),
+            d0_beta2=pl.lit(0.0),
+            d0_beta1=pl.lit(0.0),
+            d0_beta0=pl.lit(1.0),
+            sum_xz=pl.lit(1.0),
+            sum_zz=pl.lit(1.0),
+        )
+        .select(OS_BY_SEQUENCE)
+    )
     return {
         "per_head": per_head,
         "per_layer": per_layer,
         **summary_tables(per_head, per_layer, UNIFORMITY_THRESHOLD),
+        "approximation_by_sequence": by_sequence,
     }
 
 

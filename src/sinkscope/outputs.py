@@ -321,7 +321,11 @@ ENTRIES: tuple[RuleOutputs, ...] = (
         tables=oversmoothing_names.TABLES,
         figures=_figures("oversmoothing", oversmoothing_names.FIGURES, "_summary"),
         pairs="bos",
-        claims={"oversmoothing_summary": "summary", "oversmoothing_per_head": "per_head"},
+        claims={
+            "oversmoothing_summary": "summary",
+            "oversmoothing_per_head": "per_head",
+            "oversmoothing_approximation_by_sequence": "approximation_by_sequence",
+        },
     ),
     # sinks beyond BOS (Gu et al. 2025; Sun et al. 2024)
     RuleOutputs(

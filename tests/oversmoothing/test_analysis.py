@@ -17,7 +17,7 @@ import torch
 
 from sinkscope.heads.classify import classify_file
 from sinkscope.oversmoothing.analysis import analyze_file
-from sinkscope.oversmoothing.names import FIGURES
+from sinkscope.oversmoothing.names import FIGURES, TABLES
 from sinkscope.oversmoothing.post_norm import POST_NORM_EPS, fit_post_norm_gain
 from sinkscope.oversmoothing.summary import summarize
 from sinkscope.oversmoothing.theory import average_cosine_similarity
@@ -200,7 +200,7 @@ def test_analysis_matches_a_recomputation_from_the_model(extracted) -> None:
     cond = heads.select("condition", "cond_i_value", "cond_ii_value").to_dict(as_series=False)
     for label, first, second in zip(*cond.values(), strict=True):
         assert label == ("i" if first > 0 else "ii" if second < 0 else "neither")
-    assert set(tables) == {"per_head", "per_layer", "summary", "conditions"}
+    assert set(tables) == set(TABLES)
     assert tables["summary"].height == len(lengths)
 
 

@@ -258,6 +258,8 @@ CLAIMS: tuple[Claim, ...] = (
             tb["oversmoothing_per_head"],
             t["oversmoothing"]["approximation_error"],
             events_by_pair(tb),
+            tb.get("oversmoothing_approximation_by_sequence"),
+            t["intervals"],
         ),
     ),
     Claim(

@@ -79,7 +79,10 @@ SAMPLES: dict[str, Sample] = {
         "the model's heads pooled over datasets (bootstrap over heads); fixed by the model",
     ),
     "oversmoothing.approximation_every_head": Sample(
-        "every head of the model, at the largest T'", ("oversmoothing.context_lengths",)
+        "the extraction's sequences per pair: a bootstrap over them of the largest error over "
+        "every head, each resample recomputing rho and rho_hat from its sequences (a pooled "
+        "row resamples each dataset's own, so its floor is per dataset), at the largest T'",
+        (*_SEQUENCES, "oversmoothing.context_lengths", _MIN_UNITS),
     ),
     "oversmoothing.approximation_most_heads": Sample(
         "the model's heads (Wilson interval over the heads, each counted once when datasets "

@@ -178,7 +178,12 @@ from sinkscope.extraction.h5read import (
     release_freed_memory,
 )
 from sinkscope.oversmoothing.layer import LayerAnalysis, LayerResult
-from sinkscope.oversmoothing.names import HEAD_INFO_COLUMNS, PER_HEAD_COLUMNS, PER_LAYER_COLUMNS
+from sinkscope.oversmoothing.names import (
+    BY_SEQUENCE_COLUMNS,
+    HEAD_INFO_COLUMNS,
+    PER_HEAD_COLUMNS,
+    PER_LAYER_COLUMNS,
+)
 from sinkscope.oversmoothing.summary import UNIFORMITY_THRESHOLD, summary_tables
 
 __all__ = [
@@ -319,6 +324,22 @@ def _read_weights(handle: Any, layer: int) -> dict[str, torch.Tensor]:
     }
 
 
+def _sequence_frame(
+    layer: int, context_length: int, n_heads: int, result: LayerResult
+) -> pl.DataFrame:
+    """The layer's rows of ``approximation_by_sequence`` (sequence-major, then head)."""
+    n_seq = result.sequences["rho_xwz"].shape[0]
+    columns: dict[str, np.ndarray] = {
+        "layer": np.full(n_seq * n_heads, layer, dtype=np.int64),
+        "head": np.tile(np.arange(n_heads, dtype=np.int64), n_seq),
+        "context_length": np.full(n_seq * n_heads, context_length, dtype=np.int64),
+        "sequence": np.repeat(np.arange(n_seq, dtype=np.int64), n_heads),
+    }
+    for key, value in result.sequences.items():
+        columns[key] = np.asarray(value, dtype=np.float64).reshape(-1)
+    return pl.DataFrame(columns)
+
+
 def _layer_frames(
     layer: int, lengths: Sequence[int], n_heads: int, result: LayerResult
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -364,16 +385,19 @@ def analyze_file(
     ``block_size``: sequences read and processed at a time (default
     :func:`default_block_size`); the tables do not depend on it (to float64 rounding).
 
-    Returns ``{"per_head", "per_layer", "summary", "conditions"}`` (columns in
-    :data:`~sinkscope.oversmoothing.names.PER_HEAD_COLUMNS`,
-    :data:`~sinkscope.oversmoothing.names.PER_LAYER_COLUMNS` and
-    :func:`~sinkscope.oversmoothing.summary.summary_tables`).
+    Returns ``{"per_head", "per_layer", "summary", "conditions", "approximation_by_sequence"}``
+    (columns in :data:`~sinkscope.oversmoothing.names.PER_HEAD_COLUMNS`,
+    :data:`~sinkscope.oversmoothing.names.PER_LAYER_COLUMNS`,
+    :func:`~sinkscope.oversmoothing.summary.summary_tables` and
+    :data:`~sinkscope.oversmoothing.names.BY_SEQUENCE_COLUMNS`: eq. (2)'s terms per sequence at
+    the largest ``T'``, :mod:`sinkscope.oversmoothing.approximation`).
     """
     lam = np.asarray(lambdas, dtype=np.float64)
     if lam.ndim != 1 or lam.size < 2 or not np.all(np.diff(lam) > 0):
         raise ValueError("lambdas must be an increasing grid of at least 2 values")
     head_rows: list[pl.DataFrame] = []
     layer_rows: list[pl.DataFrame] = []
+    sequence_rows: list[pl.DataFrame] = []
     with open_activations(h5_path) as handle:
         model = str(read_attr(handle, ATTR_MODEL_NAME))
         dataset = str(read_attr(handle, ATTR_DATASET_NAME))
@@ -424,6 +448,7 @@ def analyze_file(
             heads_frame, layer_frame = _layer_frames(layer, lengths, n_heads, result)
             head_rows.append(heads_frame)
             layer_rows.append(layer_frame)
+            sequence_rows.append(_sequence_frame(layer, lengths[-1], n_heads, result))
     ids = [
         pl.lit(model).alias("model"),
         pl.lit(dataset).alias("dataset"),
@@ -439,8 +464,10 @@ def analyze_file(
         .with_columns(*ids, pl.col("n_tokens").cast(pl.Int64))
         .select(PER_LAYER_COLUMNS)
     )
+    by_sequence = pl.concat(sequence_rows).with_columns(*ids[:2]).select(BY_SEQUENCE_COLUMNS)
     tables = {"per_head": heads_table, "per_layer": layers_table}
     tables.update(summary_tables(heads_table, layers_table, uniformity_threshold))
+    tables["approximation_by_sequence"] = by_sequence
     return tables
 
 

@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from sinkscope.oversmoothing.approximation import sequence_terms
 from sinkscope.oversmoothing.moments import MomentAccumulator
+from sinkscope.oversmoothing.names import SEQUENCE_TERMS
 from sinkscope.oversmoothing.post_norm import post_norm_residual_sq, post_norm_sums
 from sinkscope.oversmoothing.theory import (
     closed_form_coefficients,
@@ -40,6 +42,9 @@ VARIANTS: tuple[str, ...] = ("id", "attn", "unif")
 class LayerResult:
     heads: dict[str, np.ndarray]  # arrays of shape (n_lengths, H)
     layer: dict[str, np.ndarray]  # arrays of shape (n_lengths,)
+    #: per sequence and head at the largest length: ``rho_xwz``, the
+    #: :data:`~sinkscope.oversmoothing.names.SEQUENCE_TERMS` and ``sum_xz, sum_zz``, ``(N, H)``
+    sequences: dict[str, np.ndarray]
 
 
 def _prefix_sums(values: torch.Tensor, lengths: Sequence[int], dim: int) -> torch.Tensor:
@@ -338,6 +343,7 @@ class LayerAnalysis:
         """
         if self.moments is None:
             self.moments = MomentAccumulator(self.lengths, self.d_model, self.n_seq)
+            self.seq_terms = np.empty((self.n_seq, self.n_heads, len(SEQUENCE_TERMS)))
         x = block["x"][:, self.start : self.stop].to(torch.float32)
         g = self.gain.to(torch.float32)
         safe_g = torch.where(g == 0, torch.ones_like(g), g)
@@ -345,6 +351,10 @@ class LayerAnalysis:
             g == 0, 0.0, block["z"][:, self.start : self.stop].to(torch.float32) / safe_g
         )
         self.moments.add(z_tilde, x)
+        # eq. (2)'s coefficients per sequence at the largest length (an interval of the error)
+        self.seq_terms[block["sequences"]] = sequence_terms(
+            z_tilde, self.w_in, self.in_heads, self.w_out64, self.b_v, float(self.kappa[-1])
+        )
 
     def _pass_scaled(self, block: dict[str, Any]) -> None:
         sl = block["sequences"]
@@ -461,7 +471,15 @@ class LayerAnalysis:
             ):
                 put(layer, key, value)
             del mom, terms
+        last = len(self.lengths) - 1
+        sequences = {
+            "rho_xwz": self.rho["rho_xwz"][..., last].numpy(),
+            **{name: self.seq_terms[..., i] for i, name in enumerate(SEQUENCE_TERMS)},
+            "sum_xz": np.repeat(self.moments.xz[:, last, None].numpy(), self.n_heads, axis=1),
+            "sum_zz": np.repeat(self.moments.zz[:, last, None].numpy(), self.n_heads, axis=1),
+        }
         return LayerResult(
             heads={key: np.stack(value) for key, value in heads.items()},
             layer={key: np.asarray(value) for key, value in layer.items()},
+            sequences=sequences,
         )

@@ -9,10 +9,12 @@ No computation and no imports: :mod:`sinkscope.paths`
 from __future__ import annotations
 
 __all__ = [
+    "BY_SEQUENCE_COLUMNS",
     "FIGURES",
     "HEAD_INFO_COLUMNS",
     "PER_HEAD_COLUMNS",
     "PER_LAYER_COLUMNS",
+    "SEQUENCE_TERMS",
     "TABLES",
 ]
 
@@ -21,7 +23,7 @@ __all__ = [
 #: :func:`~sinkscope.oversmoothing.analysis.analyze_file` and
 #: :func:`~sinkscope.oversmoothing.summary.summarize` (the claims on them are decided in the
 #: ``claims`` rule alone, :mod:`sinkscope.claims.checks.oversmoothing`).
-TABLES = ("per_head", "per_layer", "summary", "conditions")
+TABLES = ("per_head", "per_layer", "summary", "conditions", "approximation_by_sequence")
 #: Figures of one pair and of the summary (``paths.OVERSMOOTHING_FIGURES``), named after the
 #: paper's figures; each is written to ``<name>.png``.
 FIGURES = (
@@ -117,4 +119,33 @@ PER_LAYER_COLUMNS: tuple[str, ...] = (
     "output_bias_norm",
     "probs_upper_max",
     "probs_row_sum_max_err",
+)
+
+#: The coefficients of eq. (2)'s ``a(beta) = a2 beta^2 + a1 beta + a0`` and
+#: ``d0(beta) = d2 beta^2 + d1 beta + d0c`` on one sequence (``rho_hat = a / d0`` at
+#: ``lambda = 0`` from their means over sequences; :mod:`sinkscope.oversmoothing.approximation`).
+SEQUENCE_TERMS: tuple[str, ...] = (
+    "a_beta2",
+    "a_beta1",
+    "a_beta0",
+    "d0_beta2",
+    "d0_beta1",
+    "d0_beta0",
+)
+
+#: Columns of ``approximation_by_sequence``: one row per head and sequence at the largest
+#: ``T'``, so that the error ``|rho - rho_hat|`` of ``X + W Z`` can be resampled over sequences
+#: (``rho_xwz``: that sequence's average cosine; ``sum_xz, sum_zz``: its ``sum <x_i, z_i>`` and
+#: ``sum ||z_i||^2``, whose ratio over sequences is the layer's ``beta``).
+BY_SEQUENCE_COLUMNS: tuple[str, ...] = (
+    "model",
+    "dataset",
+    "layer",
+    "head",
+    "context_length",
+    "sequence",
+    "rho_xwz",
+    *SEQUENCE_TERMS,
+    "sum_xz",
+    "sum_zz",
 )

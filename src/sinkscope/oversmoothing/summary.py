@@ -18,7 +18,7 @@ import polars as pl
 from sinkscope.config_schema import schema_default
 from sinkscope.heads.order import sort_pooled_last
 from sinkscope.labels import POOLED
-from sinkscope.oversmoothing.names import PER_HEAD_COLUMNS, PER_LAYER_COLUMNS
+from sinkscope.oversmoothing.names import BY_SEQUENCE_COLUMNS, PER_HEAD_COLUMNS, PER_LAYER_COLUMNS
 from sinkscope.oversmoothing.theory import CONDITIONS
 
 __all__ = [
@@ -351,7 +351,7 @@ def summarize(
 ) -> dict[str, pl.DataFrame]:
     """Combine :func:`~sinkscope.oversmoothing.analysis.analyze_file` outputs of several pairs.
 
-    Returns ``per_head`` and ``per_layer`` (concatenated), and ``summary`` and ``conditions``
+    Returns ``per_head``, ``per_layer`` and ``approximation_by_sequence`` (concatenated), and ``summary`` and ``conditions``
     recomputed per pair plus one pooled pseudo-dataset ``"all"`` per model (every head
     of every dataset counted once). ``uniformity_threshold`` defaults to the one the tables were
     made with.
@@ -387,6 +387,10 @@ def summarize(
     by_pair = summary_tables(per_head, per_layer, uniformity_threshold)
     pooled = summary_tables(pooled_heads, pooled_layers, uniformity_threshold)
     out = {"per_head": per_head, "per_layer": per_layer}
+    # per sequence: concatenated; the claims resample each pair's sequences on their own
+    out["approximation_by_sequence"] = pl.concat(
+        [t["approximation_by_sequence"].select(BY_SEQUENCE_COLUMNS) for t in tables]
+    )
     for key in ("summary", "conditions"):
         out[key] = sort_pooled_last(
             pl.concat([by_pair[key], pooled[key]]), "context_length", maintain_order=True

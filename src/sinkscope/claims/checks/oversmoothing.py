@@ -8,9 +8,11 @@ claim's verdict is one function (``*_holds``), called by its ``check_*``.
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from sinkscope.claims.events import LayerEvents, coincidence
@@ -27,6 +29,7 @@ from sinkscope.claims.verdicts import (
     pct,
     require,
     rows_per,
+    too_few_units_text,
     where_heads,
 )
 from sinkscope.heads.order import sort_pooled_last
@@ -66,7 +69,11 @@ def _largest_context(summary: pl.DataFrame) -> pl.DataFrame:
 
 
 def _with_pooled_heads(per_head: pl.DataFrame) -> pl.DataFrame:
-    heads = per_head.filter(pl.col("dataset") != POOLED)
+    """The heads of each pair plus, per model, all of them again as the pooled ``"all"``
+    (column ``dataset_of_head``: the pair each head reading comes from)."""
+    heads = per_head.filter(pl.col("dataset") != POOLED).with_columns(
+        dataset_of_head=pl.col("dataset")
+    )
     return pl.concat([heads, heads.with_columns(dataset=pl.lit(POOLED))], how="vertical_relaxed")
 
 
@@ -146,18 +153,73 @@ def _head_errors(group: Mapping[str, Any]) -> pl.Series:
     return group["heads"]["abs_err_xwz"]
 
 
+def _approximation_interval(
+    group: Mapping[str, Any],
+    by_sequence: pl.DataFrame,
+    intervals: Mapping[str, Any],
+) -> Interval | None:
+    """The interval of the largest ``|rho - rho_hat|`` over the group's heads: a percentile
+    bootstrap over sequences (:func:`sinkscope.oversmoothing.approximation.max_error_draws`;
+    a pooled row resamples each dataset's sequences on their own, so its floor of
+    ``min_units`` is per dataset). None where the table has none of the group's pairs."""
+    from sinkscope.oversmoothing.approximation import max_error_draws
+
+    model, dataset = str(group["model"]), str(group["dataset"])
+    datasets = group["heads"]["dataset_of_head"].unique().sort().to_list()
+    rows = by_sequence.filter((pl.col("model") == model) & pl.col("dataset").is_in(datasets))
+    strata = [part for _, part in rows.group_by("dataset", maintain_order=True)]
+    if len(strata) != len(datasets):
+        return None
+    settings = {**schema_default_intervals(), **intervals}
+    level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
+    rng = np.random.default_rng([int(settings["seed"]), zlib.crc32(f"{model}/{dataset}".encode())])
+    _sample, draws = max_error_draws(strata, n_resamples, rng)
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(draws, [alpha, 1.0 - alpha])
+    counts = [part["sequence"].n_unique() for part in strata]
+    unit = f"bootstrap over the {sum(counts)} sequences"
+    if len(strata) > 1:
+        unit += f" stratified by dataset (at fewest {min(counts)} per dataset)"
+    return Interval(
+        float(low),
+        float(high),
+        f"{unit}, {n_resamples} resamples",
+        level,
+        n_units=min(counts),
+        min_units=int(settings["min_units"]),
+    )
+
+
+def schema_default_intervals() -> dict[str, Any]:
+    """The schema's ``claims.intervals`` (level, resamples, seed, min_units)."""
+    from sinkscope.config_schema import schema_default
+
+    return dict(schema_default("claims", "intervals"))
+
+
 def check_approximation_every_head(
     per_head: pl.DataFrame,
     approximation_error: float,
     events: Mapping[tuple[str, str], LayerEvents] | None = None,
+    by_sequence: pl.DataFrame | None = None,
+    intervals: Mapping[str, Any] | None = None,
 ) -> list[Row]:
     """App. E.1 / Fig. 7: ``|rho - rho_hat|`` (approximation (2) of Theorem 5.1) is below
     ``approximation_error`` (paper: 0.1) for every head, for ``X + WZ`` (``X``: an identity, a
-    sanity check; :mod:`sinkscope.claims.sanity`), at each pair's largest context length (the paper's Fig. 7
-    uses 512). A failing pair's reason names the failing heads by layer, the other layers'
-    error, and whether the failing layers are the pair's known ``events``
-    (:func:`sinkscope.claims.events.coincidence`: BOS's norm jump, the massive-activation
-    onset)."""
+    sanity check; :mod:`sinkscope.claims.sanity`), at each pair's largest context length (the
+    paper's Fig. 7 uses 512).
+
+    The measured value is the largest error over the heads. With ``by_sequence`` (the
+    ``approximation_by_sequence`` table: eq. (2)'s terms per sequence) it gets a percentile
+    bootstrap interval over sequences: each resample recomputes every head's ``rho`` and
+    ``rho_hat`` from the drawn sequences and takes the largest error
+    (:func:`_approximation_interval`, ``intervals``: the config's ``claims.intervals``).
+    Reproduced when the interval lies below ``approximation_error``, not reproduced when above,
+    inconclusive when it straddles it or rests on fewer than ``min_units`` sequences; without
+    the table, the point reading decides. A failing pair's reason names the failing heads by
+    layer, the other layers' error, and whether the failing layers are the pair's known
+    ``events`` (:func:`sinkscope.claims.events.coincidence`: BOS's norm jump, the
+    massive-activation onset)."""
 
     def reading(g: Mapping[str, Any]) -> Reading:
         h, err = g["heads"], _head_errors(g)
@@ -179,13 +241,27 @@ def check_approximation_every_head(
             )
             if known:
                 reason += f"; {known}"
-        return Reading(
-            _heads_setting(h),
-            f"max error {worst:.3f} (X+WZ)",
-            worst,
-            approximation_holds(worst, approximation_error),
-            reason,
+        setting, measured = _heads_setting(h), f"max error {worst:.3f} (X+WZ)"
+        holds = approximation_holds(worst, approximation_error)
+        interval = (
+            None
+            if by_sequence is None
+            else _approximation_interval(g, by_sequence, intervals or {})
         )
+        if interval is None:
+            return Reading(setting, measured, worst, holds, reason)
+        verdict = decide(interval, approximation_error, above=False, strict=True)
+        if verdict == INCONCLUSIVE:
+            pooled = h["dataset_of_head"].n_unique() > 1
+            reason += too_few_units_text(
+                interval,
+                "sequences per dataset" if pooled else "sequences",
+                "extraction.n_sequences",
+            ) or (
+                f"; the interval straddles {approximation_error:g}: needs more sequences "
+                "(extraction.n_sequences)"
+            )
+        return Reading(setting, measured, worst, None, reason, interval, verdict)
 
     test = f"max over heads of |rho - rho_hat| < {approximation_error:g}"
     return rows_per(_head_groups(per_head), test, reading)

@@ -1,0 +1,117 @@
+"""Eq. (2) per sequence (:mod:`sinkscope.oversmoothing.approximation`) against the pooled
+moments' closed form: a resample of sequences, given as its duplicated sequences to the moments
+and trace terms of :mod:`sinkscope.oversmoothing.theory`, gives the same ``rho_hat`` as the
+per-sequence coefficients averaged with the resample's counts; on real (tiny) activation files
+the full sample gives the per-head table's ``rhohat_xwz`` and ``abs_err_xwz``."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from sinkscope.oversmoothing.approximation import (
+    max_error_draws,
+    rho_hat_from_means,
+    sequence_terms,
+)
+from sinkscope.oversmoothing.moments import estimate_moments
+from sinkscope.oversmoothing.names import BY_SEQUENCE_COLUMNS, SEQUENCE_TERMS
+from sinkscope.oversmoothing.theory import closed_form_coefficients, rho_hat, trace_terms
+
+
+@pytest.mark.parametrize("counts", [[1, 1, 1, 1, 1], [2, 0, 1, 1, 1], [0, 0, 5, 0, 0]])
+def test_per_sequence_terms_resample_like_the_pooled_closed_form(counts: list[int]) -> None:
+    rng = np.random.default_rng(7)
+    n_seq, n, dim, k = 5, 7, 12, 3
+    heads = torch.tensor([0, 0, 1, 1])  # two value maps shared by pairs of heads (GQA)
+    z = torch.as_tensor(rng.normal(size=(n_seq, n, dim)) + 0.7, dtype=torch.float32)
+    x = z * 1.8 + torch.as_tensor(rng.normal(size=(n_seq, n, dim)), dtype=torch.float32)
+    w_in = torch.as_tensor(rng.normal(size=(2, k, dim)), dtype=torch.float64)
+    w_out = torch.as_tensor(rng.normal(size=(4, dim, k)), dtype=torch.float64)
+    b_v = torch.as_tensor(rng.normal(size=(4, k)), dtype=torch.float64)
+    kappa = 1.3
+    # reference: the resample as a sample of its own, through the pooled moments
+    take = np.repeat(np.arange(n_seq), counts)
+    moments = estimate_moments(z[take].double(), x[take].double(), [n])[0]
+    coef = closed_form_coefficients(
+        trace_terms(moments, w_out, w_in, b_v, heads), moments.beta, kappa
+    )
+    expected = rho_hat(coef, n, 0.0)
+    # per sequence, averaged with the resample's counts
+    terms = sequence_terms(z, w_in, heads, w_out, b_v, kappa)
+    assert terms.shape == (n_seq, 4, len(SEQUENCE_TERMS))
+    weights = np.asarray(counts, dtype=np.float64)
+    xz = (x.double() * z.double()).sum((1, 2)).numpy()
+    zz = z.double().square().sum((1, 2)).numpy()
+    beta = (weights @ xz) / (weights @ zz)
+    assert beta == pytest.approx(moments.beta, rel=1e-9)
+    found = rho_hat_from_means(np.einsum("n,nht->ht", weights, terms) / weights.sum(), beta)
+    np.testing.assert_allclose(found, expected, rtol=2e-6)
+
+
+def _planted(errors_by_head: list[float], n_seq: int, spread: float, seed: int = 0) -> pl.DataFrame:
+    """One pair's ``approximation_by_sequence`` rows where ``rho_hat`` is 0.5 for every head
+    (``a = 0.5``, ``d0 = 1``) and each head's per-sequence ``rho`` is ``0.5 + error`` plus noise
+    of sd ``spread`` (centred, so the sample's error is exactly the planted one)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for head, error in enumerate(errors_by_head):
+        noise = rng.normal(size=n_seq) * spread
+        noise -= noise.mean()
+        for sequence in range(n_seq):
+            rows.append(
+                {
+                    "model": "m", "dataset": "d", "layer": 0, "head": head,
+                    "context_length": 64, "sequence": sequence,
+                    "rho_xwz": 0.5 + error + noise[sequence],
+                    "a_beta2": 0.0, "a_beta1": 0.0, "a_beta0": 0.5,
+                    "d0_beta2": 0.0, "d0_beta1": 0.0, "d0_beta0": 1.0,
+                    "sum_xz": 1.0, "sum_zz": 1.0,
+                }
+            )  # fmt: skip
+    return pl.DataFrame(rows).select(BY_SEQUENCE_COLUMNS)
+
+
+def test_max_error_draws_read_the_planted_errors() -> None:
+    table = _planted([0.01, -0.03, 0.02], n_seq=30, spread=0.05)
+    sample, draws = max_error_draws([table], 400, np.random.default_rng(0))
+    assert sample == pytest.approx(0.03, abs=1e-12)
+    # the max over heads of |mean| resampled: around 0.03, spread about 0.05 / sqrt(30)
+    assert 0.02 < np.median(draws) < 0.05 and draws.std() < 0.02
+    # a constant per-sequence rho resamples to the same error every time
+    flat, flat_draws = max_error_draws([_planted([0.2], 10, 0.0)], 50, np.random.default_rng(1))
+    assert flat == pytest.approx(0.2) and np.allclose(flat_draws, 0.2)
+
+
+def test_the_files_per_sequence_terms_give_the_per_head_table(extracted) -> None:
+    """On a tiny model of each family (Gemma 3: the post-norm's ``kappa``; GPT-2: value biases),
+    the full sample of ``approximation_by_sequence`` gives every head's ``rho_xwz``,
+    ``rhohat_xwz`` and ``abs_err_xwz`` of ``per_head`` at the largest ``T'``, and
+    :func:`max_error_draws` on it the largest ``abs_err_xwz``."""
+    from sinkscope.heads.classify import classify_file
+    from sinkscope.oversmoothing.analysis import analyze_file
+
+    _family, path, _model, _ids = extracted
+    tables = analyze_file(path, classify_file(path)[1], context_lengths=[8, 16])
+    by_sequence = tables["approximation_by_sequence"]
+    assert by_sequence.columns == list(BY_SEQUENCE_COLUMNS)
+    per_head = tables["per_head"].filter(pl.col("context_length") == 16).sort("layer", "head")
+    assert set(by_sequence["context_length"]) == {16}
+    means = (
+        by_sequence.group_by("layer", "head")
+        .agg(
+            pl.col("rho_xwz").mean(),
+            *[pl.col(c).mean() for c in SEQUENCE_TERMS],
+            (pl.col("sum_xz").sum() / pl.col("sum_zz").sum()).alias("beta"),
+        )
+        .sort("layer", "head")
+    )
+    np.testing.assert_allclose(means["rho_xwz"], per_head["rho_xwz"], rtol=1e-12)
+    np.testing.assert_allclose(means["beta"], per_head["beta"], rtol=1e-9)
+    terms = means.select(SEQUENCE_TERMS).to_numpy()
+    found = rho_hat_from_means(terms, means["beta"].to_numpy())
+    np.testing.assert_allclose(found, per_head["rhohat_xwz"], rtol=1e-5, atol=1e-7)
+    sample, _ = max_error_draws([by_sequence], 10, np.random.default_rng(0))
+    assert sample == pytest.approx(per_head["abs_err_xwz"].max(), rel=1e-4, abs=1e-7)
