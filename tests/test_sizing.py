@@ -117,6 +117,32 @@ def test_requests_grow_with_the_attempt_and_the_model() -> None:
     assert job_request("classify_heads", config, "mistral-7b").partition == "cpu"
 
 
+def test_the_oversmoothing_request_pays_for_the_value_maps_it_multiplies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The per-sequence terms of eq. (2) cost ``2 N T G k D`` multiply-adds a layer: Gemma-7B's
+    16 value maps of 256 dimensions cost 3 x as many per layer as Llama-3.1-8B's 8 of 128 at
+    3/4 the width (hand count: 16 x 256 x 3072 against 8 x 128 x 4096), and switching the rate
+    off takes exactly that time out of the estimate."""
+    from sinkscope.sizing import costs
+
+    config = validate_config(load_layered_config([REPO / "config" / "paper.yaml"]))
+    n, t = config["extraction"]["n_sequences"], config["extraction"]["context_length"]
+    added = {}
+    for model, (layers, maps, k, d) in {
+        "llama-3.1-8b": (32, 8, 128, 4096),
+        "gemma-7b": (28, 16, 256, 3072),
+    }.items():
+        with_terms = job_request("analyze_oversmoothing", config, model).estimate.seconds
+        monkeypatch.setattr(costs, "APPROXIMATION_TERMS_S_PER_GMAC", 0.0)
+        without = job_request("analyze_oversmoothing", config, model).estimate.seconds
+        monkeypatch.undo()
+        hand = 0.06 * layers * 2 * n * t * maps * k * d / 1e9
+        assert with_terms - without == pytest.approx(hand, rel=1e-9), model
+        added[model] = hand / layers
+    assert added["gemma-7b"] / added["llama-3.1-8b"] == pytest.approx(3.0)
+
+
 def test_the_long_context_solves_run_on_the_cpu_after_a_short_gpu_forward() -> None:
     """The long-context test at Mistral-7B's width: the forward holds a GPU for minutes, the
     half-space solves (10,240 points in 4,096 dimensions, 2 x 2 x 32 of them and their nulls)
@@ -390,3 +416,20 @@ def test_time_by_rule_adds_up_the_jobs_logs(tmp_path: Path, capsys: pytest.Captu
     assert "| extract_activations | 2 | 15.0 | 99% | 2,500 MB |" in out
     assert "| **total** | 3 | 15.1 | 100% | |" in out
     assert main(["usage", str(tmp_path / "empty")]) == 1
+
+
+def test_the_cluster_guide_shows_this_commits_paper_plan() -> None:
+    """docs/cluster.md prints the plan of config/paper.yaml "for this commit": every row of
+    ``sinkscope plan --configfile config/paper.yaml`` must be in it as printed, so a change to
+    the sizing that moves a request also moves the guide."""
+    plan = subprocess.run(
+        [sys.executable, "-m", "sinkscope.cli", "plan", "--configfile", "config/paper.yaml"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+    ).stdout
+    rows = [line for line in plan.splitlines() if line.startswith("| ") and "rule" not in line]
+    guide = (REPO / "docs" / "cluster.md").read_text()
+    assert len(rows) > 20
+    assert [row for row in rows if row not in guide] == []

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from sinkscope.oversmoothing.approximation import (
+    HeadMaps,
     max_error_draws,
     rho_hat_from_means,
     sequence_terms,
@@ -40,7 +41,7 @@ def test_per_sequence_terms_resample_like_the_pooled_closed_form(counts: list[in
     )
     expected = rho_hat(coef, n, 0.0)
     # per sequence, averaged with the resample's counts
-    terms = sequence_terms(z, w_in, heads, w_out, b_v, kappa)
+    terms = sequence_terms(z, HeadMaps.from_weights(w_in, heads, w_out, b_v), kappa)
     assert terms.shape == (n_seq, 4, len(SEQUENCE_TERMS))
     weights = np.asarray(counts, dtype=np.float64)
     xz = (x.double() * z.double()).sum((1, 2)).numpy()

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sinkscope.oversmoothing.approximation import sequence_terms
+from sinkscope.oversmoothing.approximation import HeadMaps, sequence_terms
 from sinkscope.oversmoothing.moments import MomentAccumulator
 from sinkscope.oversmoothing.names import SEQUENCE_TERMS
 from sinkscope.oversmoothing.post_norm import post_norm_residual_sq, post_norm_sums
@@ -344,6 +344,7 @@ class LayerAnalysis:
         if self.moments is None:
             self.moments = MomentAccumulator(self.lengths, self.d_model, self.n_seq)
             self.seq_terms = np.empty((self.n_seq, self.n_heads, len(SEQUENCE_TERMS)))
+            self.head_maps = HeadMaps.from_weights(self.w_in, self.in_heads, self.w_out64, self.b_v)
         x = block["x"][:, self.start : self.stop].to(torch.float32)
         g = self.gain.to(torch.float32)
         safe_g = torch.where(g == 0, torch.ones_like(g), g)
@@ -353,7 +354,7 @@ class LayerAnalysis:
         self.moments.add(z_tilde, x)
         # eq. (2)'s coefficients per sequence at the largest length (an interval of the error)
         self.seq_terms[block["sequences"]] = sequence_terms(
-            z_tilde, self.w_in, self.in_heads, self.w_out64, self.b_v, float(self.kappa[-1])
+            z_tilde, self.head_maps, float(self.kappa[-1])
         )
 
     def _pass_scaled(self, block: dict[str, Any]) -> None:

@@ -13,6 +13,7 @@ from sinkscope.outputs import AnalysisCost
 
 __all__ = [
     "ANALYSIS_COSTS",
+    "APPROXIMATION_TERMS_S_PER_GMAC",
     "CLUSTER_THREADS",
     "CPU_FORWARD_FLOP_S",
     "D2H_GB_S",
@@ -109,6 +110,15 @@ CPU_FORWARD_FLOP_S = 2.0e10
 #: 1.06 gpt-oss-20b (64 heads), 0.46 GPT-2 XL; 2.6 x the rows and 0.8 x the maps cover each
 #: within 1.0-1.4x. It grows by 3-9 MB a layer (0.003-0.017 of a layer's data: gpt-oss-20b,
 #: GPT-2 XL); 0.025 covers both.
+#: Seconds per 10^9 multiply-adds of the oversmoothing job's per-sequence terms of eq. (2)
+#: (:func:`sinkscope.oversmoothing.approximation.sequence_terms`: ``2 N T' G k D`` a layer, for
+#: ``G`` value maps of ``k`` dimensions), which the rehearsals above predate.
+#: bench/approximation_bench.py: 75-81 GMAC/s on the idle 2-core Intel Xeon at the widths of
+#: Llama-3.1-8B, Gemma-7B and GPT-2 XL; halved for a second job on the cores and divided by
+#: 2.2 for :data:`REFERENCE_CPU`: about 17 GMAC/s. Adds 6 s a layer at Llama-3.1-8B's widths
+#: (N = 50, T' = 256; the analysis's per-layer share is about 100 s) and 19 s at Gemma-7B's.
+APPROXIMATION_TERMS_S_PER_GMAC = 0.06
+
 ANALYSIS_COSTS: dict[str, AnalysisCost] = {
     "classify_heads": AnalysisCost(rss_layers=0.25, s_per_gb=3.5, fixed_s=10.0),
     "analyze_geometry": AnalysisCost(rss_layers=0.6, s_per_gb=20.0, fixed_s=45.0),
