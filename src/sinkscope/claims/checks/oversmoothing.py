@@ -225,7 +225,11 @@ def check_approximation_every_head(
         h, err = g["heads"], _head_errors(g)
         worst = float(err.max())
         over = h.filter(err >= approximation_error)
-        reason = f"{over.height} of {h.height} heads have an error >= {approximation_error:g}"
+        n_heads = h.select("layer", "head").n_unique()
+        n_over = over.select("layer", "head").n_unique()
+        reason = f"{n_over} of {n_heads} heads have an error >= {approximation_error:g}"
+        if h.height != n_heads:  # pooled: each head read once per dataset
+            reason += f" on some dataset ({over.height} of {h.height} head readings)"
         if over.height:
             # where: the failing heads by layer, and the mean error of the other layers
             per_layer = dict(h.group_by("layer").agg(pl.col("head").n_unique()).iter_rows())
