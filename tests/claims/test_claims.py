@@ -1572,7 +1572,7 @@ def test_a_failing_per_head_check_names_where_it_fails() -> None:
     assert "4 of 12 heads have an error >= 0.1 (layer 1: all 4 heads)" in row["reason"]
     assert "in the other layers the mean error is 0.003 and the largest 0.003" in row["reason"]
     some = pl.DataFrame({"layer": [2, 2, 5], "head": [3, 1, 0]})
-    assert where_heads(some, {2: 4, 5: 1}) == "layer 2: heads 1, 3; layer 5: all 1 heads"
+    assert where_heads(some, {2: 4, 5: 1}) == "layer 2: heads 1, 3; layer 5: its only head"
     many = pl.DataFrame({"layer": list(range(9)), "head": [0] * 9})
     assert where_heads(many, {}, limit=2).endswith("layer 1: head 0; 7 more layers")
 

@@ -879,3 +879,20 @@ def test_the_pooled_approximation_row_resamples_each_dataset_with_a_floor_per_da
         assert "24 sequences stratified by dataset (at fewest 12 per dataset)" in pooled["interval"]
         if verdict == V.INCONCLUSIVE:
             assert "a bootstrap over 12 sequences per dataset decides nothing" in pooled["reason"]
+
+
+def test_the_pooled_approximation_row_counts_heads_once() -> None:
+    """Pooled over two datasets, a head that fails on both is one failing head of the model's
+    two, read twice: the reason says so, with the readings apart."""
+    from sinkscope.claims.checks.oversmoothing import check_approximation_every_head
+
+    parts = [approximation_by_sequence([APPROX + 0.1, 0.01], n_seq=20) for _ in range(2)]
+    per_head = pl.concat(
+        [p["oversmoothing_per_head"].with_columns(dataset=pl.lit(d)) for p, d in zip(parts, "ab")]
+    )
+    (pooled,) = [
+        r for r in check_approximation_every_head(per_head, APPROX) if r["dataset"] == "all"
+    ]
+    assert pooled["reason"].startswith(
+        f"1 of 2 heads have an error >= {APPROX:g} (layer 0: its only head; 2 of 4 readings over the datasets)"
+    ), pooled["reason"]

@@ -272,7 +272,8 @@ def where_heads(failing: pl.DataFrame, heads_per_layer: Mapping[int, int], limit
     for r in by_layer.head(limit).iter_rows(named=True):
         heads, layer = r["head"], int(r["layer"])
         if len(heads) == heads_per_layer.get(layer, -1):
-            parts.append(f"layer {layer}: all {len(heads)} heads")
+            whole = "its only head" if len(heads) == 1 else f"all {len(heads)} heads"
+            parts.append(f"layer {layer}: {whole}")
         else:
             parts.append(
                 f"layer {layer}: head{'s' if len(heads) > 1 else ''} {', '.join(map(str, heads))}"

@@ -228,13 +228,16 @@ def check_approximation_every_head(
         n_heads = h.select("layer", "head").n_unique()
         n_over = over.select("layer", "head").n_unique()
         reason = f"{n_over} of {n_heads} heads have an error >= {approximation_error:g}"
-        if h.height != n_heads:  # pooled: each head read once per dataset
-            reason += f" on some dataset ({over.height} of {h.height} head readings)"
         if over.height:
             # where: the failing heads by layer, and the mean error of the other layers
             per_layer = dict(h.group_by("layer").agg(pl.col("head").n_unique()).iter_rows())
             rest = h.filter(~pl.col("layer").is_in(over["layer"].unique().to_list()))
-            reason += f" ({where_heads(over, per_layer)})"
+            readings = (
+                f"; {over.height} of {h.height} readings over the datasets"
+                if h.height != n_heads  # pooled: each head is read once per dataset
+                else ""
+            )
+            reason += f" ({where_heads(over, per_layer)}{readings})"
             if rest.height:
                 reason += (
                     f"; in the other layers the mean error is {float(rest['abs_err_xwz'].mean()):.3g}"
