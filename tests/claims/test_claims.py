@@ -421,12 +421,16 @@ def test_oversmoothing_claims_read_the_module_summary() -> None:
     assert row["verdict"] == V.REPRODUCED and "T'=16" in row["setting"]  # the largest T'
     (row,) = OC.check_attention_raises_similarity(summary, row["value"])  # boundary: not > itself
     assert row["verdict"] == V.NOT_REPRODUCED
-    (row,) = OC.check_condition_i_about_half(summary, 0.25)  # 2 of 6 heads satisfy (i)
-    assert row["value"] == pytest.approx(1 / 3) and row["verdict"] == V.REPRODUCED
-    assert verdicts(OC.check_condition_i_about_half(summary, 0.16)) == [V.NOT_REPRODUCED]
-    (row,) = OC.check_condition_ii_few(summary, 0.1)  # 2 of 6 satisfy (ii)
-    assert row["verdict"] == V.NOT_REPRODUCED
-    assert verdicts(OC.check_condition_ii_few(summary, 1 / 3)) == [V.REPRODUCED]
+    # 2 of 6 heads satisfy (i), 2 of 6 (ii): on 6 heads the Wilson interval [0.10, 0.70]
+    # straddles every bound, so neither share decides anything (the flips use 400 heads)
+    (row,) = OC.check_condition_i_about_half(summary, 0.25)
+    assert row["value"] == pytest.approx(1 / 3) and row["verdict"] == V.INCONCLUSIVE
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx(wilson_interval(2, 6))
+    assert "needs more heads" in row["reason"]
+    assert verdicts(OC.check_condition_i_about_half(summary, 0.16)) == [V.INCONCLUSIVE]
+    (row,) = OC.check_condition_ii_few(summary, 0.1)
+    assert row["verdict"] == V.INCONCLUSIVE
+    assert verdicts(OC.check_condition_ii_few(summary, 0.75)) == [V.REPRODUCED]
     # every-head vs most-heads reading of Fig. 7 on the per-head table: one head at 0.2
     every, pooled = OC.check_approximation_every_head(per_head, 0.1)
     assert (every["dataset"], pooled["dataset"]) == ("d", "all")
@@ -586,9 +590,12 @@ def test_condition_claims_use_the_heads_and_map_of_figs_8_9() -> None:
     summary = ov_summary.summary_tables(per_head, per_layer, 0.6)["summary"]
     (half,) = OC.check_condition_i_about_half(summary, 0.25)
     assert half["value"] == pytest.approx(2 / 4) and "2 of 4 non-sink heads" in half["measured"]
-    assert half["verdict"] == V.REPRODUCED
+    # the share is the band's centre, but 4 heads give a Wilson interval wider than the band
+    assert half["verdict"] == V.INCONCLUSIVE
+    assert (half["ci_low"], half["ci_high"]) == pytest.approx(wilson_interval(2, 4))
     (few,) = OC.check_condition_ii_few(summary, 0.1)
-    assert few["value"] == 0.0 and few["verdict"] == V.REPRODUCED
+    assert few["value"] == 0.0 and few["verdict"] == V.INCONCLUSIVE
+    assert (few["ci_low"], few["ci_high"]) == pytest.approx(wilson_interval(0, 4))
     assert "unscaled head map W (not plotted): 25.0%" in few["reason"]
     (signs,) = OC.check_predicted_signs(summary, 0.5)
     # 1 of 2 heads: the Wilson interval spans most of [0, 1], so nothing is decided on it
@@ -606,9 +613,10 @@ def test_condition_claims_use_the_heads_and_map_of_figs_8_9() -> None:
     )
     summary = ov_summary.summary_tables(flipped, per_layer, 0.6)["summary"]
     (few,) = OC.check_condition_ii_few(summary, 0.1)
-    assert few["value"] == pytest.approx(0.25) and few["verdict"] == V.NOT_REPRODUCED
+    assert few["value"] == pytest.approx(0.25) and few["verdict"] == V.INCONCLUSIVE
+    assert (few["ci_low"], few["ci_high"]) == pytest.approx(wilson_interval(1, 4))
     (half,) = OC.check_condition_i_about_half(summary, 0.2)
-    assert half["value"] == pytest.approx(0.75) and half["verdict"] == V.NOT_REPRODUCED
+    assert half["value"] == pytest.approx(0.75) and half["verdict"] == V.INCONCLUSIVE
 
 
 def test_condition_claims_without_non_sink_heads_are_not_applicable() -> None:
@@ -1673,3 +1681,22 @@ def test_claim_sentences_state_the_runs_head_class_thresholds() -> None:
     default = R.evaluate_claims({}, None, models=["m"])
     assert "(>= 60% joint mass, >= 10% each)" in default["claim"].to_list()[3]
     assert not any("{" in sentence for sentence in default["claim"].to_list())
+
+
+def test_a_pooled_condition_row_counts_each_head_once() -> None:
+    """The pooled summary row reads each head once per dataset (n_heads 4 x 100): its Wilson
+    interval is over the 100 heads, not the 400 readings, so it is as wide as one dataset's."""
+    rows = [
+        summary_row(dataset=d, n_heads=100, n_non_sink=100, n_cond_i_s_non_sink=30,
+                    frac_cond_i_s_non_sink=0.3)
+        for d in ("a", "b", "c", "d")
+    ]  # fmt: skip
+    pooled = summary_row(dataset="all", n_heads=400, n_non_sink=400, n_cond_i_s_non_sink=120,
+                         frac_cond_i_s_non_sink=0.3)  # fmt: skip
+    table = pl.concat([*rows, pooled], how="vertical_relaxed")
+    found = {r["dataset"]: r for r in OC.check_condition_i_about_half(table, 0.25)}
+    assert (found["all"]["ci_low"], found["all"]["ci_high"]) == pytest.approx(
+        wilson_interval(30, 100)
+    )
+    assert (found["a"]["ci_low"], found["a"]["ci_high"]) == pytest.approx(wilson_interval(30, 100))
+    assert "each head counted once: 30 of 100" in found["all"]["reason"]

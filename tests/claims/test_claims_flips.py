@@ -260,8 +260,6 @@ MIN_DIFF = TOL["oversmoothing"]["min_difference"]
 HALF_BAND = TOL["oversmoothing"]["half_band"]
 FEW = TOL["oversmoothing"]["few_max_fraction"]
 REL_OFFSET = TOL["oversmoothing"]["approximation_relative_offset"]
-HALF_IN, HALF_OUT = edges(20, lambda x: abs(x - 0.5) <= HALF_BAND)
-FEW_IN, FEW_OUT = edges(20, lambda x: x <= FEW)
 
 
 def per_head_errors(errors: list[float]) -> Tables:
@@ -533,17 +531,22 @@ FLIPS: dict[str, Flip] = {
         fails=[MIN_DIFF - 0.05, 0.0],
     ),
     "oversmoothing.condition_i_half": Flip(
-        lambda k: conditions("i", k),
-        holds=HALF_IN,
-        fails=HALF_OUT,
+        # k of 400 non-sink heads: decided on a Wilson interval over the heads (about +-0.045
+        # at 400), so the planted shares sit well inside or outside the band
+        lambda k: conditions("i", k, 400),
+        holds=[200, round((0.5 - HALF_BAND + 0.1) * 400), round((0.5 + HALF_BAND - 0.1) * 400)],
+        fails=[round((0.5 - HALF_BAND - 0.1) * 400), round((0.5 + HALF_BAND + 0.1) * 400), 0],
+        # on an edge of the band
+        inconclusive=[round((0.5 - HALF_BAND) * 400), round((0.5 + HALF_BAND) * 400)],
         not_applicable=[
             lambda: summary(n_non_sink=0, frac_cond_i_s_non_sink=None, frac_cond_ii_s_non_sink=None)
         ],
     ),
     "oversmoothing.condition_ii_few": Flip(
-        lambda k: conditions("ii", k),
-        holds=FEW_IN,
-        fails=FEW_OUT,
+        lambda k: conditions("ii", k, 400),
+        holds=[0, round((FEW - 0.05) * 400)],
+        fails=[round((FEW + 0.1) * 400), 400],
+        inconclusive=[round(FEW * 400)],  # on the bound
         not_applicable=[
             lambda: summary(n_non_sink=0, frac_cond_i_s_non_sink=None, frac_cond_ii_s_non_sink=None)
         ],
@@ -825,8 +828,6 @@ def test_importing_claims_does_not_load_torch() -> None:
 def test_flip_values_straddle_the_tolerances() -> None:
     """The count-based flips sit right next to their tolerance (one head / run apart)."""
     assert SINK_OUT == [SINK_IN[0] - 1] and SINK_IN[0] / 100 >= SINK_FLOOR
-    assert all(abs(k / 20 - 0.5) <= HALF_BAND for k in HALF_IN)
-    assert all(abs(k / 20 - 0.5) > HALF_BAND for k in HALF_OUT)
 
 
 def test_a_check_that_finds_no_rows_leaves_a_not_applicable_row() -> None:

@@ -331,7 +331,7 @@ CLAIMS: tuple[Claim, ...] = (
         "'roughly half'",
         ("oversmoothing_summary",),
         lambda tb, t: check_condition_i_about_half(
-            tb["oversmoothing_summary"], t["oversmoothing"]["half_band"]
+            tb["oversmoothing_summary"], t["oversmoothing"]["half_band"], t["intervals"]["level"]
         ),
     ),
     Claim(
@@ -341,7 +341,9 @@ CLAIMS: tuple[Claim, ...] = (
         "'few' / 'rare in all models except GPT2-XL'",
         ("oversmoothing_summary",),
         lambda tb, t: check_condition_ii_few(
-            tb["oversmoothing_summary"], t["oversmoothing"]["few_max_fraction"]
+            tb["oversmoothing_summary"],
+            t["oversmoothing"]["few_max_fraction"],
+            t["intervals"]["level"],
         ),
     ),
     Claim(

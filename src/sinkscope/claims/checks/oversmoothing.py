@@ -77,6 +77,36 @@ def _with_pooled_heads(per_head: pl.DataFrame) -> pl.DataFrame:
     return pl.concat([heads, heads.with_columns(dataset=pl.lit(POOLED))], how="vertical_relaxed")
 
 
+def _readings_per_head(summary: pl.DataFrame) -> Callable[[Mapping[str, Any]], int]:
+    """How many readings of each head a summary row counts: 1 for a pair, the number of pooled
+    datasets for a model's ``"all"`` row (its ``n_heads`` over one pair's), so that a Wilson
+    interval over a pooled row counts each head once, not once per dataset."""
+    if "n_heads" not in summary.columns:
+        return lambda r: 1
+    per_model = dict(
+        summary.filter(pl.col("dataset") != POOLED)
+        .group_by("model")
+        .agg(pl.col("n_heads").max())
+        .iter_rows()
+    )
+
+    def readings(r: Mapping[str, Any]) -> int:
+        one = per_model.get(r["model"])
+        if r["dataset"] != POOLED or not one:
+            return 1
+        return max(1, round(int(r["n_heads"]) / int(one)))
+
+    return readings
+
+
+def _heads_once(k: int, n: int, readings: int) -> tuple[int, int]:
+    """``k`` of ``n`` readings as counts of heads, each read ``readings`` times (rounded)."""
+    if readings == 1:
+        return k, n
+    heads = max(1, round(n / readings))
+    return round(k / n * heads) if n else 0, heads
+
+
 def _missing(x: float | None) -> bool:
     return x is None or math.isnan(x)
 
@@ -451,25 +481,35 @@ def check_uniform_raises_more(summary: pl.DataFrame, min_difference: float) -> l
     )
 
 
-def check_condition_i_about_half(summary: pl.DataFrame, half_band: float) -> list[Row]:
+def check_condition_i_about_half(
+    summary: pl.DataFrame, half_band: float, level: float = 0.95
+) -> list[Row]:
     """§5 / Figs. 8-9: "roughly half of the heads satisfy condition (i)" ``beta tr(BW) > 0``:
     ``|frac_cond_i_s_non_sink - 1/2| <= half_band`` (:func:`condition_i_holds`), on the heads
     Figs. 8-9 show (:data:`sinkscope.oversmoothing.summary.CONDITION_BASIS`; condition (i) does
-    not depend on ``s_l``)."""
+    not depend on ``s_l``). Decided on the share's Wilson interval over the non-sink heads
+    (:func:`_condition_rows`): reproduced when it lies inside the band, not reproduced when
+    wholly outside, inconclusive when it straddles an edge."""
     cols = ["model", "dataset", "context_length", "n_heads", "n_non_sink"]
     cols += ["n_cond_i_s_non_sink", "frac_cond_i_s_non_sink"]
     require(summary, cols, "oversmoothing summary")
     test = f"|frac_cond_i_s_non_sink - 0.5| <= {half_band:g}"
-    return _condition_rows(
-        summary, "i", test, lambda x: condition_i_holds(x, half_band), lambda r: ""
-    )
+    low, high = 0.5 - half_band, 0.5 + half_band
+
+    def verdict(interval: Interval) -> str:
+        return combine([decide(interval, low, above=True), decide(interval, high, above=False)])
+
+    return _condition_rows(summary, "i", test, verdict, (low, high), lambda r: "", level)
 
 
-def check_condition_ii_few(summary: pl.DataFrame, few_max_fraction: float) -> list[Row]:
+def check_condition_ii_few(
+    summary: pl.DataFrame, few_max_fraction: float, level: float = 0.95
+) -> list[Row]:
     """§5 / Figs. 8-9, App. E.1: few heads satisfy condition (ii)
     ``beta tr(BW) + tr(BW^T W) < 0``: ``frac_cond_ii_s_non_sink <= few_max_fraction``
     (:func:`condition_ii_holds`) on the heads and map of Figs. 8-9
-    (:data:`sinkscope.oversmoothing.summary.CONDITION_BASIS`). Condition (ii) depends on the
+    (:data:`sinkscope.oversmoothing.summary.CONDITION_BASIS`), decided on the share's Wilson
+    interval over the non-sink heads (:func:`_condition_rows`). Condition (ii) depends on the
     scale of the map; the reason also gives the share for the unscaled ``W`` (named as such; not
     plotted)."""
     cols = ["model", "dataset", "context_length", "n_heads", "n_non_sink"]
@@ -480,8 +520,10 @@ def check_condition_ii_few(summary: pl.DataFrame, few_max_fraction: float) -> li
         summary,
         "ii",
         test,
-        lambda x: condition_ii_holds(x, few_max_fraction),
+        lambda interval: decide(interval, few_max_fraction, above=False),
+        (few_max_fraction,),
         lambda r: f"; for the unscaled head map W (not plotted): {pct(r['frac_cond_ii_non_sink'])}",
+        level,
     )
 
 
@@ -489,13 +531,22 @@ def _condition_rows(
     summary: pl.DataFrame,
     condition: str,
     test: str,
-    passes: Callable[[float], bool | None],
+    verdict_of: Callable[[Interval], str],
+    bounds: tuple[float, ...],
     extra_reason: Callable[[Mapping[str, Any]], str],
+    level: float,
 ) -> list[Row]:
     """One row per model and dataset at the largest context length for condition ``(i)`` or
     ``(ii)`` of Theorem 5.1 on the non-sink heads and map of Figs. 8-9 (``n_cond_<c>_s_non_sink``
-    of ``n_non_sink``); "n/a" where every head is a sink head."""
+    of ``n_non_sink``); "n/a" where every head is a sink head.
+
+    The sampling unit is the head, as in :func:`check_predicted_signs`: the share gets a Wilson
+    interval at ``level`` (:func:`sinkscope.claims.intervals.wilson_interval`), which
+    ``verdict_of`` reads against the tolerance's ``bounds``. A pooled row counts each head
+    once (:func:`_readings_per_head`)."""
     from sinkscope.oversmoothing.summary import CONDITION_BASIS
+
+    readings_of = _readings_per_head(summary)
 
     def reading(r: Mapping[str, Any]) -> Reading:
         setting = f"T'={r['context_length']}, {r['n_non_sink']} non-sink heads of {r['n_heads']}"
@@ -503,13 +554,33 @@ def _condition_rows(
         if _missing(x):
             return not_applicable(setting, "every head is a sink head")
         counts = f"{r[f'n_cond_{condition}_s_non_sink']} of {r['n_non_sink']} non-sink heads"
+        k, n = _heads_once(
+            int(r[f"n_cond_{condition}_s_non_sink"]), int(r["n_non_sink"]), readings_of(r)
+        )
+        low, high = wilson_interval(k, n, level)
+        interval = Interval(low, high, f"Wilson score interval over {n} heads", level)
+        verdict = verdict_of(interval)
+        reason = (
+            f"{counts} satisfy condition ({condition}); basis: {CONDITION_BASIS} (Figs. 8-9 "
+            f"titles){extra_reason(r)}"
+        )
+        if readings_of(r) > 1:
+            reason += f"; each head counted once: {k} of {n}"
+        if verdict == INCONCLUSIVE:
+            near = min(bounds, key=lambda b: abs(b - x))
+            need = needed_units(n, k / n, low, high, near)
+            reason += (
+                f"; the interval straddles {near:g}: needs more heads "
+                f"({needed_text(need, 'heads')}; models)"
+            )
         return Reading(
             setting,
             f"{counts} ({pct(x)}) satisfy ({condition})",
             x,
-            passes(x),
-            f"{counts} satisfy condition ({condition}); basis: {CONDITION_BASIS} (Figs. 8-9 "
-            f"titles){extra_reason(r)}",
+            None,
+            reason,
+            interval,
+            verdict,
         )
 
     return rows_per(_largest_context(summary).iter_rows(named=True), test, reading)
@@ -535,12 +606,15 @@ def check_predicted_signs(summary: pl.DataFrame, most: float, level: float = 0.9
     require(summary, cols, "oversmoothing summary")
     from sinkscope.oversmoothing.summary import CONDITION_BASIS
 
+    readings_of = _readings_per_head(summary)
+
     def reading(r: Mapping[str, Any]) -> Reading:
         x, n = r["agree_both_s"], int(r["n_predicted_s"] or 0)
         setting = f"T'={r['context_length']}, {n} non-sink heads with a prediction"
         if _missing(x) or n == 0:
             return not_applicable(setting, "no non-sink head satisfies condition (i) or (ii)")
-        k = round(x * n)
+        # a pooled row reads each head once per dataset: its unit is still the head
+        k, n = _heads_once(round(x * n), n, readings_of(r))
         low, high = wilson_interval(k, n, level)
         interval = Interval(low, high, f"Wilson score interval over {n} heads", level)
         verdicts = [decide(interval, most, above=True, strict=True)]
@@ -553,7 +627,7 @@ def check_predicted_signs(summary: pl.DataFrame, most: float, level: float = 0.9
         if m == 0 or _missing(base):
             reason += "; no head without a prediction, so no base rate to compare with"
         else:
-            b = round(base * m)
+            b, m = _heads_once(round(base * m), m, readings_of(r))
             d_low, d_high = newcombe_difference(k, n, b, m, level)
             verdicts.append(
                 decide(Interval(d_low, d_high, "", level), 0.0, above=True, strict=True)
