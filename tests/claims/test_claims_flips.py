@@ -897,3 +897,61 @@ def test_the_pooled_approximation_row_counts_heads_once() -> None:
     assert pooled["reason"].startswith(
         f"1 of 2 heads have an error >= {APPROX:g} (layer 0: its only head; 2 of 4 readings over the datasets)"
     ), pooled["reason"]
+
+
+def _head_means(increases: np.ndarray) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Per-head and summary tables where head ``h`` raises rho by ``increases[h]`` under its
+    learned attention (rho(X) = 0.5), and by twice that under uniform attention; the heads whose
+    uniformity (evenly spaced from 0.1 to 0.9) exceeds 0.6, the last 3/8, are dense."""
+    from sinkscope.oversmoothing import summary as ov_summary
+
+    n = len(increases)
+    per_head, per_layer = oversmoothing_tables([0.5] * n, list(0.5 + increases), [0.01] * n)
+    per_head = per_head.with_columns(
+        rho_xwzau_s=pl.col("rho_x") + 2 * (pl.col("rho_xwza_s") - pl.col("rho_x")),
+        rho_xwz_s=pl.col("rho_x") - pl.lit(0.01),
+    )
+    return per_head, ov_summary.summary_tables(per_head, per_layer, 0.6)["summary"]
+
+
+@pytest.mark.parametrize(
+    ("mean", "spread", "verdict"),
+    [(0.05, 0.01, V.REPRODUCED), (-0.05, 0.01, V.NOT_REPRODUCED), (0.002, 0.05, V.INCONCLUSIVE)],
+)
+def test_head_mean_differences_are_decided_on_an_interval_over_heads(
+    mean: float, spread: float, verdict: str
+) -> None:
+    """``attention_raises`` on 200 planted heads whose increases have the given mean (exactly)
+    and spread: the bootstrap interval over the heads lies above 0, below it, or across it.
+    The same heads decide ``uniform_raises_more`` (twice the increase) the same way."""
+    from sinkscope.claims.checks import oversmoothing as OC
+
+    rng = np.random.default_rng(11)
+    noise = rng.normal(size=200) * spread
+    per_head, summary = _head_means(mean + noise - noise.mean())
+    (row,) = OC.check_attention_raises_similarity(summary, MIN_DIFF, per_head, {})
+    assert row["verdict"] == verdict, row
+    assert row["value"] == pytest.approx(mean, abs=1e-12)
+    assert row["ci_low"] <= mean <= row["ci_high"]
+    assert "bootstrap over the 200 heads" in row["interval"]
+    (more,) = OC.check_uniform_raises_more(summary, MIN_DIFF, per_head, {})
+    assert more["verdict"] == verdict, more
+    # without the heads' table the point reading decides, as before
+    (point,) = OC.check_attention_raises_similarity(summary, MIN_DIFF)
+    assert not point["interval"]
+
+
+def test_dense_heads_raise_more_resamples_dense_and_all_heads_together() -> None:
+    """The later half of 200 heads raises rho by 0.04 more than the first; the dense heads (the
+    last 75) all lie in it, so their mean exceeds the mean over all heads by 0.02, an interval
+    well above 0; the reverse planting lies below."""
+    from sinkscope.claims.checks import oversmoothing as OC
+
+    rng = np.random.default_rng(5)
+    base = 0.01 * rng.normal(size=200)
+    step = np.r_[np.zeros(100), np.full(100, 0.04)]
+    for increases, verdict in ((base + step, V.REPRODUCED), (base - step, V.NOT_REPRODUCED)):
+        per_head, summary = _head_means(increases)
+        (row,) = OC.check_dense_heads_raise_more(summary, MIN_DIFF, per_head, {})
+        assert row["verdict"] == verdict, row
+        assert abs(row["value"]) == pytest.approx(0.02, abs=0.003)

@@ -291,7 +291,10 @@ CLAIMS: tuple[Claim, ...] = (
         "rho(X+WZ) < rho(X) on average (rescaled head update)",
         ("oversmoothing_summary",),
         lambda tb, t: check_w_decreases_similarity(
-            tb["oversmoothing_summary"], t["oversmoothing"]["min_difference"]
+            tb["oversmoothing_summary"],
+            t["oversmoothing"]["min_difference"],
+            tb.get("oversmoothing_per_head"),
+            t["intervals"],
         ),
     ),
     Claim(
@@ -301,7 +304,10 @@ CLAIMS: tuple[Claim, ...] = (
         "'slightly stronger than W': rho(X+WZA^T) > rho(X)",
         ("oversmoothing_summary",),
         lambda tb, t: check_attention_raises_similarity(
-            tb["oversmoothing_summary"], t["oversmoothing"]["min_difference"]
+            tb["oversmoothing_summary"],
+            t["oversmoothing"]["min_difference"],
+            tb.get("oversmoothing_per_head"),
+            t["intervals"],
         ),
     ),
     Claim(
@@ -311,7 +317,10 @@ CLAIMS: tuple[Claim, ...] = (
         "bigger gap rho(X+WZA^T) - rho(X) for u > 0.6",
         ("oversmoothing_summary",),
         lambda tb, t: check_dense_heads_raise_more(
-            tb["oversmoothing_summary"], t["oversmoothing"]["min_difference"]
+            tb["oversmoothing_summary"],
+            t["oversmoothing"]["min_difference"],
+            tb.get("oversmoothing_per_head"),
+            t["intervals"],
         ),
     ),
     Claim(
@@ -321,7 +330,10 @@ CLAIMS: tuple[Claim, ...] = (
         "'significant increase' for X+WZA_u^T over X+WZA^T",
         ("oversmoothing_summary",),
         lambda tb, t: check_uniform_raises_more(
-            tb["oversmoothing_summary"], t["oversmoothing"]["min_difference"]
+            tb["oversmoothing_summary"],
+            t["oversmoothing"]["min_difference"],
+            tb.get("oversmoothing_per_head"),
+            t["intervals"],
         ),
     ),
     Claim(

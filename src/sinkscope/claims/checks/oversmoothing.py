@@ -403,6 +403,28 @@ def check_mean_approximation(
     return rows_per(offsets.iter_rows(named=True), test, reading)
 
 
+#: The per-head values behind each head-mean difference (:func:`_difference_rows`), and the
+#: statistic of a set of heads: the mean of ``value`` (over the dense heads for ``dense``).
+_INCREASE_ATTN = pl.col("rho_xwza_s") - pl.col("rho_x")
+
+
+def _head_units(
+    per_head: pl.DataFrame, model: str, dataset: str, context_length: int
+) -> pl.DataFrame:
+    """The heads of one summary row at its ``T'``: a pair's heads, or for a model's pooled
+    ``"all"`` row each head once, its values averaged over the datasets (the pooled point
+    reading averages the readings; its interval resamples heads, the unit)."""
+    rows = per_head.filter(
+        (pl.col("model") == model) & (pl.col("context_length") == context_length)
+    )
+    if dataset != POOLED:
+        return rows.filter(pl.col("dataset") == dataset)
+    numeric = ["rho_x", "rho_xwz_s", "rho_xwza_s", "rho_xwzau_s", "uniformity"]
+    return (
+        rows.group_by("layer", "head").agg(pl.col(c).mean() for c in numeric).sort("layer", "head")
+    )
+
+
 def _difference_rows(
     summary: pl.DataFrame,
     larger: str,
@@ -410,12 +432,28 @@ def _difference_rows(
     min_difference: float,
     what: str,
     needs: str | None = None,
+    per_head: pl.DataFrame | None = None,
+    unit_value: pl.Expr | None = None,
+    intervals: Mapping[str, Any] | None = None,
+    dense_only_minus_all: bool = False,
 ) -> list[Row]:
     """Rows testing ``larger - smaller > min_difference`` (``smaller=None``: 0) at the largest T'
-    (:func:`difference`, :func:`difference_holds`)."""
+    (:func:`difference`, :func:`difference_holds`).
+
+    With ``per_head`` (the heads' table) the difference gets a percentile bootstrap interval
+    over the heads (:func:`sinkscope.claims.intervals.bootstrap_interval`, ``intervals``: the
+    config's ``claims.intervals``): each head's ``unit_value`` (the per-head difference whose
+    mean is the summary's), resampled and averaged; ``dense_only_minus_all``: the mean over the
+    resample's dense heads minus its mean over all (uniformity above the summary's threshold).
+    The heads are the unit, as for the shares of heads: they are fixed by the model and the
+    interval says how much the mean rests on a few of them. Reproduced when the interval lies
+    above ``min_difference``, not reproduced when below, inconclusive when it straddles it."""
+    from sinkscope.claims.intervals import bootstrap_interval
+
     cols = ["model", "dataset", "context_length", "n_heads", larger]
     cols += [c for c in (smaller, needs) if c]
     require(summary, cols, "oversmoothing summary")
+    settings = {**schema_default_intervals(), **(intervals or {})}
 
     def reading(r: Mapping[str, Any]) -> Reading:
         setting = f"T'={r['context_length']}, {r['n_heads']} heads"
@@ -425,40 +463,95 @@ def _difference_rows(
         if _missing(diff):
             return not_applicable(setting, "value missing")
         a, b = r[larger], r[smaller] if smaller else 0.0
-        return Reading(
-            setting,
-            f"{what}: {a:.4f}" + (f" vs {b:.4f} (difference {diff:+.4f})" if smaller else ""),
-            diff,
-            difference_holds(diff, min_difference),
-            f"{larger} = {a:.4f}" + (f", {smaller} = {b:.4f}" if smaller else ""),
+        measured = f"{what}: {a:.4f}" + (f" vs {b:.4f} (difference {diff:+.4f})" if smaller else "")
+        reason = f"{larger} = {a:.4f}" + (f", {smaller} = {b:.4f}" if smaller else "")
+        if per_head is None or unit_value is None:
+            return Reading(setting, measured, diff, difference_holds(diff, min_difference), reason)
+        heads = _head_units(per_head, str(r["model"]), str(r["dataset"]), int(r["context_length"]))
+        if heads.height < 2:
+            return Reading(setting, measured, diff, difference_holds(diff, min_difference), reason)
+        values = heads.select(unit_value.alias("v"))["v"].to_numpy().astype(np.float64)
+        if dense_only_minus_all:
+            dense = (heads["uniformity"] > float(r["uniformity_threshold"])).to_numpy()
+            units = np.column_stack([values, dense.astype(np.float64)])
+
+            def statistic(u: np.ndarray) -> float:
+                on = u[:, 1] > 0
+                return float(u[on, 0].mean() - u[:, 0].mean()) if on.any() else float("nan")
+
+        else:
+            units = values
+
+            def statistic(u: np.ndarray) -> float:
+                return float(u.mean())
+
+        # one seed per row and claim, the same between runs
+        key = zlib.crc32(f"{r['model']}/{r['dataset']}/{larger}".encode())
+        seed = int(np.random.SeedSequence([int(settings["seed"]), key]).generate_state(1)[0])
+        level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
+        low, high = bootstrap_interval(units, statistic, n_resamples, seed, level)
+        once = " (each once)" if r["dataset"] == POOLED else ""
+        interval = Interval(
+            low,
+            high,
+            f"bootstrap over the {heads.height} heads{once}, {n_resamples} resamples",
+            level,
+            n_units=heads.height,
+            min_units=int(settings["min_units"]),
         )
+        verdict = decide(interval, min_difference, above=True, strict=True)
+        if verdict == INCONCLUSIVE:
+            reason += too_few_units_text(interval, "heads", "models") or (
+                f"; the interval straddles {min_difference:g}: the mean rests on a few heads "
+                "(more heads: models)"
+            )
+        return Reading(setting, measured, diff, None, reason, interval, verdict)
 
     test = f"{larger}{f' - {smaller}' if smaller else ''} > {min_difference:g}"
     return rows_per(_largest_context(summary).iter_rows(named=True), test, reading)
 
 
-def check_w_decreases_similarity(summary: pl.DataFrame, min_difference: float) -> list[Row]:
+def check_w_decreases_similarity(
+    summary: pl.DataFrame,
+    min_difference: float,
+    per_head: pl.DataFrame | None = None,
+    intervals: Mapping[str, Any] | None = None,
+) -> list[Row]:
     """§5 / Fig. 2 right: applying ``W`` decreases the average cosine:
     ``rho(X) > rho(X + s_l WZ)``, averaged over all heads. Basis of Fig. 2 right (§5: "The
     attention contribution is rescaled to match the magnitude of the original token matrix",
     App. E.1 eq. (11)); the unrescaled ``X + WZ`` of Fig. 2 left is the approximation's basis,
-    not this claim's."""
+    not this claim's. With ``per_head``: an interval over the heads (:func:`_difference_rows`)."""
     return _difference_rows(
-        summary, "mean_rho_x", "mean_rho_xwz_s", min_difference, "rho(X) vs rho(X + s_l WZ)"
-    )
+        summary, "mean_rho_x", "mean_rho_xwz_s", min_difference, "rho(X) vs rho(X + s_l WZ)",
+        per_head=per_head, unit_value=pl.col("rho_x") - pl.col("rho_xwz_s"), intervals=intervals,
+    )  # fmt: skip
 
 
-def check_attention_raises_similarity(summary: pl.DataFrame, min_difference: float) -> list[Row]:
+def check_attention_raises_similarity(
+    summary: pl.DataFrame,
+    min_difference: float,
+    per_head: pl.DataFrame | None = None,
+    intervals: Mapping[str, Any] | None = None,
+) -> list[Row]:
     """§5 / Figs. 2, 6: attention raises the average cosine on average:
-    ``rho(X + WZA^T) - rho(X) > 0`` (rescaled), averaged over heads."""
+    ``rho(X + WZA^T) - rho(X) > 0`` (rescaled), averaged over heads; with ``per_head``, an
+    interval over the heads (:func:`_difference_rows`)."""
     return _difference_rows(
-        summary, "mean_increase_attn_s", None, min_difference, "mean rho(X+WZA^T) - rho(X)"
-    )
+        summary, "mean_increase_attn_s", None, min_difference, "mean rho(X+WZA^T) - rho(X)",
+        per_head=per_head, unit_value=_INCREASE_ATTN, intervals=intervals,
+    )  # fmt: skip
 
 
-def check_dense_heads_raise_more(summary: pl.DataFrame, min_difference: float) -> list[Row]:
+def check_dense_heads_raise_more(
+    summary: pl.DataFrame,
+    min_difference: float,
+    per_head: pl.DataFrame | None = None,
+    intervals: Mapping[str, Any] | None = None,
+) -> list[Row]:
     """§5 / Figs. 2, 6: the increase is larger for heads with uniformity above the threshold
-    (paper: 0.6) than for all heads."""
+    (paper: 0.6) than for all heads; with ``per_head``, an interval over the heads
+    (:func:`_difference_rows`: each resample's dense heads against all of its heads)."""
     return _difference_rows(
         summary,
         "mean_increase_attn_s_dense",
@@ -466,18 +559,31 @@ def check_dense_heads_raise_more(summary: pl.DataFrame, min_difference: float) -
         min_difference,
         "increase for dense heads vs all heads",
         needs="n_dense",
+        per_head=per_head,
+        unit_value=_INCREASE_ATTN,
+        intervals=intervals,
+        dense_only_minus_all=True,
     )
 
 
-def check_uniform_raises_more(summary: pl.DataFrame, min_difference: float) -> list[Row]:
+def check_uniform_raises_more(
+    summary: pl.DataFrame,
+    min_difference: float,
+    per_head: pl.DataFrame | None = None,
+    intervals: Mapping[str, Any] | None = None,
+) -> list[Row]:
     """§5 / Figs. 2, 6: uniform attention ``A_u`` raises the average cosine more than the learned
-    attention: ``rho(X + WZA_u^T) > rho(X + WZA^T)`` on average (rescaled)."""
+    attention: ``rho(X + WZA_u^T) > rho(X + WZA^T)`` on average (rescaled); with ``per_head``,
+    an interval over the heads (:func:`_difference_rows`)."""
     return _difference_rows(
         summary,
         "mean_increase_unif_s",
         "mean_increase_attn_s",
         min_difference,
         "increase under uniform vs learned attention",
+        per_head=per_head,
+        unit_value=pl.col("rho_xwzau_s") - pl.col("rho_xwza_s"),
+        intervals=intervals,
     )
 
 
