@@ -34,6 +34,11 @@ _HEAD_MEANS = Sample(
     "head means over the extraction's sequences, at the largest prefix T'",
     (*_SEQUENCES, "oversmoothing.context_lengths"),
 )
+_HEAD_DIFFERENCES = Sample(
+    "the model's heads (bootstrap over them, each counted once when datasets are pooled), each "
+    "head's value a mean over the extraction's sequences, at the largest T'; fixed by the model",
+    (*_SEQUENCES, "oversmoothing.context_lengths"),
+)
 _PREDICTIONS = Sample(
     "the non-sink heads of the model (Wilson / Newcombe intervals over heads), at the largest T'",
     ("oversmoothing.context_lengths",),
@@ -90,10 +95,10 @@ SAMPLES: dict[str, Sample] = {
         ("oversmoothing.context_lengths",),
     ),
     "oversmoothing.approximation_mean": _HEAD_MEANS,
-    "oversmoothing.w_decreases": _HEAD_MEANS,
-    "oversmoothing.attention_raises": _HEAD_MEANS,
-    "oversmoothing.dense_heads_raise_more": _HEAD_MEANS,
-    "oversmoothing.uniform_raises_more": _HEAD_MEANS,
+    "oversmoothing.w_decreases": _HEAD_DIFFERENCES,
+    "oversmoothing.attention_raises": _HEAD_DIFFERENCES,
+    "oversmoothing.dense_heads_raise_more": _HEAD_DIFFERENCES,
+    "oversmoothing.uniform_raises_more": _HEAD_DIFFERENCES,
     "oversmoothing.condition_i_half": _PREDICTIONS,
     "oversmoothing.condition_ii_few": _PREDICTIONS,
     "oversmoothing.predicted_signs": _PREDICTIONS,
