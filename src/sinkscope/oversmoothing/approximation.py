@@ -13,7 +13,8 @@ sums ``S = sum_i z_i`` of a sequence of ``n`` tokens,
 
 and ``beta`` is a ratio of sums over sequences (``sum <x_i, z_i> / sum ||z_i||^2``). So for each
 head ``a`` and ``d0`` are quadratics in ``beta`` whose coefficients are means over sequences:
-``a(beta) = a2 beta^2 + a1 beta + a0`` and ``d0(beta) = d2 beta^2 + d1 beta + d0c`` with
+``a(beta) = a2 beta^2 + a1 beta + a0`` and ``d0(beta) = d2 beta^2 + d1 beta + d0c`` (columns
+``a_beta2, a_beta1, a_beta0, d0_beta2, d0_beta1, d0_beta0``) with
 
 * ``a2 = tr C_s``, ``a1 = 2 kappa (tr(C_s W) + c^T zbar_s)``,
   ``a0 = kappa^2 (tr(C_s W^T W) + 2 c^T W zbar_s + ||c||^2)``,
