@@ -403,8 +403,8 @@ def check_mean_approximation(
     return rows_per(offsets.iter_rows(named=True), test, reading)
 
 
-#: The per-head values behind each head-mean difference (:func:`_difference_rows`), and the
-#: statistic of a set of heads: the mean of ``value`` (over the dense heads for ``dense``).
+#: A head's increase of ``rho`` under its learned attention (rescaled, Figs. 2 and 6): the
+#: per-head value whose mean two of the head-mean differences read (:func:`_difference_rows`).
 _INCREASE_ATTN = pl.col("rho_xwza_s") - pl.col("rho_x")
 
 
