@@ -200,6 +200,15 @@ def test_min_units_description_states_the_closed_form_coverage() -> None:
     assert floor_n == floor
     assert round(100 * _percentile_coverage(low_n)) == low_pct
     assert round(100 * _percentile_coverage(floor_n)) == floor_pct
+    # a pooled row's stratified bootstrap: each of its strata of n_h units shrinks by
+    # (n_h - 1) / n_h and the t has sum(n_h - 1) degrees of freedom
+    strata = re.search(r"(\d+) datasets of (\d+) cover about (\d+)%", text)
+    assert strata, text
+    n_strata, per_stratum, stated = (int(g) for g in strata.groups())
+    z = normal_quantile(0.95) * math.sqrt((per_stratum - 1) / per_stratum)
+    stratified = _t_within(z, n_strata * (per_stratum - 1))
+    assert round(100 * stratified) == stated
+    assert stratified < _percentile_coverage(floor)  # why the floor is per stratum
     # "within about two points of its level": two points at the floor, nearly four at 12 units
     assert round(100 * (0.95 - _percentile_coverage(floor))) == 2
     assert round(100 * (0.95 - _percentile_coverage(floor - 8))) > 3

@@ -27,7 +27,8 @@ The level, the number of resamples and the seed are the config's ``claims.interv
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Sequence
 from statistics import NormalDist
 
 import numpy as np
@@ -38,8 +39,16 @@ __all__ = [
     "needed_units",
     "newcombe_difference",
     "normal_quantile",
+    "row_seed",
     "wilson_interval",
 ]
+
+
+def row_seed(seed: int, *key: str) -> list[int]:
+    """The seed of one claims row's resampling: the config's ``claims.intervals.seed`` and a
+    stable hash (CRC-32) of the row's ``key`` (model, dataset, ...), so that every row draws its
+    own resamples, the same in every run and whatever the order the rows are read in."""
+    return [int(seed), zlib.crc32("/".join(key).encode())]
 
 
 def normal_quantile(level: float) -> float:
@@ -80,12 +89,12 @@ def bootstrap_interval(
     units: np.ndarray,
     statistic: Callable[[np.ndarray], float],
     n_resamples: int,
-    seed: int,
+    seed: int | Sequence[int],
     level: float = 0.95,
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of ``statistic`` over the rows of ``units`` (one row per
     sampling unit: a token, a stream, a head, a seed), resampled with replacement
-    ``n_resamples`` times by a generator seeded with ``seed``."""
+    ``n_resamples`` times by a generator seeded with ``seed`` (an int or :func:`row_seed`)."""
     units = np.asarray(units)
     if units.shape[0] < 2:
         raise ValueError(f"a bootstrap needs at least two sampling units, got {units.shape[0]}")

@@ -59,6 +59,14 @@ KEYS: tuple[str, ...] = ("model", "dataset", "context_length")
 CONDITION_BASIS = "non-sink heads (is_sink), conditions for the rescaled map s_l W (eq. 11)"
 
 
+#: A head's change of ``rho`` from ``X`` under its learned attention and under uniform causal
+#: attention (rescaled, App. E.1 eq. (11); Figs. 2 right and 6): the per-head values whose
+#: means are ``mean_increase_attn_s`` and ``mean_increase_unif_s`` (and which the claims
+#: resample over heads, :mod:`sinkscope.claims.checks.oversmoothing`).
+INCREASE_ATTN_S = pl.col("rho_xwza_s") - pl.col("rho_x")
+INCREASE_UNIF_S = pl.col("rho_xwzau_s") - pl.col("rho_x")
+
+
 def component_mean_exprs() -> list[pl.Expr]:
     """Head means of ``rho`` for Fig. 2 left / 5 (``X`` and ``X + WZ`` without rescaling,
     empirical ``mean_rho_*`` and approximation (2) ``mean_rhohat_*``: App. E.1, "the quantity
@@ -258,16 +266,10 @@ def summary_tables(
             pl.col("abs_err_xwzau").mean().alias("mean_abs_err_xwzau"),
             (pl.col("abs_err_xwz") < 0.1).mean().alias("frac_err_xwz_below_0_1"),
             *component_mean_exprs(),
-            (pl.col("rho_xwza_s") - pl.col("rho_x")).mean().alias("mean_increase_attn_s"),
-            (pl.col("rho_xwzau_s") - pl.col("rho_x")).mean().alias("mean_increase_unif_s"),
-            (pl.col("rho_xwza_s") - pl.col("rho_x"))
-            .filter(dense)
-            .mean()
-            .alias("mean_increase_attn_s_dense"),
-            (pl.col("rho_xwzau_s") - pl.col("rho_x"))
-            .filter(dense)
-            .mean()
-            .alias("mean_increase_unif_s_dense"),
+            INCREASE_ATTN_S.mean().alias("mean_increase_attn_s"),
+            INCREASE_UNIF_S.mean().alias("mean_increase_unif_s"),
+            INCREASE_ATTN_S.filter(dense).mean().alias("mean_increase_attn_s_dense"),
+            INCREASE_UNIF_S.filter(dense).mean().alias("mean_increase_unif_s_dense"),
             (pl.col("rho_xwzau_s") > pl.col("rho_xwza_s")).mean().alias("frac_unif_above_attn_s"),
             *(
                 (pl.col(f"condition{v}") == c).mean().alias(f"frac_cond_{c}{v}")

@@ -8,7 +8,6 @@ claim's verdict is one function (``*_holds``), called by its ``check_*``.
 from __future__ import annotations
 
 import math
-import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -16,7 +15,13 @@ import numpy as np
 import polars as pl
 
 from sinkscope.claims.events import LayerEvents, coincidence
-from sinkscope.claims.intervals import needed_units, newcombe_difference, wilson_interval
+from sinkscope.claims.intervals import (
+    needed_units,
+    newcombe_difference,
+    row_seed,
+    wilson_interval,
+)
+from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
     Interval,
@@ -200,9 +205,9 @@ def _approximation_interval(
     strata = [part for _, part in rows.group_by("dataset", maintain_order=True)]
     if len(strata) != len(datasets):
         return None
-    settings = {**schema_default_intervals(), **intervals}
+    settings = {**DEFAULT_TOLERANCES["intervals"], **intervals}
     level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
-    rng = np.random.default_rng([int(settings["seed"]), zlib.crc32(f"{model}/{dataset}".encode())])
+    rng = np.random.default_rng(row_seed(settings["seed"], model, dataset))
     _sample, draws = max_error_draws(strata, n_resamples, rng)
     alpha = (1.0 - level) / 2.0
     low, high = np.quantile(draws, [alpha, 1.0 - alpha])
@@ -218,13 +223,6 @@ def _approximation_interval(
         n_units=min(counts),
         min_units=int(settings["min_units"]),
     )
-
-
-def schema_default_intervals() -> dict[str, Any]:
-    """The schema's ``claims.intervals`` (level, resamples, seed, min_units)."""
-    from sinkscope.config_schema import schema_default
-
-    return dict(schema_default("claims", "intervals"))
 
 
 def check_approximation_every_head(
@@ -403,9 +401,13 @@ def check_mean_approximation(
     return rows_per(offsets.iter_rows(named=True), test, reading)
 
 
-#: A head's increase of ``rho`` under its learned attention (rescaled, Figs. 2 and 6): the
-#: per-head value whose mean two of the head-mean differences read (:func:`_difference_rows`).
-_INCREASE_ATTN = pl.col("rho_xwza_s") - pl.col("rho_x")
+def _increases() -> tuple[pl.Expr, pl.Expr]:
+    """A head's rescaled change of ``rho`` under its learned and under uniform attention,
+    as the summary defines them (:data:`sinkscope.oversmoothing.summary.INCREASE_ATTN_S`,
+    ``INCREASE_UNIF_S``; imported here, when a check runs, not with this module)."""
+    from sinkscope.oversmoothing.summary import INCREASE_ATTN_S, INCREASE_UNIF_S
+
+    return INCREASE_ATTN_S, INCREASE_UNIF_S
 
 
 def _head_units(
@@ -453,7 +455,7 @@ def _difference_rows(
     cols = ["model", "dataset", "context_length", "n_heads", larger]
     cols += [c for c in (smaller, needs) if c]
     require(summary, cols, "oversmoothing summary")
-    settings = {**schema_default_intervals(), **(intervals or {})}
+    settings = {**DEFAULT_TOLERANCES["intervals"], **(intervals or {})}
 
     def reading(r: Mapping[str, Any]) -> Reading:
         setting = f"T'={r['context_length']}, {r['n_heads']} heads"
@@ -485,9 +487,7 @@ def _difference_rows(
             def statistic(u: np.ndarray) -> float:
                 return float(u.mean())
 
-        # one seed per row and claim, the same between runs
-        key = zlib.crc32(f"{r['model']}/{r['dataset']}/{larger}".encode())
-        seed = int(np.random.SeedSequence([int(settings["seed"]), key]).generate_state(1)[0])
+        seed = row_seed(settings["seed"], str(r["model"]), str(r["dataset"]), larger)
         level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
         low, high = bootstrap_interval(units, statistic, n_resamples, seed, level)
         once = " (each once)" if r["dataset"] == POOLED else ""
@@ -539,7 +539,7 @@ def check_attention_raises_similarity(
     interval over the heads (:func:`_difference_rows`)."""
     return _difference_rows(
         summary, "mean_increase_attn_s", None, min_difference, "mean rho(X+WZA^T) - rho(X)",
-        per_head=per_head, unit_value=_INCREASE_ATTN, intervals=intervals,
+        per_head=per_head, unit_value=_increases()[0], intervals=intervals,
     )  # fmt: skip
 
 
@@ -560,7 +560,7 @@ def check_dense_heads_raise_more(
         "increase for dense heads vs all heads",
         needs="n_dense",
         per_head=per_head,
-        unit_value=_INCREASE_ATTN,
+        unit_value=_increases()[0],
         intervals=intervals,
         dense_only_minus_all=True,
     )
@@ -582,7 +582,7 @@ def check_uniform_raises_more(
         min_difference,
         "increase under uniform vs learned attention",
         per_head=per_head,
-        unit_value=pl.col("rho_xwzau_s") - pl.col("rho_xwza_s"),
+        unit_value=_increases()[1] - _increases()[0],
         intervals=intervals,
     )
 
