@@ -1013,7 +1013,7 @@ def test_sink_tokens_restore_is_decided_on_a_bootstrap_over_queries() -> None:
 # =============================================================================== dynamics
 
 
-def by_variant(shares: dict[tuple[str, str], float]) -> pl.DataFrame:
+def by_variant(shares: dict[tuple[str, str], float], runs: int = 5) -> pl.DataFrame:
     return pl.DataFrame(
         [
             {
@@ -1022,7 +1022,7 @@ def by_variant(shares: dict[tuple[str, str], float]) -> pl.DataFrame:
                 "activation": act,
                 "n": 8,
                 "d": 4,
-                "runs": 4,
+                "runs": runs,
                 "polarized_share": share,
                 "top_weight_mean": share,
             }
@@ -1032,21 +1032,59 @@ def by_variant(shares: dict[tuple[str, str], float]) -> pl.DataFrame:
 
 
 def test_value_softmax_claims() -> None:
+    """Each share is decided on its Wilson interval over the seeds: 5 of 5 (and 4 of 4, whose
+    lower end is 4 / (4 + 1.96^2) = 0.510) lie above 0.5, 0 of 5 below; 4 of 5 and 1 of 5
+    straddle it, and so does any share of 3 runs, whatever side it is on."""
     table = by_variant(
         {
             ("logistic", "softmax"): 1.0,
             ("square", "softmax"): 0.0,
-            ("logistic", "sum"): 0.25,
+            ("logistic", "sum"): 0.0,
             ("logistic", "sigmoid"): 0.0,
         }
     )
     assert verdicts(DC.check_logistic_polarizes(table, 0.5)) == [V.REPRODUCED]
     assert verdicts(DC.check_square_does_not_polarize(table, 0.5)) == [V.REPRODUCED]
     assert verdicts(DC.check_unnormalized_do_not_polarize(table, 0.5)) == [V.REPRODUCED] * 2
-    flipped = by_variant({("logistic", "softmax"): 0.5, ("square", "softmax"): 0.5})
-    assert verdicts(DC.check_logistic_polarizes(flipped, 0.5)) == [V.NOT_REPRODUCED]  # boundary
+    (four,) = DC.check_logistic_polarizes(by_variant({("logistic", "softmax"): 1.0}, 4), 0.5)
+    assert four["verdict"] == V.REPRODUCED and four["ci_low"] == pytest.approx(
+        4 / (4 + 1.96**2), abs=1e-3
+    )
+    flipped = by_variant(
+        {("logistic", "softmax"): 0.0, ("square", "softmax"): 1.0, ("logistic", "sum"): 1.0}
+    )
+    assert verdicts(DC.check_logistic_polarizes(flipped, 0.5)) == [V.NOT_REPRODUCED]
     assert verdicts(DC.check_square_does_not_polarize(flipped, 0.5)) == [V.NOT_REPRODUCED]
-    assert verdicts(DC.check_unnormalized_do_not_polarize(flipped, 0.5)) == [V.NOT_APPLICABLE]
+    assert verdicts(DC.check_unnormalized_do_not_polarize(flipped, 0.5)) == [V.NOT_REPRODUCED]
+    # one seed against the others, or too few seeds: inconclusive, with the seeds it would need
+    mixed = by_variant({("logistic", "softmax"): 0.8, ("square", "softmax"): 0.2})
+    (row,) = DC.check_logistic_polarizes(mixed, 0.5)
+    assert row["verdict"] == V.INCONCLUSIVE and row["ci_low"] < 0.5 < row["ci_high"]
+    assert "4 of 5 seeds" in row["reason"] and "needs more seeds" in row["reason"]
+    assert "POLARIZATION_SEEDS" in row["reason"]
+    assert verdicts(DC.check_square_does_not_polarize(mixed, 0.5)) == [V.INCONCLUSIVE]
+    three = by_variant({("logistic", "softmax"): 1.0}, runs=3)
+    assert verdicts(DC.check_logistic_polarizes(three, 0.5)) == [V.INCONCLUSIVE]
+    assert (
+        "Wilson score interval over the 3 seeds' runs"
+        in DC.check_logistic_polarizes(three, 0.5)[0]["interval"]
+    )
+
+
+def test_the_default_grid_gives_each_polarization_share_its_seeds() -> None:
+    """The short run and the full offline scale both run the default grid's untied runs on every
+    seed of POLARIZATION_SEEDS, enough for a unanimous share to exclude 0.5; the tied and
+    regression runs keep their two seeds."""
+    from sinkscope.claims.intervals import wilson_interval
+    from sinkscope.dynamics.grids import POLARIZATION_SEEDS, value_softmax_grid
+
+    grid = value_softmax_grid("default")
+    untied = {s["seed"] for s in grid if s["experiment"] == "untied"}
+    assert untied == set(POLARIZATION_SEEDS)
+    assert {s["seed"] for s in grid if s["experiment"] != "untied"} == {0, 1}
+    n = len(POLARIZATION_SEEDS)
+    assert wilson_interval(n, n)[0] > 0.5 > wilson_interval(0, n)[1]
+    assert len(grid) == 63
 
 
 def test_polarization_rows_name_the_target_that_tells_two_runs_apart() -> None:

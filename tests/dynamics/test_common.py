@@ -32,7 +32,7 @@ def test_select_specs_uses_defaults_and_rejects_unknown_keys() -> None:
 def test_dynamics_jobs_of_the_default_and_paper_scales() -> None:
     default = dynamics_jobs({})
     assert {part: len(jobs) for part, jobs in default.items()} == {
-        "value_softmax": 36,
+        "value_softmax": 63,  # 9 untied runs x 5 seeds, 9 tied and regression runs x 2
         "induction": 36,
         "classification": 18,
     }

@@ -204,3 +204,42 @@ def test_the_pooled_floor_is_per_dataset() -> None:
         assert "stratified by dataset (at fewest 3 per dataset)" in row["interval"]
         if verdict == V.INCONCLUSIVE:
             assert "a bootstrap over 3 sequences per dataset decides nothing" in row["reason"]
+
+
+def test_sink_ratio_intervals_resample_the_same_sequences_with_and_without_bos() -> None:
+    """Two sequences, as above: head 0 is a sink on both, head 1 (BOS mass 0.5 then 0.2) only
+    when the first is drawn twice (1/4). Without BOS the same two masses give the same share in
+    every resample, so the paired ratio is 1 in all of them (two independent resamples would
+    spread it from 0.5 to 2). With the masses swapped without BOS, the ratio is 0.5 (first
+    sequence twice), 1 (one of each) or 2 (second twice), each tail 1/4: the interval is
+    [0.5, 2]."""
+    from sinkscope.heads.summary import sink_ratio_intervals
+
+    with_bos = per_sequence_table("m", "d", [[1.0, 0.5], [1.0, 0.2]])
+    same = per_sequence_table("m", "d.no-bos", [[1.0, 0.5], [1.0, 0.2]])
+    (row,) = sink_ratio_intervals([with_bos, same], TH).iter_rows(named=True)
+    assert (row["model"], row["dataset"], row["n_units"]) == ("m", "d.no-bos", 2)
+    assert (row["ratio_lo"], row["ratio_hi"]) == (1.0, 1.0)
+    swapped = per_sequence_table("m", "d.no-bos", [[1.0, 0.2], [1.0, 0.5]])
+    (row,) = sink_ratio_intervals([with_bos, swapped], TH).iter_rows(named=True)
+    assert (row["ratio_lo"], row["ratio_hi"]) == (0.5, 2.0)
+    assert sink_ratio_intervals([with_bos, swapped], TH).equals(
+        sink_ratio_intervals([with_bos, swapped], TH)
+    )  # seeded
+
+
+def test_sink_ratio_without_a_sink_at_bos_is_unbounded_and_pairs_must_match() -> None:
+    """A resample whose BOS pair has no sink head has no finite ratio: 3 resamples in 4 here
+    (head 0 is a sink at BOS only when the first sequence is drawn twice), so the upper end is
+    infinite and the lower end is that one resample's ratio, 1. A no-BOS pair with other
+    sequences than its BOS pair is refused, naming both counts."""
+    from sinkscope.heads.summary import sink_ratio_intervals
+
+    with_bos = per_sequence_table("m", "d", [[0.5], [0.2]])
+    without = per_sequence_table("m", "d.no-bos", [[1.0], [1.0]])
+    (row,) = sink_ratio_intervals([with_bos, without], TH).iter_rows(named=True)
+    assert row["ratio_lo"] == 1.0 and row["ratio_hi"] == np.inf
+    assert sink_ratio_intervals([with_bos], TH).height == 0  # no no-BOS pair: no row
+    three = per_sequence_table("m", "d.no-bos", [[1.0], [1.0], [1.0]])
+    with pytest.raises(ValueError, match="3 sequences without BOS against 2"):
+        sink_ratio_intervals([with_bos, three], TH)

@@ -144,11 +144,14 @@ _BY_VARIANT = "dynamics_value_softmax_by_variant"
 
 
 def _polarization(
-    check: Callable[[pl.DataFrame, float], list[Row]],
+    check: Callable[[pl.DataFrame, float, float], list[Row]],
 ) -> Callable[[Tables, Mapping[str, Any]], list[Row]]:
     """The check of a polarization claim (value-softmax paper, Theorem 3.3, Fig. 13): ``check``
-    on the :data:`_BY_VARIANT` table with the tolerance ``dynamics.majority``."""
-    return lambda tb, t: check(tb[_BY_VARIANT], t["dynamics"]["majority"])
+    on the :data:`_BY_VARIANT` table with the tolerance ``dynamics.majority`` and the level of
+    ``claims.intervals``."""
+    return lambda tb, t: check(
+        tb[_BY_VARIANT], t["dynamics"]["majority"], float(t["intervals"]["level"])
+    )
 
 
 def _head_share_intervals(tables: Tables, tolerances: Mapping[str, Any]) -> pl.DataFrame | None:
@@ -156,14 +159,29 @@ def _head_share_intervals(tables: Tables, tolerances: Mapping[str, Any]) -> pl.D
     from the per-sequence masses, with the run's head-class thresholds (``tolerances
     ["head_classes"]``, put there by :func:`evaluate_claims`) and ``claims.intervals``; None
     without the masses (the shares are then decided as they stand)."""
+    return _from_masses("share_intervals", tables, tolerances)
+
+
+def _sink_ratio_intervals(tables: Tables, tolerances: Mapping[str, Any]) -> pl.DataFrame | None:
+    """The paired intervals over sequences of the no-BOS / BOS sink-share ratio
+    (:func:`sinkscope.heads.summary.sink_ratio_intervals`), made as :func:`_head_share_intervals`
+    makes the shares' ones; None without the per-sequence masses."""
+    return _from_masses("sink_ratio_intervals", tables, tolerances)
+
+
+def _from_masses(
+    function: str, tables: Tables, tolerances: Mapping[str, Any]
+) -> pl.DataFrame | None:
+    """``sinkscope.heads.summary.<function>`` of the per-sequence masses with the run's
+    head-class thresholds and ``claims.intervals`` (imported when a check runs: it loads numpy)."""
+    from sinkscope.heads import summary
     from sinkscope.heads.classify import HeadClassThresholds
-    from sinkscope.heads.summary import share_intervals
 
     masses = tables.get("head_masses_by_sequence")
     if masses is None:
         return None
     thresholds = HeadClassThresholds(**tolerances["head_classes"])
-    return share_intervals(masses, thresholds, tolerances["intervals"])
+    return getattr(summary, function)(masses, thresholds, tolerances["intervals"])
 
 
 CLAIMS: tuple[Claim, ...] = (
@@ -439,7 +457,9 @@ CLAIMS: tuple[Claim, ...] = (
         "no number; 'the first tokens' attract the sink mass whatever their content",
         ("head_classes",),
         lambda tb, t: check_first_token_becomes_sink(
-            tb["head_classes"], t["streaming"]["no_bos_sink_ratio_min"]
+            tb["head_classes"],
+            t["streaming"]["no_bos_sink_ratio_min"],
+            _sink_ratio_intervals(tb, t),
         ),
         reads_no_bos=True,
     ),

@@ -44,7 +44,10 @@ _PREDICTIONS = Sample(
     ("oversmoothing.context_lengths",),
 )
 _POLARIZATION = Sample(
-    "gradient-flow runs per variant (one per seed)", ("dynamics.value_softmax.select",)
+    "gradient-flow runs per variant, one per seed (Wilson interval over them; the untied runs "
+    "have the seeds of dynamics.grids.POLARIZATION_SEEDS, 5, of which a unanimous share "
+    "excludes 0.5)",
+    ("dynamics.value_softmax.select",),
 )
 _INDUCTION = Sample(
     "induction runs per setup (one per seed) and their layer-2 heads",

@@ -31,7 +31,13 @@ from sinkscope.heads.order import sort_pooled_last
 from sinkscope.labels import OTHER, POOLED
 from sinkscope.variants import NO_BOS_SUFFIX, is_no_bos
 
-__all__ = ["masses_by_sequence", "pool_datasets", "share_intervals", "summarize"]
+__all__ = [
+    "masses_by_sequence",
+    "pool_datasets",
+    "share_intervals",
+    "sink_ratio_intervals",
+    "summarize",
+]
 
 #: The mass columns of a per-sequence table that the flags are computed from.
 _MASSES = ("bos_mass", "diagonal_mass", "subdiagonal_mass")
@@ -144,6 +150,33 @@ def masses_by_sequence(per_sequence_tables: Sequence[pl.DataFrame]) -> pl.DataFr
     return frame.sort("model", "dataset", "layer", "head", "sequence")
 
 
+def _interval_settings(intervals: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The config's ``claims.intervals`` over the schema's defaults, the level checked."""
+    from sinkscope.config_schema import schema_default
+
+    settings = {**schema_default("claims", "intervals"), **(intervals or {})}
+    if not 0.0 < float(settings["level"]) < 1.0:
+        raise ValueError(f"claims.intervals.level must lie in (0, 1), got {settings['level']}")
+    return settings
+
+
+def _mass_arrays(
+    per_sequence: pl.DataFrame | Sequence[pl.DataFrame],
+) -> dict[tuple[str, str], list[np.ndarray]]:
+    """Per (model, dataset): the ``(N, H)`` arrays of :data:`_MASSES` (sequence x head, heads in
+    (layer, head) order)."""
+    tables = [per_sequence] if isinstance(per_sequence, pl.DataFrame) else list(per_sequence)
+    arrays: dict[tuple[str, str], list[np.ndarray]] = {}
+    for table in tables:
+        frame = table.sort("model", "dataset", "layer", "head", "sequence")
+        for (model, dataset), part in frame.group_by("model", "dataset", maintain_order=True):
+            n_heads = part.select("layer", "head").n_unique()
+            arrays[(str(model), str(dataset))] = [
+                part[m].to_numpy().astype(np.float64).reshape(n_heads, -1).T for m in _MASSES
+            ]
+    return arrays
+
+
 def share_intervals(
     per_sequence: pl.DataFrame | Sequence[pl.DataFrame],
     thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS,
@@ -168,22 +201,10 @@ def share_intervals(
     stratum's variance by ``(n_h - 1) / n_h``, so 4 datasets of 8 sequences cover about as
     often as one sample of 8 widened by the t-quantile of 28 degrees of freedom (92.3% for a
     nominal 95% on normal data), less than one sample at the floor of 20 (92.9%)."""
-    from sinkscope.config_schema import schema_default
-
-    settings = {**schema_default("claims", "intervals"), **(intervals or {})}
+    settings = _interval_settings(intervals)
     level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"claims.intervals.level must lie in (0, 1), got {level}")
     alpha = (1.0 - level) / 2.0
-    tables = [per_sequence] if isinstance(per_sequence, pl.DataFrame) else list(per_sequence)
-    arrays: dict[tuple[str, str], list[np.ndarray]] = {}
-    for table in tables:
-        frame = table.sort("model", "dataset", "layer", "head", "sequence")
-        for (model, dataset), part in frame.group_by("model", "dataset", maintain_order=True):
-            n_heads = part.select("layer", "head").n_unique()
-            arrays[(str(model), str(dataset))] = [
-                part[m].to_numpy().astype(np.float64).reshape(n_heads, -1).T for m in _MASSES
-            ]
+    arrays = _mass_arrays(per_sequence)
     groups: dict[tuple[str, str], list[tuple[str, str]]] = {key: [key] for key in arrays}
     for model in sorted({m for m, _ in arrays}):
         with_bos = [k for k in sorted(arrays) if k[0] == model and not is_no_bos(k[1])]
@@ -213,6 +234,82 @@ def share_intervals(
             row[f"{share}_lo"], row[f"{share}_hi"] = float(low[i]), float(high[i])
         rows.append(row)
     return pl.DataFrame(rows)
+
+
+def sink_ratio_intervals(
+    per_sequence: pl.DataFrame | Sequence[pl.DataFrame],
+    thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS,
+    intervals: Mapping[str, Any] | None = None,
+) -> pl.DataFrame:
+    """Paired percentile bootstrap over sequences of ``frac_sink(no-BOS) / frac_sink(BOS)``, the
+    StreamingLLM claim's ratio (:func:`sinkscope.claims.checks.no_bos.check_first_token_becomes_sink`),
+    per model and no-BOS pair with its BOS pair in ``per_sequence``.
+
+    Both pairs hold the SAME N sequences, with and without BOS (:mod:`sinkscope.variants`), so a
+    resample draws one set of sequence counts and applies it to both: the ratio's interval then
+    carries the pairing (two independent resamples would add the two pairs' variances). Each
+    share is the head share of :func:`share_intervals` (heads classified on their masses averaged
+    over the drawn sequences, with ``thresholds``). A resample without a sink head at BOS has no
+    ratio; it counts as an infinite one (every sink head without BOS is a takeover), and the
+    interval's ends are order statistics of the draws (no interpolation with infinity).
+    Columns ``model, dataset`` (the no-BOS id), ``n_resamples, level, n_units`` (N),
+    ``min_units``, ``ratio_lo, ratio_hi``; the seed of a row is
+    :func:`sinkscope.claims.intervals.row_seed` of ``claims.intervals.seed``, model and dataset."""
+    from sinkscope.claims.intervals import row_seed
+    from sinkscope.variants import source_dataset
+
+    settings = _interval_settings(intervals)
+    level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
+    alpha = (1.0 - level) / 2.0
+    arrays = _mass_arrays(per_sequence)
+    rows = []
+    for (model, dataset), without in sorted(arrays.items()):
+        with_bos = arrays.get((model, source_dataset(dataset)))
+        if not is_no_bos(dataset) or with_bos is None:
+            continue
+        n = without[0].shape[0]
+        if with_bos[0].shape[0] != n:
+            raise ValueError(
+                f"{model} x {dataset}: {n} sequences without BOS against "
+                f"{with_bos[0].shape[0]} with it; the pairs must hold the same sequences"
+            )
+        rng = np.random.default_rng(row_seed(int(settings["seed"]), model, dataset, "sink_ratio"))
+        counts = rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples).astype(np.float64) / n
+        sink_without = _shares(*(counts @ m for m in without), thresholds)[:, 0]
+        sink_with = _shares(*(counts @ m for m in with_bos), thresholds)[:, 0]
+        ratio = np.divide(
+            sink_without,
+            sink_with,
+            out=np.full(n_resamples, np.inf),
+            where=sink_with > 0,
+        )
+        low = np.quantile(ratio, alpha, method="inverted_cdf")
+        high = np.quantile(ratio, 1.0 - alpha, method="inverted_cdf")
+        rows.append(
+            {
+                "model": model,
+                "dataset": dataset,
+                "n_resamples": n_resamples,
+                "level": level,
+                "n_units": n,
+                "min_units": int(settings["min_units"]),
+                "ratio_lo": float(low),
+                "ratio_hi": float(high),
+            }
+        )
+    return pl.DataFrame(
+        rows,
+        schema={
+            "model": pl.String,
+            "dataset": pl.String,
+            "n_resamples": pl.Int64,
+            "level": pl.Float64,
+            "n_units": pl.Int64,
+            "min_units": pl.Int64,
+            "ratio_lo": pl.Float64,
+            "ratio_hi": pl.Float64,
+        },
+    )
 
 
 def summarize(

@@ -12,7 +12,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from sinkscope.claims.intervals import bootstrap_interval, needed_units, newcombe_difference
+from sinkscope.claims.intervals import (
+    bootstrap_interval,
+    needed_units,
+    newcombe_difference,
+    wilson_interval,
+)
 from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
@@ -53,7 +58,11 @@ def _share_rows(
     activations: Sequence[str],
     majority: float,
     polarizes: bool,
+    level: float,
 ) -> list[Row]:
+    """One row per polarization variant: the share of its seeds' runs that polarize, decided on
+    the share's Wilson interval (the runs of one variant are independent draws of its initial
+    point) against ``majority`` (:func:`sinkscope.claims.verdicts.decide`)."""
     require(
         by_variant,
         ["experiment", "loss", "activation", "n", "d", "runs", "polarized_share"],
@@ -88,39 +97,63 @@ def _share_rows(
     ]
 
     def reading(r: Mapping[str, Any]) -> Reading:
-        share = r["polarized_share"]
+        share, runs = float(r["polarized_share"]), int(r["runs"])
+        polarized = round(share * runs)
         knobs = "".join(f", {name}={r[name]:g}" for name in varying)
+        interval = Interval(
+            *wilson_interval(polarized, runs, level),
+            f"Wilson score interval over the {runs} seeds' runs",
+            level,
+        )
+        verdict = decide(interval, majority, above=polarizes, strict=True)
+        text = f"{polarized} of {runs} seeds end with a top attention weight >= 0.9"
+        if verdict == INCONCLUSIVE:
+            needed = needed_units(runs, share, interval.low, interval.high, majority)
+            text += (
+                f"; the interval straddles {majority:g}: needs more seeds "
+                f"({needed_text(needed, 'seeds')}; dynamics.grids.POLARIZATION_SEEDS)"
+            )
         return Reading(
             f"loss={loss}, phi={r['activation']}, n={r['n']}, d={r['d']}{knobs}",
-            f"{pct(share)} of {r['runs']} runs polarized (top weight {r['top_weight_mean']:.3f})"
+            f"{pct(share)} of {runs} runs polarized (top weight {r['top_weight_mean']:.3f})"
             if "top_weight_mean" in r
-            else f"{pct(share)} of {r['runs']} runs polarized",
+            else f"{pct(share)} of {runs} runs polarized",
             share,
-            share > majority if polarizes else share < majority,
-            f"{pct(share)} of seeds end with a top attention weight >= 0.9",
+            None,
+            text,
+            interval,
+            verdict,
         )
 
     synthetic = part.with_columns(model=pl.lit(SYNTHETIC), dataset=pl.lit("-"))
     return rows_per(synthetic.iter_rows(named=True), test, reading)
 
 
-def check_logistic_polarizes(by_variant: pl.DataFrame, majority: float) -> list[Row]:
+def check_logistic_polarizes(
+    by_variant: pl.DataFrame, majority: float, level: float = 0.95
+) -> list[Row]:
     """Value-softmax paper, Theorem 3.3 / Fig. 2: with the logistic loss gradient flow drives
     ``softmax(a)`` to a one-hot vector: most seeds polarize (top weight >= 0.9)."""
-    return _share_rows(by_variant, "logistic", ["softmax"], majority, polarizes=True)
+    return _share_rows(by_variant, "logistic", ["softmax"], majority, polarizes=True, level=level)
 
 
-def check_square_does_not_polarize(by_variant: pl.DataFrame, majority: float) -> list[Row]:
+def check_square_does_not_polarize(
+    by_variant: pl.DataFrame, majority: float, level: float = 0.95
+) -> list[Row]:
     """Value-softmax paper, Fig. 13 caption: the square loss does not give rise to sparse
     solutions (the abstract's "universality ... including square loss" says otherwise): most
     seeds do not polarize."""
-    return _share_rows(by_variant, "square", ["softmax"], majority, polarizes=False)
+    return _share_rows(by_variant, "square", ["softmax"], majority, polarizes=False, level=level)
 
 
-def check_unnormalized_do_not_polarize(by_variant: pl.DataFrame, majority: float) -> list[Row]:
+def check_unnormalized_do_not_polarize(
+    by_variant: pl.DataFrame, majority: float, level: float = 0.95
+) -> list[Row]:
     """Value-softmax paper, Fig. 13 caption: ``sum`` and ``sigmoid`` (no normalisation) do not
     converge to sparse solutions under the logistic loss: most seeds do not polarize."""
-    return _share_rows(by_variant, "logistic", ["sum", "sigmoid"], majority, polarizes=False)
+    return _share_rows(
+        by_variant, "logistic", ["sum", "sigmoid"], majority, polarizes=False, level=level
+    )
 
 
 def check_softmax_sinks_emerge(

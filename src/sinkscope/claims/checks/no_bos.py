@@ -11,20 +11,27 @@ token in the second.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import polars as pl
 
+from sinkscope.claims.intervals import needed_units
 from sinkscope.claims.verdicts import (
+    INCONCLUSIVE,
     NOT_RUN,
+    Interval,
     Reading,
     Row,
+    decide,
+    needed_text,
     not_applicable,
     pct,
     require,
     row,
     rows_per,
+    too_few_units_text,
 )
 from sinkscope.variants import NO_BOS_SUFFIX, source_dataset
 
@@ -36,7 +43,25 @@ _NO_PAIR = (
 )
 
 
-def check_first_token_becomes_sink(head_classes: pl.DataFrame, ratio_min: float) -> list[Row]:
+def _ratio_interval(r: Mapping[str, Any] | None) -> Interval | None:
+    """The paired bootstrap interval of the row's ratio
+    (:func:`sinkscope.heads.summary.sink_ratio_intervals`), None where there is none."""
+    if r is None:
+        return None
+    return Interval(
+        r["ratio_lo"],
+        r["ratio_hi"],
+        f"paired bootstrap over the {r['n_units']} sequences (the same with and without BOS), "
+        f"{r['n_resamples']} resamples",
+        r["level"],
+        n_units=r["n_units"],
+        min_units=r["min_units"],
+    )
+
+
+def check_first_token_becomes_sink(
+    head_classes: pl.DataFrame, ratio_min: float, intervals: pl.DataFrame | None = None
+) -> list[Row]:
     """StreamingLLM: without BOS, the first token becomes the sink.
 
     Per model and dataset with a no-BOS variant: ``r = frac_sink(no-BOS) / frac_sink(BOS)``, the
@@ -45,7 +70,9 @@ def check_first_token_becomes_sink(head_classes: pl.DataFrame, ratio_min: float)
     reproduced when ``r >= ratio_min`` (``claims.streaming.no_bos_sink_ratio_min``). Not
     applicable when the BOS pair has no sink head (nothing to take over), or, one row per model
     of the table, when the config has no no-BOS pair. The row's ``dataset``
-    is the no-BOS id.
+    is the no-BOS id. Given ``intervals`` (:func:`sinkscope.heads.summary.sink_ratio_intervals`:
+    a paired bootstrap over the sequences), the verdict is decided on the ratio's interval;
+    without them, on the ratio itself.
     """
     require(head_classes, ["model", "dataset", "n_heads", "frac_sink"], "head_classes")
     no_bos = head_classes.filter(pl.col("dataset").str.ends_with(NO_BOS_SUFFIX))
@@ -53,6 +80,11 @@ def check_first_token_becomes_sink(head_classes: pl.DataFrame, ratio_min: float)
         models = sorted(set(head_classes["model"].to_list()))
         return [row(m, "-", "-", "n/a", None, "-", None, _NO_PAIR) for m in models]
     frac = {(r["model"], r["dataset"]): r["frac_sink"] for r in head_classes.iter_rows(named=True)}
+    ratio_rows = (
+        {}
+        if intervals is None
+        else {(r["model"], r["dataset"]): r for r in intervals.iter_rows(named=True)}
+    )
 
     def reading(r: Mapping[str, Any]) -> Reading:
         base = source_dataset(r["dataset"])
@@ -66,14 +98,32 @@ def check_first_token_becomes_sink(head_classes: pl.DataFrame, ratio_min: float)
             return not_applicable(setting, "no sink head at BOS: nothing to take over", measured)
         ratio = without / with_bos
         verb = "takes over" if ratio >= ratio_min else "does not take over"
-        return Reading(
-            setting,
-            measured,
-            ratio,
-            ratio >= ratio_min,
+        reason = (
             f"without BOS the first text token {verb} the sink role: {pct(without)} of the heads "
-            f"put their mass on it vs {pct(with_bos)} on BOS (ratio {ratio:.2f})",
+            f"put their mass on it vs {pct(with_bos)} on BOS (ratio {ratio:.2f})"
         )
+        interval = _ratio_interval(ratio_rows.get((r["model"], r["dataset"])))
+        if interval is None:
+            return Reading(setting, measured, ratio, ratio >= ratio_min, reason)
+        verdict = decide(interval, ratio_min, above=True)
+        if verdict == INCONCLUSIVE:
+            # a resample without a sink head at BOS makes the upper end infinite: no count then
+            size = (
+                needed_text(
+                    needed_units(
+                        interval.n_units or 0, ratio, interval.low, interval.high, ratio_min
+                    ),
+                    "sequences",
+                )
+                + "; "
+                if math.isfinite(interval.high)
+                else ""
+            )
+            reason += too_few_units_text(interval, "sequences", "extraction.n_sequences") or (
+                f"; the interval straddles {ratio_min:g}: needs more sequences "
+                f"({size}extraction.n_sequences)"
+            )
+        return Reading(setting, measured, ratio, None, reason, interval, verdict)
 
     return rows_per(
         no_bos.sort("model", "dataset").iter_rows(named=True),
