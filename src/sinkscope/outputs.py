@@ -294,6 +294,7 @@ ENTRIES: tuple[RuleOutputs, ...] = (
         claims={
             "geometry_bos_alignment": "bos_alignment",
             "geometry_value_rank": "value_rank",
+            "geometry_value_rank_by_sequence": "value_rank_by_sequence",
             "geometry_bos_value_norm_classes": "bos_value_norm_classes",
             "geometry_statements": "statements",
             # read by sinkscope.claims.observations and by the reasons of per-head checks

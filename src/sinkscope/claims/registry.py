@@ -252,7 +252,10 @@ CLAIMS: tuple[Claim, ...] = (
         "'very high ranks in the middle layers' (tolerance 1e-3)",
         ("geometry_value_rank",),
         lambda tb, t: check_value_rank_middle_layers(
-            tb["geometry_value_rank"], t["geometry"]["near_full_rank"]
+            tb["geometry_value_rank"],
+            t["geometry"]["near_full_rank"],
+            tb.get("geometry_value_rank_by_sequence"),
+            t["intervals"],
         ),
     ),
     Claim(

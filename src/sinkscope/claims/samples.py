@@ -82,7 +82,12 @@ SAMPLES: dict[str, Sample] = {
             "geometry.long_context.solve_seconds",
         ),
     ),
-    "geometry.value_rank_full": Sample("value ranks per (layer, kv head, sequence)", _SEQUENCES),
+    "geometry.value_rank_full": Sample(
+        "the extraction's sequences per pair: a bootstrap over them of the lowest middle-layer "
+        "median of the value ranks per (layer, kv head, sequence) (a pooled row resamples each "
+        "dataset's own, so its floor is per dataset)",
+        (*_SEQUENCES, _MIN_UNITS),
+    ),
     "geometry.sink_bos_value_small": Sample(
         "the model's heads pooled over datasets (bootstrap over heads); fixed by the model",
     ),

@@ -89,6 +89,7 @@ SUMMARY_TABLES = (
     "bos_alignment",
     "halfspace_layer",
     "value_rank",
+    "value_rank_by_sequence",
     "value_rank_worst",
     "bos_value_norm_classes",
     "bos_residual_norm",

@@ -23,12 +23,18 @@ from sinkscope.geometry.values import vo_classes
 from sinkscope.heads.order import sort_pooled_last
 from sinkscope.labels import POOLED
 
+#: Columns of the summary's ``value_rank_by_sequence`` table.
+VALUE_RANK_BY_SEQUENCE_COLUMNS = ("model", "dataset", "layer", "kv_head", "sequence", "rel_rank")
+
 __all__ = [
+    "VALUE_RANK_BY_SEQUENCE_COLUMNS",
     "long_context_table",
+    "lowest_median_draws",
     "pair_table",
     "pool_bos_alignment",
     "summarize",
     "value_rank_stats",
+    "weighted_median",
 ]
 
 
@@ -58,6 +64,53 @@ def value_rank_stats(value_rank: pl.DataFrame, with_pooled: bool = True) -> pl.D
     if with_pooled:
         parts.append(stats(value_rank.with_columns(dataset=pl.lit(POOLED))))
     return sort_pooled_last(pl.concat(parts), "layer")
+
+
+def weighted_median(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The median of ``values`` ``(M,)`` counted with each row of integer ``weights`` ``(B, M)``:
+    the mean of the lower and the upper weighted median (the value where the cumulative weight
+    first reaches half the total, and where it first exceeds it), which with unit weights is the
+    ordinary median (the middle value, or the mean of the two middle values)."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    cumulative = np.cumsum(weights[:, order], axis=1)
+    half = cumulative[:, -1:] / 2.0
+    lower = np.argmax(cumulative >= half, axis=1)
+    upper = np.argmax(cumulative > half, axis=1)
+    return (ordered[lower] + ordered[upper]) / 2.0
+
+
+def lowest_median_draws(
+    strata: Sequence[pl.DataFrame],
+    layers: Sequence[int],
+    n_resamples: int,
+    rng: np.random.Generator,
+) -> tuple[float, np.ndarray]:
+    """The lowest over ``layers`` of the per-layer median relative value rank (App. E.2,
+    Fig. 12's box centres: the median over kv heads and sequences), on the sample and on
+    ``n_resamples`` resamples of the sequences.
+
+    Each stratum is one pair's ``value_rank_by_sequence`` rows (``layer, kv_head, sequence,
+    rel_rank``) and is resampled on its own (as many sequences as it has, with replacement); a
+    drawn sequence brings every kv head's rank of every layer, counted as often as it was drawn
+    (:func:`weighted_median`). Returns the sample's value and the ``(n_resamples,)`` draws."""
+    values: dict[int, list[np.ndarray]] = {layer: [] for layer in layers}
+    weights: dict[int, list[np.ndarray]] = {layer: [] for layer in layers}
+    for frame in strata:
+        sequences = np.sort(frame["sequence"].unique().to_numpy())
+        n = sequences.size
+        counts = np.vstack([np.ones(n), rng.multinomial(n, np.full(n, 1.0 / n), n_resamples)])
+        for layer in layers:
+            part = frame.filter(pl.col("layer") == layer)
+            values[layer].append(part["rel_rank"].to_numpy().astype(np.float64))
+            weights[layer].append(counts[:, np.searchsorted(sequences, part["sequence"])])
+    medians = np.stack(
+        [
+            weighted_median(np.concatenate(values[layer]), np.hstack(weights[layer]))
+            for layer in layers
+        ]
+    ).min(axis=0)
+    return float(medians[0]), medians[1:]
 
 
 def pool_bos_alignment(pairs: Sequence[Mapping[str, pl.DataFrame]]) -> pl.DataFrame:
@@ -155,6 +208,8 @@ def summarize(tables_by_pair: list[dict[str, pl.DataFrame]]) -> dict[str, pl.Dat
     * ``halfspace_layer``: the per-layer half-space summary recomputed from the pooled
       per-sequence rows (``dataset = "all"``).
     * ``value_rank``: :func:`value_rank_stats` per dataset and pooled (Figure 12).
+    * ``value_rank_by_sequence``: the pairs' relative ranks per (layer, kv head, sequence), the
+      rows :func:`lowest_median_draws` resamples (the claims' interval over sequences).
     * ``value_rank_worst``: the ``N_WORST`` sequences of lowest mean relative rank per model.
     * ``bos_value_norm_classes``: per model, dataset (and ``"all"``) and head group (each
       exclusive ``head_class`` under its class-map name, e.g. ``"sink (not sink+previous)"``,
@@ -190,6 +245,9 @@ def summarize(tables_by_pair: list[dict[str, pl.DataFrame]]) -> dict[str, pl.Dat
     )
     value_rank = pair_table(tables_by_pair, "value_rank")
     out["value_rank"] = value_rank_stats(value_rank)
+    out["value_rank_by_sequence"] = value_rank.select(VALUE_RANK_BY_SEQUENCE_COLUMNS).sort(
+        "model", "dataset", "layer", "kv_head", "sequence"
+    )
     out["value_rank_worst"] = (
         pair_table(tables_by_pair, "value_rank_worst")
         .sort("model", "mean_rel_rank", "min_rel_rank", "dataset", "sequence")

@@ -16,6 +16,7 @@ from typing import Any
 
 import polars as pl
 
+from sinkscope.claims.intervals import needed_units
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
     REPRODUCED,
@@ -24,11 +25,13 @@ from sinkscope.claims.verdicts import (
     Row,
     combine,
     decide,
+    needed_text,
     not_applicable,
     num,
     pct,
     require,
     rows_per,
+    too_few_units_text,
 )
 from sinkscope.heads.order import sort_pooled_last
 from sinkscope.labels import POOLED
@@ -222,9 +225,62 @@ def check_sink_representable(
     )
 
 
-def check_value_rank_middle_layers(value_rank: pl.DataFrame, near_full_rank: float) -> list[Row]:
+def _value_rank_interval(
+    record: Mapping[str, Any],
+    middle: Sequence[int],
+    by_sequence: pl.DataFrame,
+    intervals: Mapping[str, Any],
+) -> Interval | None:
+    """The interval of the lowest middle-layer median relative rank: a percentile bootstrap over
+    the sequences (:func:`sinkscope.geometry.summary.lowest_median_draws`; a pooled row
+    resamples each dataset's sequences on their own, so its floor of ``min_units`` is per
+    dataset). None where ``by_sequence`` lacks one of the row's pairs."""
+    import numpy as np
+
+    from sinkscope.claims.intervals import row_seed
+    from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
+    from sinkscope.geometry.summary import lowest_median_draws
+
+    model, dataset = str(record["model"]), str(record["dataset"])
+    rows = by_sequence.filter(pl.col("model") == model)
+    if dataset != POOLED:
+        rows = rows.filter(pl.col("dataset") == dataset)
+    strata = [part for _, part in rows.sort("dataset").group_by("dataset", maintain_order=True)]
+    if not strata:
+        return None
+    settings = {**DEFAULT_TOLERANCES["intervals"], **intervals}
+    level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
+    rng = np.random.default_rng(row_seed(settings["seed"], model, dataset, "value_rank"))
+    _sample, draws = lowest_median_draws(strata, middle, n_resamples, rng)
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(draws, [alpha, 1.0 - alpha])
+    counts = [part["sequence"].n_unique() for part in strata]
+    unit = f"bootstrap over the {sum(counts)} sequences"
+    if len(strata) > 1:
+        unit += f" stratified by dataset (at fewest {min(counts)} per dataset)"
+    return Interval(
+        float(low),
+        float(high),
+        f"{unit}, {n_resamples} resamples",
+        level,
+        n_units=min(counts),
+        min_units=int(settings["min_units"]),
+    )
+
+
+def check_value_rank_middle_layers(
+    value_rank: pl.DataFrame,
+    near_full_rank: float,
+    by_sequence: pl.DataFrame | None = None,
+    intervals: Mapping[str, Any] | None = None,
+) -> list[Row]:
     """App. E.2 / Fig. 12 (used by Prop. 6.1): value matrices have (near) full relative rank in the
-    middle layers: the median relative rank of every middle layer is ``>= near_full_rank``."""
+    middle layers: the median relative rank of every middle layer is ``>= near_full_rank``.
+
+    Given the ranks per sequence (``by_sequence``, the geometry summary's
+    ``value_rank_by_sequence``), the lowest middle-layer median is decided on its interval over
+    the sequences (:func:`_value_rank_interval`, settings ``intervals``: ``claims.intervals``);
+    without them, on the medians themselves."""
     from sinkscope.geometry.alignment import middle_layers
 
     require(value_rank, ["model", "dataset", "layer", "median", "min"], "value_rank")
@@ -238,14 +294,32 @@ def check_value_rank_middle_layers(value_rank: pl.DataFrame, near_full_rank: flo
             return not_applicable(setting, "the value_rank table holds none of the middle layers")
         worst = vm.sort("median").row(0, named=True)
         ok = vm.filter(pl.col("median") >= near_full_rank).height
-        return Reading(
-            setting,
+        measured = (
             f"lowest layer median {worst['median']:.3f} (layer {worst['layer']}); "
-            f"minimum {float(vm['min'].min()):.3f}",
-            float(worst["median"]),
-            ok == vm.height,
-            f"{ok} of {vm.height} middle layers have median relative rank >= {near_full_rank:g}",
+            f"minimum {float(vm['min'].min()):.3f}"
         )
+        reason = (
+            f"{ok} of {vm.height} middle layers have median relative rank >= {near_full_rank:g}"
+        )
+        lowest = float(worst["median"])
+        interval = (
+            None
+            if by_sequence is None
+            else _value_rank_interval(r, list(vm["layer"]), by_sequence, intervals or {})
+        )
+        if interval is None:
+            return Reading(setting, measured, lowest, ok == vm.height, reason)
+        verdict = decide(interval, near_full_rank, above=True)
+        if verdict == INCONCLUSIVE:
+            units = "sequences per dataset" if r["dataset"] == POOLED else "sequences"
+            more = needed_units(
+                interval.n_units or 0, lowest, interval.low, interval.high, near_full_rank
+            )
+            reason += too_few_units_text(interval, units, "extraction.n_sequences") or (
+                f"; the interval straddles {near_full_rank:g}: needs more sequences "
+                f"({needed_text(more, units)}; extraction.n_sequences)"
+            )
+        return Reading(setting, measured, lowest, None, reason, interval, verdict)
 
     return rows_per(
         _per_model_dataset(value_rank, "layers"),
