@@ -148,9 +148,12 @@ def test_paper_ranges_are_inclusive(head_classes: pl.DataFrame) -> None:
 # =============================================================================== geometry
 
 
-def bos_alignment(maxima: list[float], from2: list[float] | None = None) -> pl.DataFrame:
+def bos_alignment(
+    maxima: list[float], from2: list[float] | None = None, n_sequences: int | None = None
+) -> pl.DataFrame:
     """Pooled ``bos_alignment`` rows; ``from2``: maxima over positions >= 2 (default: the same,
-    the maximum at a later position), otherwise the maximum sits at position 1."""
+    the maximum at a later position), otherwise the maximum sits at position 1;
+    ``n_sequences``: the rows' sequences (None: no such column)."""
     n = len(maxima)
     from2 = list(maxima) if from2 is None else from2
     rows = [
@@ -169,10 +172,31 @@ def bos_alignment(maxima: list[float], from2: list[float] | None = None) -> pl.D
         for space in ("X", "Z")
     ]
     frame = pl.DataFrame(rows)
+    if n_sequences is not None:
+        frame = frame.with_columns(n_sequences=pl.lit(n_sequences))
     # the X space is never read: make it positive everywhere
     return frame.with_columns(
         max=pl.when(pl.col("space") == "X").then(0.9).otherwise(pl.col("max"))
     ).filter(pl.col("layer") < n)
+
+
+def test_bos_cosine_is_a_universal_claim_refuted_by_one_counterexample() -> None:
+    """Over 30 sequences: all middle-layer cosines below 0 reproduce it, with the exact bound
+    1 - 0.05^(1/30) = 9.5% on the share of sequences that could hold a positive one unseen;
+    one positive maximum refutes it on an exact interval [max, 1] (no sampling interval can
+    rescue a universal claim from a counterexample)."""
+    from sinkscope.claims.checks.geometry import unseen_share_bound
+
+    assert unseen_share_bound(30, 0.95) == pytest.approx(1 - 0.05 ** (1 / 30))
+    assert unseen_share_bound(1000, 0.95) == pytest.approx(3 / 1000, rel=0.01)  # rule of three
+    holds = bos_alignment([0.5, 0.5, -0.1, -0.2, -0.3, -0.01, 0.7, 0.8], n_sequences=30)
+    (row,) = GC.check_bos_cosine_middle_layers(holds, 0.0)
+    assert row["verdict"] == V.REPRODUCED and row["interval"] == ""
+    assert "no counterexample among the 30 sequences: fewer than 9.5% of sequences" in row["reason"]
+    fails = bos_alignment([0.5, 0.5, -0.1, 0.02, -0.3, -0.01, 0.7, 0.8], n_sequences=30)
+    (row,) = GC.check_bos_cosine_middle_layers(fails, 0.0)
+    assert row["verdict"] == V.NOT_REPRODUCED and (row["ci_low"], row["ci_high"]) == (0.02, 1.0)
+    assert "one counterexample refutes a universal claim" in row["interval"]
 
 
 def test_bos_cosine_uses_the_middle_layers_of_z() -> None:

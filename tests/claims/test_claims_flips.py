@@ -190,7 +190,8 @@ BOS_MAX = TOL["geometry"]["bos_cosine_max"]
 def bos_cosines(x: float) -> Tables:
     """8 layers (middle 2..5); the largest middle-layer maximum cosine is ``x``."""
     low = BOS_MAX - 0.3
-    return {"geometry_bos_alignment": bos_alignment([0.5, 0.5, low, x, low, low, 0.7, 0.8])}
+    maxima = [0.5, 0.5, low, x, low, low, 0.7, 0.8]
+    return {"geometry_bos_alignment": bos_alignment(maxima, n_sequences=25)}
 
 
 REPRESENTABLE = TOL["geometry"]["representable_min_fraction"]

@@ -232,7 +232,9 @@ CLAIMS: tuple[Claim, ...] = (
         "max cosine < 0 in all middle layers (gpt2-small, Llama 3.1-8B, Gemma 7B)",
         ("geometry_bos_alignment",),
         lambda tb, t: check_bos_cosine_middle_layers(
-            tb["geometry_bos_alignment"], t["geometry"]["bos_cosine_max"]
+            tb["geometry_bos_alignment"],
+            t["geometry"]["bos_cosine_max"],
+            float(t["intervals"]["level"]),
         ),
     ),
     Claim(

@@ -68,7 +68,10 @@ SAMPLES: dict[str, Sample] = {
     "heads.diagonal_fraction": _HEAD_SHARES,
     "heads.sink_prev_fraction": _HEAD_SHARES,
     "geometry.bos_cosine_below_zero": Sample(
-        "the extraction's sequences (the largest cosine over them, per middle layer)", _SEQUENCES
+        "the extraction's sequences (the largest cosine over them, per middle layer: a "
+        "universal claim, refuted by one cosine at the bound; without one, fewer than about "
+        "3 / N of all sequences could hold one, the exact bound the row states)",
+        _SEQUENCES,
     ),
     "geometry.sink_representable": Sample(
         "points of the long-context sequences (more than d_model for the test to be able to "

@@ -207,7 +207,8 @@ def bos_max_readings(
     layer for each reading (``mid_max_all``, ``mid_max_all_layer``, ``mid_max_from2``,
     ``mid_max_from2_layer``); ``n_max_at_first`` / ``n_mid_max_at_first``: layers whose maximum
     over all positions sits at position 1; ``mid_frac_positive``: share of positive cosines in
-    the middle layers. Figure 1's panel title and the claim ``geometry.bos_cosine_below_zero``
+    the middle layers; ``n_sequences``: the sequences the cosines come from (None where the
+    rows do not say). Figure 1's panel title and the claim ``geometry.bos_cosine_below_zero``
     both print these numbers.
     """
     needed = ["model", "space", "layer", "max", "max_excl_first", "max_position"]
@@ -227,6 +228,7 @@ def bos_max_readings(
                 pl.col("max_excl_first").cast(pl.Float64).fill_null(float("nan")).max(),
                 pl.col("n_positive").sum(),
                 pl.col("n_values").sum(),
+                *([pl.col("n_sequences").sum()] if "n_sequences" in frame.columns else []),
             )
             .sort("layer")
         )
@@ -270,6 +272,11 @@ def bos_max_readings(
                 "n_mid_max_at_first": int(mid_at_first.sum()),
                 "mid_frac_positive": (
                     float(mid["n_positive"].sum() / n_values) if n_values else None
+                ),
+                "n_sequences": (
+                    int(per_layer["n_sequences"].max())
+                    if "n_sequences" in per_layer.columns
+                    else None
                 ),
             }
         )

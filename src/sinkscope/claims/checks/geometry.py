@@ -49,6 +49,7 @@ __all__ = [
     "check_value_rank_middle_layers",
     "geometry_statements",
     "sink_representable_statements",
+    "unseen_share_bound",
 ]
 
 
@@ -65,7 +66,19 @@ def bos_cosine_readings(
     return table, bos_max_readings(table, bos_cosine_max)
 
 
-def check_bos_cosine_middle_layers(bos_alignment: pl.DataFrame, bos_cosine_max: float) -> list[Row]:
+def unseen_share_bound(n: int, level: float) -> float:
+    """The exact one-sided upper bound, at ``level``, on the share of units holding a
+    counterexample when none of ``n`` independent units held one: the ``p`` with
+    ``(1 - p)^n = 1 - level`` (Clopper-Pearson at ``k = 0``; about ``3 / n`` at 0.95, the rule
+    of three)."""
+    if n <= 0:
+        raise ValueError(f"a bound needs at least one unit, got {n}")
+    return 1.0 - (1.0 - level) ** (1.0 / n)
+
+
+def check_bos_cosine_middle_layers(
+    bos_alignment: pl.DataFrame, bos_cosine_max: float, level: float = 0.95
+) -> list[Row]:
     """§4 / Fig. 1: the maximum cosine between BOS and every other token at the attention input
     (``space == "Z"``, pooled over datasets) stays below ``bos_cosine_max`` (paper: 0) in every
     middle layer (:func:`sinkscope.geometry.alignment.middle_layers`).
@@ -73,7 +86,13 @@ def check_bos_cosine_middle_layers(bos_alignment: pl.DataFrame, bos_cosine_max: 
     Both readings of :func:`sinkscope.geometry.alignment.bos_max_readings` (the numbers of Figure 1's panel
     titles) are reported: the maximum over all positions, the paper's statement and the verdict,
     and over positions ``>= 2``, without the first text token, whose input is almost parallel to
-    BOS in some models."""
+    BOS in some models.
+
+    The claim is universal ("every token"), so a sample decides it one way only: one cosine at
+    or above the bound refutes it whatever else the sample holds (its interval is exact: the
+    largest cosine of all sequences is at least the sample's, up to 1), and a sample without one
+    reproduces it with the bound :func:`unseen_share_bound` on the share of sequences that could
+    hold one unseen (the sequences are the independent unit; a sequence's tokens are not)."""
     require(
         bos_alignment,
         [
@@ -93,18 +112,35 @@ def check_bos_cosine_middle_layers(bos_alignment: pl.DataFrame, bos_cosine_max: 
 
     def reading(b: Mapping[str, Any]) -> Reading:
         n_mid = b["n_middle"]
-        return Reading(
-            f"middle layers {b['middle_first']}..{b['middle_last']} of {b['n_layers']}",
+        setting = f"middle layers {b['middle_first']}..{b['middle_last']} of {b['n_layers']}"
+        measured = (
             f"all positions: max {num(b['mid_max_all'])} (layer {b['mid_max_all_layer']}), "
             f"{b['n_mid_below_all']}/{n_mid} middle layers below {bos_cosine_max:g}; "
             f"positions >= 2: max {num(b['mid_max_from2'])} (layer "
             f"{b['mid_max_from2_layer']}), {b['n_mid_below_from2']}/{n_mid} below; "
             f"position 1 holds the maximum in {b['n_mid_max_at_first']}/{n_mid}; "
-            f"{pct(b['mid_frac_positive'])} of cosines > 0",
-            b["mid_max_all"],
-            b["n_mid_below_all"] == n_mid,
-            bos_max_statement(b),
+            f"{pct(b['mid_frac_positive'])} of cosines > 0"
         )
+        holds = b["n_mid_below_all"] == n_mid
+        n_seq, reason = b.get("n_sequences"), bos_max_statement(b)
+        if not n_seq or b["mid_max_all"] is None:
+            return Reading(setting, measured, b["mid_max_all"], holds, reason)
+        if holds:
+            reason += (
+                f"; a universal claim with no counterexample among the {n_seq} sequences: "
+                f"fewer than {pct(unseen_share_bound(n_seq, level))} of sequences hold one "
+                f"(exact one-sided {100 * level:.0f}% bound)"
+            )
+            return Reading(setting, measured, b["mid_max_all"], True, reason)
+        interval = Interval(
+            float(b["mid_max_all"]),
+            1.0,
+            f"exact: the largest cosine over all sequences is at least the largest of these "
+            f"{n_seq}; one counterexample refutes a universal claim",
+            1.0,
+        )
+        verdict = decide(interval, bos_cosine_max, above=False, strict=True)
+        return Reading(setting, measured, b["mid_max_all"], None, reason, interval, verdict)
 
     table, readings = bos_cosine_readings(bos_alignment, bos_cosine_max)
     records = [
