@@ -197,6 +197,7 @@ def oversmoothing_tables(
     ``n_deviating`` heads (one non-sink head in each of the first ``n_deviating`` layers) where
     uniform attention mixes no more than the learned attention (Fig. 11's rule)."""
     from sinkscope.oversmoothing.names import BY_SEQUENCE_COLUMNS as OS_BY_SEQUENCE
+    from sinkscope.oversmoothing.names import LAYERS_BY_SEQUENCE_COLUMNS as OS_LAYERS_BY_SEQUENCE
     from sinkscope.oversmoothing.names import PER_HEAD_COLUMNS as OS_HEAD
     from sinkscope.oversmoothing.names import PER_LAYER_COLUMNS as OS_LAYER
     from sinkscope.oversmoothing.summary import UNIFORMITY_THRESHOLD, summary_tables
@@ -324,11 +325,18 @@ def oversmoothing_tables(
         )
         .select(OS_BY_SEQUENCE)
     )
+    # each layer's rho per sequence: every sequence reads the layer's means
+    layers_by_sequence = (
+        per_layer.select("model", "dataset", "layer", "context_length", "rho_before", "rho_after")
+        .join(pl.DataFrame({"sequence": np.arange(N_SEQUENCES)}), how="cross")
+        .select(OS_LAYERS_BY_SEQUENCE)
+    )
     return {
         "per_head": per_head,
         "per_layer": per_layer,
         **summary_tables(per_head, per_layer, UNIFORMITY_THRESHOLD),
         "approximation_by_sequence": by_sequence,
+        "layers_by_sequence": layers_by_sequence,
     }
 
 

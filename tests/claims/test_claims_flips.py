@@ -326,6 +326,31 @@ def per_head_errors(errors: list[float]) -> Tables:
     return {"oversmoothing_per_head": per_head}
 
 
+def layer_similarity(x: float, n_seq: int = 24, spread: float = 0.0) -> Tables:
+    """The oversmoothing summary with smallest layer ``rho`` ``x`` and the per-sequence rows
+    behind it: 3 layers x T' in {16, 32}, every cell 0.5 on every sequence but layer 1's
+    ``rho_before`` at T' = 32, which is ``x + spread`` on even and ``x - spread`` on odd
+    sequences (mean ``x`` over an even ``n_seq``)."""
+    rows = [
+        {
+            "model": "m",
+            "dataset": "d",
+            "layer": layer,
+            "context_length": t,
+            "sequence": seq,
+            "rho_before": x + spread * (-1) ** seq if (layer, t) == (1, 32) else 0.5,
+            "rho_after": 0.5,
+        }
+        for layer in range(3)
+        for t in (16, 32)
+        for seq in range(n_seq)
+    ]
+    return {
+        **summary(min_rho_layers=x),
+        "oversmoothing_layers_by_sequence": pl.DataFrame(rows),
+    }
+
+
 def approximation_by_sequence(errors: list[float], n_seq: int = 30, spread: float = 0.02) -> Tables:
     """:func:`per_head_errors` plus the ``approximation_by_sequence`` rows behind them: per head
     (layer ``i``, head 0, at the largest T' 16) ``rho_hat = 0.5`` on every resample
@@ -633,7 +658,13 @@ FLIPS: dict[str, Flip] = {
         inconclusive=[lambda: summary(n_predicted_s=10, agree_both_s=0.6)],
     ),
     "oversmoothing.similarity_positive": Flip(
-        lambda x: summary(min_rho_layers=x), holds=[0.05], fails=[0.0, -0.05]
+        layer_similarity,
+        holds=[0.05],
+        fails=[0.0, -0.05],
+        inconclusive=[
+            lambda: layer_similarity(0.02, spread=0.3),  # 0.02 +- about 0.12 over 24 sequences
+            lambda: layer_similarity(0.05, n_seq=8),  # under claims.intervals.min_units
+        ],
     ),
     "costs.toy_nuclear_norm": Flip(
         toy, holds=[TOY_RTOL / 2, -TOY_RTOL / 2], fails=[2 * TOY_RTOL, -2 * TOY_RTOL]

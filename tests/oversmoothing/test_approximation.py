@@ -116,3 +116,40 @@ def test_the_files_per_sequence_terms_give_the_per_head_table(extracted) -> None
     np.testing.assert_allclose(found, per_head["rhohat_xwz"], rtol=1e-5, atol=1e-7)
     sample, _ = max_error_draws([by_sequence], 10, np.random.default_rng(0))
     assert sample == pytest.approx(per_head["abs_err_xwz"].max(), rel=1e-4, abs=1e-7)
+
+
+def test_the_files_layer_rho_per_sequence_gives_the_per_layer_table(extracted) -> None:
+    """``layers_by_sequence`` on a tiny model of each family: its means over sequences are the
+    per-layer table's ``rho_before`` / ``rho_after`` (Fig. 4), its first sequence's
+    ``rho_before`` is the brute-force mean cosine over the pairs of that sequence's tokens
+    ``1..T'`` of the layer's input ``X``, and :func:`lowest_similarity_draws` on the full sample
+    is the summary's ``min_rho_layers``."""
+    from sinkscope.extraction.h5layout import RESIDUAL_X, open_activations
+    from sinkscope.heads.classify import classify_file
+    from sinkscope.oversmoothing.analysis import analyze_file
+    from sinkscope.oversmoothing.names import LAYERS_BY_SEQUENCE_COLUMNS
+    from sinkscope.oversmoothing.summary import lowest_similarity_draws
+
+    _family, path, _model, _ids = extracted
+    tables = analyze_file(path, classify_file(path)[1], context_lengths=[8, 16])
+    rows = tables["layers_by_sequence"]
+    assert rows.columns == list(LAYERS_BY_SEQUENCE_COLUMNS)
+    means = rows.group_by("layer", "context_length").agg(
+        pl.col("rho_before").mean(), pl.col("rho_after").mean()
+    )
+    per_layer = tables["per_layer"].join(means, on=["layer", "context_length"], suffix="_seq")
+    assert per_layer.height == tables["per_layer"].height
+    for c in ("rho_before", "rho_after"):
+        np.testing.assert_allclose(per_layer[f"{c}_seq"], per_layer[c], rtol=1e-12)
+    with open_activations(path) as handle:
+        x = np.asarray(handle[RESIDUAL_X][0, 0, 1:9], dtype=np.float64)  # layer 0, sequence 0
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    cosines = unit @ unit.T
+    brute = cosines[np.triu_indices(8, k=1)].mean()
+    first = rows.filter(
+        (pl.col("layer") == 0) & (pl.col("context_length") == 8) & (pl.col("sequence") == 0)
+    )
+    assert first["rho_before"][0] == pytest.approx(brute, rel=1e-5)
+    sample, _ = lowest_similarity_draws([rows], 10, np.random.default_rng(0))
+    summary_min = tables["summary"]["min_rho_layers"].min()
+    assert sample == pytest.approx(summary_min, rel=1e-12)

@@ -39,7 +39,9 @@ __all__ = [
     "needed_units",
     "newcombe_difference",
     "normal_quantile",
+    "percentile_interval",
     "row_seed",
+    "sample_and_resample_counts",
     "wilson_interval",
 ]
 
@@ -49,6 +51,26 @@ def row_seed(seed: int, *key: str) -> list[int]:
     stable hash (CRC-32) of the row's ``key`` (model, dataset, ...), so that every row draws its
     own resamples, the same in every run and whatever the order the rows are read in."""
     return [int(seed), zlib.crc32("/".join(key).encode())]
+
+
+def sample_and_resample_counts(n: int, n_resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """``(1 + n_resamples, n)`` counts of ``n`` units: the sample (every unit once), then
+    ``n_resamples`` draws of ``n`` units with replacement. A statistic that is a function of
+    count-weighted sums (a mean over the drawn units: ``counts @ values / n``) is then computed
+    on the sample and on every resample in one product; a stratified bootstrap draws each
+    stratum's counts on its own."""
+    if n < 1:
+        raise ValueError(f"a resample needs at least one unit, got {n}")
+    return np.vstack([np.ones(n), rng.multinomial(n, np.full(n, 1.0 / n), n_resamples)])
+
+
+def percentile_interval(draws: np.ndarray, level: float) -> tuple[float, float]:
+    """The percentile interval (Efron and Tibshirani 1993, ch. 13) of bootstrap ``draws`` at
+    ``level``: their ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles."""
+    normal_quantile(level)  # checks the level
+    alpha = (1.0 - level) / 2.0
+    low, high = np.quantile(np.asarray(draws, dtype=np.float64), [alpha, 1.0 - alpha])
+    return float(low), float(high)
 
 
 def normal_quantile(level: float) -> float:

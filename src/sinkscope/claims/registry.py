@@ -397,7 +397,9 @@ CLAIMS: tuple[Claim, ...] = (
         "Sink vs. diagonal, §5, App. E.1, Fig. 4",
         "positive in all cases",
         ("oversmoothing_summary",),
-        lambda tb, t: check_similarity_stays_positive(tb["oversmoothing_summary"]),
+        lambda tb, t: check_similarity_stays_positive(
+            tb["oversmoothing_summary"], tb.get("oversmoothing_layers_by_sequence"), t["intervals"]
+        ),
     ),
     # ---------------------------------------------------------------- §7 / App. D: costs
     Claim(

@@ -113,7 +113,12 @@ SAMPLES: dict[str, Sample] = {
     "oversmoothing.condition_i_half": _PREDICTIONS,
     "oversmoothing.condition_ii_few": _PREDICTIONS,
     "oversmoothing.predicted_signs": _PREDICTIONS,
-    "oversmoothing.similarity_positive": _HEAD_MEANS,
+    "oversmoothing.similarity_positive": Sample(
+        "the extraction's sequences per pair: a bootstrap over them of the smallest layer rho "
+        "over layers and T' (a pooled row resamples each dataset's own, so its floor is per "
+        "dataset)",
+        (*_SEQUENCES, "oversmoothing.context_lengths", _MIN_UNITS),
+    ),
     "costs.toy_nuclear_norm": Sample("a closed form on the toy task: no sample"),
     "costs.backcopy_slopes": _BACKCOPY,
     "costs.backcopy_sink_cheaper": _BACKCOPY,

@@ -94,12 +94,13 @@ def lowest_median_draws(
     rel_rank``) and is resampled on its own (as many sequences as it has, with replacement); a
     drawn sequence brings every kv head's rank of every layer, counted as often as it was drawn
     (:func:`weighted_median`). Returns the sample's value and the ``(n_resamples,)`` draws."""
+    from sinkscope.claims.intervals import sample_and_resample_counts
+
     values: dict[int, list[np.ndarray]] = {layer: [] for layer in layers}
     weights: dict[int, list[np.ndarray]] = {layer: [] for layer in layers}
     for frame in strata:
         sequences = np.sort(frame["sequence"].unique().to_numpy())
-        n = sequences.size
-        counts = np.vstack([np.ones(n), rng.multinomial(n, np.full(n, 1.0 / n), n_resamples)])
+        counts = sample_and_resample_counts(sequences.size, n_resamples, rng)
         for layer in layers:
             part = frame.filter(pl.col("layer") == layer)
             values[layer].append(part["rel_rank"].to_numpy().astype(np.float64))

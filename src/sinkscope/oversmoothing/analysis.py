@@ -181,6 +181,7 @@ from sinkscope.oversmoothing.layer import LayerAnalysis, LayerResult
 from sinkscope.oversmoothing.names import (
     BY_SEQUENCE_COLUMNS,
     HEAD_INFO_COLUMNS,
+    LAYERS_BY_SEQUENCE_COLUMNS,
     PER_HEAD_COLUMNS,
     PER_LAYER_COLUMNS,
 )
@@ -340,6 +341,22 @@ def _sequence_frame(
     return pl.DataFrame(columns)
 
 
+def _layer_sequence_frame(layer: int, lengths: Sequence[int], result: LayerResult) -> pl.DataFrame:
+    """The layer's rows of ``layers_by_sequence`` (sequence-major, then ``T'``)."""
+    n_seq = result.layer_sequences["rho_before"].shape[0]
+    return pl.DataFrame(
+        {
+            "layer": np.full(n_seq * len(lengths), layer, dtype=np.int64),
+            "context_length": np.tile(np.asarray(lengths, dtype=np.int64), n_seq),
+            "sequence": np.repeat(np.arange(n_seq, dtype=np.int64), len(lengths)),
+            **{
+                key: np.asarray(value, dtype=np.float64).reshape(-1)
+                for key, value in result.layer_sequences.items()
+            },
+        }
+    )
+
+
 def _layer_frames(
     layer: int, lengths: Sequence[int], n_heads: int, result: LayerResult
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -385,12 +402,15 @@ def analyze_file(
     ``block_size``: sequences read and processed at a time (default
     :func:`default_block_size`); the tables do not depend on it (to float64 rounding).
 
-    Returns ``{"per_head", "per_layer", "summary", "conditions", "approximation_by_sequence"}``
+    Returns ``{"per_head", "per_layer", "summary", "conditions", "approximation_by_sequence",
+    "layers_by_sequence"}``
     (columns in :data:`~sinkscope.oversmoothing.names.PER_HEAD_COLUMNS`,
     :data:`~sinkscope.oversmoothing.names.PER_LAYER_COLUMNS`,
     :func:`~sinkscope.oversmoothing.summary.summary_tables` and
     :data:`~sinkscope.oversmoothing.names.BY_SEQUENCE_COLUMNS`: eq. (2)'s terms per sequence at
-    the largest ``T'``, :mod:`sinkscope.oversmoothing.approximation`).
+    the largest ``T'``, :mod:`sinkscope.oversmoothing.approximation`;
+    :data:`~sinkscope.oversmoothing.names.LAYERS_BY_SEQUENCE_COLUMNS`: each layer's ``rho``
+    before and after its update per sequence and ``T'``).
     """
     lam = np.asarray(lambdas, dtype=np.float64)
     if lam.ndim != 1 or lam.size < 2 or not np.all(np.diff(lam) > 0):
@@ -398,6 +418,7 @@ def analyze_file(
     head_rows: list[pl.DataFrame] = []
     layer_rows: list[pl.DataFrame] = []
     sequence_rows: list[pl.DataFrame] = []
+    layer_sequence_rows: list[pl.DataFrame] = []
     with open_activations(h5_path) as handle:
         model = str(read_attr(handle, ATTR_MODEL_NAME))
         dataset = str(read_attr(handle, ATTR_DATASET_NAME))
@@ -449,6 +470,7 @@ def analyze_file(
             head_rows.append(heads_frame)
             layer_rows.append(layer_frame)
             sequence_rows.append(_sequence_frame(layer, lengths[-1], n_heads, result))
+            layer_sequence_rows.append(_layer_sequence_frame(layer, lengths, result))
     ids = [
         pl.lit(model).alias("model"),
         pl.lit(dataset).alias("dataset"),
@@ -468,6 +490,9 @@ def analyze_file(
     tables = {"per_head": heads_table, "per_layer": layers_table}
     tables.update(summary_tables(heads_table, layers_table, uniformity_threshold))
     tables["approximation_by_sequence"] = by_sequence
+    tables["layers_by_sequence"] = (
+        pl.concat(layer_sequence_rows).with_columns(*ids[:2]).select(LAYERS_BY_SEQUENCE_COLUMNS)
+    )
     return tables
 
 

@@ -45,6 +45,8 @@ class LayerResult:
     #: per sequence and head at the largest length: ``rho_xwz``, the
     #: :data:`~sinkscope.oversmoothing.names.SEQUENCE_TERMS` and ``sum_xz, sum_zz``, ``(N, H)``
     sequences: dict[str, np.ndarray]
+    #: per sequence and length: ``rho_before`` and ``rho_after``, ``(N, n_lengths)``
+    layer_sequences: dict[str, np.ndarray]
 
 
 def _prefix_sums(values: torch.Tensor, lengths: Sequence[int], dim: int) -> torch.Tensor:
@@ -483,4 +485,8 @@ class LayerAnalysis:
             heads={key: np.stack(value) for key, value in heads.items()},
             layer={key: np.asarray(value) for key, value in layer.items()},
             sequences=sequences,
+            layer_sequences={
+                "rho_before": self.rho_x.numpy().copy(),
+                "rho_after": self.rho_after.numpy().copy(),
+            },
         )

@@ -12,6 +12,7 @@ __all__ = [
     "BY_SEQUENCE_COLUMNS",
     "FIGURES",
     "HEAD_INFO_COLUMNS",
+    "LAYERS_BY_SEQUENCE_COLUMNS",
     "PER_HEAD_COLUMNS",
     "PER_LAYER_COLUMNS",
     "SEQUENCE_TERMS",
@@ -23,7 +24,14 @@ __all__ = [
 #: :func:`~sinkscope.oversmoothing.analysis.analyze_file` and
 #: :func:`~sinkscope.oversmoothing.summary.summarize` (the claims on them are decided in the
 #: ``claims`` rule alone, :mod:`sinkscope.claims.checks.oversmoothing`).
-TABLES = ("per_head", "per_layer", "summary", "conditions", "approximation_by_sequence")
+TABLES = (
+    "per_head",
+    "per_layer",
+    "summary",
+    "conditions",
+    "approximation_by_sequence",
+    "layers_by_sequence",
+)
 #: Figures of one pair and of the summary (``paths.OVERSMOOTHING_FIGURES``), named after the
 #: paper's figures; each is written to ``<name>.png``.
 FIGURES = (
@@ -148,4 +156,18 @@ BY_SEQUENCE_COLUMNS: tuple[str, ...] = (
     *SEQUENCE_TERMS,
     "sum_xz",
     "sum_zz",
+)
+
+#: Columns of ``layers_by_sequence``: one row per layer, ``T'`` and sequence, that sequence's
+#: average cosine of the layer's tokens before (``rho_before``: ``X``) and after the attention
+#: update (``rho_after``); the per-layer table's ``rho_before`` / ``rho_after`` are their means
+#: over sequences (Fig. 4), which the claims resample.
+LAYERS_BY_SEQUENCE_COLUMNS: tuple[str, ...] = (
+    "model",
+    "dataset",
+    "layer",
+    "context_length",
+    "sequence",
+    "rho_before",
+    "rho_after",
 )

@@ -273,7 +273,7 @@ def _value_rank_interval(
     dataset). None where ``by_sequence`` lacks one of the row's pairs."""
     import numpy as np
 
-    from sinkscope.claims.intervals import row_seed
+    from sinkscope.claims.intervals import percentile_interval, row_seed
     from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
     from sinkscope.geometry.summary import lowest_median_draws
 
@@ -288,8 +288,7 @@ def _value_rank_interval(
     level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
     rng = np.random.default_rng(row_seed(settings["seed"], model, dataset, "value_rank"))
     _sample, draws = lowest_median_draws(strata, middle, n_resamples, rng)
-    alpha = (1.0 - level) / 2.0
-    low, high = np.quantile(draws, [alpha, 1.0 - alpha])
+    low, high = percentile_interval(draws, level)
     counts = [part["sequence"].n_unique() for part in strata]
     unit = f"bootstrap over the {sum(counts)} sequences"
     if len(strata) > 1:

@@ -18,6 +18,7 @@ from sinkscope.claims.events import LayerEvents, coincidence
 from sinkscope.claims.intervals import (
     needed_units,
     newcombe_difference,
+    percentile_interval,
     row_seed,
     wilson_interval,
 )
@@ -770,10 +771,51 @@ def check_predicted_signs(summary: pl.DataFrame, most: float, level: float = 0.9
     return rows_per(_largest_context(summary).iter_rows(named=True), test, reading)
 
 
-def check_similarity_stays_positive(summary: pl.DataFrame) -> list[Row]:
+def _similarity_interval(
+    group: Mapping[str, Any],
+    layers_by_sequence: pl.DataFrame,
+    intervals: Mapping[str, Any],
+) -> Interval | None:
+    """The interval of the smallest layer ``rho``: a percentile bootstrap over the sequences
+    (:func:`sinkscope.oversmoothing.summary.lowest_similarity_draws`; a pooled row resamples each
+    dataset's sequences on their own, so its floor of ``min_units`` is per dataset). None where
+    the table has none of the group's pairs."""
+    from sinkscope.oversmoothing.summary import lowest_similarity_draws
+
+    model, dataset = str(group["model"]), str(group["dataset"])
+    rows = layers_by_sequence.filter(pl.col("model") == model)
+    if dataset != POOLED:
+        rows = rows.filter(pl.col("dataset") == dataset)
+    strata = [part for _, part in rows.sort("dataset").group_by("dataset", maintain_order=True)]
+    if not strata:
+        return None
+    settings = {**DEFAULT_TOLERANCES["intervals"], **intervals}
+    level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
+    rng = np.random.default_rng(row_seed(settings["seed"], model, dataset, "similarity"))
+    _sample, draws = lowest_similarity_draws(strata, n_resamples, rng)
+    counts = [part["sequence"].n_unique() for part in strata]
+    unit = f"bootstrap over the {sum(counts)} sequences"
+    if len(strata) > 1:
+        unit += f" stratified by dataset (at fewest {min(counts)} per dataset)"
+    return Interval(
+        *percentile_interval(draws, level),
+        f"{unit}, {n_resamples} resamples",
+        level,
+        n_units=min(counts),
+        min_units=int(settings["min_units"]),
+    )
+
+
+def check_similarity_stays_positive(
+    summary: pl.DataFrame,
+    layers_by_sequence: pl.DataFrame | None = None,
+    intervals: Mapping[str, Any] | None = None,
+) -> list[Row]:
     """App. E.1 / Fig. 4: the average token cosine similarity stays positive across layers (before
     and after each attention update): smallest per-layer ``rho`` over every ``T'`` > 0
-    (:func:`similarity_positive`)."""
+    (:func:`similarity_positive`). Given the per-sequence values (``layers_by_sequence``), the
+    smallest ``rho`` is decided on its interval over the sequences (:func:`_similarity_interval`,
+    settings ``intervals``: ``claims.intervals``); without them, on the value itself."""
     require(
         summary, ["model", "dataset", "context_length", "min_rho_layers"], "oversmoothing summary"
     )
@@ -781,13 +823,25 @@ def check_similarity_stays_positive(summary: pl.DataFrame) -> list[Row]:
     def reading(g: Mapping[str, Any]) -> Reading:
         s = g["summary"]
         x = float(s["min_rho_layers"].min())
-        return Reading(
-            f"T' in {sorted(s['context_length'].to_list())}",
-            f"smallest layer rho {x:.3f}",
-            x,
-            similarity_positive(x),
-            f"the smallest average cosine over layers and context lengths is {x:.3f}",
+        setting = f"T' in {sorted(s['context_length'].to_list())}"
+        measured = f"smallest layer rho {x:.3f}"
+        reason = f"the smallest average cosine over layers and context lengths is {x:.3f}"
+        interval = (
+            None
+            if layers_by_sequence is None
+            else _similarity_interval(g, layers_by_sequence, intervals or {})
         )
+        if interval is None:
+            return Reading(setting, measured, x, similarity_positive(x), reason)
+        verdict = decide(interval, 0.0, above=True, strict=True)
+        if verdict == INCONCLUSIVE:
+            units = "sequences per dataset" if g["dataset"] == POOLED else "sequences"
+            more = needed_units(interval.n_units or 0, x, interval.low, interval.high, 0.0)
+            reason += too_few_units_text(interval, units, "extraction.n_sequences") or (
+                f"; the interval straddles 0: needs more sequences "
+                f"({needed_text(more, units)}; extraction.n_sequences)"
+            )
+        return Reading(setting, measured, x, None, reason, interval, verdict)
 
     groups = [
         {"model": model, "dataset": dataset, "summary": s}
