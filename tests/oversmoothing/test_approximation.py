@@ -11,14 +11,10 @@ import polars as pl
 import pytest
 import torch
 
-from sinkscope.oversmoothing.approximation import (
-    HeadMaps,
-    max_error_draws,
-    rho_hat_from_means,
-    sequence_terms,
-)
+from sinkscope.oversmoothing.approximation import HeadMaps, rho_hat_from_means, sequence_terms
 from sinkscope.oversmoothing.moments import estimate_moments
 from sinkscope.oversmoothing.names import BY_SEQUENCE_COLUMNS, SEQUENCE_TERMS
+from sinkscope.oversmoothing.resampling import lowest_similarity_draws, max_error_draws
 from sinkscope.oversmoothing.theory import closed_form_coefficients, rho_hat, trace_terms
 
 
@@ -128,7 +124,6 @@ def test_the_files_layer_rho_per_sequence_gives_the_per_layer_table(extracted) -
     from sinkscope.heads.classify import classify_file
     from sinkscope.oversmoothing.analysis import analyze_file
     from sinkscope.oversmoothing.names import LAYERS_BY_SEQUENCE_COLUMNS
-    from sinkscope.oversmoothing.summary import lowest_similarity_draws
 
     _family, path, _model, _ids = extracted
     tables = analyze_file(path, classify_file(path)[1], context_lengths=[8, 16])

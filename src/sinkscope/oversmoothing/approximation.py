@@ -29,22 +29,18 @@ empirical ``rho`` (the mean of the per-sequence ``rho``), without the ``D x D`` 
 :func:`sequence_terms` computes the coefficients of a block of sequences from ``W``'s factors
 (:class:`HeadMaps`; ``O(G k D)`` per token for ``G`` distinct value maps, the cost of one
 projection); :func:`rho_hat_from_means` evaluates
-``a / d0``; :func:`max_error_draws` resamples sequences for the claim
-``oversmoothing.approximation_every_head`` (:mod:`sinkscope.claims.checks.oversmoothing`).
+``a / d0``; :func:`sinkscope.oversmoothing.resampling.max_error_draws` resamples sequences for
+the claim ``oversmoothing.approximation_every_head``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import polars as pl
 import torch
 
-from sinkscope.oversmoothing.names import SEQUENCE_TERMS
-
-__all__ = ["HeadMaps", "max_error_draws", "rho_hat_from_means", "sequence_terms"]
+__all__ = ["HeadMaps", "rho_hat_from_means", "sequence_terms"]
 
 
 @dataclass(frozen=True)
@@ -154,46 +150,3 @@ def rho_hat_from_means(terms: np.ndarray, beta: np.ndarray | float) -> np.ndarra
     a = (terms[..., 0] * beta + terms[..., 1]) * beta + terms[..., 2]
     d0 = (terms[..., 3] * beta + terms[..., 4]) * beta + terms[..., 5]
     return a / d0
-
-
-def max_error_draws(
-    strata: Sequence[pl.DataFrame], n_resamples: int, rng: np.random.Generator
-) -> tuple[float, np.ndarray]:
-    """The largest ``|rho - rho_hat|`` over the heads of ``strata`` (``X + W Z``), on the
-    sample and on ``n_resamples`` resamples of its sequences.
-
-    Each stratum is one pair's rows of the ``approximation_by_sequence`` table (columns
-    ``layer, head, sequence, rho_xwz``, :data:`SEQUENCE_TERMS`, ``sum_xz, sum_zz``) and is
-    resampled on its own (its sequences drawn with replacement, as many as it has): per head
-    the empirical ``rho`` is the mean of the drawn sequences' ``rho_xwz``, ``beta`` (per layer)
-    is the ratio of their ``sum_xz`` and ``sum_zz``, ``rho_hat`` is :func:`rho_hat_from_means`
-    of their terms. The maximum runs over every head of every stratum (a pooled row's heads are
-    read once per dataset, as in the per-head table). Returns the sample's maximum and the
-    ``(n_resamples,)`` maxima of the resamples."""
-    sample_max = -np.inf
-    draw_max = np.full(n_resamples, -np.inf)
-    for frame in strata:
-        frame = frame.sort("layer", "head", "sequence")
-        n_seq = frame["sequence"].n_unique()
-        n_cells = frame.height // n_seq
-        if n_cells * n_seq != frame.height:
-            raise ValueError("approximation_by_sequence: every head needs every sequence")
-
-        def per_cell(
-            column: str, frame: pl.DataFrame = frame, n_cells: int = n_cells
-        ) -> np.ndarray:
-            return frame[column].to_numpy().astype(np.float64).reshape(n_cells, -1).T  # (N, P)
-
-        rho = per_cell("rho_xwz")
-        terms = np.stack([per_cell(c) for c in SEQUENCE_TERMS], axis=-1)  # (N, P, 6)
-        xz, zz = per_cell("sum_xz"), per_cell("sum_zz")  # per layer, repeated per head
-        counts = np.vstack(
-            [np.ones(n_seq), rng.multinomial(n_seq, np.full(n_seq, 1.0 / n_seq), n_resamples)]
-        )  # (1 + B, N): the sample, then the resamples
-        mean_rho = counts @ rho / n_seq
-        mean_terms = np.einsum("bn,npt->bpt", counts, terms) / n_seq
-        beta = (counts @ xz) / (counts @ zz)
-        errors = np.abs(mean_rho - rho_hat_from_means(mean_terms, beta))  # (1 + B, P)
-        sample_max = max(sample_max, float(errors[0].max()))
-        draw_max = np.maximum(draw_max, errors[1:].max(axis=1))
-    return sample_max, draw_max

@@ -35,7 +35,6 @@ __all__ = [
     "component_means",
     "condition_exprs",
     "condition_summary",
-    "lowest_similarity_draws",
     "summarize",
     "summary_tables",
 ]
@@ -408,34 +407,3 @@ def summarize(
             pl.concat([by_pair[key], pooled[key]]), "context_length", maintain_order=True
         )
     return out
-
-
-def lowest_similarity_draws(
-    strata: Sequence[pl.DataFrame], n_resamples: int, rng: np.random.Generator
-) -> tuple[float, np.ndarray]:
-    """The smallest layer ``rho`` (App. E.1, Fig. 4: the average cosine of a layer's tokens
-    before and after its attention update, a mean over sequences) over every layer, ``T'`` and
-    stratum, on the sample and on ``n_resamples`` resamples of the sequences: the summary's
-    ``min_rho_layers`` and its bootstrap draws.
-
-    Each stratum is one pair's ``layers_by_sequence`` rows and is resampled on its own (as many
-    sequences as it has, with replacement); a drawn sequence brings its ``rho_before`` and
-    ``rho_after`` at every layer and ``T'``."""
-    from sinkscope.claims.intervals import sample_and_resample_counts
-
-    lowest = np.full(n_resamples + 1, np.inf)
-    for frame in strata:
-        frame = frame.sort("layer", "context_length", "sequence")
-        n_seq = frame["sequence"].n_unique()
-        cells = frame.height // n_seq
-        if cells * n_seq != frame.height:
-            raise ValueError("layers_by_sequence: every (layer, T') needs every sequence")
-        values = np.hstack(
-            [
-                frame[c].to_numpy().astype(np.float64).reshape(cells, n_seq).T
-                for c in ("rho_before", "rho_after")
-            ]
-        )  # (N, 2 x cells)
-        counts = sample_and_resample_counts(n_seq, n_resamples, rng)
-        lowest = np.minimum(lowest, (counts @ values / n_seq).min(axis=1))
-    return float(lowest[0]), lowest[1:]

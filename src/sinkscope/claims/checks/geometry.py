@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from sinkscope.claims.intervals import needed_units
+from sinkscope.claims.resampling import more_sequences_text, sequence_interval
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
     REPRODUCED,
@@ -25,13 +25,11 @@ from sinkscope.claims.verdicts import (
     Row,
     combine,
     decide,
-    needed_text,
     not_applicable,
     num,
     pct,
     require,
     rows_per,
-    too_few_units_text,
 )
 from sinkscope.heads.order import sort_pooled_last
 from sinkscope.labels import POOLED
@@ -268,39 +266,16 @@ def _value_rank_interval(
     intervals: Mapping[str, Any],
 ) -> Interval | None:
     """The interval of the lowest middle-layer median relative rank: a percentile bootstrap over
-    the sequences (:func:`sinkscope.geometry.summary.lowest_median_draws`; a pooled row
-    resamples each dataset's sequences on their own, so its floor of ``min_units`` is per
-    dataset). None where ``by_sequence`` lacks one of the row's pairs."""
-    import numpy as np
-
-    from sinkscope.claims.intervals import percentile_interval, row_seed
-    from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
+    the sequences (:func:`sinkscope.geometry.summary.lowest_median_draws`,
+    :func:`sinkscope.claims.resampling.sequence_interval`). None where ``by_sequence`` lacks the
+    row's pairs."""
     from sinkscope.geometry.summary import lowest_median_draws
 
+    def draws(strata: list[pl.DataFrame], n_resamples: int, rng: Any) -> tuple[float, Any]:
+        return lowest_median_draws(strata, middle, n_resamples, rng)
+
     model, dataset = str(record["model"]), str(record["dataset"])
-    rows = by_sequence.filter(pl.col("model") == model)
-    if dataset != POOLED:
-        rows = rows.filter(pl.col("dataset") == dataset)
-    strata = [part for _, part in rows.sort("dataset").group_by("dataset", maintain_order=True)]
-    if not strata:
-        return None
-    settings = {**DEFAULT_TOLERANCES["intervals"], **intervals}
-    level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
-    rng = np.random.default_rng(row_seed(settings["seed"], model, dataset, "value_rank"))
-    _sample, draws = lowest_median_draws(strata, middle, n_resamples, rng)
-    low, high = percentile_interval(draws, level)
-    counts = [part["sequence"].n_unique() for part in strata]
-    unit = f"bootstrap over the {sum(counts)} sequences"
-    if len(strata) > 1:
-        unit += f" stratified by dataset (at fewest {min(counts)} per dataset)"
-    return Interval(
-        float(low),
-        float(high),
-        f"{unit}, {n_resamples} resamples",
-        level,
-        n_units=min(counts),
-        min_units=int(settings["min_units"]),
-    )
+    return sequence_interval(by_sequence, model, dataset, draws, intervals, ("value_rank",))
 
 
 def check_value_rank_middle_layers(
@@ -346,14 +321,7 @@ def check_value_rank_middle_layers(
             return Reading(setting, measured, lowest, ok == vm.height, reason)
         verdict = decide(interval, near_full_rank, above=True)
         if verdict == INCONCLUSIVE:
-            units = "sequences per dataset" if r["dataset"] == POOLED else "sequences"
-            more = needed_units(
-                interval.n_units or 0, lowest, interval.low, interval.high, near_full_rank
-            )
-            reason += too_few_units_text(interval, units, "extraction.n_sequences") or (
-                f"; the interval straddles {near_full_rank:g}: needs more sequences "
-                f"({needed_text(more, units)}; extraction.n_sequences)"
-            )
+            reason += more_sequences_text(interval, lowest, near_full_rank, r["dataset"] == POOLED)
         return Reading(setting, measured, lowest, None, reason, interval, verdict)
 
     return rows_per(

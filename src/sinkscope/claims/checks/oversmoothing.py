@@ -18,10 +18,10 @@ from sinkscope.claims.events import LayerEvents, coincidence
 from sinkscope.claims.intervals import (
     needed_units,
     newcombe_difference,
-    percentile_interval,
     row_seed,
     wilson_interval,
 )
+from sinkscope.claims.resampling import more_sequences_text, sequence_interval
 from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
@@ -195,34 +195,15 @@ def _approximation_interval(
     intervals: Mapping[str, Any],
 ) -> Interval | None:
     """The interval of the largest ``|rho - rho_hat|`` over the group's heads: a percentile
-    bootstrap over sequences (:func:`sinkscope.oversmoothing.approximation.max_error_draws`;
-    a pooled row resamples each dataset's sequences on their own, so its floor of
-    ``min_units`` is per dataset). None where the table has none of the group's pairs."""
-    from sinkscope.oversmoothing.approximation import max_error_draws
+    bootstrap over sequences (:func:`sinkscope.oversmoothing.resampling.max_error_draws`,
+    :func:`sinkscope.claims.resampling.sequence_interval`). None where the table has none of
+    the group's pairs."""
+    from sinkscope.oversmoothing.resampling import max_error_draws
 
-    model, dataset = str(group["model"]), str(group["dataset"])
     datasets = group["heads"]["dataset_of_head"].unique().sort().to_list()
-    rows = by_sequence.filter((pl.col("model") == model) & pl.col("dataset").is_in(datasets))
-    strata = [part for _, part in rows.group_by("dataset", maintain_order=True)]
-    if len(strata) != len(datasets):
-        return None
-    settings = {**DEFAULT_TOLERANCES["intervals"], **intervals}
-    level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
-    rng = np.random.default_rng(row_seed(settings["seed"], model, dataset))
-    _sample, draws = max_error_draws(strata, n_resamples, rng)
-    alpha = (1.0 - level) / 2.0
-    low, high = np.quantile(draws, [alpha, 1.0 - alpha])
-    counts = [part["sequence"].n_unique() for part in strata]
-    unit = f"bootstrap over the {sum(counts)} sequences"
-    if len(strata) > 1:
-        unit += f" stratified by dataset (at fewest {min(counts)} per dataset)"
-    return Interval(
-        float(low),
-        float(high),
-        f"{unit}, {n_resamples} resamples",
-        level,
-        n_units=min(counts),
-        min_units=int(settings["min_units"]),
+    model, dataset = str(group["model"]), str(group["dataset"])
+    return sequence_interval(
+        by_sequence, model, dataset, max_error_draws, intervals, datasets=datasets
     )
 
 
@@ -289,14 +270,7 @@ def check_approximation_every_head(
         verdict = decide(interval, approximation_error, above=False, strict=True)
         if verdict == INCONCLUSIVE:
             pooled = h["dataset_of_head"].n_unique() > 1
-            reason += too_few_units_text(
-                interval,
-                "sequences per dataset" if pooled else "sequences",
-                "extraction.n_sequences",
-            ) or (
-                f"; the interval straddles {approximation_error:g}: needs more sequences "
-                "(extraction.n_sequences)"
-            )
+            reason += more_sequences_text(interval, worst, approximation_error, pooled)
         return Reading(setting, measured, worst, None, reason, interval, verdict)
 
     test = f"max over heads of |rho - rho_hat| < {approximation_error:g}"
@@ -777,32 +751,14 @@ def _similarity_interval(
     intervals: Mapping[str, Any],
 ) -> Interval | None:
     """The interval of the smallest layer ``rho``: a percentile bootstrap over the sequences
-    (:func:`sinkscope.oversmoothing.summary.lowest_similarity_draws`; a pooled row resamples each
-    dataset's sequences on their own, so its floor of ``min_units`` is per dataset). None where
-    the table has none of the group's pairs."""
-    from sinkscope.oversmoothing.summary import lowest_similarity_draws
+    (:func:`sinkscope.oversmoothing.resampling.lowest_similarity_draws`,
+    :func:`sinkscope.claims.resampling.sequence_interval`). None where the table has none of the
+    group's pairs."""
+    from sinkscope.oversmoothing.resampling import lowest_similarity_draws
 
     model, dataset = str(group["model"]), str(group["dataset"])
-    rows = layers_by_sequence.filter(pl.col("model") == model)
-    if dataset != POOLED:
-        rows = rows.filter(pl.col("dataset") == dataset)
-    strata = [part for _, part in rows.sort("dataset").group_by("dataset", maintain_order=True)]
-    if not strata:
-        return None
-    settings = {**DEFAULT_TOLERANCES["intervals"], **intervals}
-    level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
-    rng = np.random.default_rng(row_seed(settings["seed"], model, dataset, "similarity"))
-    _sample, draws = lowest_similarity_draws(strata, n_resamples, rng)
-    counts = [part["sequence"].n_unique() for part in strata]
-    unit = f"bootstrap over the {sum(counts)} sequences"
-    if len(strata) > 1:
-        unit += f" stratified by dataset (at fewest {min(counts)} per dataset)"
-    return Interval(
-        *percentile_interval(draws, level),
-        f"{unit}, {n_resamples} resamples",
-        level,
-        n_units=min(counts),
-        min_units=int(settings["min_units"]),
+    return sequence_interval(
+        layers_by_sequence, model, dataset, lowest_similarity_draws, intervals, ("similarity",)
     )
 
 
@@ -835,12 +791,7 @@ def check_similarity_stays_positive(
             return Reading(setting, measured, x, similarity_positive(x), reason)
         verdict = decide(interval, 0.0, above=True, strict=True)
         if verdict == INCONCLUSIVE:
-            units = "sequences per dataset" if g["dataset"] == POOLED else "sequences"
-            more = needed_units(interval.n_units or 0, x, interval.low, interval.high, 0.0)
-            reason += too_few_units_text(interval, units, "extraction.n_sequences") or (
-                f"; the interval straddles 0: needs more sequences "
-                f"({needed_text(more, units)}; extraction.n_sequences)"
-            )
+            reason += more_sequences_text(interval, x, 0.0, g["dataset"] == POOLED)
         return Reading(setting, measured, x, None, reason, interval, verdict)
 
     groups = [
