@@ -30,6 +30,7 @@ from sinkscope.claims.checks import dynamics as DC
 from sinkscope.claims.checks import geometry as GC
 from sinkscope.claims.checks import heads as HC
 from sinkscope.claims.checks import oversmoothing as OC
+from sinkscope.claims.checks import oversmoothing_conditions as OCC
 from sinkscope.claims.checks import streaming as SC
 from sinkscope.claims.intervals import newcombe_difference, wilson_interval
 from sinkscope.config import ConfigError, analysis_runs, load_config, load_schema, validate_config
@@ -440,21 +441,21 @@ def test_oversmoothing_claims_read_the_module_summary() -> None:
     after = [0.25, 0.28, 0.5, 0.5, 0.9, 0.75]
     per_head, per_layer = oversmoothing_tables(rho_x, after, [0.01, 0.02, 0.05, 0.09, 0.099, 0.2])
     summary = ov_summary.summary_tables(per_head, per_layer, 0.6)["summary"]
-    (row,) = OC.check_attention_raises_similarity(summary, 0.0)
+    (row,) = OCC.check_attention_raises_similarity(summary, 0.0)
     assert row["value"] == pytest.approx(np.mean(np.subtract(after, rho_x)))
     assert row["verdict"] == V.REPRODUCED and "T'=16" in row["setting"]  # the largest T'
-    (row,) = OC.check_attention_raises_similarity(summary, row["value"])  # boundary: not > itself
+    (row,) = OCC.check_attention_raises_similarity(summary, row["value"])  # boundary: not > itself
     assert row["verdict"] == V.NOT_REPRODUCED
     # 2 of 6 heads satisfy (i), 2 of 6 (ii): on 6 heads the Wilson interval [0.10, 0.70]
     # straddles every bound, so neither share decides anything (the flips use 400 heads)
-    (row,) = OC.check_condition_i_about_half(summary, 0.25)
+    (row,) = OCC.check_condition_i_about_half(summary, 0.25)
     assert row["value"] == pytest.approx(1 / 3) and row["verdict"] == V.INCONCLUSIVE
     assert (row["ci_low"], row["ci_high"]) == pytest.approx(wilson_interval(2, 6))
     assert "needs more heads" in row["reason"]
-    assert verdicts(OC.check_condition_i_about_half(summary, 0.16)) == [V.INCONCLUSIVE]
-    (row,) = OC.check_condition_ii_few(summary, 0.1)
+    assert verdicts(OCC.check_condition_i_about_half(summary, 0.16)) == [V.INCONCLUSIVE]
+    (row,) = OCC.check_condition_ii_few(summary, 0.1)
     assert row["verdict"] == V.INCONCLUSIVE
-    assert verdicts(OC.check_condition_ii_few(summary, 0.75)) == [V.REPRODUCED]
+    assert verdicts(OCC.check_condition_ii_few(summary, 0.75)) == [V.REPRODUCED]
     # every-head vs most-heads reading of Fig. 7 on the per-head table: one head at 0.2
     every, pooled = OC.check_approximation_every_head(per_head, 0.1)
     assert (every["dataset"], pooled["dataset"]) == ("d", "all")
@@ -537,9 +538,9 @@ def summary_row(**values: float | None) -> pl.DataFrame:
 @pytest.mark.parametrize(
     ("check", "column", "holds", "fails", "boundary"),
     [
-        (OC.check_w_decreases_similarity, "mean_rho_xwz_s", 0.4, 0.6, 0.5),
-        (OC.check_dense_heads_raise_more, "mean_increase_attn_s_dense", 0.05, 0.01, 0.02),
-        (OC.check_uniform_raises_more, "mean_increase_unif_s", 0.1, 0.0, 0.02),
+        (OCC.check_w_decreases_similarity, "mean_rho_xwz_s", 0.4, 0.6, 0.5),
+        (OCC.check_dense_heads_raise_more, "mean_increase_attn_s_dense", 0.05, 0.01, 0.02),
+        (OCC.check_uniform_raises_more, "mean_increase_unif_s", 0.1, 0.0, 0.02),
     ],
 )
 def test_difference_claims(check, column: str, holds: float, fails: float, boundary: float) -> None:
@@ -549,7 +550,7 @@ def test_difference_claims(check, column: str, holds: float, fails: float, bound
 
 
 def test_dense_claim_without_dense_heads_is_not_applicable() -> None:
-    (row,) = OC.check_dense_heads_raise_more(
+    (row,) = OCC.check_dense_heads_raise_more(
         summary_row(n_dense=0, mean_increase_attn_s_dense=None), 0.0
     )
     assert row["verdict"] == V.NOT_APPLICABLE and "n_dense = 0" in row["reason"]
@@ -612,16 +613,16 @@ def test_condition_claims_use_the_heads_and_map_of_figs_8_9() -> None:
         **{k: pl.Series(v * n, dtype=per_head[k].dtype) for k, v in plant.items()}
     )
     summary = ov_summary.summary_tables(per_head, per_layer, 0.6)["summary"]
-    (half,) = OC.check_condition_i_about_half(summary, 0.25)
+    (half,) = OCC.check_condition_i_about_half(summary, 0.25)
     assert half["value"] == pytest.approx(2 / 4) and "2 of 4 non-sink heads" in half["measured"]
     # the share is the band's centre, but 4 heads give a Wilson interval wider than the band
     assert half["verdict"] == V.INCONCLUSIVE
     assert (half["ci_low"], half["ci_high"]) == pytest.approx(wilson_interval(2, 4))
-    (few,) = OC.check_condition_ii_few(summary, 0.1)
+    (few,) = OCC.check_condition_ii_few(summary, 0.1)
     assert few["value"] == 0.0 and few["verdict"] == V.INCONCLUSIVE
     assert (few["ci_low"], few["ci_high"]) == pytest.approx(wilson_interval(0, 4))
     assert "unscaled head map W (not plotted): 25.0%" in few["reason"]
-    (signs,) = OC.check_predicted_signs(summary, 0.5)
+    (signs,) = OCC.check_predicted_signs(summary, 0.5)
     # 1 of 2 heads: the Wilson interval spans most of [0, 1], so nothing is decided on it
     assert signs["value"] == pytest.approx(0.5) and signs["verdict"] == V.INCONCLUSIVE
     assert "Fig. 8 alone: 100.0%, Fig. 9 alone: 50.0%" in signs["measured"]
@@ -636,25 +637,25 @@ def test_condition_claims_use_the_heads_and_map_of_figs_8_9() -> None:
         predicted_sign_s=pl.Series([-1, -1, 1, 1, -1, 1] * n),
     )
     summary = ov_summary.summary_tables(flipped, per_layer, 0.6)["summary"]
-    (few,) = OC.check_condition_ii_few(summary, 0.1)
+    (few,) = OCC.check_condition_ii_few(summary, 0.1)
     assert few["value"] == pytest.approx(0.25) and few["verdict"] == V.INCONCLUSIVE
     assert (few["ci_low"], few["ci_high"]) == pytest.approx(wilson_interval(1, 4))
-    (half,) = OC.check_condition_i_about_half(summary, 0.2)
+    (half,) = OCC.check_condition_i_about_half(summary, 0.2)
     assert half["value"] == pytest.approx(0.75) and half["verdict"] == V.INCONCLUSIVE
 
 
 def test_condition_claims_without_non_sink_heads_are_not_applicable() -> None:
     none = summary_row(n_non_sink=0, frac_cond_i_s_non_sink=None, frac_cond_ii_s_non_sink=None)
-    assert verdicts(OC.check_condition_i_about_half(none, 0.25)) == [V.NOT_APPLICABLE]
-    assert verdicts(OC.check_condition_ii_few(none, 0.1)) == [V.NOT_APPLICABLE]
+    assert verdicts(OCC.check_condition_i_about_half(none, 0.25)) == [V.NOT_APPLICABLE]
+    assert verdicts(OCC.check_condition_ii_few(none, 0.1)) == [V.NOT_APPLICABLE]
 
 
 def test_predicted_signs_and_positive_similarity() -> None:
-    assert verdicts(OC.check_predicted_signs(summary_row(), 0.5)) == [V.REPRODUCED]
-    assert verdicts(OC.check_predicted_signs(summary_row(agree_both_s=0.3), 0.5)) == [
+    assert verdicts(OCC.check_predicted_signs(summary_row(), 0.5)) == [V.REPRODUCED]
+    assert verdicts(OCC.check_predicted_signs(summary_row(agree_both_s=0.3), 0.5)) == [
         V.NOT_REPRODUCED
     ]
-    assert verdicts(OC.check_predicted_signs(summary_row(agree_both_s=None), 0.5)) == [
+    assert verdicts(OCC.check_predicted_signs(summary_row(agree_both_s=None), 0.5)) == [
         V.NOT_APPLICABLE
     ]
     assert verdicts(OC.check_similarity_stays_positive(summary_row())) == [V.REPRODUCED]
@@ -1718,17 +1719,17 @@ def test_predicted_signs_are_weighed_against_the_base_rate() -> None:
     """'Mostly holds' needs more than a majority: heads without a prediction set the base rate.
     90% agreement against a 90% base rate decides nothing; against 50% it is reproduced; below
     the base rate it is not; without unpredicted heads the majority test decides alone."""
-    assert verdicts(OC.check_predicted_signs(_signs_summary(0.9, 200, 0.5, 200), 0.5)) == [
+    assert verdicts(OCC.check_predicted_signs(_signs_summary(0.9, 200, 0.5, 200), 0.5)) == [
         V.REPRODUCED
     ]
-    (same,) = OC.check_predicted_signs(_signs_summary(0.9, 200, 0.9, 200), 0.5)
+    (same,) = OCC.check_predicted_signs(_signs_summary(0.9, 200, 0.9, 200), 0.5)
     assert same["verdict"] == V.INCONCLUSIVE and "needs more heads" in same["reason"]
-    assert verdicts(OC.check_predicted_signs(_signs_summary(0.6, 200, 0.95, 200), 0.5)) == [
+    assert verdicts(OCC.check_predicted_signs(_signs_summary(0.6, 200, 0.95, 200), 0.5)) == [
         V.NOT_REPRODUCED
     ]
-    (alone,) = OC.check_predicted_signs(_signs_summary(0.9, 200, None, 0), 0.5)
+    (alone,) = OCC.check_predicted_signs(_signs_summary(0.9, 200, None, 0), 0.5)
     assert alone["verdict"] == V.REPRODUCED and "no base rate" in alone["reason"]
-    assert verdicts(OC.check_predicted_signs(_signs_summary(0.3, 200, None, 0), 0.5)) == [
+    assert verdicts(OCC.check_predicted_signs(_signs_summary(0.3, 200, None, 0), 0.5)) == [
         V.NOT_REPRODUCED
     ]
 
@@ -1756,7 +1757,7 @@ def test_a_pooled_condition_row_counts_each_head_once() -> None:
     pooled = summary_row(dataset="all", n_heads=400, n_non_sink=400, n_cond_i_s_non_sink=120,
                          frac_cond_i_s_non_sink=0.3)  # fmt: skip
     table = pl.concat([*rows, pooled], how="vertical_relaxed")
-    found = {r["dataset"]: r for r in OC.check_condition_i_about_half(table, 0.25)}
+    found = {r["dataset"]: r for r in OCC.check_condition_i_about_half(table, 0.25)}
     assert (found["all"]["ci_low"], found["all"]["ci_high"]) == pytest.approx(
         wilson_interval(30, 100)
     )

@@ -1029,20 +1029,20 @@ def test_head_mean_differences_are_decided_on_an_interval_over_heads(
     """``attention_raises`` on 200 planted heads whose increases have the given mean (exactly)
     and spread: the bootstrap interval over the heads lies above 0, below it, or across it.
     The same heads decide ``uniform_raises_more`` (twice the increase) the same way."""
-    from sinkscope.claims.checks import oversmoothing as OC
+    from sinkscope.claims.checks import oversmoothing_conditions as OCC
 
     rng = np.random.default_rng(11)
     noise = rng.normal(size=200) * spread
     per_head, summary = _head_means(mean + noise - noise.mean())
-    (row,) = OC.check_attention_raises_similarity(summary, MIN_DIFF, per_head, {})
+    (row,) = OCC.check_attention_raises_similarity(summary, MIN_DIFF, per_head, {})
     assert row["verdict"] == verdict, row
     assert row["value"] == pytest.approx(mean, abs=1e-12)
     assert row["ci_low"] <= mean <= row["ci_high"]
     assert "bootstrap over the 200 heads" in row["interval"]
-    (more,) = OC.check_uniform_raises_more(summary, MIN_DIFF, per_head, {})
+    (more,) = OCC.check_uniform_raises_more(summary, MIN_DIFF, per_head, {})
     assert more["verdict"] == verdict, more
     # without the heads' table the point reading decides, as before
-    (point,) = OC.check_attention_raises_similarity(summary, MIN_DIFF)
+    (point,) = OCC.check_attention_raises_similarity(summary, MIN_DIFF)
     assert not point["interval"]
 
 
@@ -1050,13 +1050,13 @@ def test_dense_heads_raise_more_resamples_dense_and_all_heads_together() -> None
     """The later half of 200 heads raises rho by 0.04 more than the first; the dense heads (the
     last 75) all lie in it, so their mean exceeds the mean over all heads by 0.02, an interval
     well above 0; the reverse planting lies below."""
-    from sinkscope.claims.checks import oversmoothing as OC
+    from sinkscope.claims.checks import oversmoothing_conditions as OCC
 
     rng = np.random.default_rng(5)
     base = 0.01 * rng.normal(size=200)
     step = np.r_[np.zeros(100), np.full(100, 0.04)]
     for increases, verdict in ((base + step, V.REPRODUCED), (base - step, V.NOT_REPRODUCED)):
         per_head, summary = _head_means(increases)
-        (row,) = OC.check_dense_heads_raise_more(summary, MIN_DIFF, per_head, {})
+        (row,) = OCC.check_dense_heads_raise_more(summary, MIN_DIFF, per_head, {})
         assert row["verdict"] == verdict, row
         assert abs(row["value"]) == pytest.approx(0.02, abs=0.003)

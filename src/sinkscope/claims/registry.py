@@ -72,13 +72,15 @@ from sinkscope.claims.checks.no_bos import check_first_token_becomes_sink
 from sinkscope.claims.checks.oversmoothing import (
     check_approximation_every_head,
     check_approximation_most_heads,
+    check_mean_approximation,
+    check_similarity_stays_positive,
+)
+from sinkscope.claims.checks.oversmoothing_conditions import (
     check_attention_raises_similarity,
     check_condition_i_about_half,
     check_condition_ii_few,
     check_dense_heads_raise_more,
-    check_mean_approximation,
     check_predicted_signs,
-    check_similarity_stays_positive,
     check_uniform_raises_more,
     check_w_decreases_similarity,
 )

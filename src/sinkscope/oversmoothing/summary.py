@@ -2,7 +2,8 @@
 (paper §5, App. E.1): head means of ``rho`` (Fig. 2), condition counts and sign agreement
 (Figs. 8-9), the approximation's offset (Fig. 2 left), the ``summary`` and ``conditions``
 tables and :func:`summarize` (several pairs plus a pooled pseudo-dataset). Numbers only: the
-claims read off them are decided in :mod:`sinkscope.claims.checks.oversmoothing`, in the
+claims read off them are decided in :mod:`sinkscope.claims.checks.oversmoothing` and
+:mod:`sinkscope.claims.checks.oversmoothing_conditions`, in the
 ``claims`` rule alone (a tolerance changed reruns only it).
 """
 
@@ -67,7 +68,7 @@ CONDITION_BASIS = "non-sink heads (is_sink), conditions for the rescaled map s_l
 #: A head's change of ``rho`` from ``X`` under its learned attention and under uniform causal
 #: attention (rescaled, App. E.1 eq. (11); Figs. 2 right and 6): the per-head values whose
 #: means are ``mean_increase_attn_s`` and ``mean_increase_unif_s`` (and which the claims
-#: resample over heads, :mod:`sinkscope.claims.checks.oversmoothing`).
+#: resample over heads, :mod:`sinkscope.claims.checks.oversmoothing_conditions`).
 INCREASE_ATTN_S = pl.col("rho_xwza_s") - pl.col("rho_x")
 INCREASE_UNIF_S = pl.col("rho_xwzau_s") - pl.col("rho_x")
 

@@ -1,41 +1,36 @@
 """Checks of the oversmoothing claims (§5, App. E.1): read the ``oversmoothing_*`` summary tables.
 
-The approximation of attention by its mean (Fig. 7), the similarity differences of Figs. 5-6,
-conditions (i) and (ii) of Figs. 8-9, the predicted signs and the positive similarity. Each
-claim's verdict is one function (``*_holds``), called by its ``check_*``.
+The approximation of attention by its mean (Theorem 5.1's eq. (2): Fig. 2 left, Fig. 7) and the
+positive similarity (Fig. 4). The head-mean changes of ``rho`` (Figs. 2, 5-6) and conditions
+(i) and (ii) with their predicted signs (Figs. 8-9) are
+:mod:`sinkscope.claims.checks.oversmoothing_conditions`. Each claim's verdict is one function
+(``*_holds``), called by its ``check_*``.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from sinkscope.claims.events import LayerEvents, coincidence
 from sinkscope.claims.intervals import (
     needed_units,
-    newcombe_difference,
-    row_seed,
     wilson_interval,
 )
 from sinkscope.claims.resampling import more_sequences_text, sequence_interval
-from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
     Interval,
     Reading,
     Row,
-    combine,
     decide,
     needed_text,
     not_applicable,
     pct,
     require,
     rows_per,
-    too_few_units_text,
     where_heads,
 )
 from sinkscope.heads.order import sort_pooled_last
@@ -49,25 +44,16 @@ __all__ = [
     "approximation_holds",
     "check_approximation_every_head",
     "check_approximation_most_heads",
-    "check_attention_raises_similarity",
-    "check_condition_i_about_half",
-    "check_condition_ii_few",
-    "check_dense_heads_raise_more",
     "check_mean_approximation",
-    "check_predicted_signs",
     "check_similarity_stays_positive",
-    "check_uniform_raises_more",
-    "check_w_decreases_similarity",
-    "condition_i_holds",
-    "condition_ii_holds",
-    "difference",
-    "difference_holds",
+    "largest_context",
     "relative_offset_holds",
     "similarity_positive",
 ]
 
 
-def _largest_context(summary: pl.DataFrame) -> pl.DataFrame:
+def largest_context(summary: pl.DataFrame) -> pl.DataFrame:
+    """The summary rows at each pair's largest ``T'``, pooled rows last."""
     largest = summary.filter(
         pl.col("context_length") == pl.col("context_length").max().over("model", "dataset")
     )
@@ -81,40 +67,6 @@ def _with_pooled_heads(per_head: pl.DataFrame) -> pl.DataFrame:
         dataset_of_head=pl.col("dataset")
     )
     return pl.concat([heads, heads.with_columns(dataset=pl.lit(POOLED))], how="vertical_relaxed")
-
-
-def _readings_per_head(summary: pl.DataFrame) -> Callable[[Mapping[str, Any]], int]:
-    """How many readings of each head a summary row counts: 1 for a pair, the number of pooled
-    datasets for a model's ``"all"`` row (its ``n_heads`` over one pair's), so that a Wilson
-    interval over a pooled row counts each head once, not once per dataset."""
-    if "n_heads" not in summary.columns:
-        return lambda r: 1
-    per_model = dict(
-        summary.filter(pl.col("dataset") != POOLED)
-        .group_by("model")
-        .agg(pl.col("n_heads").max())
-        .iter_rows()
-    )
-
-    def readings(r: Mapping[str, Any]) -> int:
-        one = per_model.get(r["model"])
-        if r["dataset"] != POOLED or not one:
-            return 1
-        return max(1, round(int(r["n_heads"]) / int(one)))
-
-    return readings
-
-
-def _heads_once(k: int, n: int, readings: int) -> tuple[int, int]:
-    """``k`` of ``n`` readings as counts of heads, each read ``readings`` times (rounded)."""
-    if readings == 1:
-        return k, n
-    heads = max(1, round(n / readings))
-    return round(k / n * heads) if n else 0, heads
-
-
-def _missing(x: float | None) -> bool:
-    return x is None or math.isnan(x)
 
 
 # --------------------------------------------------------------------------- readings, verdicts
@@ -134,29 +86,6 @@ def relative_offset_holds(
     return None if rel_offset is None else rel_offset <= approximation_relative_offset
 
 
-def difference(summary_row: Mapping[str, Any], larger: str, smaller: str | None) -> float | None:
-    """``larger - smaller`` of a summary row (``smaller=None``: ``larger - 0``); None when either
-    is missing."""
-    a = summary_row[larger]
-    b = summary_row[smaller] if smaller else 0.0
-    return None if a is None or b is None else a - b
-
-
-def difference_holds(diff: float | None, min_difference: float) -> bool | None:
-    """§5 / Figs. 2, 6: a difference of head means is ``> min_difference``; None when missing."""
-    return None if _missing(diff) else diff > min_difference
-
-
-def condition_i_holds(frac: float | None, half_band: float) -> bool | None:
-    """§5 / Figs. 8-9: "roughly half": ``|frac - 1/2| <= half_band``; None when missing."""
-    return None if _missing(frac) else abs(frac - 0.5) <= half_band
-
-
-def condition_ii_holds(frac: float | None, few_max_fraction: float) -> bool | None:
-    """§5 / Figs. 8-9: "few": ``frac <= few_max_fraction``; None when missing."""
-    return None if _missing(frac) else frac <= few_max_fraction
-
-
 def similarity_positive(min_rho: float | None) -> bool | None:
     """App. E.1 / Fig. 4: the smallest average cosine is ``> 0`` (the paper's own bound)."""
     return None if min_rho is None else min_rho > 0
@@ -172,7 +101,7 @@ def _head_groups(per_head: pl.DataFrame) -> list[dict[str, Any]]:
         ["model", "dataset", "layer", "head", "context_length", "abs_err_xwz"],
         "per_head",
     )
-    heads = _largest_context(_with_pooled_heads(per_head))
+    heads = largest_context(_with_pooled_heads(per_head))
     return [
         {"model": model, "dataset": dataset, "heads": h}
         for (model, dataset), h in heads.group_by("model", "dataset", maintain_order=True)
@@ -374,375 +303,6 @@ def check_mean_approximation(
     test = f"largest |gap| / range across T' <= {approximation_relative_offset:g} for X+WZ"
     offsets = sort_pooled_last(approximation_offsets(summary))
     return rows_per(offsets.iter_rows(named=True), test, reading)
-
-
-def _increases() -> tuple[pl.Expr, pl.Expr]:
-    """A head's rescaled change of ``rho`` under its learned and under uniform attention,
-    as the summary defines them (:data:`sinkscope.oversmoothing.summary.INCREASE_ATTN_S`,
-    ``INCREASE_UNIF_S``; imported here, when a check runs, not with this module)."""
-    from sinkscope.oversmoothing.summary import INCREASE_ATTN_S, INCREASE_UNIF_S
-
-    return INCREASE_ATTN_S, INCREASE_UNIF_S
-
-
-def _head_units(
-    per_head: pl.DataFrame, model: str, dataset: str, context_length: int
-) -> pl.DataFrame:
-    """The heads of one summary row at its ``T'``: a pair's heads, or for a model's pooled
-    ``"all"`` row each head once, its values averaged over the datasets (the pooled point
-    reading averages the readings; its interval resamples heads, the unit)."""
-    rows = per_head.filter(
-        (pl.col("model") == model) & (pl.col("context_length") == context_length)
-    )
-    if dataset != POOLED:
-        return rows.filter(pl.col("dataset") == dataset)
-    numeric = ["rho_x", "rho_xwz_s", "rho_xwza_s", "rho_xwzau_s", "uniformity"]
-    return (
-        rows.group_by("layer", "head").agg(pl.col(c).mean() for c in numeric).sort("layer", "head")
-    )
-
-
-def _difference_rows(
-    summary: pl.DataFrame,
-    larger: str,
-    smaller: str | None,
-    min_difference: float,
-    what: str,
-    needs: str | None = None,
-    per_head: pl.DataFrame | None = None,
-    unit_value: pl.Expr | None = None,
-    intervals: Mapping[str, Any] | None = None,
-    dense_only_minus_all: bool = False,
-) -> list[Row]:
-    """Rows testing ``larger - smaller > min_difference`` (``smaller=None``: 0) at the largest T'
-    (:func:`difference`, :func:`difference_holds`).
-
-    With ``per_head`` (the heads' table) the difference gets a percentile bootstrap interval
-    over the heads (:func:`sinkscope.claims.intervals.bootstrap_interval`, ``intervals``: the
-    config's ``claims.intervals``): each head's ``unit_value`` (the per-head difference whose
-    mean is the summary's), resampled and averaged; ``dense_only_minus_all``: the mean over the
-    resample's dense heads minus its mean over all (uniformity above the summary's threshold).
-    The heads are the unit, as for the shares of heads: they are fixed by the model and the
-    interval says how much the mean rests on a few of them. Reproduced when the interval lies
-    above ``min_difference``, not reproduced when below, inconclusive when it straddles it."""
-    from sinkscope.claims.intervals import bootstrap_interval
-
-    cols = ["model", "dataset", "context_length", "n_heads", larger]
-    cols += [c for c in (smaller, needs) if c]
-    require(summary, cols, "oversmoothing summary")
-    settings = {**DEFAULT_TOLERANCES["intervals"], **(intervals or {})}
-
-    def reading(r: Mapping[str, Any]) -> Reading:
-        setting = f"T'={r['context_length']}, {r['n_heads']} heads"
-        if needs and not r[needs]:
-            return not_applicable(setting, f"no heads to average over ({needs} = 0)")
-        diff = difference(r, larger, smaller)
-        if _missing(diff):
-            return not_applicable(setting, "value missing")
-        a, b = r[larger], r[smaller] if smaller else 0.0
-        measured = f"{what}: {a:.4f}" + (f" vs {b:.4f} (difference {diff:+.4f})" if smaller else "")
-        reason = f"{larger} = {a:.4f}" + (f", {smaller} = {b:.4f}" if smaller else "")
-        if per_head is None or unit_value is None:
-            return Reading(setting, measured, diff, difference_holds(diff, min_difference), reason)
-        heads = _head_units(per_head, str(r["model"]), str(r["dataset"]), int(r["context_length"]))
-        if heads.height < 2:
-            return Reading(setting, measured, diff, difference_holds(diff, min_difference), reason)
-        values = heads.select(unit_value.alias("v"))["v"].to_numpy().astype(np.float64)
-        if dense_only_minus_all:
-            dense = (heads["uniformity"] > float(r["uniformity_threshold"])).to_numpy()
-            units = np.column_stack([values, dense.astype(np.float64)])
-
-            def statistic(u: np.ndarray) -> float:
-                on = u[:, 1] > 0
-                return float(u[on, 0].mean() - u[:, 0].mean()) if on.any() else float("nan")
-
-        else:
-            units = values
-
-            def statistic(u: np.ndarray) -> float:
-                return float(u.mean())
-
-        seed = row_seed(settings["seed"], str(r["model"]), str(r["dataset"]), larger)
-        level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
-        low, high = bootstrap_interval(units, statistic, n_resamples, seed, level)
-        once = " (each once)" if r["dataset"] == POOLED else ""
-        interval = Interval(
-            low,
-            high,
-            f"bootstrap over the {heads.height} heads{once}, {n_resamples} resamples",
-            level,
-            n_units=heads.height,
-            min_units=int(settings["min_units"]),
-        )
-        verdict = decide(interval, min_difference, above=True, strict=True)
-        if verdict == INCONCLUSIVE:
-            reason += too_few_units_text(interval, "heads", "models") or (
-                f"; the interval straddles {min_difference:g}: the mean rests on a few heads "
-                "(more heads: models)"
-            )
-        return Reading(setting, measured, diff, None, reason, interval, verdict)
-
-    test = f"{larger}{f' - {smaller}' if smaller else ''} > {min_difference:g}"
-    return rows_per(_largest_context(summary).iter_rows(named=True), test, reading)
-
-
-def check_w_decreases_similarity(
-    summary: pl.DataFrame,
-    min_difference: float,
-    per_head: pl.DataFrame | None = None,
-    intervals: Mapping[str, Any] | None = None,
-) -> list[Row]:
-    """§5 / Fig. 2 right: applying ``W`` decreases the average cosine:
-    ``rho(X) > rho(X + s_l WZ)``, averaged over all heads. Basis of Fig. 2 right (§5: "The
-    attention contribution is rescaled to match the magnitude of the original token matrix",
-    App. E.1 eq. (11)); the unrescaled ``X + WZ`` of Fig. 2 left is the approximation's basis,
-    not this claim's. With ``per_head``: an interval over the heads (:func:`_difference_rows`)."""
-    return _difference_rows(
-        summary, "mean_rho_x", "mean_rho_xwz_s", min_difference, "rho(X) vs rho(X + s_l WZ)",
-        per_head=per_head, unit_value=pl.col("rho_x") - pl.col("rho_xwz_s"), intervals=intervals,
-    )  # fmt: skip
-
-
-def check_attention_raises_similarity(
-    summary: pl.DataFrame,
-    min_difference: float,
-    per_head: pl.DataFrame | None = None,
-    intervals: Mapping[str, Any] | None = None,
-) -> list[Row]:
-    """§5 / Figs. 2, 6: attention raises the average cosine on average:
-    ``rho(X + WZA^T) - rho(X) > 0`` (rescaled), averaged over heads; with ``per_head``, an
-    interval over the heads (:func:`_difference_rows`)."""
-    return _difference_rows(
-        summary, "mean_increase_attn_s", None, min_difference, "mean rho(X+WZA^T) - rho(X)",
-        per_head=per_head, unit_value=_increases()[0], intervals=intervals,
-    )  # fmt: skip
-
-
-def check_dense_heads_raise_more(
-    summary: pl.DataFrame,
-    min_difference: float,
-    per_head: pl.DataFrame | None = None,
-    intervals: Mapping[str, Any] | None = None,
-) -> list[Row]:
-    """§5 / Figs. 2, 6: the increase is larger for heads with uniformity above the threshold
-    (paper: 0.6) than for all heads; with ``per_head``, an interval over the heads
-    (:func:`_difference_rows`: each resample's dense heads against all of its heads)."""
-    return _difference_rows(
-        summary,
-        "mean_increase_attn_s_dense",
-        "mean_increase_attn_s",
-        min_difference,
-        "increase for dense heads vs all heads",
-        needs="n_dense",
-        per_head=per_head,
-        unit_value=_increases()[0],
-        intervals=intervals,
-        dense_only_minus_all=True,
-    )
-
-
-def check_uniform_raises_more(
-    summary: pl.DataFrame,
-    min_difference: float,
-    per_head: pl.DataFrame | None = None,
-    intervals: Mapping[str, Any] | None = None,
-) -> list[Row]:
-    """§5 / Figs. 2, 6: uniform attention ``A_u`` raises the average cosine more than the learned
-    attention: ``rho(X + WZA_u^T) > rho(X + WZA^T)`` on average (rescaled); with ``per_head``,
-    an interval over the heads (:func:`_difference_rows`)."""
-    return _difference_rows(
-        summary,
-        "mean_increase_unif_s",
-        "mean_increase_attn_s",
-        min_difference,
-        "increase under uniform vs learned attention",
-        per_head=per_head,
-        unit_value=_increases()[1] - _increases()[0],
-        intervals=intervals,
-    )
-
-
-def check_condition_i_about_half(
-    summary: pl.DataFrame, half_band: float, level: float = 0.95
-) -> list[Row]:
-    """§5 / Figs. 8-9: "roughly half of the heads satisfy condition (i)" ``beta tr(BW) > 0``:
-    ``|frac_cond_i_s_non_sink - 1/2| <= half_band`` (:func:`condition_i_holds`), on the heads
-    Figs. 8-9 show (:data:`sinkscope.oversmoothing.summary.CONDITION_BASIS`; condition (i) does
-    not depend on ``s_l``). Decided on the share's Wilson interval over the non-sink heads
-    (:func:`_condition_rows`): reproduced when it lies inside the band, not reproduced when
-    wholly outside, inconclusive when it straddles an edge."""
-    cols = ["model", "dataset", "context_length", "n_heads", "n_non_sink"]
-    cols += ["n_cond_i_s_non_sink", "frac_cond_i_s_non_sink"]
-    require(summary, cols, "oversmoothing summary")
-    test = f"|frac_cond_i_s_non_sink - 0.5| <= {half_band:g}"
-    low, high = 0.5 - half_band, 0.5 + half_band
-
-    def verdict(interval: Interval) -> str:
-        return combine([decide(interval, low, above=True), decide(interval, high, above=False)])
-
-    return _condition_rows(summary, "i", test, verdict, (low, high), lambda r: "", level)
-
-
-def check_condition_ii_few(
-    summary: pl.DataFrame, few_max_fraction: float, level: float = 0.95
-) -> list[Row]:
-    """§5 / Figs. 8-9, App. E.1: few heads satisfy condition (ii)
-    ``beta tr(BW) + tr(BW^T W) < 0``: ``frac_cond_ii_s_non_sink <= few_max_fraction``
-    (:func:`condition_ii_holds`) on the heads and map of Figs. 8-9
-    (:data:`sinkscope.oversmoothing.summary.CONDITION_BASIS`), decided on the share's Wilson
-    interval over the non-sink heads (:func:`_condition_rows`). Condition (ii) depends on the
-    scale of the map; the reason also gives the share for the unscaled ``W`` (named as such; not
-    plotted)."""
-    cols = ["model", "dataset", "context_length", "n_heads", "n_non_sink"]
-    cols += ["n_cond_ii_s_non_sink", "frac_cond_ii_s_non_sink", "frac_cond_ii_non_sink"]
-    require(summary, cols, "oversmoothing summary")
-    test = f"frac_cond_ii_s_non_sink <= {few_max_fraction:g}"
-    return _condition_rows(
-        summary,
-        "ii",
-        test,
-        lambda interval: decide(interval, few_max_fraction, above=False),
-        (few_max_fraction,),
-        lambda r: f"; for the unscaled head map W (not plotted): {pct(r['frac_cond_ii_non_sink'])}",
-        level,
-    )
-
-
-def _condition_rows(
-    summary: pl.DataFrame,
-    condition: str,
-    test: str,
-    verdict_of: Callable[[Interval], str],
-    bounds: tuple[float, ...],
-    extra_reason: Callable[[Mapping[str, Any]], str],
-    level: float,
-) -> list[Row]:
-    """One row per model and dataset at the largest context length for condition ``(i)`` or
-    ``(ii)`` of Theorem 5.1 on the non-sink heads and map of Figs. 8-9 (``n_cond_<c>_s_non_sink``
-    of ``n_non_sink``); "n/a" where every head is a sink head.
-
-    The sampling unit is the head, as in :func:`check_predicted_signs`: the share gets a Wilson
-    interval at ``level`` (:func:`sinkscope.claims.intervals.wilson_interval`), which
-    ``verdict_of`` reads against the tolerance's ``bounds``. A pooled row counts each head
-    once (:func:`_readings_per_head`)."""
-    from sinkscope.oversmoothing.summary import CONDITION_BASIS
-
-    readings_of = _readings_per_head(summary)
-
-    def reading(r: Mapping[str, Any]) -> Reading:
-        setting = f"T'={r['context_length']}, {r['n_non_sink']} non-sink heads of {r['n_heads']}"
-        x = r[f"frac_cond_{condition}_s_non_sink"]
-        if _missing(x):
-            return not_applicable(setting, "every head is a sink head")
-        counts = f"{r[f'n_cond_{condition}_s_non_sink']} of {r['n_non_sink']} non-sink heads"
-        k, n = _heads_once(
-            int(r[f"n_cond_{condition}_s_non_sink"]), int(r["n_non_sink"]), readings_of(r)
-        )
-        low, high = wilson_interval(k, n, level)
-        interval = Interval(low, high, f"Wilson score interval over {n} heads", level)
-        verdict = verdict_of(interval)
-        reason = (
-            f"{counts} satisfy condition ({condition}); basis: {CONDITION_BASIS} (Figs. 8-9 "
-            f"titles){extra_reason(r)}"
-        )
-        if readings_of(r) > 1:
-            reason += f"; each head counted once: {k} of {n}"
-        if verdict == INCONCLUSIVE:
-            near = min(bounds, key=lambda b: abs(b - x))
-            need = needed_units(n, k / n, low, high, near)
-            reason += (
-                f"; the interval straddles {near:g}: needs more heads "
-                f"({needed_text(need, 'heads')}; models)"
-            )
-        return Reading(
-            setting,
-            f"{counts} ({pct(x)}) satisfy ({condition})",
-            x,
-            None,
-            reason,
-            interval,
-            verdict,
-        )
-
-    return rows_per(_largest_context(summary).iter_rows(named=True), test, reading)
-
-
-def check_predicted_signs(summary: pl.DataFrame, most: float, level: float = 0.95) -> list[Row]:
-    """§5 / Figs. 8-9: the monotonicity predicted by Theorem 5.1 mostly holds: among the non-sink
-    heads with a prediction (condition (i) or (ii) for ``s_l W``), the share whose ``rho``
-    changes with the predicted sign both from ``X+WZ`` to ``X+WZA^T`` (Fig. 8) and on to
-    ``X+WZA_u^T`` (Fig. 9) is > ``most`` (App. E.1: "Both
-    quantities should be positive when ... negative when ..."), and higher than the base rate:
-    the share of the heads *without* a prediction that change that way anyway
-    (``base_agree_both_s``, :func:`sinkscope.oversmoothing.summary.condition_exprs`). When every
-    prediction is "increase" and most heads increase regardless, agreeing is no evidence.
-
-    The sampling unit is the head: the agreement gets a Wilson interval against ``most`` and its
-    difference from the base rate Newcombe's interval against 0
-    (:mod:`sinkscope.claims.intervals`, at ``level``). Reproduced when both lie wholly above,
-    not reproduced when either lies wholly below, inconclusive otherwise. Without unpredicted
-    heads there is no base rate and the first test decides alone (the reason says so)."""
-    cols = ["model", "dataset", "context_length", "n_predicted_s"]
-    cols += ["agree_attn_s", "agree_unif_s", "agree_both_s", "n_unpredicted_s", "base_agree_both_s"]
-    require(summary, cols, "oversmoothing summary")
-    from sinkscope.oversmoothing.summary import CONDITION_BASIS
-
-    readings_of = _readings_per_head(summary)
-
-    def reading(r: Mapping[str, Any]) -> Reading:
-        x, n = r["agree_both_s"], int(r["n_predicted_s"] or 0)
-        setting = f"T'={r['context_length']}, {n} non-sink heads with a prediction"
-        if _missing(x) or n == 0:
-            return not_applicable(setting, "no non-sink head satisfies condition (i) or (ii)")
-        # a pooled row reads each head once per dataset: its unit is still the head
-        k, n = _heads_once(round(x * n), n, readings_of(r))
-        low, high = wilson_interval(k, n, level)
-        interval = Interval(low, high, f"Wilson score interval over {n} heads", level)
-        verdicts = [decide(interval, most, above=True, strict=True)]
-        needed = [needed_units(n, k / n, low, high, most)]
-        reason = (
-            f"{k} of the {n} heads with a prediction change rho with the predicted sign in "
-            f"both Figs. 8 and 9; basis: {CONDITION_BASIS}"
-        )
-        base, m = r["base_agree_both_s"], int(r["n_unpredicted_s"] or 0)
-        if m == 0 or _missing(base):
-            reason += "; no head without a prediction, so no base rate to compare with"
-        else:
-            b, m = _heads_once(round(base * m), m, readings_of(r))
-            d_low, d_high = newcombe_difference(k, n, b, m, level)
-            verdicts.append(
-                decide(Interval(d_low, d_high, "", level), 0.0, above=True, strict=True)
-            )
-            needed.append(needed_units(min(n, m), k / n - b / m, d_low, d_high, 0.0))
-            reason += (
-                f"; base rate: {b} of the {m} heads without a prediction change that way too "
-                f"({pct(base)}), difference {pct(x - base)} ({100 * level:.0f}% Newcombe "
-                f"interval {d_low:+.3f} to {d_high:+.3f})"
-            )
-        verdict = combine(verdicts)
-        if verdict == INCONCLUSIVE:
-            # the straddling tests' needs; the larger one decides
-            open_needs = [
-                u for u, v in zip(needed, verdicts, strict=True) if v == INCONCLUSIVE and u
-            ]
-            need = max(open_needs) if open_needs else None
-            reason += (
-                "; an interval straddles its bound: needs more heads "
-                f"({needed_text(need, 'heads of each kind')}; models or datasets)"
-            )
-        return Reading(
-            setting,
-            f"{pct(x)} follow both predicted signs (Fig. 8 alone: "
-            f"{pct(r['agree_attn_s'])}, Fig. 9 alone: {pct(r['agree_unif_s'])})",
-            x,
-            None,
-            reason,
-            interval,
-            verdict,
-        )
-
-    test = f"agree_both_s > {most:g} and > the base rate of heads without a prediction"
-    return rows_per(_largest_context(summary).iter_rows(named=True), test, reading)
 
 
 def _similarity_interval(
