@@ -8,7 +8,9 @@ that give ``approximation_every_head`` its interval over sequences) and, as the 
 measured in the same run on the same threads, :class:`sinkscope.oversmoothing.moments.
 MomentAccumulator`'s ``add`` of the same sequences (the float64 ``D x D`` Gram matrices that
 every oversmoothing job already computes). The ratio is what the terms add to the moments'
-part of the job; the size of the terms' own work arrays is printed beside it.
+part of the job; the size of the terms' own work arrays is printed beside it. The job computes
+the terms of every prefix T' of ``oversmoothing.context_lengths`` in the same pass over the
+tokens: the last column times that call against the single-T' one.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 
 import torch
 
+from sinkscope.oversmoothing.analysis import DEFAULT_CONTEXT_LENGTHS
 from sinkscope.oversmoothing.approximation import HeadMaps, sequence_terms
 from sinkscope.oversmoothing.moments import MomentAccumulator
 from sinkscope.sizing.usage import cpu_model
@@ -42,8 +45,9 @@ def best_of(repeats: int, run) -> float:
 
 def time_layer(
     widths: tuple[int, int, int, int], n_seq: int, tokens: int, repeats: int, gen: torch.Generator
-) -> tuple[float, float]:
-    """Best-of-``repeats`` seconds of the terms and of the moments for one layer's sequences."""
+) -> tuple[float, float, float]:
+    """Best-of-``repeats`` seconds of the terms (at ``tokens``, and at every prefix of the
+    schema's context lengths up to it) and of the moments for one layer's sequences."""
     dim, heads, kv, k = widths
     z = torch.randn(n_seq, tokens, dim, generator=gen) + 0.3
     x = z * 2.0
@@ -57,7 +61,9 @@ def time_layer(
 
     maps = HeadMaps.from_weights(w_in, in_heads, w_out, b_v)  # once per layer in the job
     t_terms = best_of(repeats, lambda: sequence_terms(z, maps, 1.0))
-    return t_terms, best_of(repeats, moments)
+    prefixes = [n for n in DEFAULT_CONTEXT_LENGTHS if n < tokens] + [tokens]
+    t_prefixes = best_of(repeats, lambda: sequence_terms(z, maps, 1.0, prefixes))
+    return t_terms, best_of(repeats, moments), t_prefixes
 
 
 def main() -> None:
@@ -68,19 +74,26 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     print(f"CPU: {cpu_model()}, torch threads {torch.get_num_threads()}")
-    print("| widths | terms s | moments s | terms / moments | terms' work arrays MB |")
-    print("|---|---|---|---|---|")
+    print(
+        "| widths | terms s | moments s | terms / moments | terms' work arrays MB "
+        "| every T' / one T' | GMAC/s (every T') |"
+    )
+    print("|---|---|---|---|---|---|---|")
     gen = torch.Generator().manual_seed(0)
     for name in args.widths:
-        t_terms, t_moments = time_layer(
+        t_terms, t_moments, t_prefixes = time_layer(
             WIDTHS[name], args.sequences, args.tokens, args.repeats, gen
         )
-        dim, heads, _kv, k = WIDTHS[name]
-        # one sequence's u and v in float64 and their float32 products: 3 x n H k numbers
-        work = args.tokens * heads * k * 8 * 3 / 2**20
+        dim, heads, kv, k = WIDTHS[name]
+        # each token through the kv value maps and the heads' W_O^T (sizing.requests' count)
+        gmacs = args.sequences * args.tokens * (kv + heads) * k * dim / 1e9
+        # one sequence's projections: u (G k) and v (H k) in float32, their products and u in
+        # float64, per token
+        work = args.tokens * (kv * k * 12 + heads * k * 12) / 2**20
         print(
             f"| {name} (d {dim}, {heads} heads) | {t_terms:.2f} | {t_moments:.2f} | "
-            f"{t_terms / t_moments:.2f} | {work:.0f} |"
+            f"{t_terms / t_moments:.2f} | {work:.0f} | {t_prefixes / t_terms:.2f} | "
+            f"{gmacs / t_prefixes:.0f} |"
         )
 
 

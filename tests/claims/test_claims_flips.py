@@ -326,6 +326,41 @@ def per_head_errors(errors: list[float]) -> Tables:
     return {"oversmoothing_per_head": per_head}
 
 
+def curves_by_sequence(gap: float, slope: float, n_seq: int = 24, spread: float = 0.0) -> Tables:
+    """:func:`approximation_curves` (T' in 8, 16, 32) and the ``approximation_by_sequence`` rows
+    behind its X+WZ curves: two heads of one layer, every sequence with the curve's ``rho``
+    (``+-spread`` on alternate sequences at T' = 32, the curve's lowest point) and the
+    approximation's ``rho_hat`` as ``a_beta0`` over ``d0_beta0 = 1``."""
+    curves = approximation_curves(gap, slope)
+    rows = [
+        {
+            "model": "m",
+            "dataset": "d",
+            "layer": 0,
+            "head": head,
+            "context_length": c["context_length"],
+            "sequence": seq,
+            "rho_xwz": c["mean_rho_xwz"]
+            + (spread * (-1) ** seq if c["context_length"] == 32 else 0.0),
+            "a_beta2": 0.0,
+            "a_beta1": 0.0,
+            "a_beta0": c["mean_rhohat_xwz"],
+            "d0_beta2": 0.0,
+            "d0_beta1": 0.0,
+            "d0_beta0": 1.0,
+            "sum_xz": 1.0,
+            "sum_zz": 1.0,
+        }
+        for c in curves.iter_rows(named=True)
+        for head in range(2)
+        for seq in range(n_seq)
+    ]
+    return {
+        "oversmoothing_summary": curves,
+        "oversmoothing_approximation_by_sequence": pl.DataFrame(rows),
+    }
+
+
 def layer_similarity(x: float, n_seq: int = 24, spread: float = 0.0) -> Tables:
     """The oversmoothing summary with smallest layer ``rho`` ``x`` and the per-sequence rows
     behind it: 3 layers x T' in {16, 32}, every cell 0.5 on every sequence but layer 1's
@@ -598,11 +633,17 @@ FLIPS: dict[str, Flip] = {
     ),
     "oversmoothing.approximation_mean": Flip(
         # the X+WZ curve's range is 0.02; the largest gap is r times that range
-        lambda r: {"oversmoothing_summary": approximation_curves(0.02 * r, 0.01)},
+        lambda r: curves_by_sequence(0.02 * r, 0.01),
         holds=[REL_OFFSET - 0.05],
         fails=[REL_OFFSET + 0.05],
         not_applicable=[
             lambda: {"oversmoothing_summary": approximation_curves(0.001, 0.01, lengths=(8,))}
+        ],
+        inconclusive=[
+            # the lowest point scatters by +-0.03 over 24 sequences: in the resamples the
+            # curve's range shrinks and grows, and the ratio reaches from about 0.16 to over 1
+            lambda: curves_by_sequence(0.02 * (REL_OFFSET - 0.05), 0.01, spread=0.03),
+            lambda: curves_by_sequence(0.02 * (REL_OFFSET - 0.05), 0.01, n_seq=8),
         ],
     ),
     "oversmoothing.w_decreases": Flip(

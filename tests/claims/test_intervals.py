@@ -230,3 +230,24 @@ def test_bootstrap_coverage_on_normal_means_is_the_closed_form(n: int) -> None:
     expected = _percentile_coverage(n)
     se = math.sqrt(expected * (1 - expected) / trials)
     assert abs(hits / trials - expected) < 3 * se + 0.015
+
+
+def test_sample_and_resample_counts_put_the_sample_first() -> None:
+    """Row 0 draws every unit once; each resample draws n units with replacement, so a
+    count-weighted mean over the units is the sample's mean in row 0 and a bootstrap mean in
+    the others (their spread: the standard error, sqrt((n - 1) / n) s / sqrt(n), within 10%)."""
+    from sinkscope.claims.intervals import percentile_interval, sample_and_resample_counts
+
+    rng = np.random.default_rng(0)
+    counts = sample_and_resample_counts(30, 4000, rng)
+    assert counts.shape == (4001, 30) and (counts[0] == 1).all()
+    assert (counts.sum(axis=1) == 30).all()
+    values = np.random.default_rng(1).normal(size=30)
+    means = counts @ values / 30
+    assert means[0] == pytest.approx(values.mean())
+    expected = values.std(ddof=0) / np.sqrt(30)
+    assert means[1:].std() == pytest.approx(expected, rel=0.1)
+    low, high = percentile_interval(means[1:], 0.9)
+    assert (low, high) == pytest.approx(tuple(np.quantile(means[1:], [0.05, 0.95])), rel=1e-12)
+    with pytest.raises(ValueError):
+        sample_and_resample_counts(0, 10, rng)

@@ -14,7 +14,11 @@ import torch
 from sinkscope.oversmoothing.approximation import HeadMaps, rho_hat_from_means, sequence_terms
 from sinkscope.oversmoothing.moments import estimate_moments
 from sinkscope.oversmoothing.names import BY_SEQUENCE_COLUMNS, SEQUENCE_TERMS
-from sinkscope.oversmoothing.resampling import lowest_similarity_draws, max_error_draws
+from sinkscope.oversmoothing.resampling import (
+    lowest_similarity_draws,
+    max_error_draws,
+    relative_offset_draws,
+)
 from sinkscope.oversmoothing.theory import closed_form_coefficients, rho_hat, trace_terms
 
 
@@ -85,25 +89,27 @@ def test_max_error_draws_read_the_planted_errors() -> None:
 def test_the_files_per_sequence_terms_give_the_per_head_table(extracted) -> None:
     """On a tiny model of each family (Gemma 3: the post-norm's ``kappa``; GPT-2: value biases),
     the full sample of ``approximation_by_sequence`` gives every head's ``rho_xwz``,
-    ``rhohat_xwz`` and ``abs_err_xwz`` of ``per_head`` at the largest ``T'``, and
-    :func:`max_error_draws` on it the largest ``abs_err_xwz``."""
+    ``rhohat_xwz`` and ``abs_err_xwz`` of ``per_head`` at every ``T'``,
+    :func:`max_error_draws` on it the largest ``abs_err_xwz`` at the largest ``T'`` and
+    :func:`relative_offset_draws` the summary's ``rel_offset_xwz`` (Fig. 2 left)."""
     from sinkscope.heads.classify import classify_file
     from sinkscope.oversmoothing.analysis import analyze_file
+    from sinkscope.oversmoothing.summary import approximation_offsets
 
     _family, path, _model, _ids = extracted
-    tables = analyze_file(path, classify_file(path)[1], context_lengths=[8, 16])
+    tables = analyze_file(path, classify_file(path)[1], context_lengths=[8, 12, 16])
     by_sequence = tables["approximation_by_sequence"]
     assert by_sequence.columns == list(BY_SEQUENCE_COLUMNS)
-    per_head = tables["per_head"].filter(pl.col("context_length") == 16).sort("layer", "head")
-    assert set(by_sequence["context_length"]) == {16}
+    assert set(by_sequence["context_length"]) == {8, 12, 16}
+    per_head = tables["per_head"].sort("context_length", "layer", "head")
     means = (
-        by_sequence.group_by("layer", "head")
+        by_sequence.group_by("context_length", "layer", "head")
         .agg(
             pl.col("rho_xwz").mean(),
             *[pl.col(c).mean() for c in SEQUENCE_TERMS],
             (pl.col("sum_xz").sum() / pl.col("sum_zz").sum()).alias("beta"),
         )
-        .sort("layer", "head")
+        .sort("context_length", "layer", "head")
     )
     np.testing.assert_allclose(means["rho_xwz"], per_head["rho_xwz"], rtol=1e-12)
     np.testing.assert_allclose(means["beta"], per_head["beta"], rtol=1e-9)
@@ -111,7 +117,11 @@ def test_the_files_per_sequence_terms_give_the_per_head_table(extracted) -> None
     found = rho_hat_from_means(terms, means["beta"].to_numpy())
     np.testing.assert_allclose(found, per_head["rhohat_xwz"], rtol=1e-5, atol=1e-7)
     sample, _ = max_error_draws([by_sequence], 10, np.random.default_rng(0))
-    assert sample == pytest.approx(per_head["abs_err_xwz"].max(), rel=1e-4, abs=1e-7)
+    largest = per_head.filter(pl.col("context_length") == 16)["abs_err_xwz"].max()
+    assert sample == pytest.approx(largest, rel=1e-4, abs=1e-7)
+    ratio, draws = relative_offset_draws([by_sequence], 10, np.random.default_rng(0))
+    expected = approximation_offsets(tables["summary"])["rel_offset_xwz"][0]
+    assert ratio == pytest.approx(expected, rel=1e-3, abs=1e-6) and draws.shape == (10,)
 
 
 def test_the_files_layer_rho_per_sequence_gives_the_per_layer_table(extracted) -> None:
@@ -148,3 +158,24 @@ def test_the_files_layer_rho_per_sequence_gives_the_per_layer_table(extracted) -
     sample, _ = lowest_similarity_draws([rows], 10, np.random.default_rng(0))
     summary_min = tables["summary"]["min_rho_layers"].min()
     assert sample == pytest.approx(summary_min, rel=1e-12)
+
+
+def test_prefix_terms_are_the_terms_of_each_prefix() -> None:
+    """With ``lengths`` the terms of every prefix come from one pass over the tokens: each equals
+    the terms of the sequences cut to that prefix (its own ``kappa``)."""
+    rng = np.random.default_rng(3)
+    n_seq, n, dim, k = 3, 9, 10, 2
+    heads = torch.tensor([0, 1, 1])
+    z = torch.as_tensor(rng.normal(size=(n_seq, n, dim)) + 0.4, dtype=torch.float32)
+    w_in = torch.as_tensor(rng.normal(size=(2, k, dim)), dtype=torch.float64)
+    w_out = torch.as_tensor(rng.normal(size=(3, dim, k)), dtype=torch.float64)
+    b_v = torch.as_tensor(rng.normal(size=(3, k)), dtype=torch.float64)
+    maps = HeadMaps.from_weights(w_in, heads, w_out, b_v)
+    lengths, kappas = [2, 5, 9], [0.7, 1.1, 1.3]
+    together = sequence_terms(z, maps, kappas, lengths)
+    assert together.shape == (n_seq, 3, 3, len(SEQUENCE_TERMS))
+    for j, (size, kappa) in enumerate(zip(lengths, kappas, strict=True)):
+        alone = sequence_terms(z[:, :size], maps, kappa)
+        np.testing.assert_allclose(together[:, j], alone, rtol=1e-6, atol=1e-9)
+    with pytest.raises(ValueError, match="prefix sizes must increase"):
+        sequence_terms(z, maps, 1.0, [5, 5])

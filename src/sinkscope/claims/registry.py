@@ -306,7 +306,10 @@ CLAIMS: tuple[Claim, ...] = (
         "'excellent agreement' (curves overlap)",
         ("oversmoothing_summary",),
         lambda tb, t: check_mean_approximation(
-            tb["oversmoothing_summary"], t["oversmoothing"]["approximation_relative_offset"]
+            tb["oversmoothing_summary"],
+            t["oversmoothing"]["approximation_relative_offset"],
+            tb.get("oversmoothing_approximation_by_sequence"),
+            t["intervals"],
         ),
     ),
     Claim(

@@ -30,10 +30,6 @@ _HEAD_SHARES = Sample(
     "dataset's own, so its floor is per dataset)",
     (*_SEQUENCES, _MIN_UNITS),
 )
-_HEAD_MEANS = Sample(
-    "head means over the extraction's sequences, at the largest prefix T'",
-    (*_SEQUENCES, "oversmoothing.context_lengths"),
-)
 _HEAD_DIFFERENCES = Sample(
     "the model's heads (bootstrap over them, each counted once when datasets are pooled), each "
     "head's value a mean over the extraction's sequences, at the largest T'; fixed by the model",
@@ -105,7 +101,13 @@ SAMPLES: dict[str, Sample] = {
         "are pooled), at the largest T'; fixed by the model",
         ("oversmoothing.context_lengths",),
     ),
-    "oversmoothing.approximation_mean": _HEAD_MEANS,
+    "oversmoothing.approximation_mean": Sample(
+        "the extraction's sequences per pair: a bootstrap over them of the head-averaged curves' "
+        "largest gap over their range across T', each resample recomputing every head's rho and "
+        "rho_hat at every T' (a pooled row resamples each dataset's own, so its floor is per "
+        "dataset)",
+        (*_SEQUENCES, "oversmoothing.context_lengths", _MIN_UNITS),
+    ),
     "oversmoothing.w_decreases": _HEAD_DIFFERENCES,
     "oversmoothing.attention_raises": _HEAD_DIFFERENCES,
     "oversmoothing.dense_heads_raise_more": _HEAD_DIFFERENCES,

@@ -326,15 +326,17 @@ def _read_weights(handle: Any, layer: int) -> dict[str, torch.Tensor]:
 
 
 def _sequence_frame(
-    layer: int, context_length: int, n_heads: int, result: LayerResult
+    layer: int, lengths: Sequence[int], n_heads: int, result: LayerResult
 ) -> pl.DataFrame:
-    """The layer's rows of ``approximation_by_sequence`` (sequence-major, then head)."""
-    n_seq = result.sequences["rho_xwz"].shape[0]
+    """The layer's rows of ``approximation_by_sequence`` (sequence-major, then ``T'``, then
+    head)."""
+    n_seq, n_len = result.sequences["rho_xwz"].shape[:2]
+    rows = n_seq * n_len * n_heads
     columns: dict[str, np.ndarray] = {
-        "layer": np.full(n_seq * n_heads, layer, dtype=np.int64),
-        "head": np.tile(np.arange(n_heads, dtype=np.int64), n_seq),
-        "context_length": np.full(n_seq * n_heads, context_length, dtype=np.int64),
-        "sequence": np.repeat(np.arange(n_seq, dtype=np.int64), n_heads),
+        "layer": np.full(rows, layer, dtype=np.int64),
+        "head": np.tile(np.arange(n_heads, dtype=np.int64), n_seq * n_len),
+        "context_length": np.tile(np.repeat(np.asarray(lengths, dtype=np.int64), n_heads), n_seq),
+        "sequence": np.repeat(np.arange(n_seq, dtype=np.int64), n_len * n_heads),
     }
     for key, value in result.sequences.items():
         columns[key] = np.asarray(value, dtype=np.float64).reshape(-1)
@@ -408,7 +410,7 @@ def analyze_file(
     :data:`~sinkscope.oversmoothing.names.PER_LAYER_COLUMNS`,
     :func:`~sinkscope.oversmoothing.summary.summary_tables` and
     :data:`~sinkscope.oversmoothing.names.BY_SEQUENCE_COLUMNS`: eq. (2)'s terms per sequence at
-    the largest ``T'``, :mod:`sinkscope.oversmoothing.approximation`;
+    every ``T'``, :mod:`sinkscope.oversmoothing.approximation`;
     :data:`~sinkscope.oversmoothing.names.LAYERS_BY_SEQUENCE_COLUMNS`: each layer's ``rho``
     before and after its update per sequence and ``T'``).
     """
@@ -469,7 +471,7 @@ def analyze_file(
             heads_frame, layer_frame = _layer_frames(layer, lengths, n_heads, result)
             head_rows.append(heads_frame)
             layer_rows.append(layer_frame)
-            sequence_rows.append(_sequence_frame(layer, lengths[-1], n_heads, result))
+            sequence_rows.append(_sequence_frame(layer, lengths, n_heads, result))
             layer_sequence_rows.append(_layer_sequence_frame(layer, lengths, result))
     ids = [
         pl.lit(model).alias("model"),

@@ -42,8 +42,9 @@ VARIANTS: tuple[str, ...] = ("id", "attn", "unif")
 class LayerResult:
     heads: dict[str, np.ndarray]  # arrays of shape (n_lengths, H)
     layer: dict[str, np.ndarray]  # arrays of shape (n_lengths,)
-    #: per sequence and head at the largest length: ``rho_xwz``, the
-    #: :data:`~sinkscope.oversmoothing.names.SEQUENCE_TERMS` and ``sum_xz, sum_zz``, ``(N, H)``
+    #: per sequence, length and head: ``rho_xwz``, the
+    #: :data:`~sinkscope.oversmoothing.names.SEQUENCE_TERMS` and ``sum_xz, sum_zz``,
+    #: ``(N, n_lengths, H)``
     sequences: dict[str, np.ndarray]
     #: per sequence and length: ``rho_before`` and ``rho_after``, ``(N, n_lengths)``
     layer_sequences: dict[str, np.ndarray]
@@ -345,7 +346,9 @@ class LayerAnalysis:
         """
         if self.moments is None:
             self.moments = MomentAccumulator(self.lengths, self.d_model, self.n_seq)
-            self.seq_terms = np.empty((self.n_seq, self.n_heads, len(SEQUENCE_TERMS)))
+            self.seq_terms = np.empty(
+                (self.n_seq, len(self.lengths), self.n_heads, len(SEQUENCE_TERMS))
+            )
             self.head_maps = HeadMaps.from_weights(self.w_in, self.in_heads, self.w_out64, self.b_v)
         x = block["x"][:, self.start : self.stop].to(torch.float32)
         g = self.gain.to(torch.float32)
@@ -354,9 +357,9 @@ class LayerAnalysis:
             g == 0, 0.0, block["z"][:, self.start : self.stop].to(torch.float32) / safe_g
         )
         self.moments.add(z_tilde, x)
-        # eq. (2)'s coefficients per sequence at the largest length (an interval of the error)
+        # eq. (2)'s coefficients per sequence at every length (the claims' intervals)
         self.seq_terms[block["sequences"]] = sequence_terms(
-            z_tilde, self.head_maps, float(self.kappa[-1])
+            z_tilde, self.head_maps, self.kappa, self.lengths
         )
 
     def _pass_scaled(self, block: dict[str, Any]) -> None:
@@ -474,12 +477,11 @@ class LayerAnalysis:
             ):
                 put(layer, key, value)
             del mom, terms
-        last = len(self.lengths) - 1
         sequences = {
-            "rho_xwz": self.rho["rho_xwz"][..., last].numpy(),
+            "rho_xwz": self.rho["rho_xwz"].numpy().transpose(0, 2, 1),
             **{name: self.seq_terms[..., i] for i, name in enumerate(SEQUENCE_TERMS)},
-            "sum_xz": np.repeat(self.moments.xz[:, last, None].numpy(), self.n_heads, axis=1),
-            "sum_zz": np.repeat(self.moments.zz[:, last, None].numpy(), self.n_heads, axis=1),
+            "sum_xz": np.repeat(self.moments.xz.numpy()[..., None], self.n_heads, axis=2),
+            "sum_zz": np.repeat(self.moments.zz.numpy()[..., None], self.n_heads, axis=2),
         }
         return LayerResult(
             heads={key: np.stack(value) for key, value in heads.items()},

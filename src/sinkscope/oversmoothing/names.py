@@ -141,8 +141,9 @@ SEQUENCE_TERMS: tuple[str, ...] = (
     "d0_beta0",
 )
 
-#: Columns of ``approximation_by_sequence``: one row per head and sequence at the largest
-#: ``T'``, so that the error ``|rho - rho_hat|`` of ``X + W Z`` can be resampled over sequences
+#: Columns of ``approximation_by_sequence``: one row per head, ``T'`` and sequence, so that the
+#: error ``|rho - rho_hat|`` of ``X + W Z`` and the head-averaged curves can be resampled over
+#: sequences
 #: (``rho_xwz``: that sequence's average cosine; ``sum_xz, sum_zz``: its ``sum <x_i, z_i>`` and
 #: ``sum ||z_i||^2``, whose ratio over sequences is the layer's ``beta``).
 BY_SEQUENCE_COLUMNS: tuple[str, ...] = (

@@ -23,7 +23,12 @@ from sinkscope.claims.intervals import sample_and_resample_counts
 from sinkscope.oversmoothing.approximation import rho_hat_from_means
 from sinkscope.oversmoothing.names import SEQUENCE_TERMS
 
-__all__ = ["lowest_similarity_draws", "max_error_draws", "sequence_columns"]
+__all__ = [
+    "lowest_similarity_draws",
+    "max_error_draws",
+    "relative_offset_draws",
+    "sequence_columns",
+]
 
 
 def sequence_columns(
@@ -47,7 +52,8 @@ def max_error_draws(
     sample and on ``n_resamples`` resamples of its sequences.
 
     Each stratum is one pair's rows of the ``approximation_by_sequence`` table (columns
-    ``layer, head, sequence, rho_xwz``, :data:`SEQUENCE_TERMS`, ``sum_xz, sum_zz``): per head
+    ``layer, head, context_length, sequence, rho_xwz``, :data:`SEQUENCE_TERMS`, ``sum_xz,
+    sum_zz``), read at its largest ``T'`` (Fig. 7's): per head
     the empirical ``rho`` is the mean of the drawn sequences' ``rho_xwz``, ``beta`` (per layer)
     is the ratio of their ``sum_xz`` and ``sum_zz``, ``rho_hat`` is
     :func:`~sinkscope.oversmoothing.approximation.rho_hat_from_means` of their terms. The
@@ -57,21 +63,69 @@ def max_error_draws(
     lowest = -np.inf
     largest = np.full(n_resamples + 1, lowest)
     for frame in strata:
-        cols = sequence_columns(
-            frame,
-            ["rho_xwz", *SEQUENCE_TERMS, "sum_xz", "sum_zz"],
-            ["layer", "head"],
-            "approximation_by_sequence",
-        )
-        n_seq = cols["rho_xwz"].shape[0]
-        terms = np.stack([cols[c] for c in SEQUENCE_TERMS], axis=-1)  # (N, P, 6)
-        counts = sample_and_resample_counts(n_seq, n_resamples, rng)  # (1 + B, N)
-        mean_rho = counts @ cols["rho_xwz"] / n_seq
-        mean_terms = np.einsum("bn,npt->bpt", counts, terms) / n_seq
-        beta = (counts @ cols["sum_xz"]) / (counts @ cols["sum_zz"])  # per layer, per head
-        errors = np.abs(mean_rho - rho_hat_from_means(mean_terms, beta))  # (1 + B, P)
-        largest = np.maximum(largest, errors.max(axis=1))
+        frame = frame.filter(pl.col("context_length") == pl.col("context_length").max())
+        rho, rho_hat = _resampled_rho(frame, ["layer", "head"], n_resamples, rng)  # (1 + B, P)
+        largest = np.maximum(largest, np.abs(rho - rho_hat).max(axis=1))
     return float(largest[0]), largest[1:]
+
+
+def _resampled_rho(
+    frame: pl.DataFrame, cells: Sequence[str], n_resamples: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per cell of ``approximation_by_sequence`` (a head, or a head at one ``T'``): the empirical
+    ``rho`` and eq. (2)'s ``rho_hat`` of ``X + W Z`` on the sample and on ``n_resamples``
+    resamples of the sequences, ``(1 + B, C)`` each: ``rho`` the mean of the drawn sequences'
+    ``rho_xwz``, ``beta`` the ratio of their ``sum_xz`` and ``sum_zz``, ``rho_hat``
+    :func:`~sinkscope.oversmoothing.approximation.rho_hat_from_means` of their terms."""
+    cols = sequence_columns(
+        frame, ["rho_xwz", *SEQUENCE_TERMS, "sum_xz", "sum_zz"], cells, "approximation_by_sequence"
+    )
+    n_seq = cols["rho_xwz"].shape[0]
+    terms = np.stack([cols[c] for c in SEQUENCE_TERMS], axis=-1)  # (N, C, 6)
+    counts = sample_and_resample_counts(n_seq, n_resamples, rng)  # (1 + B, N)
+    mean_terms = np.einsum("bn,nct->bct", counts, terms) / n_seq
+    beta = (counts @ cols["sum_xz"]) / (counts @ cols["sum_zz"])  # per layer and T', per cell
+    return counts @ cols["rho_xwz"] / n_seq, rho_hat_from_means(mean_terms, beta)
+
+
+def relative_offset_draws(
+    strata: Sequence[pl.DataFrame], n_resamples: int, rng: np.random.Generator
+) -> tuple[float, np.ndarray]:
+    """Fig. 2 left's agreement of the head-averaged curves across ``T'``
+    (:func:`sinkscope.oversmoothing.summary.approximation_offsets`' ``rel_offset_xwz``), on the
+    sample and on ``n_resamples`` resamples of the sequences: the largest gap over ``T'``
+    between the mean over heads of ``rho`` and of ``rho_hat`` (``X + W Z``), over the range of
+    the empirical curve across ``T'``.
+
+    Each stratum is one pair's ``approximation_by_sequence`` rows at every ``T'``, resampled on
+    its own; a pooled row's curves average the heads of every stratum, as the summary's pooled
+    rows do. The strata must share their ``T'``. A flat empirical curve gives ``inf`` (0 without
+    a gap)."""
+    lengths: list[int] | None = None
+    rho_sum = rho_hat_sum = None
+    n_heads = 0
+    for frame in strata:
+        found = sorted(frame["context_length"].unique().to_list())
+        if lengths is not None and found != lengths:
+            raise ValueError(
+                f"approximation_by_sequence: the strata's T' differ ({lengths}, {found})"
+            )
+        lengths = found
+        rho, rho_hat = _resampled_rho(frame, ["context_length", "layer", "head"], n_resamples, rng)
+        per_length = (rho.shape[0], len(found), -1)  # cells sorted by T' first
+        heads = rho.reshape(per_length).shape[-1]
+        rho_part, hat_part = rho.reshape(per_length).sum(-1), rho_hat.reshape(per_length).sum(-1)
+        rho_sum = rho_part if rho_sum is None else rho_sum + rho_part
+        rho_hat_sum = hat_part if rho_hat_sum is None else rho_hat_sum + hat_part
+        n_heads += heads
+    if rho_sum is None or rho_hat_sum is None:
+        raise ValueError("relative_offset_draws needs at least one stratum")
+    curve, approximation = rho_sum / n_heads, rho_hat_sum / n_heads  # (1 + B, L)
+    offset = np.abs(curve - approximation).max(axis=1)
+    span = curve.max(axis=1) - curve.min(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(span > 0, offset / span, np.where(offset == 0, 0.0, np.inf))
+    return float(ratio[0]), ratio[1:]
 
 
 def lowest_similarity_draws(

@@ -111,8 +111,9 @@ CPU_FORWARD_FLOP_S = 2.0e10
 #: within 1.0-1.4x. It grows by 3-9 MB a layer (0.003-0.017 of a layer's data: gpt-oss-20b,
 #: GPT-2 XL); 0.025 covers both.
 #: Seconds per 10^9 multiply-adds of the oversmoothing job's per-sequence terms of eq. (2)
-#: (:func:`sinkscope.oversmoothing.approximation.sequence_terms`: ``2 N T' G k D`` a layer, for
-#: ``G`` value maps of ``k`` dimensions), which the rehearsals above predate.
+#: (:func:`sinkscope.oversmoothing.approximation.sequence_terms`: ``N T' (G + H) k D`` a layer,
+#: for ``G`` value maps and ``H`` heads of ``k`` dimensions, every prefix T' from the same
+#: projections), which the rehearsals above predate.
 #: bench/approximation_bench.py: 75-81 GMAC/s on the idle 2-core Intel Xeon at the widths of
 #: Llama-3.1-8B, Gemma-7B and GPT-2 XL; halved for a second job on the cores and divided by
 #: 2.2 for :data:`REFERENCE_CPU`: about 17 GMAC/s. Adds 6 s a layer at Llama-3.1-8B's widths

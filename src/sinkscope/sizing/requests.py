@@ -183,8 +183,10 @@ def estimate(rule: str, config: Mapping[str, Any], facts: ModelFacts | None) -> 
         peak = costs.JOB_FIXED_MB + held / MB
         seconds = cost.fixed_s + cost.s_per_gb * facts.n_layers * one_layer / 1e9
         if rule == "analyze_oversmoothing":
-            # eq. (2)'s terms per sequence at the largest T' (at most the extraction's T)
-            macs = 2 * n * (t1 - 1) * facts.n_kv_heads * facts.head_dim * facts.d_model
+            # eq. (2)'s terms per sequence at every T' (one pass over at most the extraction's T
+            # tokens): each token through the G value maps and the H heads' W_O^T
+            maps_and_heads = facts.n_kv_heads + facts.n_heads
+            macs = n * (t1 - 1) * maps_and_heads * facts.head_dim * facts.d_model
             seconds += costs.APPROXIMATION_TERMS_S_PER_GMAC * facts.n_layers * macs / 1e9
         return Estimate(peak, seconds)
     if rule == "extract_activations":

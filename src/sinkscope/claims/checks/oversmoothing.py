@@ -248,8 +248,34 @@ def check_approximation_most_heads(
     return rows_per(_head_groups(per_head), test, reading)
 
 
+def _offset_interval(
+    record: Mapping[str, Any], by_sequence: pl.DataFrame, intervals: Mapping[str, Any]
+) -> Interval | None:
+    """The interval of Fig. 2 left's relative offset for ``X + WZ``: a percentile bootstrap over
+    the sequences (:func:`sinkscope.oversmoothing.resampling.relative_offset_draws`,
+    :func:`sinkscope.claims.resampling.sequence_interval`). None where the table lacks the row's
+    pairs or holds one ``T'`` only, or where a pooled row's datasets have different ``T'``."""
+    from sinkscope.oversmoothing.resampling import relative_offset_draws
+
+    model, dataset = str(record["model"]), str(record["dataset"])
+    rows = by_sequence.filter(pl.col("model") == model)
+    if dataset != POOLED:
+        rows = rows.filter(pl.col("dataset") == dataset)
+    lengths = rows.group_by("dataset").agg(pl.col("context_length").unique().sort())
+    if lengths.height == 0 or lengths["context_length"].n_unique() != 1:
+        return None
+    if lengths["context_length"][0].len() < 2:
+        return None
+    return sequence_interval(
+        by_sequence, model, dataset, relative_offset_draws, intervals, ("relative_offset",)
+    )
+
+
 def check_mean_approximation(
-    summary: pl.DataFrame, approximation_relative_offset: float
+    summary: pl.DataFrame,
+    approximation_relative_offset: float,
+    by_sequence: pl.DataFrame | None = None,
+    intervals: Mapping[str, Any] | None = None,
 ) -> list[Row]:
     """§5 / Fig. 2 left: the head-averaged ``rho`` and approximation (2) are in "excellent
     agreement" for ``X`` and ``X + WZ`` (head update not rescaled) across context lengths.
@@ -261,7 +287,10 @@ def check_mean_approximation(
     ``approximation_relative_offset`` for ``X + WZ`` (:func:`relative_offset_holds`; ``X`` is an
     identity here, :mod:`sinkscope.claims.sanity`, so its gap is shown in the reason only). An
     absolute bound would not do: the head-averaged curves change by only a few hundredths across
-    ``T'`` here, so an offset as large as the whole curve would pass Fig. 7's per-head 0.1."""
+    ``T'`` here, so an offset as large as the whole curve would pass Fig. 7's per-head 0.1.
+    Given eq. (2)'s terms per sequence at every ``T'`` (``by_sequence``), the ratio is decided on
+    its interval over the sequences (:func:`_offset_interval`; ``intervals``: the config's
+    ``claims.intervals``); without them, on the ratio itself."""
     require(
         summary,
         [
@@ -291,14 +320,23 @@ def check_mean_approximation(
             f"{r[f'rel_offset_{c}']:.2g} x the curve's range {r[f'range_{c}']:.2g}"
             for c, name in (("x", "X"), ("xwz", "X+WZ"))
         }
-        return Reading(
-            setting,
-            parts["xwz"],
-            r["rel_offset_xwz"],
-            relative_offset_holds(r["rel_offset_xwz"], approximation_relative_offset),
+        ratio = r["rel_offset_xwz"]
+        reason = (
             f"{parts['xwz']}; {parts['x']}, an identity here, not evidence (gap = empirical - "
-            "approximation, head means; Fig. 2 left's second title line)",
+            "approximation, head means; Fig. 2 left's second title line)"
         )
+        interval = (
+            None if by_sequence is None else _offset_interval(r, by_sequence, intervals or {})
+        )
+        if interval is None:
+            holds = relative_offset_holds(ratio, approximation_relative_offset)
+            return Reading(setting, parts["xwz"], ratio, holds, reason)
+        verdict = decide(interval, approximation_relative_offset, above=False)
+        if verdict == INCONCLUSIVE:
+            reason += more_sequences_text(
+                interval, ratio, approximation_relative_offset, r["dataset"] == POOLED
+            )
+        return Reading(setting, parts["xwz"], ratio, None, reason, interval, verdict)
 
     test = f"largest |gap| / range across T' <= {approximation_relative_offset:g} for X+WZ"
     offsets = sort_pooled_last(approximation_offsets(summary))
