@@ -138,7 +138,8 @@ def test_the_oversmoothing_request_pays_for_the_value_maps_it_multiplies(
         monkeypatch.setattr(costs, "APPROXIMATION_TERMS_S_PER_GMAC", 0.0)
         without = job_request("analyze_oversmoothing", config, model).estimate.seconds
         monkeypatch.undo()
-        hand = 0.06 * layers * n * t * (maps + heads) * k * d / 1e9
+        rate = costs.APPROXIMATION_TERMS_S_PER_GMAC
+        hand = rate * layers * n * t * (maps + heads) * k * d / 1e9
         assert with_terms - without == pytest.approx(hand, rel=1e-9), model
         added[model] = hand / layers
     assert added["gemma-7b"] / added["llama-3.1-8b"] == pytest.approx(1.2)

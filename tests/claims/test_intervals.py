@@ -251,3 +251,12 @@ def test_sample_and_resample_counts_put_the_sample_first() -> None:
     assert (low, high) == pytest.approx(tuple(np.quantile(means[1:], [0.05, 0.95])), rel=1e-12)
     with pytest.raises(ValueError):
         sample_and_resample_counts(0, 10, rng)
+
+
+def test_wilson_ends_are_exact_at_zero_and_all_successes() -> None:
+    """At k = 0 the score interval's lower end is 0 and at k = n its upper end is 1, exactly (no
+    rounding residue such as 3e-17 in a printed interval)."""
+    from sinkscope.claims.intervals import wilson_interval
+
+    assert wilson_interval(0, 5)[0] == 0.0 and wilson_interval(5, 5)[1] == 1.0
+    assert wilson_interval(0, 5)[1] == pytest.approx(1.96**2 / (5 + 1.96**2), rel=1e-3)

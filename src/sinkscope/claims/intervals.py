@@ -91,7 +91,10 @@ def wilson_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
     centre = p + z * z / (2 * n)
     spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
     denominator = 1 + z * z / n
-    return max(0.0, (centre - spread) / denominator), min(1.0, (centre + spread) / denominator)
+    # at k = 0 (k = n) the lower (upper) end is exactly 0 (1): centre and spread are both z^2/2n
+    low = 0.0 if k == 0 else max(0.0, (centre - spread) / denominator)
+    high = 1.0 if k == n else min(1.0, (centre + spread) / denominator)
+    return low, high
 
 
 def newcombe_difference(

@@ -114,9 +114,10 @@ CPU_FORWARD_FLOP_S = 2.0e10
 #: (:func:`sinkscope.oversmoothing.approximation.sequence_terms`: ``N T' (G + H) k D`` a layer,
 #: for ``G`` value maps and ``H`` heads of ``k`` dimensions, every prefix T' from the same
 #: projections), which the rehearsals above predate.
-#: bench/approximation_bench.py: 75-81 GMAC/s on the idle 2-core Intel Xeon at the widths of
-#: Llama-3.1-8B, Gemma-7B and GPT-2 XL; halved for a second job on the cores and divided by
-#: 2.2 for :data:`REFERENCE_CPU`: about 17 GMAC/s. Adds 6 s a layer at Llama-3.1-8B's widths
+#: bench/approximation_bench.py on :data:`REFERENCE_CPU` itself (the 2-core AMD EPYC, session 22,
+#: two runs): 36-69 GMAC/s over every prefix T' at the widths of Llama-3.1-8B, Gemma-7B and
+#: GPT-2 XL, 1.0-1.4 x the time of the earlier kernel's largest T' alone; the slowest halved
+#: for a second job on the cores: about 18 GMAC/s. Adds 16 s a layer at Llama-3.1-8B's widths
 #: (N = 50, T' = 256; the analysis's per-layer share is about 100 s) and 19 s at Gemma-7B's.
 APPROXIMATION_TERMS_S_PER_GMAC = 0.06
 
