@@ -135,7 +135,11 @@ SAMPLES: dict[str, Sample] = {
             _MIN_UNITS,
         ),
     ),
-    "streaming.first_token_sink": _HEAD_SHARES,
+    "streaming.first_token_sink": Sample(
+        "the extraction's sequences of a corpus, the same with and without BOS (a paired "
+        "bootstrap over them of the no-BOS / BOS sink-share ratio)",
+        (*_SEQUENCES, _MIN_UNITS),
+    ),
     "streaming.sinks_restore": Sample(
         "re-computed queries per window (bootstrap over them)",
         ("streaming.params.recompute_samples", "streaming.params.n_streams", _MIN_UNITS),
