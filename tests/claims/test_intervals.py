@@ -260,3 +260,13 @@ def test_wilson_ends_are_exact_at_zero_and_all_successes() -> None:
 
     assert wilson_interval(0, 5)[0] == 0.0 and wilson_interval(5, 5)[1] == 1.0
     assert wilson_interval(0, 5)[1] == pytest.approx(1.96**2 / (5 + 1.96**2), rel=1e-3)
+
+
+def test_percentile_interval_of_draws_with_infinities_is_order_statistics() -> None:
+    """A ratio over a flat curve is infinite: with 10 of 100 draws infinite the upper end is
+    infinite and the lower end a draw, never NaN (linear interpolation would give inf - inf)."""
+    from sinkscope.claims.intervals import percentile_interval
+
+    draws = np.concatenate([np.full(90, 0.1), np.full(10, np.inf)])
+    low, high = percentile_interval(draws, 0.95)
+    assert low == 0.1 and high == np.inf

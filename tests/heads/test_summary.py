@@ -243,3 +243,16 @@ def test_sink_ratio_without_a_sink_at_bos_is_unbounded_and_pairs_must_match() ->
     three = per_sequence_table("m", "d.no-bos", [[1.0], [1.0], [1.0]])
     with pytest.raises(ValueError, match="3 sequences without BOS against 2"):
         sink_ratio_intervals([with_bos, three], TH)
+
+
+def test_sink_ratio_resamples_with_nothing_to_take_over_are_left_out() -> None:
+    """A resample with no sink head with BOS and none without has no ratio (the point reading
+    calls such a pair not applicable): it is left out, not counted as an infinite ratio. Here
+    the first sequence twice (1/4) has a sink on both sides (ratio 1), the second twice (1/4)
+    on neither, one of each (1/2) a sink without BOS only (inf): the ends are 1 and inf."""
+    from sinkscope.heads.summary import sink_ratio_intervals
+
+    with_bos = per_sequence_table("m", "d", [[0.5], [0.2]])
+    without = per_sequence_table("m", "d.no-bos", [[0.9], [0.0]])
+    (row,) = sink_ratio_intervals([with_bos, without], TH).iter_rows(named=True)
+    assert row["ratio_lo"] == 1.0 and row["ratio_hi"] == np.inf

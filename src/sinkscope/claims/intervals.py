@@ -66,10 +66,14 @@ def sample_and_resample_counts(n: int, n_resamples: int, rng: np.random.Generato
 
 def percentile_interval(draws: np.ndarray, level: float) -> tuple[float, float]:
     """The percentile interval (Efron and Tibshirani 1993, ch. 13) of bootstrap ``draws`` at
-    ``level``: their ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles."""
+    ``level``: their ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles (linear
+    interpolation; the order statistics where some draws are infinite)."""
     normal_quantile(level)  # checks the level
     alpha = (1.0 - level) / 2.0
-    low, high = np.quantile(np.asarray(draws, dtype=np.float64), [alpha, 1.0 - alpha])
+    draws = np.asarray(draws, dtype=np.float64)
+    # draws with infinities (a ratio over a flat curve): order statistics, no interpolation
+    method = "linear" if np.isfinite(draws).all() else "inverted_cdf"
+    low, high = np.quantile(draws, [alpha, 1.0 - alpha], method=method)
     return float(low), float(high)
 
 

@@ -249,12 +249,14 @@ def sink_ratio_intervals(
     resample draws one set of sequence counts and applies it to both: the ratio's interval then
     carries the pairing (two independent resamples would add the two pairs' variances). Each
     share is the head share of :func:`share_intervals` (heads classified on their masses averaged
-    over the drawn sequences, with ``thresholds``). A resample without a sink head at BOS has no
-    ratio; it counts as an infinite one (every sink head without BOS is a takeover), and the
-    interval's ends are order statistics of the draws (no interpolation with infinity).
+    over the drawn sequences, with ``thresholds``). A resample without a sink head at BOS but
+    with one without BOS counts as an infinite ratio (every sink head is a takeover); one with
+    neither has nothing to take over and is left out, as the point reading leaves such a pair
+    out. The interval's ends are order statistics of the draws (no interpolation with infinity).
     Columns ``model, dataset`` (the no-BOS id), ``n_resamples, level, n_units`` (N),
     ``min_units``, ``ratio_lo, ratio_hi``; the seed of a row is
-    :func:`sinkscope.claims.intervals.row_seed` of ``claims.intervals.seed``, model and dataset."""
+    :func:`sinkscope.claims.intervals.row_seed` of ``claims.intervals.seed``, model, dataset and
+    ``"sink_ratio"``."""
     from sinkscope.claims.intervals import row_seed
     from sinkscope.variants import source_dataset
 
@@ -277,14 +279,10 @@ def sink_ratio_intervals(
         counts = rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples).astype(np.float64) / n
         sink_without = _shares(*(counts @ m for m in without), thresholds)[:, 0]
         sink_with = _shares(*(counts @ m for m in with_bos), thresholds)[:, 0]
-        ratio = np.divide(
-            sink_without,
-            sink_with,
-            out=np.full(n_resamples, np.inf),
-            where=sink_with > 0,
-        )
-        low = np.quantile(ratio, alpha, method="inverted_cdf")
-        high = np.quantile(ratio, 1.0 - alpha, method="inverted_cdf")
+        unbounded = np.where(sink_without > 0, np.inf, np.nan)  # nothing to take over: no draw
+        ratio = np.divide(sink_without, sink_with, out=unbounded, where=sink_with > 0)
+        low = np.nanquantile(ratio, alpha, method="inverted_cdf")
+        high = np.nanquantile(ratio, 1.0 - alpha, method="inverted_cdf")
         rows.append(
             {
                 "model": model,

@@ -26,11 +26,11 @@ layer constant of the map, not a moment). A resample of sequences then recompute
 exactly as a fresh analysis of those sequences would (the identity is tested), next to the
 empirical ``rho`` (the mean of the per-sequence ``rho``), without the ``D x D`` moments.
 
-:func:`sequence_terms` computes the coefficients of a block of sequences from ``W``'s factors
-(:class:`HeadMaps`; ``O(G k D)`` per token for ``G`` distinct value maps, the cost of one
-projection); :func:`rho_hat_from_means` evaluates
-``a / d0``; :func:`sinkscope.oversmoothing.resampling.max_error_draws` resamples sequences for
-the claim ``oversmoothing.approximation_every_head``.
+:func:`sequence_terms` computes the coefficients of a block of sequences at every prefix
+``T'`` from ``W``'s factors (:class:`HeadMaps`; ``(G + H) k D`` multiply-adds per token for ``G``
+distinct value maps and ``H`` heads); :func:`rho_hat_from_means` evaluates ``a / d0``;
+:mod:`sinkscope.oversmoothing.resampling` resamples sequences for the claims
+``oversmoothing.approximation_every_head`` and ``oversmoothing.approximation_mean``.
 """
 
 from __future__ import annotations

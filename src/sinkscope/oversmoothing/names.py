@@ -23,7 +23,8 @@ __all__ = [
 #: ``summarize_oversmoothing``): the keys of
 #: :func:`~sinkscope.oversmoothing.analysis.analyze_file` and
 #: :func:`~sinkscope.oversmoothing.summary.summarize` (the claims on them are decided in the
-#: ``claims`` rule alone, :mod:`sinkscope.claims.checks.oversmoothing`).
+#: ``claims`` rule alone, :mod:`sinkscope.claims.checks.oversmoothing` and
+#: :mod:`sinkscope.claims.checks.oversmoothing_conditions`).
 TABLES = (
     "per_head",
     "per_layer",

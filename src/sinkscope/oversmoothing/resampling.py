@@ -6,7 +6,9 @@ and eq. (2)'s coefficients (``approximation_by_sequence``, :mod:`.approximation`
 layer's ``rho`` before and after its update (``layers_by_sequence``, Fig. 4). A resample of
 sequences weights each sequence by how often it was drawn
 (:func:`sinkscope.claims.intervals.sample_and_resample_counts`), so a statistic is recomputed
-exactly as an analysis of the drawn sequences would compute it. Each function takes the
+as an analysis of the drawn sequences would compute it, with the layer constants that pool
+every sequence held fixed (a post-norm model's gain and ``kappa``,
+:mod:`sinkscope.oversmoothing.approximation`). Each function takes the
 pair tables of a claims row as strata, resampled each on its own (a row pooled over datasets
 draws each dataset's sequences from that dataset), and returns the statistic on the sample and
 on every resample.
@@ -14,7 +16,7 @@ on every resample.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import polars as pl
@@ -24,6 +26,7 @@ from sinkscope.oversmoothing.approximation import rho_hat_from_means
 from sinkscope.oversmoothing.names import SEQUENCE_TERMS
 
 __all__ = [
+    "RESAMPLE_CHUNK",
     "lowest_similarity_draws",
     "max_error_draws",
     "relative_offset_draws",
@@ -60,32 +63,41 @@ def max_error_draws(
     maximum runs over every head of every stratum (a pooled row's heads are read once per
     dataset, as in the per-head table). Returns the sample's maximum and the
     ``(n_resamples,)`` maxima of the resamples."""
-    lowest = -np.inf
-    largest = np.full(n_resamples + 1, lowest)
+    largest = np.full(n_resamples + 1, -np.inf)
     for frame in strata:
         frame = frame.filter(pl.col("context_length") == pl.col("context_length").max())
-        rho, rho_hat = _resampled_rho(frame, ["layer", "head"], n_resamples, rng)  # (1 + B, P)
-        largest = np.maximum(largest, np.abs(rho - rho_hat).max(axis=1))
+        for rows, rho, rho_hat in _resampled_rho(frame, ["layer", "head"], n_resamples, rng):
+            largest[rows] = np.maximum(largest[rows], np.abs(rho - rho_hat).max(axis=1))
     return float(largest[0]), largest[1:]
+
+
+#: Resamples evaluated at a time by :func:`_resampled_rho`: its work arrays are this many rows
+#: of one number per cell (8 MB each at the 4,096 cells of Llama-3.1-8B's 32 x 32 heads at four
+#: T'), not the whole ``(1 + B, cells, 6)`` (0.4 GB at B = 2,000).
+RESAMPLE_CHUNK = 256
 
 
 def _resampled_rho(
     frame: pl.DataFrame, cells: Sequence[str], n_resamples: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
+) -> Iterator[tuple[slice, np.ndarray, np.ndarray]]:
     """Per cell of ``approximation_by_sequence`` (a head, or a head at one ``T'``): the empirical
-    ``rho`` and eq. (2)'s ``rho_hat`` of ``X + W Z`` on the sample and on ``n_resamples``
-    resamples of the sequences, ``(1 + B, C)`` each: ``rho`` the mean of the drawn sequences'
-    ``rho_xwz``, ``beta`` the ratio of their ``sum_xz`` and ``sum_zz``, ``rho_hat``
-    :func:`~sinkscope.oversmoothing.approximation.rho_hat_from_means` of their terms."""
+    ``rho`` and eq. (2)'s ``rho_hat`` of ``X + W Z`` on the sample (row 0) and on
+    ``n_resamples`` resamples of the sequences (rows 1..B), :data:`RESAMPLE_CHUNK` rows at a
+    time: ``(rows, rho, rho_hat)`` with ``(len(rows), C)`` arrays. ``rho`` is the mean of the
+    drawn sequences' ``rho_xwz``, ``beta`` the ratio of their ``sum_xz`` and ``sum_zz``,
+    ``rho_hat`` :func:`~sinkscope.oversmoothing.approximation.rho_hat_from_means` of their
+    terms' means (one matrix product per term)."""
     cols = sequence_columns(
         frame, ["rho_xwz", *SEQUENCE_TERMS, "sum_xz", "sum_zz"], cells, "approximation_by_sequence"
     )
     n_seq = cols["rho_xwz"].shape[0]
-    terms = np.stack([cols[c] for c in SEQUENCE_TERMS], axis=-1)  # (N, C, 6)
     counts = sample_and_resample_counts(n_seq, n_resamples, rng)  # (1 + B, N)
-    mean_terms = np.einsum("bn,nct->bct", counts, terms) / n_seq
-    beta = (counts @ cols["sum_xz"]) / (counts @ cols["sum_zz"])  # per layer and T', per cell
-    return counts @ cols["rho_xwz"] / n_seq, rho_hat_from_means(mean_terms, beta)
+    for start in range(0, counts.shape[0], RESAMPLE_CHUNK):
+        rows = slice(start, min(start + RESAMPLE_CHUNK, counts.shape[0]))
+        part = counts[rows]
+        mean_terms = np.stack([part @ cols[c] / n_seq for c in SEQUENCE_TERMS], axis=-1)
+        beta = (part @ cols["sum_xz"]) / (part @ cols["sum_zz"])  # per layer and T', per cell
+        yield rows, part @ cols["rho_xwz"] / n_seq, rho_hat_from_means(mean_terms, beta)
 
 
 def relative_offset_draws(
@@ -102,7 +114,7 @@ def relative_offset_draws(
     rows do. The strata must share their ``T'``. A flat empirical curve gives ``inf`` (0 without
     a gap)."""
     lengths: list[int] | None = None
-    rho_sum = rho_hat_sum = None
+    rho_sum = rho_hat_sum = np.zeros(0)
     n_heads = 0
     for frame in strata:
         found = sorted(frame["context_length"].unique().to_list())
@@ -110,15 +122,17 @@ def relative_offset_draws(
             raise ValueError(
                 f"approximation_by_sequence: the strata's T' differ ({lengths}, {found})"
             )
+        if lengths is None:
+            rho_sum = np.zeros((n_resamples + 1, len(found)))
+            rho_hat_sum = np.zeros((n_resamples + 1, len(found)))
         lengths = found
-        rho, rho_hat = _resampled_rho(frame, ["context_length", "layer", "head"], n_resamples, rng)
-        per_length = (rho.shape[0], len(found), -1)  # cells sorted by T' first
-        heads = rho.reshape(per_length).shape[-1]
-        rho_part, hat_part = rho.reshape(per_length).sum(-1), rho_hat.reshape(per_length).sum(-1)
-        rho_sum = rho_part if rho_sum is None else rho_sum + rho_part
-        rho_hat_sum = hat_part if rho_hat_sum is None else rho_hat_sum + hat_part
-        n_heads += heads
-    if rho_sum is None or rho_hat_sum is None:
+        cells = ["context_length", "layer", "head"]  # T' first: (rows, T', heads)
+        for rows, rho, rho_hat in _resampled_rho(frame, cells, n_resamples, rng):
+            per_length = (rho.shape[0], len(found), -1)
+            rho_sum[rows] += rho.reshape(per_length).sum(-1)
+            rho_hat_sum[rows] += rho_hat.reshape(per_length).sum(-1)
+        n_heads += frame.select("layer", "head").n_unique()
+    if lengths is None:
         raise ValueError("relative_offset_draws needs at least one stratum")
     curve, approximation = rho_sum / n_heads, rho_hat_sum / n_heads  # (1 + B, L)
     offset = np.abs(curve - approximation).max(axis=1)
