@@ -1763,3 +1763,21 @@ def test_a_pooled_condition_row_counts_each_head_once() -> None:
     )
     assert (found["a"]["ci_low"], found["a"]["ci_high"]) == pytest.approx(wilson_interval(30, 100))
     assert "each head counted once: 30 of 100" in found["all"]["reason"]
+
+
+def test_the_prose_states_the_polarization_grid_as_the_code_makes_it() -> None:
+    """config.yaml's comment, docs/configuration.md, docs/claims.md and the grid's docstring say
+    how many value-softmax runs the default grid has and how many seeds the polarization
+    shares rest on; a change to POLARIZATION_SEEDS or the grid must move them too."""
+    from pathlib import Path
+
+    from sinkscope.dynamics.grids import POLARIZATION_SEEDS, value_softmax_grid
+
+    repo = Path(__file__).resolve().parents[2]
+    runs, seeds = len(value_softmax_grid("default")), len(POLARIZATION_SEEDS)
+    config = (repo / "config.yaml").read_text()
+    assert f"({runs} runs of 1-4 s)" in config and f"its {seeds} seeds" in config
+    guide = (repo / "docs" / "configuration.md").read_text()
+    assert f"untied runs on {seeds} seeds" in guide and f"({runs} runs)" in guide
+    assert f"the untied runs have {seeds} seeds" in (repo / "docs" / "claims.md").read_text()
+    assert f"Default: {runs} jobs" in (value_softmax_grid.__doc__ or "")

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from sinkscope.dynamics.grids import POLARIZATION_SEEDS
+
 __all__ = ["SAMPLES", "Sample", "config_value", "sample_lines"]
 
 
@@ -41,8 +43,8 @@ _PREDICTIONS = Sample(
 )
 _POLARIZATION = Sample(
     "gradient-flow runs per variant, one per seed (Wilson interval over them; the untied runs "
-    "have the seeds of dynamics.grids.POLARIZATION_SEEDS, 5, of which a unanimous share "
-    "excludes 0.5)",
+    f"have the {len(POLARIZATION_SEEDS)} seeds of dynamics.grids.POLARIZATION_SEEDS, of which "
+    "a unanimous share excludes 0.5)",
     ("dynamics.value_softmax.select",),
 )
 _INDUCTION = Sample(
