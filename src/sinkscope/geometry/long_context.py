@@ -88,14 +88,27 @@ def attention_inputs(model: torch.nn.Module, ids: torch.Tensor) -> list[np.ndarr
     """``Z^(l)`` of every decoder layer ``l``: what its query/key/value projections multiply.
 
     One forward pass of the transformer body (:func:`sinkscope.prepare.models.base_model`: no LM head,
-    no cache, no gradients) over ``ids`` ``(B, T1)`` with ``output_hidden_states``;
+    no cache, no gradients) per sequence of ``ids`` ``(B, T1)`` with ``output_hidden_states``;
     ``hidden_states[l]`` is the residual stream entering layer ``l`` and ``Z^(l) =
     norm_l(hidden_states[l])`` is computed by that layer's own input-norm module
     (``Architecture.input_norm``: ``input_layernorm``, GPT-2's ``ln_1``), i.e. the paper's §3
     attention input with the learnable gain (``Z`` of :meth:`sinkscope.extraction.h5read.InputProjection.Z`).
     ``ids`` must be on the model's device; ``Z`` is computed in the model's dtype and returned as
     one ``(B, T1, D)`` float32 array per layer, on the CPU.
+
+    One sequence at a time: eager attention holds the ``H x T1 x T1`` scores of every sequence
+    in the pass, so two of Llama-3.1-8B's 10,241-token sequences took 85.6 GB of GPU memory in
+    one pass (``BENCHMARKS.md``, GPU rehearsal), more than an 80 GB GPU holds.
     """
+    per_sequence = [_attention_inputs_one(model, ids[row : row + 1]) for row in range(len(ids))]
+    return [
+        np.concatenate([layers[index] for layers in per_sequence])
+        for index in range(len(per_sequence[0]))
+    ]
+
+
+def _attention_inputs_one(model: torch.nn.Module, ids: torch.Tensor) -> list[np.ndarray]:
+    """:func:`attention_inputs` of one sequence ``ids`` ``(1, T1)``."""
     from sinkscope.prepare.models import architecture_of, base_model, decoder_layers
 
     model.eval()
