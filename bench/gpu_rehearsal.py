@@ -118,7 +118,9 @@ def run_step(rule: str, args: argparse.Namespace) -> dict[str, Any]:
     return {
         "wall_s": time.perf_counter() - started,
         "peak_rss_mb": peak_rss_mb(),
-        "gpu_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else 0,
+        "gpu_peak_mb": torch.cuda.max_memory_allocated() / 2**20
+        if torch.cuda.is_available()
+        else 0,
     }
 
 
@@ -206,9 +208,7 @@ def main() -> None:
     parser.add_argument(
         "--stream", default=str(REPO / "results/tokens/smollm2-135m/alice.stream.npz")
     )
-    parser.add_argument(
-        "--provenance", default=str(REPO / "results/corpora/alice/documents.json")
-    )
+    parser.add_argument("--provenance", default=str(REPO / "results/corpora/alice/documents.json"))
     parser.add_argument("--rules", nargs="+", default=list(RULES), choices=RULES)
     parser.add_argument("--out", default=str(REPO / "results/bench/gpu-rehearsal"))
     parser.add_argument("--keep", action="store_true")
@@ -242,7 +242,9 @@ def main() -> None:
     kept = fixture_config(args.hub_id)
     depth = args.layers or int(kept.get("num_hidden_layers") or kept["n_layer"])
     started = time.perf_counter()
-    build_random_model(args.hub_id, depth, args.tokenizer, model_dir, dtype=dtype, device=args.device)
+    build_random_model(
+        args.hub_id, depth, args.tokenizer, model_dir, dtype=dtype, device=args.device
+    )
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     built_s = time.perf_counter() - started

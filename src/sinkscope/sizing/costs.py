@@ -31,6 +31,7 @@ __all__ = [
     "REFERENCE_CPU",
     "TIME_MARGIN",
     "WEIGHT_COPIES_WHILE_LOADING",
+    "WEIGHT_COPIES_WHILE_LOADING_ON_GPU",
 ]
 
 #: The CPU the per-unit CPU times were measured on (2 cores; one job alone).
@@ -54,7 +55,10 @@ JOB_FIXED_MB = 450.0
 
 #: Sustained throughput of an eager bf16 forward on one data-centre GPU (H100/A100 class; about a
 #: fifth of an H100's dense bf16 peak), device-to-host copies and the shared file system:
-#: assumptions, not measurements (no GPU was at hand), shared with BENCHMARKS.md section 7.
+#: assumptions, shared with BENCHMARKS.md section 7. Measured once (bench/gpu_rehearsal.py,
+#: random-weight Llama-3.1-8B, N x T = 50 x 256, one H200): the forward ran at 114-187 TFLOP/s
+#: over two runs, the device-to-host copies (casts included) at about 1.5 GB/s; the forward and
+#: the copies are 1/4 of the job's wall time, so these stay as they are.
 GPU_TFLOPS, D2H_GB_S, FS_GB_S = 200.0, 10.0, 1.0
 
 #: Host copies of the weights while a model loads: the safetensors file's pages (memory-mapped,
@@ -62,6 +66,12 @@ GPU_TFLOPS, D2H_GB_S, FS_GB_S = 200.0, 10.0, 1.0
 #: peak grew by 254 MB from 1 to 2 layers of GPT-2 XL's widths (float32), 2.06 x one layer's
 #: 123 MB of weights (bench/rehearsal.py).
 WEIGHT_COPIES_WHILE_LOADING = 2
+#: The same on a GPU node, where the weights leave the host once loaded: the host holds them
+#: (one copy) while they load, then the job's own buffers, so its peak is the larger of the two,
+#: not their sum. Measured (bench/gpu_rehearsal.py, random-weight Llama-3.1-8B in bfloat16, 16.1 GB
+#: of weights, one H200): extraction 16.2 GB peak RSS (its batches: 7.5 GB), long-context inputs
+#: 21.7 GB (its float32 Z of 2 x 10,241 tokens: 22 GB); the sum had asked 3.7x and 3.6x that.
+WEIGHT_COPIES_WHILE_LOADING_ON_GPU = 1
 
 #: Threads of the rules that use more than one, on a cluster node: the extraction compresses and
 #: writes batch b on them while the GPU runs batch b + 1 (BENCHMARKS.md section 7: 4 cores encode

@@ -148,16 +148,22 @@ def streaming_token_forwards(params: Mapping[str, Any], n_layers: int) -> tuple[
 def _model_job(
     facts: ModelFacts, tokens: int, context: int, batch_bytes: float, gpus: int, write_bytes: float
 ) -> Estimate:
-    """A job that loads the weights and runs ``tokens`` token-forwards: weights (host copy while
-    loading) + the batch's host tensors; time = load + forward (+ writing ``write_bytes``)."""
+    """A job that loads the weights and runs ``tokens`` token-forwards; time = load + forward (+
+    writing ``write_bytes``). Host memory: on the CPU the weights (their copies while loading) +
+    the batch's host tensors ``batch_bytes``; on a GPU the larger of the weights while loading and
+    the batch's host tensors, since the weights leave the host once loaded
+    (:data:`~sinkscope.sizing.costs.WEIGHT_COPIES_WHILE_LOADING_ON_GPU`)."""
     flops = forward_flops(facts, tokens, context)
     throughput = costs.GPU_TFLOPS * 1e12 if gpus else costs.CPU_FORWARD_FLOP_S
     load_s = facts.weight_bytes / (costs.FS_GB_S * 1e9)
-    weights = costs.WEIGHT_COPIES_WHILE_LOADING * facts.weight_bytes
     seconds = (
         costs.MODEL_JOB_FIXED_S + load_s + flops / throughput + write_bytes / (costs.FS_GB_S * 1e9)
     )
-    peak = costs.JOB_FIXED_MB + (weights + batch_bytes) / MB
+    if gpus:
+        host = max(costs.WEIGHT_COPIES_WHILE_LOADING_ON_GPU * facts.weight_bytes, batch_bytes)
+    else:
+        host = costs.WEIGHT_COPIES_WHILE_LOADING * facts.weight_bytes + batch_bytes
+    peak = costs.JOB_FIXED_MB + host / MB
     return Estimate(peak, seconds, gpus)
 
 
