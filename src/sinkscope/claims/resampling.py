@@ -7,7 +7,8 @@ row's strata (one pair; for a row pooled over datasets, ``dataset = "all"``, eve
 the model, each resampled on its own), asks the analysis's ``draws`` function for the statistic
 on every resample, and returns the :class:`~sinkscope.claims.verdicts.Interval` with its unit
 named and its floor of ``claims.intervals.min_units`` (per dataset where pooled);
-:func:`more_sequences_text` says what an inconclusive row would need.
+:func:`sequence_reading` decides a row on it, and :func:`more_sequences_text` says what an
+inconclusive row would need.
 """
 
 from __future__ import annotations
@@ -20,10 +21,17 @@ import polars as pl
 
 from sinkscope.claims.intervals import needed_units, percentile_interval, row_seed
 from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
-from sinkscope.claims.verdicts import Interval, needed_text, too_few_units_text
+from sinkscope.claims.verdicts import (
+    INCONCLUSIVE,
+    Interval,
+    Reading,
+    decide,
+    needed_text,
+    too_few_units_text,
+)
 from sinkscope.labels import POOLED
 
-__all__ = ["Draws", "more_sequences_text", "sequence_interval"]
+__all__ = ["Draws", "more_sequences_text", "sequence_interval", "sequence_reading"]
 
 #: An analysis's resampling function: ``(strata, n_resamples, rng) -> (sample value, draws)``.
 Draws = Callable[[list[pl.DataFrame], int, np.random.Generator], tuple[float, np.ndarray]]
@@ -37,6 +45,7 @@ def sequence_interval(
     intervals: Mapping[str, Any],
     key: Sequence[str] = (),
     datasets: Sequence[str] | None = None,
+    accept: Callable[[list[pl.DataFrame]], bool] | None = None,
 ) -> Interval | None:
     """The percentile bootstrap interval over sequences of ``draws``' statistic for the row
     ``(model, dataset)``, from the per-sequence ``table`` (columns ``model, dataset, sequence``
@@ -52,6 +61,8 @@ def sequence_interval(
         rows = rows.filter(pl.col("dataset") == dataset)
     strata = [part for _, part in rows.sort("dataset").group_by("dataset", maintain_order=True)]
     if not strata or (datasets is not None and len(strata) != len(set(datasets))):
+        return None
+    if accept is not None and not accept(strata):
         return None
     settings = {**DEFAULT_TOLERANCES["intervals"], **intervals}
     level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
@@ -80,4 +91,24 @@ def more_sequences_text(interval: Interval, value: float, tolerance: float, pool
     return too_few_units_text(interval, units, "extraction.n_sequences") or (
         f"; the interval straddles {tolerance:g}: needs more sequences "
         f"({needed_text(more, units)}; extraction.n_sequences)"
+    )
+
+
+def sequence_reading(
+    reading: Reading,
+    interval: Interval,
+    tolerance: float,
+    above: bool,
+    pooled: bool,
+    strict: bool = False,
+) -> Reading:
+    """``reading`` decided on its ``interval`` over sequences (:func:`~sinkscope.claims.verdicts.
+    decide` with ``tolerance``, ``above``, ``strict``); an inconclusive one's reason says how many
+    sequences would decide it (:func:`more_sequences_text`; per dataset where ``pooled``)."""
+    verdict = decide(interval, tolerance, above=above, strict=strict)
+    reason = reading.reason
+    if verdict == INCONCLUSIVE:
+        reason += more_sequences_text(interval, float(reading.value or 0.0), tolerance, pooled)
+    return Reading(
+        reading.setting, reading.measured, reading.value, None, reason, interval, verdict
     )

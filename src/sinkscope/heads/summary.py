@@ -201,6 +201,8 @@ def share_intervals(
     stratum's variance by ``(n_h - 1) / n_h``, so 4 datasets of 8 sequences cover about as
     often as one sample of 8 widened by the t-quantile of 28 degrees of freedom (92.3% for a
     nominal 95% on normal data), less than one sample at the floor of 20 (92.9%)."""
+    from sinkscope.claims.intervals import sample_and_resample_counts
+
     settings = _interval_settings(intervals)
     level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
     alpha = (1.0 - level) / 2.0
@@ -219,7 +221,7 @@ def share_intervals(
         for key in members:
             masses = arrays[key]
             n = masses[0].shape[0]
-            counts = rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples).astype(np.float64)
+            counts = sample_and_resample_counts(n, n_resamples, rng)[1:]  # the resamples
             part = [counts @ m for m in masses]  # (B, H) sums over the drawn sequences
             sums = part if sums is None else [a + b for a, b in zip(sums, part, strict=True)]
             total += n
@@ -257,7 +259,7 @@ def sink_ratio_intervals(
     ``min_units``, ``ratio_lo, ratio_hi``; the seed of a row is
     :func:`sinkscope.claims.intervals.row_seed` of ``claims.intervals.seed``, model, dataset and
     ``"sink_ratio"``."""
-    from sinkscope.claims.intervals import row_seed
+    from sinkscope.claims.intervals import row_seed, sample_and_resample_counts
     from sinkscope.variants import source_dataset
 
     settings = _interval_settings(intervals)
@@ -276,7 +278,7 @@ def sink_ratio_intervals(
                 f"{with_bos[0].shape[0]} with it; the pairs must hold the same sequences"
             )
         rng = np.random.default_rng(row_seed(int(settings["seed"]), model, dataset, "sink_ratio"))
-        counts = rng.multinomial(n, np.full(n, 1.0 / n), size=n_resamples).astype(np.float64) / n
+        counts = sample_and_resample_counts(n, n_resamples, rng)[1:] / n  # the resamples
         sink_without = _shares(*(counts @ m for m in without), thresholds)[:, 0]
         sink_with = _shares(*(counts @ m for m in with_bos), thresholds)[:, 0]
         unbounded = np.where(sink_without > 0, np.inf, np.nan)  # nothing to take over: no draw

@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from sinkscope.claims.resampling import more_sequences_text, sequence_interval
+from sinkscope.claims.resampling import sequence_interval, sequence_reading
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
     REPRODUCED,
@@ -317,12 +317,12 @@ def check_value_rank_middle_layers(
             if by_sequence is None
             else _value_rank_interval(r, list(vm["layer"]), by_sequence, intervals or {})
         )
+        point = Reading(setting, measured, lowest, ok == vm.height, reason)
         if interval is None:
-            return Reading(setting, measured, lowest, ok == vm.height, reason)
-        verdict = decide(interval, near_full_rank, above=True)
-        if verdict == INCONCLUSIVE:
-            reason += more_sequences_text(interval, lowest, near_full_rank, r["dataset"] == POOLED)
-        return Reading(setting, measured, lowest, None, reason, interval, verdict)
+            return point
+        return sequence_reading(
+            point, interval, near_full_rank, above=True, pooled=r["dataset"] == POOLED
+        )
 
     return rows_per(
         _per_model_dataset(value_rank, "layers"),

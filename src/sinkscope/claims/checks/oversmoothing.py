@@ -19,7 +19,7 @@ from sinkscope.claims.intervals import (
     needed_units,
     wilson_interval,
 )
-from sinkscope.claims.resampling import more_sequences_text, sequence_interval
+from sinkscope.claims.resampling import sequence_interval, sequence_reading
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
     Interval,
@@ -194,13 +194,13 @@ def check_approximation_every_head(
             if by_sequence is None
             else _approximation_interval(g, by_sequence, intervals or {})
         )
+        point = Reading(setting, measured, worst, holds, reason)
         if interval is None:
-            return Reading(setting, measured, worst, holds, reason)
-        verdict = decide(interval, approximation_error, above=False, strict=True)
-        if verdict == INCONCLUSIVE:
-            pooled = h["dataset_of_head"].n_unique() > 1
-            reason += more_sequences_text(interval, worst, approximation_error, pooled)
-        return Reading(setting, measured, worst, None, reason, interval, verdict)
+            return point
+        pooled = h["dataset_of_head"].n_unique() > 1
+        return sequence_reading(
+            point, interval, approximation_error, above=False, pooled=pooled, strict=True
+        )
 
     test = f"max over heads of |rho - rho_hat| < {approximation_error:g}"
     return rows_per(_head_groups(per_head), test, reading)
@@ -257,17 +257,18 @@ def _offset_interval(
     pairs or holds one ``T'`` only, or where a pooled row's datasets have different ``T'``."""
     from sinkscope.oversmoothing.resampling import relative_offset_draws
 
-    model, dataset = str(record["model"]), str(record["dataset"])
-    rows = by_sequence.filter(pl.col("model") == model)
-    if dataset != POOLED:
-        rows = rows.filter(pl.col("dataset") == dataset)
-    lengths = rows.group_by("dataset").agg(pl.col("context_length").unique().sort())
-    if lengths.height == 0 or lengths["context_length"].n_unique() != 1:
-        return None
-    if lengths["context_length"][0].len() < 2:
-        return None
+    def one_curve(strata: list[pl.DataFrame]) -> bool:  # the same T' >= 2 in every dataset
+        lengths = {tuple(sorted(part["context_length"].unique())) for part in strata}
+        return len(lengths) == 1 and len(next(iter(lengths))) >= 2
+
     return sequence_interval(
-        by_sequence, model, dataset, relative_offset_draws, intervals, ("relative_offset",)
+        by_sequence,
+        str(record["model"]),
+        str(record["dataset"]),
+        relative_offset_draws,
+        intervals,
+        ("relative_offset",),
+        accept=one_curve,
     )
 
 
@@ -328,15 +329,14 @@ def check_mean_approximation(
         interval = (
             None if by_sequence is None else _offset_interval(r, by_sequence, intervals or {})
         )
+        holds = relative_offset_holds(ratio, approximation_relative_offset)
+        point = Reading(setting, parts["xwz"], ratio, holds, reason)
         if interval is None:
-            holds = relative_offset_holds(ratio, approximation_relative_offset)
-            return Reading(setting, parts["xwz"], ratio, holds, reason)
-        verdict = decide(interval, approximation_relative_offset, above=False)
-        if verdict == INCONCLUSIVE:
-            reason += more_sequences_text(
-                interval, ratio, approximation_relative_offset, r["dataset"] == POOLED
-            )
-        return Reading(setting, parts["xwz"], ratio, None, reason, interval, verdict)
+            return point
+        pooled = r["dataset"] == POOLED
+        return sequence_reading(
+            point, interval, approximation_relative_offset, above=False, pooled=pooled
+        )
 
     test = f"largest |gap| / range across T' <= {approximation_relative_offset:g} for X+WZ"
     offsets = sort_pooled_last(approximation_offsets(summary))
@@ -385,12 +385,11 @@ def check_similarity_stays_positive(
             if layers_by_sequence is None
             else _similarity_interval(g, layers_by_sequence, intervals or {})
         )
+        point = Reading(setting, measured, x, similarity_positive(x), reason)
         if interval is None:
-            return Reading(setting, measured, x, similarity_positive(x), reason)
-        verdict = decide(interval, 0.0, above=True, strict=True)
-        if verdict == INCONCLUSIVE:
-            reason += more_sequences_text(interval, x, 0.0, g["dataset"] == POOLED)
-        return Reading(setting, measured, x, None, reason, interval, verdict)
+            return point
+        pooled = g["dataset"] == POOLED
+        return sequence_reading(point, interval, 0.0, above=True, pooled=pooled, strict=True)
 
     groups = [
         {"model": model, "dataset": dataset, "summary": s}
