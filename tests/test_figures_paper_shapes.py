@@ -197,6 +197,7 @@ def oversmoothing_tables(
     ``n_deviating`` heads (one non-sink head in each of the first ``n_deviating`` layers) where
     uniform attention mixes no more than the learned attention (Fig. 11's rule)."""
     from sinkscope.oversmoothing.names import BY_SEQUENCE_COLUMNS as OS_BY_SEQUENCE
+    from sinkscope.oversmoothing.names import HEADS_BY_SEQUENCE_COLUMNS as OS_HEADS_BY_SEQUENCE
     from sinkscope.oversmoothing.names import LAYERS_BY_SEQUENCE_COLUMNS as OS_LAYERS_BY_SEQUENCE
     from sinkscope.oversmoothing.names import PER_HEAD_COLUMNS as OS_HEAD
     from sinkscope.oversmoothing.names import PER_LAYER_COLUMNS as OS_LAYER
@@ -331,12 +332,20 @@ def oversmoothing_tables(
         .join(pl.DataFrame({"sequence": np.arange(N_SEQUENCES)}), how="cross")
         .select(OS_LAYERS_BY_SEQUENCE)
     )
+    # each head's rho's per sequence at the largest T': every sequence reads the head's means
+    heads_by_sequence = (
+        per_head.filter(pl.col("context_length") == per_head["context_length"].max())
+        .select([c for c in OS_HEADS_BY_SEQUENCE if c != "sequence"])
+        .join(pl.DataFrame({"sequence": np.arange(N_SEQUENCES)}), how="cross")
+        .select(OS_HEADS_BY_SEQUENCE)
+    )
     return {
         "per_head": per_head,
         "per_layer": per_layer,
         **summary_tables(per_head, per_layer, UNIFORMITY_THRESHOLD),
         "approximation_by_sequence": by_sequence,
         "layers_by_sequence": layers_by_sequence,
+        "heads_by_sequence": heads_by_sequence,
     }
 
 

@@ -327,6 +327,7 @@ ENTRIES: tuple[RuleOutputs, ...] = (
             "oversmoothing_per_head": "per_head",
             "oversmoothing_approximation_by_sequence": "approximation_by_sequence",
             "oversmoothing_layers_by_sequence": "layers_by_sequence",
+            "oversmoothing_heads_by_sequence": "heads_by_sequence",
         },
     ),
     # sinks beyond BOS (Gu et al. 2025; Sun et al. 2024)

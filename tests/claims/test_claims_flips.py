@@ -1046,58 +1046,109 @@ def test_the_pooled_approximation_row_counts_heads_once() -> None:
 
 
 def _head_means(increases: np.ndarray) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Per-head and summary tables where head ``h`` raises rho by ``increases[h]`` under its
-    learned attention (rho(X) = 0.5), and by twice that under uniform attention; the heads whose
-    uniformity (evenly spaced from 0.1 to 0.9) exceeds 0.6, the last 3/8, are dense."""
+    """``heads_by_sequence`` and summary tables where head ``h`` raises rho on sequence ``s`` by
+    ``increases[s, h]`` under its learned attention (rho(X) = 0.5), by twice that under uniform
+    attention, and ``W`` lowers it by 0.01; the summary is made from the per-head means over the
+    sequences at T' = 16. The heads whose uniformity (evenly spaced from 0.1 to 0.9, the same on
+    every sequence) exceeds 0.6, the last 3/8, are dense."""
     from sinkscope.oversmoothing import summary as ov_summary
 
-    n = len(increases)
-    per_head, per_layer = oversmoothing_tables([0.5] * n, list(0.5 + increases), [0.01] * n)
+    n_seq, n = increases.shape
+    mean = increases.mean(axis=0)
+    per_head, per_layer = oversmoothing_tables([0.5] * n, list(0.5 + mean), [0.01] * n)
     per_head = per_head.with_columns(
         rho_xwzau_s=pl.col("rho_x") + 2 * (pl.col("rho_xwza_s") - pl.col("rho_x")),
         rho_xwz_s=pl.col("rho_x") - pl.lit(0.01),
     )
-    return per_head, ov_summary.summary_tables(per_head, per_layer, 0.6)["summary"]
+    flat = increases.reshape(-1)
+    by_sequence = pl.DataFrame(
+        {
+            "model": "m",
+            "dataset": "d",
+            "layer": np.tile(np.arange(n), n_seq),
+            "head": 0,
+            "context_length": 16,
+            "sequence": np.repeat(np.arange(n_seq), n),
+            "rho_x": 0.5,
+            "rho_xwz_s": 0.49,
+            "rho_xwza_s": 0.5 + flat,
+            "rho_xwzau_s": 0.5 + 2 * flat,
+            "uniformity": np.tile(np.linspace(0.1, 0.9, n), n_seq),
+        }
+    ).select(ov_names.HEADS_BY_SEQUENCE_COLUMNS)
+    return by_sequence, ov_summary.summary_tables(per_head, per_layer, 0.6)["summary"]
+
+
+def _increases(mean: float, spread: float, n_seq: int = 40, n_heads: int = 50) -> np.ndarray:
+    """Per-sequence increases of ``n_heads`` heads with head mean exactly ``mean``: a shift per
+    sequence (sd ``spread``, shared by its heads), a fixed spread over the heads and a little
+    scatter of each head over the sequences."""
+    rng = np.random.default_rng(11)
+    shift = rng.normal(size=(n_seq, 1)) * spread
+    heads = rng.normal(size=(1, n_heads)) * 0.01
+    noise = rng.normal(size=(n_seq, n_heads)) * 0.002  # each head's own scatter over sequences
+    return mean + (shift - shift.mean()) + (heads - heads.mean()) + (noise - noise.mean())
 
 
 @pytest.mark.parametrize(
-    ("mean", "spread", "verdict"),
-    [(0.05, 0.01, V.REPRODUCED), (-0.05, 0.01, V.NOT_REPRODUCED), (0.002, 0.05, V.INCONCLUSIVE)],
+    ("mean", "spread", "n_seq", "verdict"),
+    [
+        (0.05, 0.01, 40, V.REPRODUCED),
+        (-0.05, 0.01, 40, V.NOT_REPRODUCED),
+        (0.002, 0.05, 40, V.INCONCLUSIVE),  # across 0
+        (0.05, 0.01, 8, V.INCONCLUSIVE),  # under the floor of 20 sequences
+    ],
 )
-def test_head_mean_differences_are_decided_on_an_interval_over_heads(
-    mean: float, spread: float, verdict: str
+def test_head_mean_differences_are_decided_on_an_interval_over_sequences(
+    mean: float, spread: float, n_seq: int, verdict: str
 ) -> None:
-    """``attention_raises`` on 200 planted heads whose increases have the given mean (exactly)
-    and spread: the bootstrap interval over the heads lies above 0, below it, or across it.
-    The same heads decide ``uniform_raises_more`` (twice the increase) the same way."""
+    """``attention_raises`` on 50 planted heads whose increases have the given mean (exactly)
+    and a shift per sequence of the given spread: the bootstrap interval over the sequences lies
+    above 0, below it, across it, or rests on too few sequences. The same sequences decide
+    ``uniform_raises_more`` (twice the increase minus once) the same way."""
     from sinkscope.claims.checks import oversmoothing_conditions as OCC
 
-    rng = np.random.default_rng(11)
-    noise = rng.normal(size=200) * spread
-    per_head, summary = _head_means(mean + noise - noise.mean())
-    (row,) = OCC.check_attention_raises_similarity(summary, MIN_DIFF, per_head, {})
+    by_sequence, summary = _head_means(_increases(mean, spread, n_seq))
+    (row,) = OCC.check_attention_raises_similarity(summary, MIN_DIFF, by_sequence, {})
     assert row["verdict"] == verdict, row
     assert row["value"] == pytest.approx(mean, abs=1e-12)
     assert row["ci_low"] <= mean <= row["ci_high"]
-    assert "bootstrap over the 200 heads" in row["interval"]
-    (more,) = OCC.check_uniform_raises_more(summary, MIN_DIFF, per_head, {})
+    assert f"bootstrap over the {n_seq} sequences" in row["interval"]
+    if verdict == V.INCONCLUSIVE:
+        assert "extraction.n_sequences" in row["reason"], row["reason"]
+    (more,) = OCC.check_uniform_raises_more(summary, MIN_DIFF, by_sequence, {})
     assert more["verdict"] == verdict, more
-    # without the heads' table the point reading decides, as before
+    # without the per-sequence table the point reading decides, as before
     (point,) = OCC.check_attention_raises_similarity(summary, MIN_DIFF)
     assert not point["interval"]
+
+
+def test_the_head_mean_interval_has_the_width_of_the_mean_over_sequences() -> None:
+    """The head mean is the mean over sequences of each sequence's head average, so its
+    bootstrap interval is about +-1.96 standard errors of that mean (sd / sqrt(N), ddof 0)."""
+    from sinkscope.claims.checks import oversmoothing_conditions as OCC
+
+    increases = _increases(0.05, 0.03, n_seq=60)
+    by_sequence, summary = _head_means(increases)
+    (row,) = OCC.check_attention_raises_similarity(summary, MIN_DIFF, by_sequence, {})
+    per_sequence = increases.mean(axis=1)
+    standard_error = per_sequence.std() / np.sqrt(len(per_sequence))
+    width = row["ci_high"] - row["ci_low"]
+    assert width / (2 * 1.96 * standard_error) == pytest.approx(1.0, abs=0.15)
 
 
 def test_dense_heads_raise_more_resamples_dense_and_all_heads_together() -> None:
     """The later half of 200 heads raises rho by 0.04 more than the first; the dense heads (the
     last 75) all lie in it, so their mean exceeds the mean over all heads by 0.02, an interval
-    well above 0; the reverse planting lies below."""
+    over 30 sequences well above 0; the reverse planting lies below."""
     from sinkscope.claims.checks import oversmoothing_conditions as OCC
 
     rng = np.random.default_rng(5)
-    base = 0.01 * rng.normal(size=200)
+    base = 0.01 * rng.normal(size=(30, 200))
     step = np.r_[np.zeros(100), np.full(100, 0.04)]
     for increases, verdict in ((base + step, V.REPRODUCED), (base - step, V.NOT_REPRODUCED)):
-        per_head, summary = _head_means(increases)
-        (row,) = OCC.check_dense_heads_raise_more(summary, MIN_DIFF, per_head, {})
+        by_sequence, summary = _head_means(increases)
+        (row,) = OCC.check_dense_heads_raise_more(summary, MIN_DIFF, by_sequence, {})
         assert row["verdict"] == verdict, row
         assert abs(row["value"]) == pytest.approx(0.02, abs=0.003)
+        assert "bootstrap over the 30 sequences" in row["interval"]

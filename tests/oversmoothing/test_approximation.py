@@ -160,6 +160,37 @@ def test_the_files_layer_rho_per_sequence_gives_the_per_layer_table(extracted) -
     assert sample == pytest.approx(summary_min, rel=1e-12)
 
 
+def test_the_files_head_rho_per_sequence_gives_the_per_head_table(extracted) -> None:
+    """``heads_by_sequence`` on a tiny model of each family: its means over sequences are the
+    per-head table's ``rho``'s and uniformity at the largest ``T'``, and
+    :func:`head_mean_draws` on the full sample gives the summary's head means (Fig. 2 right)."""
+    from sinkscope.heads.classify import classify_file
+    from sinkscope.oversmoothing.analysis import analyze_file
+    from sinkscope.oversmoothing.names import HEADS_BY_SEQUENCE_COLUMNS
+    from sinkscope.oversmoothing.resampling import head_mean_draws
+    from sinkscope.oversmoothing.summary import INCREASE_ATTN_S
+
+    _family, path, _model, _ids = extracted
+    tables = analyze_file(path, classify_file(path)[1], context_lengths=[8, 16])
+    rows = tables["heads_by_sequence"]
+    assert rows.columns == list(HEADS_BY_SEQUENCE_COLUMNS)
+    assert rows["context_length"].unique().to_list() == [16]
+    values = ["rho_x", "rho_xwz_s", "rho_xwza_s", "rho_xwzau_s", "uniformity"]
+    means = rows.group_by("layer", "head").agg(pl.col(c).mean() for c in values)
+    per_head = (
+        tables["per_head"]
+        .filter(pl.col("context_length") == 16)
+        .join(means, on=["layer", "head"], suffix="_seq")
+    )
+    assert per_head.height == tables["per_head"].height // 2
+    for c in values:
+        np.testing.assert_allclose(per_head[f"{c}_seq"], per_head[c], rtol=1e-12)
+    summary = tables["summary"].filter(pl.col("context_length") == 16).row(0, named=True)
+    sample, draws = head_mean_draws(INCREASE_ATTN_S)([rows], 10, np.random.default_rng(0))
+    assert sample == pytest.approx(summary["mean_increase_attn_s"], rel=1e-12)
+    assert draws.shape == (10,)
+
+
 def test_prefix_terms_are_the_terms_of_each_prefix() -> None:
     """With ``lengths`` the terms of every prefix come from one pass over the tokens: each equals
     the terms of the sequences cut to that prefix (its own ``kappa``)."""

@@ -321,7 +321,7 @@ CLAIMS: tuple[Claim, ...] = (
         lambda tb, t: check_w_decreases_similarity(
             tb["oversmoothing_summary"],
             t["oversmoothing"]["min_difference"],
-            tb.get("oversmoothing_per_head"),
+            tb.get("oversmoothing_heads_by_sequence"),
             t["intervals"],
         ),
     ),
@@ -334,7 +334,7 @@ CLAIMS: tuple[Claim, ...] = (
         lambda tb, t: check_attention_raises_similarity(
             tb["oversmoothing_summary"],
             t["oversmoothing"]["min_difference"],
-            tb.get("oversmoothing_per_head"),
+            tb.get("oversmoothing_heads_by_sequence"),
             t["intervals"],
         ),
     ),
@@ -347,7 +347,7 @@ CLAIMS: tuple[Claim, ...] = (
         lambda tb, t: check_dense_heads_raise_more(
             tb["oversmoothing_summary"],
             t["oversmoothing"]["min_difference"],
-            tb.get("oversmoothing_per_head"),
+            tb.get("oversmoothing_heads_by_sequence"),
             t["intervals"],
         ),
     ),
@@ -360,7 +360,7 @@ CLAIMS: tuple[Claim, ...] = (
         lambda tb, t: check_uniform_raises_more(
             tb["oversmoothing_summary"],
             t["oversmoothing"]["min_difference"],
-            tb.get("oversmoothing_per_head"),
+            tb.get("oversmoothing_heads_by_sequence"),
             t["intervals"],
         ),
     ),

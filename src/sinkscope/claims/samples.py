@@ -33,9 +33,10 @@ _HEAD_SHARES = Sample(
     (*_SEQUENCES, _MIN_UNITS),
 )
 _HEAD_DIFFERENCES = Sample(
-    "the model's heads (bootstrap over them, each counted once when datasets are pooled), each "
-    "head's value a mean over the extraction's sequences, at the largest T'; fixed by the model",
-    (*_SEQUENCES, "oversmoothing.context_lengths"),
+    "the extraction's sequences per pair: a bootstrap over them of the mean over the model's "
+    "heads, each head's value the mean over the drawn sequences, at the largest T' (a pooled row "
+    "resamples each dataset's own, so its floor is per dataset)",
+    (*_SEQUENCES, "oversmoothing.context_lengths", _MIN_UNITS),
 )
 _PREDICTIONS = Sample(
     "the non-sink heads of the model (Wilson / Newcombe intervals over heads), at the largest T'",

@@ -181,6 +181,7 @@ from sinkscope.oversmoothing.layer import LayerAnalysis, LayerResult
 from sinkscope.oversmoothing.names import (
     BY_SEQUENCE_COLUMNS,
     HEAD_INFO_COLUMNS,
+    HEADS_BY_SEQUENCE_COLUMNS,
     LAYERS_BY_SEQUENCE_COLUMNS,
     PER_HEAD_COLUMNS,
     PER_LAYER_COLUMNS,
@@ -359,6 +360,24 @@ def _layer_sequence_frame(layer: int, lengths: Sequence[int], result: LayerResul
     )
 
 
+def _head_sequence_frame(layer: int, length: int, result: LayerResult) -> pl.DataFrame:
+    """The layer's rows of ``heads_by_sequence`` at the largest ``T'`` (``length``;
+    sequence-major, then head)."""
+    n_seq, n_heads = result.head_sequences["uniformity"].shape
+    return pl.DataFrame(
+        {
+            "layer": np.full(n_seq * n_heads, layer, dtype=np.int64),
+            "head": np.tile(np.arange(n_heads, dtype=np.int64), n_seq),
+            "context_length": np.full(n_seq * n_heads, length, dtype=np.int64),
+            "sequence": np.repeat(np.arange(n_seq, dtype=np.int64), n_heads),
+            **{
+                key: np.asarray(value, dtype=np.float64).reshape(-1)
+                for key, value in result.head_sequences.items()
+            },
+        }
+    )
+
+
 def _layer_frames(
     layer: int, lengths: Sequence[int], n_heads: int, result: LayerResult
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -405,14 +424,16 @@ def analyze_file(
     :func:`default_block_size`); the tables do not depend on it (to float64 rounding).
 
     Returns ``{"per_head", "per_layer", "summary", "conditions", "approximation_by_sequence",
-    "layers_by_sequence"}``
+    "layers_by_sequence", "heads_by_sequence"}``
     (columns in :data:`~sinkscope.oversmoothing.names.PER_HEAD_COLUMNS`,
     :data:`~sinkscope.oversmoothing.names.PER_LAYER_COLUMNS`,
     :func:`~sinkscope.oversmoothing.summary.summary_tables` and
     :data:`~sinkscope.oversmoothing.names.BY_SEQUENCE_COLUMNS`: eq. (2)'s terms per sequence at
     every ``T'``, :mod:`sinkscope.oversmoothing.approximation`;
     :data:`~sinkscope.oversmoothing.names.LAYERS_BY_SEQUENCE_COLUMNS`: each layer's ``rho``
-    before and after its update per sequence and ``T'``).
+    before and after its update per sequence and ``T'``;
+    :data:`~sinkscope.oversmoothing.names.HEADS_BY_SEQUENCE_COLUMNS`: Fig. 2 right's ``rho``'s
+    and the uniformity per head and sequence at the largest ``T'``).
     """
     lam = np.asarray(lambdas, dtype=np.float64)
     if lam.ndim != 1 or lam.size < 2 or not np.all(np.diff(lam) > 0):
@@ -421,6 +442,7 @@ def analyze_file(
     layer_rows: list[pl.DataFrame] = []
     sequence_rows: list[pl.DataFrame] = []
     layer_sequence_rows: list[pl.DataFrame] = []
+    head_sequence_rows: list[pl.DataFrame] = []
     with open_activations(h5_path) as handle:
         model = str(read_attr(handle, ATTR_MODEL_NAME))
         dataset = str(read_attr(handle, ATTR_DATASET_NAME))
@@ -473,6 +495,7 @@ def analyze_file(
             layer_rows.append(layer_frame)
             sequence_rows.append(_sequence_frame(layer, lengths, n_heads, result))
             layer_sequence_rows.append(_layer_sequence_frame(layer, lengths, result))
+            head_sequence_rows.append(_head_sequence_frame(layer, lengths[-1], result))
     ids = [
         pl.lit(model).alias("model"),
         pl.lit(dataset).alias("dataset"),
@@ -494,6 +517,9 @@ def analyze_file(
     tables["approximation_by_sequence"] = by_sequence
     tables["layers_by_sequence"] = (
         pl.concat(layer_sequence_rows).with_columns(*ids[:2]).select(LAYERS_BY_SEQUENCE_COLUMNS)
+    )
+    tables["heads_by_sequence"] = (
+        pl.concat(head_sequence_rows).with_columns(*ids[:2]).select(HEADS_BY_SEQUENCE_COLUMNS)
     )
     return tables
 

@@ -48,6 +48,9 @@ class LayerResult:
     sequences: dict[str, np.ndarray]
     #: per sequence and length: ``rho_before`` and ``rho_after``, ``(N, n_lengths)``
     layer_sequences: dict[str, np.ndarray]
+    #: per sequence and head at the largest length: the columns of
+    #: :data:`~sinkscope.oversmoothing.names.HEADS_BY_SEQUENCE_COLUMNS`, ``(N, H)``
+    head_sequences: dict[str, np.ndarray]
 
 
 def _prefix_sums(values: torch.Tensor, lengths: Sequence[int], dim: int) -> torch.Tensor:
@@ -490,5 +493,13 @@ class LayerAnalysis:
             layer_sequences={
                 "rho_before": self.rho_x.numpy().copy(),
                 "rho_after": self.rho_after.numpy().copy(),
+            },
+            head_sequences={
+                "rho_x": np.repeat(self.rho_x[:, -1].numpy()[:, None], self.n_heads, axis=1),
+                **{
+                    key: self.rho[key][..., -1].numpy().copy()
+                    for key in ("rho_xwz_s", "rho_xwza_s", "rho_xwzau_s")
+                },
+                "uniformity": self.uniformity[..., -1].numpy().copy(),
             },
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     "BY_SEQUENCE_COLUMNS",
     "FIGURES",
+    "HEADS_BY_SEQUENCE_COLUMNS",
     "HEAD_INFO_COLUMNS",
     "LAYERS_BY_SEQUENCE_COLUMNS",
     "PER_HEAD_COLUMNS",
@@ -32,6 +33,7 @@ TABLES = (
     "conditions",
     "approximation_by_sequence",
     "layers_by_sequence",
+    "heads_by_sequence",
 )
 #: Figures of one pair and of the summary (``paths.OVERSMOOTHING_FIGURES``), named after the
 #: paper's figures; each is written to ``<name>.png``.
@@ -172,4 +174,23 @@ LAYERS_BY_SEQUENCE_COLUMNS: tuple[str, ...] = (
     "sequence",
     "rho_before",
     "rho_after",
+)
+
+#: Columns of ``heads_by_sequence``: one row per head and sequence at the largest ``T'``, that
+#: sequence's average cosines of Fig. 2 right (``rho_x``: ``X``; the ``_s`` columns: ``X`` plus
+#: the head's update rescaled by the layer's ``s_l``, eq. (11), without attention, with the
+#: learned and with uniform attention) and the head's uniformity on it. ``per_head``'s values
+#: at that ``T'`` are their means over sequences; the claims on §5's head means resample them.
+HEADS_BY_SEQUENCE_COLUMNS: tuple[str, ...] = (
+    "model",
+    "dataset",
+    "layer",
+    "head",
+    "context_length",
+    "sequence",
+    "rho_x",
+    "rho_xwz_s",
+    "rho_xwza_s",
+    "rho_xwzau_s",
+    "uniformity",
 )

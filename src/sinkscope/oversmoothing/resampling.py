@@ -2,8 +2,9 @@
 sequences (:mod:`sinkscope.claims.resampling`).
 
 The pair's quantities that the claims read are means over its sequences: the per-head ``rho``
-and eq. (2)'s coefficients (``approximation_by_sequence``, :mod:`.approximation`) and each
-layer's ``rho`` before and after its update (``layers_by_sequence``, Fig. 4). A resample of
+and eq. (2)'s coefficients (``approximation_by_sequence``, :mod:`.approximation`), each
+layer's ``rho`` before and after its update (``layers_by_sequence``, Fig. 4) and Fig. 2 right's
+``rho``'s and the uniformity per head (``heads_by_sequence``). A resample of
 sequences weights each sequence by how often it was drawn
 (:func:`sinkscope.claims.intervals.sample_and_resample_counts`), so a statistic is recomputed
 as an analysis of the drawn sequences would compute it, with the layer constants that pool
@@ -16,7 +17,7 @@ on every resample.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import polars as pl
@@ -27,6 +28,7 @@ from sinkscope.oversmoothing.names import SEQUENCE_TERMS
 
 __all__ = [
     "RESAMPLE_CHUNK",
+    "head_mean_draws",
     "lowest_similarity_draws",
     "max_error_draws",
     "relative_offset_draws",
@@ -162,3 +164,52 @@ def lowest_similarity_draws(
         counts = sample_and_resample_counts(n_seq, n_resamples, rng)
         lowest = np.minimum(lowest, (counts @ values / n_seq).min(axis=1))
     return float(lowest[0]), lowest[1:]
+
+
+def head_mean_draws(
+    unit_value: pl.Expr, dense_threshold: float | None = None
+) -> Callable[[Sequence[pl.DataFrame], int, np.random.Generator], tuple[float, np.ndarray]]:
+    """The draws of one of §5's head means (Figs. 2 right, 6), for
+    :func:`sinkscope.claims.resampling.sequence_interval`: the mean over the strata's heads of
+    ``unit_value`` (an expression of ``heads_by_sequence``'s columns, e.g. the summary's
+    :data:`~sinkscope.oversmoothing.summary.INCREASE_ATTN_S`), each head's value the mean of
+    the drawn sequences' values; with ``dense_threshold``, the mean over the heads whose mean
+    uniformity over the drawn sequences exceeds it minus the mean over all heads (a resample
+    without such a head is left out).
+
+    Each stratum is one pair's ``heads_by_sequence`` rows; a pooled row's heads are its pairs'
+    heads together, as the summary's pooled row counts them. The ``_s`` values' ``s_l`` pools
+    the pair's sequences and is held fixed (module docstring). On the sample (every sequence
+    once) the statistic is the summary's."""
+
+    def draws(
+        strata: Sequence[pl.DataFrame], n_resamples: int, rng: np.random.Generator
+    ) -> tuple[float, np.ndarray]:
+        means, dense = [], []
+        for frame in strata:
+            cols = sequence_columns(
+                frame.with_columns(unit_value.alias("unit_value")),
+                ["unit_value", "uniformity"],
+                ["layer", "head"],
+                "heads_by_sequence",
+            )
+            n_seq = cols["unit_value"].shape[0]
+            counts = sample_and_resample_counts(n_seq, n_resamples, rng)
+            means.append(counts @ cols["unit_value"] / n_seq)  # (1 + B, heads)
+            if dense_threshold is not None:
+                dense.append(counts @ cols["uniformity"] / n_seq > dense_threshold)
+        if not means:
+            raise ValueError("head_mean_draws needs at least one stratum")
+        values = np.hstack(means)
+        statistic = values.mean(axis=1)
+        if dense_threshold is not None:
+            on = np.hstack(dense)
+            n_on = on.sum(axis=1)
+            dense_mean = np.divide(
+                (values * on).sum(axis=1), n_on, out=np.full(len(n_on), np.nan), where=n_on > 0
+            )
+            statistic = dense_mean - statistic
+        resampled = statistic[1:]
+        return float(statistic[0]), resampled[np.isfinite(resampled)]
+
+    return draws

@@ -21,6 +21,7 @@ from sinkscope.heads.order import sort_pooled_last
 from sinkscope.labels import POOLED
 from sinkscope.oversmoothing.names import (
     BY_SEQUENCE_COLUMNS,
+    HEADS_BY_SEQUENCE_COLUMNS,
     LAYERS_BY_SEQUENCE_COLUMNS,
     PER_HEAD_COLUMNS,
     PER_LAYER_COLUMNS,
@@ -359,8 +360,8 @@ def summarize(
 ) -> dict[str, pl.DataFrame]:
     """Combine :func:`~sinkscope.oversmoothing.analysis.analyze_file` outputs of several pairs.
 
-    Returns ``per_head``, ``per_layer``, ``approximation_by_sequence`` and
-    ``layers_by_sequence`` (concatenated), and ``summary`` and ``conditions``
+    Returns ``per_head``, ``per_layer``, ``approximation_by_sequence``,
+    ``layers_by_sequence`` and ``heads_by_sequence`` (concatenated), and ``summary`` and ``conditions``
     recomputed per pair plus one pooled pseudo-dataset ``"all"`` per model (every head
     of every dataset counted once). ``uniformity_threshold`` defaults to the one the tables were
     made with.
@@ -402,6 +403,9 @@ def summarize(
     )
     out["layers_by_sequence"] = pl.concat(
         [t["layers_by_sequence"].select(LAYERS_BY_SEQUENCE_COLUMNS) for t in tables]
+    )
+    out["heads_by_sequence"] = pl.concat(
+        [t["heads_by_sequence"].select(HEADS_BY_SEQUENCE_COLUMNS) for t in tables]
     )
     for key in ("summary", "conditions"):
         out[key] = sort_pooled_last(

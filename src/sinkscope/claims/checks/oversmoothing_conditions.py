@@ -2,7 +2,7 @@
 ``oversmoothing_summary`` table.
 
 The similarity differences of Figs. 2, 5-6 (learned attention raises ``rho``, ``W`` lowers it,
-dense and uniform heads raise it more; percentile bootstrap over the heads), conditions (i) and
+dense and uniform heads raise it more; percentile bootstrap over the sequences), conditions (i) and
 (ii) of Figs. 8-9 and the signs they predict (Wilson / Newcombe intervals over the non-sink
 heads), each head counted once where datasets are pooled. Each claim's verdict is one function
 (``*_holds``), called by its ``check_*``.
@@ -14,18 +14,15 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import numpy as np
 import polars as pl
 
 from sinkscope.claims.checks.oversmoothing import largest_context
 from sinkscope.claims.intervals import (
-    bootstrap_interval,
     needed_units,
     newcombe_difference,
-    row_seed,
     wilson_interval,
 )
-from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
+from sinkscope.claims.resampling import sequence_interval, sequence_reading
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
     Interval,
@@ -38,7 +35,6 @@ from sinkscope.claims.verdicts import (
     pct,
     require,
     rows_per,
-    too_few_units_text,
 )
 from sinkscope.labels import POOLED
 
@@ -126,23 +122,6 @@ def _increases() -> tuple[pl.Expr, pl.Expr]:
     return INCREASE_ATTN_S, INCREASE_UNIF_S
 
 
-def _head_units(
-    per_head: pl.DataFrame, model: str, dataset: str, context_length: int
-) -> pl.DataFrame:
-    """The heads of one summary row at its ``T'``: a pair's heads, or for a model's pooled
-    ``"all"`` row each head once, its values averaged over the datasets (the pooled point
-    reading averages the readings; its interval resamples heads, the unit)."""
-    rows = per_head.filter(
-        (pl.col("model") == model) & (pl.col("context_length") == context_length)
-    )
-    if dataset != POOLED:
-        return rows.filter(pl.col("dataset") == dataset)
-    numeric = ["rho_x", "rho_xwz_s", "rho_xwza_s", "rho_xwzau_s", "uniformity"]
-    return (
-        rows.group_by("layer", "head").agg(pl.col(c).mean() for c in numeric).sort("layer", "head")
-    )
-
-
 def _difference_rows(
     summary: pl.DataFrame,
     larger: str,
@@ -150,7 +129,7 @@ def _difference_rows(
     min_difference: float,
     what: str,
     needs: str | None = None,
-    per_head: pl.DataFrame | None = None,
+    by_sequence: pl.DataFrame | None = None,
     unit_value: pl.Expr | None = None,
     intervals: Mapping[str, Any] | None = None,
     dense_only_minus_all: bool = False,
@@ -158,19 +137,20 @@ def _difference_rows(
     """Rows testing ``larger - smaller > min_difference`` (``smaller=None``: 0) at the largest T'
     (:func:`difference`, :func:`difference_holds`).
 
-    With ``per_head`` (the heads' table) the difference gets a percentile bootstrap interval
-    over the heads (:func:`sinkscope.claims.intervals.bootstrap_interval`, ``intervals``: the
-    config's ``claims.intervals``): each head's ``unit_value`` (the per-head difference whose
-    mean is the summary's), resampled and averaged; ``dense_only_minus_all``: the mean over the
-    resample's dense heads minus its mean over all (uniformity above the summary's threshold).
-    The heads are the unit, as for the shares of heads: they are fixed by the model and the
-    interval says how much the mean rests on a few of them. Reproduced when the interval lies
-    above ``min_difference``, not reproduced when below, inconclusive when it straddles it."""
+    With ``by_sequence`` (the ``heads_by_sequence`` table) the difference gets a percentile
+    bootstrap interval over the sequences (:func:`sinkscope.claims.resampling.sequence_interval`,
+    ``intervals``: the config's ``claims.intervals``): each head's ``unit_value`` (the per-head
+    difference whose mean over heads is the summary's) averaged over the drawn sequences, then
+    over the heads (:func:`sinkscope.oversmoothing.resampling.head_mean_draws`);
+    ``dense_only_minus_all``: the mean over the heads that the resample makes dense (uniformity
+    above the summary's threshold) minus the mean over all. The heads are fixed by the model;
+    the sequences are what another sample of text would change. Reproduced when the interval
+    lies above ``min_difference``, not reproduced when below, inconclusive when it straddles it
+    or rests on fewer sequences than ``claims.intervals.min_units``."""
 
     cols = ["model", "dataset", "context_length", "n_heads", larger]
     cols += [c for c in (smaller, needs) if c]
     require(summary, cols, "oversmoothing summary")
-    settings = {**DEFAULT_TOLERANCES["intervals"], **(intervals or {})}
 
     def reading(r: Mapping[str, Any]) -> Reading:
         setting = f"T'={r['context_length']}, {r['n_heads']} heads"
@@ -182,90 +162,93 @@ def _difference_rows(
         a, b = r[larger], r[smaller] if smaller else 0.0
         measured = f"{what}: {a:.4f}" + (f" vs {b:.4f} (difference {diff:+.4f})" if smaller else "")
         reason = f"{larger} = {a:.4f}" + (f", {smaller} = {b:.4f}" if smaller else "")
-        if per_head is None or unit_value is None:
-            return Reading(setting, measured, diff, difference_holds(diff, min_difference), reason)
-        heads = _head_units(per_head, str(r["model"]), str(r["dataset"]), int(r["context_length"]))
-        if heads.height < 2:
-            return Reading(setting, measured, diff, difference_holds(diff, min_difference), reason)
-        values = heads.select(unit_value.alias("v"))["v"].to_numpy().astype(np.float64)
-        if dense_only_minus_all:
-            dense = (heads["uniformity"] > float(r["uniformity_threshold"])).to_numpy()
-            units = np.column_stack([values, dense.astype(np.float64)])
-
-            def statistic(u: np.ndarray) -> float:
-                on = u[:, 1] > 0
-                return float(u[on, 0].mean() - u[:, 0].mean()) if on.any() else float("nan")
-
-        else:
-            units = values
-
-            def statistic(u: np.ndarray) -> float:
-                return float(u.mean())
-
-        seed = row_seed(settings["seed"], str(r["model"]), str(r["dataset"]), larger)
-        level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
-        low, high = bootstrap_interval(units, statistic, n_resamples, seed, level)
-        once = " (each once)" if r["dataset"] == POOLED else ""
-        interval = Interval(
-            low,
-            high,
-            f"bootstrap over the {heads.height} heads{once}, {n_resamples} resamples",
-            level,
-            n_units=heads.height,
-            min_units=int(settings["min_units"]),
+        point = Reading(setting, measured, diff, difference_holds(diff, min_difference), reason)
+        if by_sequence is None or unit_value is None:
+            return point
+        interval = _head_mean_interval(
+            r, by_sequence, unit_value, intervals or {}, larger, dense_only_minus_all
         )
-        verdict = decide(interval, min_difference, above=True, strict=True)
-        if verdict == INCONCLUSIVE:
-            reason += too_few_units_text(interval, "heads", "models") or (
-                f"; the interval straddles {min_difference:g}: the mean rests on a few heads "
-                "(more heads: models)"
-            )
-        return Reading(setting, measured, diff, None, reason, interval, verdict)
+        if interval is None:
+            return point
+        pooled = r["dataset"] == POOLED
+        return sequence_reading(
+            point, interval, min_difference, above=True, pooled=pooled, strict=True
+        )
 
     test = f"{larger}{f' - {smaller}' if smaller else ''} > {min_difference:g}"
     return rows_per(largest_context(summary).iter_rows(named=True), test, reading)
 
 
+def _head_mean_interval(
+    record: Mapping[str, Any],
+    by_sequence: pl.DataFrame,
+    unit_value: pl.Expr,
+    intervals: Mapping[str, Any],
+    key: str,
+    dense_only_minus_all: bool,
+) -> Interval | None:
+    """The interval over sequences of a summary row's head mean (:func:`_difference_rows`); None
+    where ``by_sequence`` lacks the row's pairs or holds another ``T'`` than the row's."""
+    from sinkscope.oversmoothing.resampling import head_mean_draws
+
+    context_length = int(record["context_length"])
+
+    def at_row_length(strata: list[pl.DataFrame]) -> bool:
+        return all(part["context_length"].unique().to_list() == [context_length] for part in strata)
+
+    threshold = float(record["uniformity_threshold"]) if dense_only_minus_all else None
+    return sequence_interval(
+        by_sequence,
+        str(record["model"]),
+        str(record["dataset"]),
+        head_mean_draws(unit_value, threshold),
+        intervals,
+        (key,),
+        accept=at_row_length,
+    )
+
+
 def check_w_decreases_similarity(
     summary: pl.DataFrame,
     min_difference: float,
-    per_head: pl.DataFrame | None = None,
+    heads_by_sequence: pl.DataFrame | None = None,
     intervals: Mapping[str, Any] | None = None,
 ) -> list[Row]:
     """§5 / Fig. 2 right: applying ``W`` decreases the average cosine:
     ``rho(X) > rho(X + s_l WZ)``, averaged over all heads. Basis of Fig. 2 right (§5: "The
     attention contribution is rescaled to match the magnitude of the original token matrix",
     App. E.1 eq. (11)); the unrescaled ``X + WZ`` of Fig. 2 left is the approximation's basis,
-    not this claim's. With ``per_head``: an interval over the heads (:func:`_difference_rows`)."""
+    not this claim's. With ``heads_by_sequence``: an interval over the sequences
+    (:func:`_difference_rows`)."""
     return _difference_rows(
         summary, "mean_rho_x", "mean_rho_xwz_s", min_difference, "rho(X) vs rho(X + s_l WZ)",
-        per_head=per_head, unit_value=pl.col("rho_x") - pl.col("rho_xwz_s"), intervals=intervals,
+        by_sequence=heads_by_sequence, unit_value=pl.col("rho_x") - pl.col("rho_xwz_s"), intervals=intervals,
     )  # fmt: skip
 
 
 def check_attention_raises_similarity(
     summary: pl.DataFrame,
     min_difference: float,
-    per_head: pl.DataFrame | None = None,
+    heads_by_sequence: pl.DataFrame | None = None,
     intervals: Mapping[str, Any] | None = None,
 ) -> list[Row]:
     """§5 / Figs. 2, 6: attention raises the average cosine on average:
-    ``rho(X + WZA^T) - rho(X) > 0`` (rescaled), averaged over heads; with ``per_head``, an
-    interval over the heads (:func:`_difference_rows`)."""
+    ``rho(X + WZA^T) - rho(X) > 0`` (rescaled), averaged over heads; with
+    ``heads_by_sequence``, an interval over the sequences (:func:`_difference_rows`)."""
     return _difference_rows(
         summary, "mean_increase_attn_s", None, min_difference, "mean rho(X+WZA^T) - rho(X)",
-        per_head=per_head, unit_value=_increases()[0], intervals=intervals,
+        by_sequence=heads_by_sequence, unit_value=_increases()[0], intervals=intervals,
     )  # fmt: skip
 
 
 def check_dense_heads_raise_more(
     summary: pl.DataFrame,
     min_difference: float,
-    per_head: pl.DataFrame | None = None,
+    heads_by_sequence: pl.DataFrame | None = None,
     intervals: Mapping[str, Any] | None = None,
 ) -> list[Row]:
     """§5 / Figs. 2, 6: the increase is larger for heads with uniformity above the threshold
-    (paper: 0.6) than for all heads; with ``per_head``, an interval over the heads
+    (paper: 0.6) than for all heads; with ``heads_by_sequence``, an interval over the sequences
     (:func:`_difference_rows`: each resample's dense heads against all of its heads)."""
     return _difference_rows(
         summary,
@@ -274,7 +257,7 @@ def check_dense_heads_raise_more(
         min_difference,
         "increase for dense heads vs all heads",
         needs="n_dense",
-        per_head=per_head,
+        by_sequence=heads_by_sequence,
         unit_value=_increases()[0],
         intervals=intervals,
         dense_only_minus_all=True,
@@ -284,19 +267,19 @@ def check_dense_heads_raise_more(
 def check_uniform_raises_more(
     summary: pl.DataFrame,
     min_difference: float,
-    per_head: pl.DataFrame | None = None,
+    heads_by_sequence: pl.DataFrame | None = None,
     intervals: Mapping[str, Any] | None = None,
 ) -> list[Row]:
     """§5 / Figs. 2, 6: uniform attention ``A_u`` raises the average cosine more than the learned
-    attention: ``rho(X + WZA_u^T) > rho(X + WZA^T)`` on average (rescaled); with ``per_head``,
-    an interval over the heads (:func:`_difference_rows`)."""
+    attention: ``rho(X + WZA_u^T) > rho(X + WZA^T)`` on average (rescaled); with
+    ``heads_by_sequence``, an interval over the sequences (:func:`_difference_rows`)."""
     return _difference_rows(
         summary,
         "mean_increase_unif_s",
         "mean_increase_attn_s",
         min_difference,
         "increase under uniform vs learned attention",
-        per_head=per_head,
+        by_sequence=heads_by_sequence,
         unit_value=_increases()[1] - _increases()[0],
         intervals=intervals,
     )
