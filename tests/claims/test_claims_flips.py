@@ -1116,6 +1116,9 @@ def test_head_mean_differences_are_decided_on_an_interval_over_sequences(
     assert f"bootstrap over the {n_seq} sequences" in row["interval"]
     if verdict == V.INCONCLUSIVE:
         assert "extraction.n_sequences" in row["reason"], row["reason"]
+    # each head's own increase is the mean plus its fixed offset (sd 0.01) plus the sequences'
+    above = int((_increases(mean, spread, n_seq).mean(axis=0) > MIN_DIFF).sum())
+    assert f"per head: {above} of 50 heads above {MIN_DIFF:g}" in row["reason"], row["reason"]
     (more,) = OCC.check_uniform_raises_more(summary, MIN_DIFF, by_sequence, {})
     assert more["verdict"] == verdict, more
     # without the per-sequence table the point reading decides, as before
@@ -1152,3 +1155,10 @@ def test_dense_heads_raise_more_resamples_dense_and_all_heads_together() -> None
         assert row["verdict"] == verdict, row
         assert abs(row["value"]) == pytest.approx(0.02, abs=0.003)
         assert "bootstrap over the 30 sequences" in row["interval"]
+        # the reason says how the mean spreads over the heads: all 75 dense heads lie in the
+        # raised half (reproduced) or in the lowered one (not)
+        more = 75 if verdict == V.REPRODUCED else 0
+        assert (
+            f"{more} of the 75 dense heads raise rho more than the mean over all 200"
+            in (row["reason"])
+        ), row["reason"]

@@ -10,6 +10,7 @@ heads), each head counted once where datasets are pooled. Each claim's verdict i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -170,6 +171,8 @@ def _difference_rows(
         )
         if interval is None:
             return point
+        spread = _per_head_text(r, by_sequence, unit_value, min_difference, dense_only_minus_all)
+        point = dataclasses.replace(point, reason=point.reason + spread)
         pooled = r["dataset"] == POOLED
         return sequence_reading(
             point, interval, min_difference, above=True, pooled=pooled, strict=True
@@ -177,6 +180,41 @@ def _difference_rows(
 
     test = f"{larger}{f' - {smaller}' if smaller else ''} > {min_difference:g}"
     return rows_per(largest_context(summary).iter_rows(named=True), test, reading)
+
+
+def _per_head_text(
+    record: Mapping[str, Any],
+    by_sequence: pl.DataFrame,
+    unit_value: pl.Expr,
+    min_difference: float,
+    dense_only_minus_all: bool,
+) -> str:
+    """How the row's head mean spreads over its heads (each head once, its values averaged over
+    the sequences and, for a pooled row, over the datasets): how many heads' own values exceed
+    ``min_difference``, or with ``dense_only_minus_all`` how many dense heads raise ``rho`` more
+    than the mean over all heads. A reading, not the verdict's basis: the heads are fixed by the
+    model, and a mean that rests on a few of them is still that model's mean."""
+    rows = by_sequence.filter(pl.col("model") == record["model"])
+    if record["dataset"] != POOLED:
+        rows = rows.filter(pl.col("dataset") == record["dataset"])
+    heads = (
+        rows.with_columns(unit_value.alias("unit_value"))
+        .group_by("dataset", "layer", "head")
+        .agg(pl.col("unit_value").mean(), pl.col("uniformity").mean())
+        .group_by("layer", "head")
+        .agg(pl.col("unit_value").mean(), pl.col("uniformity").mean())
+    )
+    if heads.height == 0:
+        return ""
+    if not dense_only_minus_all:
+        above = heads.filter(pl.col("unit_value") > min_difference).height
+        return f"; per head: {above} of {heads.height} heads above {min_difference:g}"
+    dense = heads.filter(pl.col("uniformity") > float(record["uniformity_threshold"]))
+    more = dense.filter(pl.col("unit_value") > heads["unit_value"].mean()).height
+    return (
+        f"; per head: {more} of the {dense.height} dense heads raise rho more than the mean "
+        f"over all {heads.height}"
+    )
 
 
 def _head_mean_interval(
