@@ -15,11 +15,13 @@ the stage profile the file records (forward, device-to-host copies, compression 
 the forward's FLOP rate against the sizing's assumed ``GPU_TFLOPS``. Random weights make no
 sinks; neither rule's work depends on them.
 
-Needs a CUDA GPU with room for the model twice (its weights while drawn and while loaded: 32 GB
-for an 8B model in bfloat16) and the default run's prepared SmolLM2 (its tokenizer) and its
-``alice`` tokens at N = 50 (``results/tokens/smollm2-135m/alice.json`` of a run with
-``extraction.n_sequences: 50``, e.g. ``make run-full``). Writes ``gpu_rehearsal.json`` under
-``--out``; ``--keep`` keeps the model and the files.
+Needs a CUDA GPU with room for the model and what a rule holds beside it (Llama-3.1-8B: 16 GB
+of weights, 50.5 GB at the long-context job's peak), disk for the model and the activation file
+(16 and 14 GB), and the default run's prepared SmolLM2 (its tokenizer) and its ``alice`` tokens
+at N = 50 (``results/tokens/smollm2-135m/alice.json`` of a run with ``extraction.n_sequences:
+50``, e.g. ``make run-full``). Writes ``gpu_rehearsal.json`` beside ``--out``, the work folder,
+which is deleted at the end unless ``--keep``. ``--device cpu --layers 1`` runs the script
+itself on a CPU, as a smoke check (its times say nothing about a GPU).
 """
 
 from __future__ import annotations

@@ -59,23 +59,18 @@ def _missing(x: float | None) -> bool:
 
 
 def _readings_per_head(summary: pl.DataFrame) -> Callable[[Mapping[str, Any]], int]:
-    """How many readings of each head a summary row counts: 1 for a pair, the number of pooled
-    datasets for a model's ``"all"`` row (its ``n_heads`` over one pair's), so that a Wilson
-    interval over a pooled row counts each head once, not once per dataset."""
-    if "n_heads" not in summary.columns:
-        return lambda r: 1
+    """How many readings of each head a summary row counts: 1 for a pair, the number of datasets
+    a model's ``"all"`` row pools (its pairs in the summary), so that a Wilson interval over a
+    pooled row counts each head once, not once per dataset."""
     per_model = dict(
         summary.filter(pl.col("dataset") != POOLED)
         .group_by("model")
-        .agg(pl.col("n_heads").max())
+        .agg(pl.col("dataset").n_unique())
         .iter_rows()
     )
 
     def readings(r: Mapping[str, Any]) -> int:
-        one = per_model.get(r["model"])
-        if r["dataset"] != POOLED or not one:
-            return 1
-        return max(1, round(int(r["n_heads"]) / int(one)))
+        return int(per_model.get(r["model"], 1)) if r["dataset"] == POOLED else 1
 
     return readings
 
