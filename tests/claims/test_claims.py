@@ -181,6 +181,24 @@ def bos_alignment(
     ).filter(pl.col("layer") < n)
 
 
+@pytest.mark.parametrize("n", [8, 30, 200])
+def test_the_unseen_share_bound_covers_as_stated(n: int) -> None:
+    """Simulated samples of ``n`` sequences, each holding a counterexample with probability
+    ``p``: a sample without one arises less often than 1 - level where ``p`` lies above the bound
+    (the bound then excludes ``p`` too seldom to break its coverage), and more often where ``p``
+    lies below it; at the bound itself it arises with probability exactly 1 - level."""
+    from sinkscope.claims.checks.geometry import unseen_share_bound
+
+    rng = np.random.default_rng(n)
+    bound = unseen_share_bound(n, 0.95)
+    draws = 200_000
+    for p, side in ((1.15 * bound, "under"), (0.85 * bound, "over")):
+        none_seen = (rng.binomial(n, p, size=draws) == 0).mean()
+        assert (none_seen < 0.05) if side == "under" else (none_seen > 0.05), (p, none_seen)
+    at_bound = (rng.binomial(n, bound, size=draws) == 0).mean()
+    assert at_bound == pytest.approx(0.05, abs=4 * (0.05 * 0.95 / draws) ** 0.5)
+
+
 def test_bos_cosine_is_a_universal_claim_refuted_by_one_counterexample() -> None:
     """Over 30 sequences: all middle-layer cosines below 0 reproduce it, with the exact bound
     1 - 0.05^(1/30) = 9.5% on the share of sequences that could hold a positive one unseen;
