@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -167,16 +166,6 @@ def measured_vs_requested(
     return rows
 
 
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` knows."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    return platform.processor() or platform.machine()
-
-
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| rule | wall s | expected s | request min | host peak MB | request MB | GPU peak MB |",
@@ -230,6 +219,7 @@ def main() -> None:
     from sinkscope.prepare.model_config import fixture_config
     from sinkscope.prepare.models import prepare_model
     from sinkscope.sizing.rehearsal import build_random_model
+    from sinkscope.sizing.usage import cpu_model
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("no CUDA device is visible: this benchmark measures the GPU rules on one")

@@ -231,7 +231,52 @@ def test_gpu_jobs_cover_what_the_gpu_rehearsal_measured() -> None:
         assert row["peak_rss_mb"] < request.mem_mb <= 3 * row["peak_rss_mb"], row["rule"]
 
 
-# --- rehearsal: every job's measured peak against its request
+def test_the_claims_job_covers_what_the_claims_bench_measured() -> None:
+    """bench/claims_bench.py at config/paper.yaml's scale (every interval over sequences of the
+    oversmoothing claims on tables of the paper models' shapes): the claims job's request covers
+    the measured peak and wall time and asks at most 3x the peak; the fixed request it had
+    before (1,100 MB) did not cover it."""
+    import json
+
+    from sinkscope.sizing.costs import MODEL_FREE_REQUESTS
+
+    measured = json.loads((REPO / "bench" / "claims_bench.json").read_text())
+    config = validate_config(load_layered_config([REPO / path for path in measured["configfiles"]]))
+    request = job_request("claims", config)
+    assert measured["peak_rss_mb"] < request.mem_mb <= 3 * measured["peak_rss_mb"]
+    assert request.runtime_min * 60 > measured["wall_s"]
+    assert MODEL_FREE_REQUESTS["claims"][0] * 1.5 < measured["peak_rss_mb"]
+
+
+def test_the_claims_request_grows_with_the_per_sequence_tables() -> None:
+    """By hand at one model of 2 layers x 3 heads, N = 10, 2 BOS datasets (one with its no-BOS
+    pair) and 4 T': every cell of the four per-sequence tables counted at 8 bytes."""
+    from sinkscope.heads.names import SEQUENCE_MASS_COLUMNS
+    from sinkscope.oversmoothing.names import (
+        BY_SEQUENCE_COLUMNS,
+        HEADS_BY_SEQUENCE_COLUMNS,
+        LAYERS_BY_SEQUENCE_COLUMNS,
+    )
+    from sinkscope.sizing.requests import per_sequence_table_bytes
+    from sinkscope.sizing.shapes import ModelFacts
+
+    facts = ModelFacts("m", 2, 3, 3, 4, 12, 100, 1000, 1000, 64, "float32", False, "test")
+    config = {
+        "extraction": {"n_sequences": 10},
+        "oversmoothing": {"context_lengths": [8, 16, 32, 64]},
+        "datasets": {"a": {"bos": "both"}, "b": {}},
+    }
+    cells = (
+        2 * 10 * 6 * 4 * len(BY_SEQUENCE_COLUMNS)
+        + 2 * 10 * 6 * len(HEADS_BY_SEQUENCE_COLUMNS)
+        + 2 * 10 * 2 * 4 * len(LAYERS_BY_SEQUENCE_COLUMNS)
+        + 3 * 10 * 6 * len(SEQUENCE_MASS_COLUMNS)
+    )
+    assert per_sequence_table_bytes(config, {"m": facts}) == 8 * cells
+    assert per_sequence_table_bytes(config, {"m": facts, "n": facts}) == 16 * cells
+
+
+# --- rehearsal: every job's measured peak against its request# --- rehearsal: every job's measured peak against its request
 
 
 def _usages(workdir: Path) -> list[tuple[str, str | None, JobUsage]]:

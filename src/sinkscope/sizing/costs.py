@@ -14,6 +14,8 @@ from sinkscope.outputs import AnalysisCost
 __all__ = [
     "ANALYSIS_COSTS",
     "APPROXIMATION_TERMS_S_PER_GMAC",
+    "CLAIMS_BYTES_PER_TABLE_BYTE",
+    "CLAIMS_S_PER_TABLE_MB",
     "CLUSTER_THREADS",
     "CPU_FORWARD_FLOP_S",
     "D2H_GB_S",
@@ -176,3 +178,13 @@ MODEL_FREE_REQUESTS: dict[str, tuple[float, float]] = {
     "summarize_dynamics_classification": (2500.0, 5.0),
     "claims": (700.0, 2.0),
 }
+
+#: The claims job over the per-sequence tables it resamples
+#: (:func:`sinkscope.sizing.requests.per_sequence_table_bytes`): bytes held per byte of those
+#: tables (the tables, the rows of one model each interval cuts from them, the resampled draws)
+#: and seconds per MB of them, on top of the job's fixed part in :data:`MODEL_FREE_REQUESTS`.
+#: Measured (bench/claims_bench.py, config/paper.yaml: 697 MB of tables, 210 intervals, on the
+#: reference CPU): peak 1,710-1,752 MB, i.e. up to 1,052 MB above the fixed part; 34.5 s alone,
+#: 127 s with a test run beside it (the rate is the latter's).
+CLAIMS_BYTES_PER_TABLE_BYTE = 1.5
+CLAIMS_S_PER_TABLE_MB = 0.2

@@ -11,6 +11,8 @@ N and T, the rule's config and the measured per-unit costs (:mod:`sinkscope.sizi
   FLOPs (``2 x active parameters`` per token plus attention) at the GPU's or the CPU's throughput.
   They ask for ``resources.gpus`` GPUs on ``resources.gpu_partition``; with ``gpus: 0`` they are
   CPU jobs;
+* the claims: a measured constant plus the per-sequence tables it resamples, which grow with
+  every model's heads (:func:`per_sequence_table_bytes`);
 * everything else: a measured constant (:data:`sinkscope.sizing.costs.MODEL_FREE_REQUESTS`).
 """
 
@@ -30,11 +32,13 @@ __all__ = [
     "MODEL_SIZED_RULES",
     "Estimate",
     "Request",
+    "claims_estimate",
     "estimate",
     "job_request",
     "job_threads",
     "layer_bytes",
     "layer_parts",
+    "per_sequence_table_bytes",
     "rule_resources",
     "streaming_token_forwards",
 ]
@@ -255,6 +259,47 @@ def estimate(rule: str, config: Mapping[str, Any], facts: ModelFacts | None) -> 
     raise KeyError(f"sinkscope.sizing has no estimate for rule {rule!r}")
 
 
+def per_sequence_table_bytes(config: Mapping[str, Any], facts: Mapping[str, ModelFacts]) -> int:
+    """Bytes in memory of the summary tables with one row per sequence and head (or layer) that
+    the claims job reads whole and resamples: the oversmoothing stage's
+    ``approximation_by_sequence`` (every ``T'``), ``heads_by_sequence`` and
+    ``layers_by_sequence`` (every ``T'``) over the BOS pairs, and the heads stage's masses per
+    sequence over every pair; 8 bytes a cell (``facts``: every model's shape). The columns are
+    the tables' own (:mod:`sinkscope.oversmoothing.names`, :mod:`sinkscope.heads.names`)."""
+    from sinkscope.config import corpus_ids, dataset_ids
+    from sinkscope.heads.names import SEQUENCE_MASS_COLUMNS
+    from sinkscope.oversmoothing.names import (
+        BY_SEQUENCE_COLUMNS,
+        HEADS_BY_SEQUENCE_COLUMNS,
+        LAYERS_BY_SEQUENCE_COLUMNS,
+    )
+
+    n = int(config["extraction"]["n_sequences"])
+    n_lengths = len(config["oversmoothing"]["context_lengths"])
+    bos_pairs, all_pairs = len(corpus_ids(config)), len(dataset_ids(config))
+    cells = 0
+    for shape in facts.values():
+        heads = shape.n_layers * shape.n_heads
+        cells += bos_pairs * n * heads * n_lengths * len(BY_SEQUENCE_COLUMNS)
+        cells += bos_pairs * n * heads * len(HEADS_BY_SEQUENCE_COLUMNS)
+        cells += bos_pairs * n * shape.n_layers * n_lengths * len(LAYERS_BY_SEQUENCE_COLUMNS)
+        cells += all_pairs * n * heads * len(SEQUENCE_MASS_COLUMNS)
+    return 8 * cells
+
+
+def claims_estimate(config: Mapping[str, Any], facts: Mapping[str, ModelFacts]) -> Estimate:
+    """The claims job: its measured fixed part plus what it holds and spends per MB of the
+    per-sequence tables (:func:`per_sequence_table_bytes`,
+    :data:`~sinkscope.sizing.costs.CLAIMS_BYTES_PER_TABLE_BYTE`,
+    :data:`~sinkscope.sizing.costs.CLAIMS_S_PER_TABLE_MB`)."""
+    peak, minutes = MODEL_FREE_REQUESTS["claims"]
+    tables_mb = per_sequence_table_bytes(config, facts) / MB
+    return Estimate(
+        peak + costs.CLAIMS_BYTES_PER_TABLE_BYTE * tables_mb,
+        60.0 * minutes + costs.CLAIMS_S_PER_TABLE_MB * tables_mb,
+    )
+
+
 def job_request(
     rule: str,
     config: Mapping[str, Any],
@@ -270,7 +315,11 @@ def job_request(
     directly instead of looked up by name, e.g. a paper model's full depth in a rehearsal)."""
     if facts is None and rule in MODEL_SIZED_RULES and model is not None:
         facts = model_facts(config, model, results)
-    guess = estimate(rule, config, facts)
+    if rule == "claims":  # every model's tables
+        every = {name: model_facts(config, name, results) for name in config["models"]}
+        guess = claims_estimate(config, every)
+    else:
+        guess = estimate(rule, config, facts)
     if minutes is not None:
         guess = Estimate(guess.peak_mb, 60.0 * minutes / costs.TIME_MARGIN, guess.gpus)
     settings = config["resources"]
