@@ -13,6 +13,7 @@ __all__ = [
     "FIGURES",
     "HEADS_BY_SEQUENCE_COLUMNS",
     "HEAD_INFO_COLUMNS",
+    "HEAD_SEQUENCE_KEY",
     "LAYERS_BY_SEQUENCE_COLUMNS",
     "PER_HEAD_COLUMNS",
     "PER_LAYER_COLUMNS",
@@ -144,18 +145,24 @@ SEQUENCE_TERMS: tuple[str, ...] = (
     "d0_beta0",
 )
 
-#: Columns of ``approximation_by_sequence``: one row per head, ``T'`` and sequence, so that the
-#: error ``|rho - rho_hat|`` of ``X + W Z`` and the head-averaged curves can be resampled over
-#: sequences
-#: (``rho_xwz``: that sequence's average cosine; ``sum_xz, sum_zz``: its ``sum <x_i, z_i>`` and
-#: ``sum ||z_i||^2``, whose ratio over sequences is the layer's ``beta``).
-BY_SEQUENCE_COLUMNS: tuple[str, ...] = (
+#: The key of a per-head, per-sequence table's rows (``approximation_by_sequence``,
+#: ``heads_by_sequence``).
+HEAD_SEQUENCE_KEY: tuple[str, ...] = (
     "model",
     "dataset",
     "layer",
     "head",
     "context_length",
     "sequence",
+)
+
+#: Columns of ``approximation_by_sequence``: one row per head, ``T'`` and sequence, so that the
+#: error ``|rho - rho_hat|`` of ``X + W Z`` and the head-averaged curves can be resampled over
+#: sequences
+#: (``rho_xwz``: that sequence's average cosine; ``sum_xz, sum_zz``: its ``sum <x_i, z_i>`` and
+#: ``sum ||z_i||^2``, whose ratio over sequences is the layer's ``beta``).
+BY_SEQUENCE_COLUMNS: tuple[str, ...] = (
+    *HEAD_SEQUENCE_KEY,
     "rho_xwz",
     *SEQUENCE_TERMS,
     "sum_xz",
@@ -182,12 +189,7 @@ LAYERS_BY_SEQUENCE_COLUMNS: tuple[str, ...] = (
 #: learned and with uniform attention) and the head's uniformity on it. ``per_head``'s values
 #: at that ``T'`` are their means over sequences; the claims on §5's head means resample them.
 HEADS_BY_SEQUENCE_COLUMNS: tuple[str, ...] = (
-    "model",
-    "dataset",
-    "layer",
-    "head",
-    "context_length",
-    "sequence",
+    *HEAD_SEQUENCE_KEY,
     "rho_x",
     "rho_xwz_s",
     "rho_xwza_s",
