@@ -1140,6 +1140,54 @@ def test_the_head_mean_interval_has_the_width_of_the_mean_over_sequences() -> No
     assert width / (2 * 1.96 * standard_error) == pytest.approx(1.0, abs=0.15)
 
 
+def test_the_dense_draws_on_the_sample_are_the_summarys_pooled_difference() -> None:
+    """Two datasets of 30 sequences, 40 heads whose uniformity varies by sequence around 0.6:
+    on the sample, :func:`head_mean_draws` gives the mean increase of the dense (dataset, head)
+    readings minus the mean of all readings, computed here by hand from the means over
+    sequences (the summary's pooled definition); resamples re-choose the dense heads, so some
+    draws differ in which heads they average. With no head ever dense every draw is left out
+    and the row gets no interval."""
+    from sinkscope.claims.resampling import sequence_interval
+    from sinkscope.oversmoothing.resampling import head_mean_draws
+    from sinkscope.oversmoothing.summary import INCREASE_ATTN_S
+
+    rng = np.random.default_rng(2)
+    n_seq, n_heads = 30, 40
+    frames, increase, uniformity = [], [], []
+    for dataset in ("a", "b"):
+        inc = rng.normal(0.02, 0.03, size=(n_seq, n_heads))
+        uni = np.clip(0.6 + rng.normal(0.0, 0.1, size=(n_seq, n_heads)), 0, 1)
+        increase.append(inc.mean(axis=0))
+        uniformity.append(uni.mean(axis=0))
+        frames.append(
+            pl.DataFrame(
+                {
+                    "model": "m",
+                    "dataset": dataset,
+                    "layer": np.tile(np.arange(n_heads), n_seq),
+                    "head": 0,
+                    "context_length": 16,
+                    "sequence": np.repeat(np.arange(n_seq), n_heads),
+                    "rho_x": 0.5,
+                    "rho_xwz_s": 0.49,
+                    "rho_xwza_s": 0.5 + inc.reshape(-1),
+                    "rho_xwzau_s": 0.5,
+                    "uniformity": uni.reshape(-1),
+                }
+            ).select(ov_names.HEADS_BY_SEQUENCE_COLUMNS)
+        )
+    inc_all, uni_all = np.concatenate(increase), np.concatenate(uniformity)
+    dense = uni_all > 0.6
+    assert 0 < dense.sum() < len(dense)
+    expected = inc_all[dense].mean() - inc_all.mean()
+    sample, draws = head_mean_draws(INCREASE_ATTN_S, 0.6)(frames, 200, rng)
+    assert sample == pytest.approx(expected, rel=1e-12)
+    assert draws.shape == (200,) and np.isfinite(draws).all()
+    never = pl.concat(frames).with_columns(uniformity=pl.lit(0.1))
+    found = sequence_interval(never, "m", "all", head_mean_draws(INCREASE_ATTN_S, 0.6), {})
+    assert found is None
+
+
 def test_dense_heads_raise_more_resamples_dense_and_all_heads_together() -> None:
     """The later half of 200 heads raises rho by 0.04 more than the first; the dense heads (the
     last 75) all lie in it, so their mean exceeds the mean over all heads by 0.02, an interval

@@ -68,13 +68,16 @@ def sequence_interval(
     level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
     rng = np.random.default_rng(row_seed(settings["seed"], model, dataset, *key))
     _sample, resampled = draws(strata, n_resamples, rng)
+    if len(resampled) == 0:  # every resample left out (e.g. none with a dense head)
+        return None
     counts = [part["sequence"].n_unique() for part in strata]
     unit = f"bootstrap over the {sum(counts)} sequences"
     if len(strata) > 1:
         unit += f" stratified by dataset (at fewest {min(counts)} per dataset)"
+    kept = "" if len(resampled) == n_resamples else f" ({len(resampled)} kept)"
     return Interval(
         *percentile_interval(resampled, level),
-        f"{unit}, {n_resamples} resamples",
+        f"{unit}, {n_resamples} resamples{kept}",
         level,
         n_units=min(counts),
         min_units=int(settings["min_units"]),

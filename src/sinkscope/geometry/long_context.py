@@ -100,11 +100,14 @@ def attention_inputs(model: torch.nn.Module, ids: torch.Tensor) -> list[np.ndarr
     in the pass, so two of Llama-3.1-8B's 10,241-token sequences took 85.6 GB of GPU memory in
     one pass (``BENCHMARKS.md``, GPU rehearsal), more than an 80 GB GPU holds.
     """
-    per_sequence = [_attention_inputs_one(model, ids[row : row + 1]) for row in range(len(ids))]
-    return [
-        np.concatenate([layers[index] for layers in per_sequence])
-        for index in range(len(per_sequence[0]))
-    ]
+    layers: list[np.ndarray] = []
+    for row in range(len(ids)):  # each sequence's Z into its row: Z is held once, not twice
+        one = _attention_inputs_one(model, ids[row : row + 1])
+        if not layers:
+            layers = [np.empty((len(ids), *z.shape[1:]), dtype=z.dtype) for z in one]
+        for out, z in zip(layers, one, strict=True):
+            out[row] = z[0]
+    return layers
 
 
 def _attention_inputs_one(model: torch.nn.Module, ids: torch.Tensor) -> list[np.ndarray]:

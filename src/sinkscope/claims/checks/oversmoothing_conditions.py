@@ -201,14 +201,15 @@ def _per_head_text(
     )
     if heads.height == 0:
         return ""
+    once = " (each once, averaged over the datasets)" if record["dataset"] == POOLED else ""
     if not dense_only_minus_all:
         above = heads.filter(pl.col("unit_value") > min_difference).height
-        return f"; per head: {above} of {heads.height} heads above {min_difference:g}"
+        return f"; per head{once}: {above} of {heads.height} heads above {min_difference:g}"
     dense = heads.filter(pl.col("uniformity") > float(record["uniformity_threshold"]))
     more = dense.filter(pl.col("unit_value") > heads["unit_value"].mean()).height
     return (
-        f"; per head: {more} of the {dense.height} dense heads raise rho more than the mean "
-        f"over all {heads.height}"
+        f"; per head{once}: {more} of the {dense.height} dense heads raise rho more than the "
+        f"mean over all {heads.height}"
     )
 
 
