@@ -4,13 +4,14 @@
     .venv/bin/python bench/claims_bench.py --configfile config.yaml config/offline-full.yaml
 
 The claims rule reads every summary table whole, and the intervals over sequences resample the
-three oversmoothing tables that grow with the models' heads, the sequences and ``T'``
-(``approximation_by_sequence``, ``heads_by_sequence``, ``layers_by_sequence``). This writes
-those tables for every model and BOS dataset of the config, with the models' shapes (their kept
-configs, :mod:`sinkscope.sizing.shapes`) and random values, to parquet. In a fresh process it
-then reads them as the claims rule does and builds every interval over sequences of the
-oversmoothing claims, for every model and dataset and the pooled rows, with the config's
-``claims.intervals``. It prints the tables' rows and bytes, the process's peak resident memory
+tables that grow with the models' heads, the sequences and ``T'``: the oversmoothing stage's
+``approximation_by_sequence``, ``heads_by_sequence`` and ``layers_by_sequence`` (BOS pairs), the
+heads' masses per sequence (every pair) and the value ranks per sequence. This writes those
+tables for every model and dataset of the config, with the models' shapes (their kept configs,
+:mod:`sinkscope.sizing.shapes`) and random values, to parquet. In a fresh process it then reads
+them as the claims rule does and builds every interval over sequences that the claims take from
+them (the oversmoothing claims', the value rank's and the head shares'), for every model and
+dataset and the pooled rows, with the config's ``claims.intervals``. It prints the tables' rows and bytes, the process's peak resident memory
 (``VmHWM``) and wall time, and what :func:`sinkscope.sizing.requests.job_request` asks for the
 claims job, and writes them to ``bench/claims_bench.json`` (``--json``), which
 ``tests/test_sizing.py`` holds the claims job's request to. The other claims read tables that
@@ -29,7 +30,13 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-TABLES = ("approximation_by_sequence", "heads_by_sequence", "layers_by_sequence")
+TABLES = (
+    "approximation_by_sequence",
+    "heads_by_sequence",
+    "layers_by_sequence",
+    "head_masses_by_sequence",
+    "value_rank_by_sequence",
+)
 
 
 def synthetic_tables(config: dict[str, Any], seed: int = 0) -> dict[str, Any]:
@@ -52,7 +59,11 @@ def synthetic_tables(config: dict[str, Any], seed: int = 0) -> dict[str, Any]:
     lengths = resolve_context_lengths(
         config["oversmoothing"]["context_lengths"], int(config["extraction"]["context_length"])
     )
-    datasets = [d for d, entry in config["datasets"].items()]
+    from sinkscope.config import corpus_ids, dataset_ids
+    from sinkscope.geometry.names import VALUE_RANK_BY_SEQUENCE_COLUMNS
+    from sinkscope.heads.names import MASS_COLUMNS, SEQUENCE_MASS_COLUMNS
+
+    datasets = corpus_ids(config)
     parts: dict[str, list[pl.DataFrame]] = {name: [] for name in TABLES}
 
     def grid(**axes: Any) -> pl.DataFrame:
@@ -92,6 +103,21 @@ def synthetic_tables(config: dict[str, Any], seed: int = 0) -> dict[str, Any]:
                     **ids, rho_before=rng.uniform(0.1, 0.9, m), rho_after=rng.uniform(0.1, 0.9, m)
                 ).select(LAYERS_BY_SEQUENCE_COLUMNS)
             )
+            cells = grid(layer=layers, kv_head=range(facts.n_kv_heads), sequence=range(n))
+            parts["value_rank_by_sequence"].append(
+                cells.with_columns(**ids, rel_rank=rng.uniform(0.9, 1.0, cells.height)).select(
+                    VALUE_RANK_BY_SEQUENCE_COLUMNS
+                )
+            )
+        for dataset in dataset_ids(config):  # the no-BOS pairs too
+            ids = {"model": pl.lit(model), "dataset": pl.lit(dataset)}
+            cells = grid(layer=layers, head=heads, sequence=range(n))
+            masses = [c for c in SEQUENCE_MASS_COLUMNS if c in MASS_COLUMNS]
+            parts["head_masses_by_sequence"].append(
+                cells.with_columns(
+                    **ids, **{c: rng.uniform(0.0, 0.5, cells.height) for c in masses}
+                ).select(SEQUENCE_MASS_COLUMNS)
+            )
     return {name: pl.concat(frames) for name, frames in parts.items()}
 
 
@@ -101,6 +127,9 @@ def run_intervals(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
     import polars as pl
 
     from sinkscope.claims.resampling import sequence_interval
+    from sinkscope.geometry.alignment import middle_layers
+    from sinkscope.geometry.summary import lowest_median_draws
+    from sinkscope.heads.summary import share_intervals, sink_ratio_intervals
     from sinkscope.labels import POOLED
     from sinkscope.oversmoothing.resampling import (
         head_mean_draws,
@@ -115,16 +144,29 @@ def run_intervals(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
     tables = {name: pl.read_parquet(folder / f"{name}.parquet") for name in TABLES}
     read_s = time.perf_counter() - started
     intervals = config["claims"]["intervals"]
+    dense = float(config["oversmoothing"]["uniformity_threshold"])
+    w_lowers = pl.col("rho_x") - pl.col("rho_xwz_s")
+    ranks = tables["value_rank_by_sequence"]
+    depth = dict(ranks.group_by("model").agg(pl.col("layer").max() + 1).iter_rows())
+
+    def lowest_rank(strata: list[pl.DataFrame], b: int, rng: Any) -> tuple[float, Any]:
+        middle = middle_layers(int(depth[strata[0]["model"][0]]))
+        return lowest_median_draws(strata, middle, b, rng)
+
     draws = {
         "approximation_by_sequence": [max_error_draws, relative_offset_draws],
         "layers_by_sequence": [lowest_similarity_draws],
         "heads_by_sequence": [
+            head_mean_draws(w_lowers),
             head_mean_draws(INCREASE_ATTN_S),
             head_mean_draws(INCREASE_UNIF_S - INCREASE_ATTN_S),
-            head_mean_draws(INCREASE_ATTN_S, 0.6),
+            head_mean_draws(INCREASE_ATTN_S, dense),
         ],
+        "value_rank_by_sequence": [lowest_rank],
     }
-    built = 0
+    shares = share_intervals(tables["head_masses_by_sequence"], intervals=intervals)
+    ratios = sink_ratio_intervals(tables["head_masses_by_sequence"], intervals=intervals)
+    built = shares.height + ratios.height
     for name, functions in draws.items():
         table = tables[name]
         rows = table.select("model", "dataset").unique().sort("model", "dataset").rows()
@@ -155,7 +197,8 @@ def main() -> None:
         print("RESULT " + json.dumps(run_intervals(Path(args.child), config)), flush=True)
         return
 
-    from sinkscope.sizing.requests import job_request
+    from sinkscope.sizing.requests import job_request, per_sequence_table_bytes
+    from sinkscope.sizing.shapes import model_facts
     from sinkscope.sizing.usage import cpu_model
 
     with tempfile.TemporaryDirectory(prefix="claims-bench-") as tmp:
@@ -193,10 +236,13 @@ def main() -> None:
     print("|---|---:|---:|")
     for name, (rows, mb) in sizes.items():
         print(f"| {name} | {rows:,} | {mb:,.0f} |")
+    facts = {name: model_facts(config, name) for name in config["models"]}
+    counted = per_sequence_table_bytes(config, facts) / 2**20
     print(
         f"\n{measured['intervals']} intervals in {measured['wall_s']:.1f} s (reading "
-        f"{measured['read_s']:.1f} s); peak {measured['peak_rss_mb']:,.0f} MB; the claims job "
-        f"asks for {request.mem_mb:,} MB and {request.runtime_min} min"
+        f"{measured['read_s']:.1f} s); peak {measured['peak_rss_mb']:,.0f} MB; the sizing counts "
+        f"{counted:,.0f} MB of these tables; the claims job asks for {request.mem_mb:,} MB and "
+        f"{request.runtime_min} min"
     )
 
 

@@ -232,8 +232,9 @@ def test_gpu_jobs_cover_what_the_gpu_rehearsal_measured() -> None:
 
 
 def test_the_claims_job_covers_what_the_claims_bench_measured() -> None:
-    """bench/claims_bench.py at config/paper.yaml's scale (every interval over sequences of the
-    oversmoothing claims on tables of the paper models' shapes): the claims job's request covers
+    """bench/claims_bench.py at config/paper.yaml's scale (every interval over sequences that the
+    claims take from the per-sequence tables, at the paper models' shapes): the claims job's
+    request covers
     the measured peak and wall time and asks at most 3x the peak; the fixed request it had
     before (1,100 MB) did not cover it."""
     import json
@@ -249,8 +250,9 @@ def test_the_claims_job_covers_what_the_claims_bench_measured() -> None:
 
 
 def test_the_claims_request_grows_with_the_per_sequence_tables() -> None:
-    """By hand at one model of 2 layers x 3 heads, N = 10, 2 BOS datasets (one with its no-BOS
-    pair) and 4 T': every cell of the four per-sequence tables counted at 8 bytes."""
+    """By hand at one model of 2 layers x 3 heads (3 kv heads), N = 10, 2 BOS datasets (one with
+    its no-BOS pair) and 4 T': every cell of the five per-sequence tables counted at 8 bytes."""
+    from sinkscope.geometry.names import VALUE_RANK_BY_SEQUENCE_COLUMNS
     from sinkscope.heads.names import SEQUENCE_MASS_COLUMNS
     from sinkscope.oversmoothing.names import (
         BY_SEQUENCE_COLUMNS,
@@ -271,12 +273,13 @@ def test_the_claims_request_grows_with_the_per_sequence_tables() -> None:
         + 2 * 10 * 6 * len(HEADS_BY_SEQUENCE_COLUMNS)
         + 2 * 10 * 2 * 4 * len(LAYERS_BY_SEQUENCE_COLUMNS)
         + 3 * 10 * 6 * len(SEQUENCE_MASS_COLUMNS)
+        + 3 * 10 * 2 * 3 * len(VALUE_RANK_BY_SEQUENCE_COLUMNS)
     )
     assert per_sequence_table_bytes(config, {"m": facts}) == 8 * cells
     assert per_sequence_table_bytes(config, {"m": facts, "n": facts}) == 16 * cells
 
 
-# --- rehearsal: every job's measured peak against its request# --- rehearsal: every job's measured peak against its request
+# --- rehearsal: every job's measured peak against its request
 
 
 def _usages(workdir: Path) -> list[tuple[str, str | None, JobUsage]]:

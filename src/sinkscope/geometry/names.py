@@ -33,6 +33,7 @@ __all__ = [
     "POINT_SETS",
     "SUMMARY_TABLES",
     "TABLES",
+    "VALUE_RANK_BY_SEQUENCE_COLUMNS",
 ]
 
 #: Tables and figures of the per-pair analysis (rule analyze_geometry; paper sections in
@@ -124,3 +125,7 @@ BASIS_ATTENDING = "attending"
 #: a half-space test could pass by chance: the long-context statement says so and the claim
 #: geometry.sink_representable is inconclusive.
 NULL_PROBABILITY_MAX = 0.05
+
+#: Columns of the summary's ``value_rank_by_sequence`` table: each sequence's relative rank of
+#: one layer's value vectors per kv head (:mod:`sinkscope.geometry.summary`).
+VALUE_RANK_BY_SEQUENCE_COLUMNS = ("model", "dataset", "layer", "kv_head", "sequence", "rel_rank")

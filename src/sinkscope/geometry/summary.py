@@ -18,13 +18,10 @@ import polars as pl
 
 from sinkscope.geometry.alignment import COSINE_BINS, COSINE_SIGN_BOUND, histogram_quantiles
 from sinkscope.geometry.analysis import N_WORST, TABLE_COLUMNS, halfspace_layer
-from sinkscope.geometry.names import LONG_CONTEXT_TABLE
+from sinkscope.geometry.names import LONG_CONTEXT_TABLE, VALUE_RANK_BY_SEQUENCE_COLUMNS
 from sinkscope.geometry.values import vo_classes
 from sinkscope.heads.order import sort_pooled_last
 from sinkscope.labels import POOLED
-
-#: Columns of the summary's ``value_rank_by_sequence`` table.
-VALUE_RANK_BY_SEQUENCE_COLUMNS = ("model", "dataset", "layer", "kv_head", "sequence", "rel_rank")
 
 __all__ = [
     "VALUE_RANK_BY_SEQUENCE_COLUMNS",

@@ -72,7 +72,10 @@ WEIGHT_COPIES_WHILE_LOADING = 2
 #: (one copy) while they load, then the job's own buffers, so its peak is the larger of the two,
 #: not their sum. Measured (bench/gpu_rehearsal.py, random-weight Llama-3.1-8B in bfloat16, 16.1 GB
 #: of weights, one H200): extraction 16.2 GB peak RSS (its batches: 7.5 GB), long-context inputs
-#: 21.7 GB (its float32 Z of 2 x 10,241 tokens: 22 GB); the sum had asked 3.7x and 3.6x that.
+#: 21.7 GB (its float32 Z of 2 x 10,241 tokens, 10.7 GB, was then held twice while the sequences'
+#: parts were joined; it is now filled in place); the sum had asked 3.7x and 3.6x that. The
+#: estimates before the margin (15.8 and 21.6 GB) sit 1-2 % under those peaks: ``MEM_MARGIN``
+#: covers them.
 WEIGHT_COPIES_WHILE_LOADING_ON_GPU = 1
 
 #: Threads of the rules that use more than one, on a cluster node: the extraction compresses and
@@ -183,8 +186,8 @@ MODEL_FREE_REQUESTS: dict[str, tuple[float, float]] = {
 #: (:func:`sinkscope.sizing.requests.per_sequence_table_bytes`): bytes held per byte of those
 #: tables (the tables, the rows of one model each interval cuts from them, the resampled draws)
 #: and seconds per MB of them, on top of the job's fixed part in :data:`MODEL_FREE_REQUESTS`.
-#: Measured (bench/claims_bench.py, config/paper.yaml: 697 MB of tables, 210 intervals, on the
-#: reference CPU): peak 1,710-1,752 MB, i.e. up to 1,052 MB above the fixed part; 34.5 s alone,
-#: 127 s with a test run beside it (the rate is the latter's).
-CLAIMS_BYTES_PER_TABLE_BYTE = 1.5
-CLAIMS_S_PER_TABLE_MB = 0.2
+#: Measured (bench/claims_bench.py, config/paper.yaml: 729 MB of tables as counted, 315
+#: intervals over sequences, on the reference CPU with a test run beside it): peak 3,261 MB,
+#: i.e. 2,561 MB above the fixed part (3.5 bytes per table byte), in 164 s.
+CLAIMS_BYTES_PER_TABLE_BYTE = 3.6
+CLAIMS_S_PER_TABLE_MB = 0.25

@@ -262,11 +262,14 @@ def estimate(rule: str, config: Mapping[str, Any], facts: ModelFacts | None) -> 
 def per_sequence_table_bytes(config: Mapping[str, Any], facts: Mapping[str, ModelFacts]) -> int:
     """Bytes in memory of the summary tables with one row per sequence and head (or layer) that
     the claims job reads whole and resamples: the oversmoothing stage's
-    ``approximation_by_sequence`` (every ``T'``), ``heads_by_sequence`` and
-    ``layers_by_sequence`` (every ``T'``) over the BOS pairs, and the heads stage's masses per
-    sequence over every pair; 8 bytes a cell (``facts``: every model's shape). The columns are
-    the tables' own (:mod:`sinkscope.oversmoothing.names`, :mod:`sinkscope.heads.names`)."""
+    ``approximation_by_sequence`` (every configured ``T'``), ``heads_by_sequence`` and
+    ``layers_by_sequence`` (every ``T'``) over the BOS pairs, and the heads stage's masses and
+    the geometry stage's value ranks per sequence over every pair (an upper bound); 8 bytes a
+    cell (``facts``: every model's shape). The columns are the tables' own
+    (:mod:`sinkscope.oversmoothing.names`, :mod:`sinkscope.heads.names`,
+    :mod:`sinkscope.geometry.summary`)."""
     from sinkscope.config import corpus_ids, dataset_ids
+    from sinkscope.geometry.names import VALUE_RANK_BY_SEQUENCE_COLUMNS
     from sinkscope.heads.names import SEQUENCE_MASS_COLUMNS
     from sinkscope.oversmoothing.names import (
         BY_SEQUENCE_COLUMNS,
@@ -284,6 +287,9 @@ def per_sequence_table_bytes(config: Mapping[str, Any], facts: Mapping[str, Mode
         cells += bos_pairs * n * heads * len(HEADS_BY_SEQUENCE_COLUMNS)
         cells += bos_pairs * n * shape.n_layers * n_lengths * len(LAYERS_BY_SEQUENCE_COLUMNS)
         cells += all_pairs * n * heads * len(SEQUENCE_MASS_COLUMNS)
+        cells += (
+            all_pairs * n * shape.n_layers * shape.n_kv_heads * len(VALUE_RANK_BY_SEQUENCE_COLUMNS)
+        )
     return 8 * cells
 
 
