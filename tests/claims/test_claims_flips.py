@@ -1060,11 +1060,24 @@ def _head_means(increases: np.ndarray) -> tuple[pl.DataFrame, pl.DataFrame]:
         rho_xwzau_s=pl.col("rho_x") + 2 * (pl.col("rho_xwza_s") - pl.col("rho_x")),
         rho_xwz_s=pl.col("rho_x") - pl.lit(0.01),
     )
-    flat = increases.reshape(-1)
-    by_sequence = pl.DataFrame(
+    uniformity = np.tile(np.linspace(0.1, 0.9, n), (n_seq, 1))
+    by_sequence = _planted_heads_by_sequence(increases, uniformity, uniform_factor=2.0)
+    return by_sequence, ov_summary.summary_tables(per_head, per_layer, 0.6)["summary"]
+
+
+def _planted_heads_by_sequence(
+    increase: np.ndarray, uniformity: np.ndarray, dataset: str = "d", uniform_factor: float = 0.0
+) -> pl.DataFrame:
+    """One pair's ``heads_by_sequence`` rows at T' = 16: head ``h`` raises rho (0.5 for X) on
+    sequence ``s`` by ``increase[s, h]`` under its learned attention and by ``uniform_factor``
+    times that under uniform attention, ``W`` lowers it by 0.01, its uniformity there is
+    ``uniformity[s, h]``."""
+    n_seq, n = increase.shape
+    flat = increase.reshape(-1)
+    return pl.DataFrame(
         {
             "model": "m",
-            "dataset": "d",
+            "dataset": dataset,
             "layer": np.tile(np.arange(n), n_seq),
             "head": 0,
             "context_length": 16,
@@ -1072,11 +1085,10 @@ def _head_means(increases: np.ndarray) -> tuple[pl.DataFrame, pl.DataFrame]:
             "rho_x": 0.5,
             "rho_xwz_s": 0.49,
             "rho_xwza_s": 0.5 + flat,
-            "rho_xwzau_s": 0.5 + 2 * flat,
-            "uniformity": np.tile(np.linspace(0.1, 0.9, n), n_seq),
+            "rho_xwzau_s": 0.5 + uniform_factor * flat,
+            "uniformity": uniformity.reshape(-1),
         }
     ).select(ov_names.HEADS_BY_SEQUENCE_COLUMNS)
-    return by_sequence, ov_summary.summary_tables(per_head, per_layer, 0.6)["summary"]
 
 
 def _increases(mean: float, spread: float, n_seq: int = 40, n_heads: int = 50) -> np.ndarray:
@@ -1159,23 +1171,7 @@ def test_the_dense_draws_on_the_sample_are_the_summarys_pooled_difference() -> N
         uni = np.clip(0.6 + rng.normal(0.0, 0.1, size=(n_seq, n_heads)), 0, 1)
         increase.append(inc.mean(axis=0))
         uniformity.append(uni.mean(axis=0))
-        frames.append(
-            pl.DataFrame(
-                {
-                    "model": "m",
-                    "dataset": dataset,
-                    "layer": np.tile(np.arange(n_heads), n_seq),
-                    "head": 0,
-                    "context_length": 16,
-                    "sequence": np.repeat(np.arange(n_seq), n_heads),
-                    "rho_x": 0.5,
-                    "rho_xwz_s": 0.49,
-                    "rho_xwza_s": 0.5 + inc.reshape(-1),
-                    "rho_xwzau_s": 0.5,
-                    "uniformity": uni.reshape(-1),
-                }
-            ).select(ov_names.HEADS_BY_SEQUENCE_COLUMNS)
-        )
+        frames.append(_planted_heads_by_sequence(inc, uni, dataset))
     inc_all, uni_all = np.concatenate(increase), np.concatenate(uniformity)
     dense = uni_all > 0.6
     assert 0 < dense.sum() < len(dense)
