@@ -137,7 +137,7 @@ def run_intervals(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
         max_error_draws,
         relative_offset_draws,
     )
-    from sinkscope.oversmoothing.summary import INCREASE_ATTN_S, INCREASE_UNIF_S
+    from sinkscope.oversmoothing.summary import DECREASE_W_S, INCREASE_ATTN_S, INCREASE_UNIF_S
     from sinkscope.sizing.usage import peak_rss_mb
 
     started = time.perf_counter()
@@ -145,7 +145,6 @@ def run_intervals(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
     read_s = time.perf_counter() - started
     intervals = config["claims"]["intervals"]
     dense = float(config["oversmoothing"]["uniformity_threshold"])
-    w_lowers = pl.col("rho_x") - pl.col("rho_xwz_s")
     ranks = tables["value_rank_by_sequence"]
     depth = dict(ranks.group_by("model").agg(pl.col("layer").max() + 1).iter_rows())
 
@@ -157,7 +156,7 @@ def run_intervals(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
         "approximation_by_sequence": [max_error_draws, relative_offset_draws],
         "layers_by_sequence": [lowest_similarity_draws],
         "heads_by_sequence": [
-            head_mean_draws(w_lowers),
+            head_mean_draws(DECREASE_W_S),
             head_mean_draws(INCREASE_ATTN_S),
             head_mean_draws(INCREASE_UNIF_S - INCREASE_ATTN_S),
             head_mean_draws(INCREASE_ATTN_S, dense),

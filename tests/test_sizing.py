@@ -116,6 +116,10 @@ def test_requests_grow_with_the_attempt_and_the_model() -> None:
         assert fp32.estimate.peak_mb * 2**20 > 2 * bf16_weights, rule
         if rule == "extract_activations":  # its batches are smaller than the weights
             assert request.estimate.peak_mb * 2**20 < 2 * bf16_weights, rule
+            # one copy of the weights: float32 adds exactly 2 bytes per parameter (its buffers
+            # are in the storage dtypes, not the model's)
+            added = (fp32.estimate.peak_mb - request.estimate.peak_mb) * 2**20
+            assert added == pytest.approx(bf16_weights, rel=0.01), rule
     assert job_request("classify_heads", config, "mistral-7b").partition == "cpu"
 
 

@@ -68,10 +68,12 @@ CONDITION_BASIS = "non-sink heads (is_sink), conditions for the rescaled map s_l
 
 #: A head's change of ``rho`` from ``X`` under its learned attention and under uniform causal
 #: attention (rescaled, App. E.1 eq. (11); Figs. 2 right and 6): the per-head values whose
-#: means are ``mean_increase_attn_s`` and ``mean_increase_unif_s`` (and which the claims
-#: resample over heads, :mod:`sinkscope.claims.checks.oversmoothing_conditions`).
+#: means are ``mean_increase_attn_s`` and ``mean_increase_unif_s``, and how much ``W`` alone
+#: lowers it (``mean_rho_x - mean_rho_xwz_s``); the claims resample them over sequences
+#: (:mod:`sinkscope.claims.checks.oversmoothing_conditions`).
 INCREASE_ATTN_S = pl.col("rho_xwza_s") - pl.col("rho_x")
 INCREASE_UNIF_S = pl.col("rho_xwzau_s") - pl.col("rho_x")
+DECREASE_W_S = pl.col("rho_x") - pl.col("rho_xwz_s")
 
 
 def component_mean_exprs() -> list[pl.Expr]:

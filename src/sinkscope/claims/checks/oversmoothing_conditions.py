@@ -109,13 +109,14 @@ def condition_ii_holds(frac: float | None, few_max_fraction: float) -> bool | No
 # --------------------------------------------------------------------------- checks
 
 
-def _increases() -> tuple[pl.Expr, pl.Expr]:
-    """A head's rescaled change of ``rho`` under its learned and under uniform attention,
-    as the summary defines them (:data:`sinkscope.oversmoothing.summary.INCREASE_ATTN_S`,
-    ``INCREASE_UNIF_S``; imported here, when a check runs, not with this module)."""
-    from sinkscope.oversmoothing.summary import INCREASE_ATTN_S, INCREASE_UNIF_S
+def _increases() -> tuple[pl.Expr, pl.Expr, pl.Expr]:
+    """A head's rescaled change of ``rho`` under its learned and under uniform attention, and
+    its decrease under ``W`` alone, as the summary defines them
+    (:data:`sinkscope.oversmoothing.summary.INCREASE_ATTN_S`, ``INCREASE_UNIF_S``,
+    ``DECREASE_W_S``; imported here, when a check runs, not with this module)."""
+    from sinkscope.oversmoothing.summary import DECREASE_W_S, INCREASE_ATTN_S, INCREASE_UNIF_S
 
-    return INCREASE_ATTN_S, INCREASE_UNIF_S
+    return INCREASE_ATTN_S, INCREASE_UNIF_S, DECREASE_W_S
 
 
 def _difference_rows(
@@ -256,7 +257,7 @@ def check_w_decreases_similarity(
     (:func:`_difference_rows`)."""
     return _difference_rows(
         summary, "mean_rho_x", "mean_rho_xwz_s", min_difference, "rho(X) vs rho(X + s_l WZ)",
-        by_sequence=heads_by_sequence, unit_value=pl.col("rho_x") - pl.col("rho_xwz_s"), intervals=intervals,
+        by_sequence=heads_by_sequence, unit_value=_increases()[2], intervals=intervals,
     )  # fmt: skip
 
 
