@@ -197,6 +197,10 @@ def test_plan_lists_every_job_of_the_dry_run() -> None:
     }
     assert rows == expected
     assert "Disk under results/activations" in plan.stdout
+    unknown = [line for line in plan.stdout.splitlines() if line.startswith("Shape unknown")]
+    if unknown:  # a clone where prepare_model has not run: the line names the models, no rule
+        names = unknown[0].split(": ", 1)[1].rstrip(".").split(", ")
+        assert names == ["smollm2-135m"], unknown
 
 
 def test_plan_refuses_a_missing_config_file(tmp_path: Path) -> None:
@@ -233,6 +237,54 @@ def test_gpu_jobs_cover_what_the_gpu_rehearsal_measured() -> None:
         assert request.gpus == 1, row["rule"]
         assert request.runtime_min * 60 > row["wall_s"], row["rule"]
         assert row["peak_rss_mb"] < request.mem_mb <= 3 * row["peak_rss_mb"], row["rule"]
+
+
+def test_the_cluster_guide_quotes_the_gpu_rehearsal_and_this_commits_requests() -> None:
+    """docs/cluster.md's sentence on the one run on a GPU quotes bench/gpu_rehearsal.json (wall
+    seconds, host and GPU peaks in GB) and the requests the sizing gives those two jobs now, so
+    a new measurement or a change to the sizing that moves them moves the guide too."""
+    import json
+    import re
+
+    from sinkscope.config import long_context_seq_len
+
+    measured = json.loads((REPO / "bench" / "gpu_rehearsal.json").read_text())
+    config = validate_config(load_layered_config([REPO / "config" / "paper.yaml"]))
+    facts = facts_from_config(
+        "rehearsal", fixture_config(measured["hub_id"]), measured["dtype"], "kept"
+    )
+    long_context_config = config["geometry"]["long_context"]
+    seq_len = long_context_seq_len(
+        long_context_config["seq_len"],
+        long_context_config["points_per_dim"],
+        facts.d_model,
+        facts.max_positions,
+    )
+    rows = {row["rule"]: row for row in measured["rows"]}
+    extraction, long_context = rows["extract_activations"], rows["extract_long_context"]
+    requests = [
+        job_request(rule, config, facts=facts)
+        for rule in ("extract_activations", "extract_long_context")
+    ]
+    guide = re.sub(r"\s+", " ", (REPO / "docs" / "cluster.md").read_text())
+    quoted = [
+        f"took {extraction['wall_s']:.0f} s for the extraction",
+        f"forward at {extraction['forward_tflop_s']:.0f}-",
+        f"and {long_context['wall_s']:.0f} s for the long-context inputs",
+        f"inside their {requests[0].runtime_min}-minute requests",
+        (
+            f"host peaks of {extraction['peak_rss_mb'] / 1000:.1f} and "
+            f"{long_context['peak_rss_mb'] / 1000:.1f} GB"
+        ),
+        f"(requests {requests[0].mem_mb / 1000:.1f} and {requests[1].mem_mb / 1000:.1f} GB)",
+        (
+            f"GPU peaks of {extraction['gpu_peak_mb'] / 1000:.1f} and "
+            f"{long_context['gpu_peak_mb'] / 1000:.1f} GB"
+        ),
+        f"{facts.n_heads} x {seq_len:,}^2 scores",
+    ]
+    assert requests[0].runtime_min == requests[1].runtime_min
+    assert [text for text in quoted if text not in guide] == []
 
 
 def test_the_claims_job_covers_what_the_claims_bench_measured() -> None:

@@ -118,7 +118,8 @@ def plan_rows(
         try:
             request = job_request(rule, config, model, minutes=known, results=results)
         except UnknownModelShape:
-            if model not in row.unknown:
+            # a rule without a model (the claims) is unknown through the models' own rows
+            if model is not None and model not in row.unknown:
                 row.unknown.append(str(model))
             continue
         row.mem_mb.append(request.mem_mb)
