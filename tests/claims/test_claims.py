@@ -1149,7 +1149,13 @@ def test_polarization_rows_name_the_target_that_tells_two_runs_apart() -> None:
 
 
 def test_softmax_sinks_emerge() -> None:
-    def setup(softmax: float, raw: float) -> pl.DataFrame:
+    """Three seeds that agree (each seed's proportion the mean): the bounds decide; the same
+    readings from one seed per setup decide nothing (issue 34 item 3: against the seed-to-seed
+    spread)."""
+
+    def setup(softmax: float, raw: float, runs: int = 3) -> pl.DataFrame:
+        # a softmax head with another switch is not Table 1's softmax
+        means = [softmax, raw, 0.9, 0.0]
         return pl.DataFrame(
             {
                 "variant": ["softmax", "sigmoid_raw", "sigmoid_norm", "softmax+gate_head"],
@@ -1158,11 +1164,17 @@ def test_softmax_sinks_emerge() -> None:
                 "switch": ["none", "none", "none", "gate_head"],
                 "positional": "rope",
                 "weight_decay": 0.2,
-                "runs": 3,
-                # a softmax head with another switch is not Table 1's softmax
-                "sink_proportion_mean": [softmax, raw, 0.9, 0.0],
+                "runs": runs,
+                "sink_proportion_mean": means,
+                "sink_proportion_min": means,
+                "sink_proportion_max": means,
             }
         )
+
+    for softmax, raw in ((0.5, 0.0), (0.05, 0.0)):  # one seed: inconclusive on either side
+        (row,) = DC.check_softmax_sinks_emerge(setup(softmax, raw, runs=1), 0.1, 0.05)
+        assert row["verdict"] == V.INCONCLUSIVE, (softmax, raw)
+        assert "one training seed" in row["reason"] and "needs 2 or more seeds" in row["reason"]
 
     assert verdicts(DC.check_softmax_sinks_emerge(setup(0.5, 0.0), 0.1, 0.05)) == [V.REPRODUCED]
     assert verdicts(DC.check_softmax_sinks_emerge(setup(0.1, 0.05), 0.1, 0.05)) == [V.REPRODUCED]
@@ -1302,12 +1314,24 @@ def test_flip_rate_decreases_over_seeds_needs_every_seed() -> None:
     )
     (heads,) = [r for r in DC.check_flip_rate_decreases(steady, 0.1) if "n_heads" in r["setting"]]
     assert heads["verdict"] == V.REPRODUCED
+    # one seed of the steady runs: its 2,000 attacked sequences alone would reproduce it, but the
+    # seed-to-seed spread is unknown
+    (heads,) = [
+        r
+        for r in DC.check_flip_rate_decreases(steady.filter(pl.col("seed") == 0), 0.1)
+        if "n_heads" in r["setting"]
+    ]
+    assert newcombe_difference(900, 1000, 100, 1000)[0] > 0.1
+    assert heads["verdict"] == V.INCONCLUSIVE
+    assert "one training seed" in heads["reason"] and "needs 2 or more seeds" in heads["reason"]
+    assert "Newcombe score interval over 1000 + 1000" in heads["interval"]
 
 
 def test_flip_rate_decreases() -> None:
     """Flips pooled over the runs of a level (sampling unit: the attacked sequence), the drop's
-    Newcombe interval against the tolerance: reproduced above it, not reproduced below it,
-    inconclusive across it."""
+    Newcombe interval against the tolerance. With no seed recorded (one run per setting) it is
+    shown but decides nothing; with two seeds that agree it decides: reproduced above the
+    tolerance, not reproduced below it, inconclusive across it."""
     final = pl.DataFrame(
         {
             "n_heads": [1, 1, 4, 4],
@@ -1318,19 +1342,21 @@ def test_flip_rate_decreases() -> None:
     )
     rows = DC.check_flip_rate_decreases(final, 0.0)
     assert [r["value"] for r in rows] == pytest.approx([0.5, 0.2])
-    assert verdicts(rows) == [V.REPRODUCED] * 2
+    assert verdicts(rows) == [V.INCONCLUSIVE] * 2
+    assert all("one training seed" in r["reason"] for r in rows)
     # n_heads: 1400/2000 vs 400/2000, the interval is Newcombe's on those counts
     assert (rows[0]["ci_low"], rows[0]["ci_high"]) == pytest.approx(
         newcombe_difference(1400, 2000, 400, 2000)
     )
     assert "2000 + 2000 attacked sequences" in rows[0]["interval"]
-    assert verdicts(DC.check_flip_rate_decreases(final, 0.1)) == [V.REPRODUCED] * 2
-    assert verdicts(DC.check_flip_rate_decreases(final, 0.3)) == [
+    two_seeds = pl.concat([final.with_columns(seed=pl.lit(s)) for s in (0, 1)])
+    assert verdicts(DC.check_flip_rate_decreases(two_seeds, 0.1)) == [V.REPRODUCED] * 2
+    assert verdicts(DC.check_flip_rate_decreases(two_seeds, 0.3)) == [
         V.REPRODUCED,
         V.NOT_REPRODUCED,
     ]
-    # the same drop on 10 sequences a run: the interval straddles the tolerance
-    few = DC.check_flip_rate_decreases(final.with_columns(attacked=pl.lit(10)), 0.1)
+    # the same drop on 10 sequences a run: the attacked sequences' interval straddles 0.1
+    few = DC.check_flip_rate_decreases(two_seeds.with_columns(attacked=pl.lit(10)), 0.1)
     assert verdicts(few) == [V.REPRODUCED, V.INCONCLUSIVE]
     assert "needs more attacked sequences" in few[1]["reason"]
     assert re.search(r"\(about [\d,]+ per setting at this effect;", few[1]["reason"])

@@ -483,10 +483,11 @@ RAW_MAX = TOL["dynamics"]["unnormalized_max_sink_proportion"]
 FLIP_DIFF = TOL["dynamics"]["min_difference"]
 
 
-def sink_proportions(pair: tuple[float, float]) -> Tables:
-    """Layer-2 sink proportion ``pair = (softmax, un-normalised sigmoid)``; a normalised sigmoid
-    variant (not part of the claim) forms sinks everywhere."""
+def sink_proportions(pair: tuple[float, float], runs: int = 3) -> Tables:
+    """Layer-2 sink proportion ``pair = (softmax, un-normalised sigmoid)``, the same in each of
+    ``runs`` seeds; a normalised sigmoid variant (not part of the claim) forms sinks everywhere."""
     softmax, raw = pair
+    means = [softmax, raw, 0.9]
     frame = pl.DataFrame(
         {
             "variant": ["softmax", "sigmoid_raw", "sigmoid_norm"],
@@ -495,8 +496,10 @@ def sink_proportions(pair: tuple[float, float]) -> Tables:
             "switch": "none",
             "positional": "rope",
             "weight_decay": 0.2,
-            "runs": 3,
-            "sink_proportion_mean": [softmax, raw, 0.9],
+            "runs": runs,
+            "sink_proportion_mean": means,
+            "sink_proportion_min": means,
+            "sink_proportion_max": means,
         }
     )
     return {"dynamics_induction_by_setup": frame}
@@ -529,18 +532,25 @@ def switch_drops(drops: tuple[float, float, float]) -> Tables:
     return {"dynamics_induction_by_setup": frame}
 
 
-def flip_rates(drop: float, attacked: int = 2000) -> Tables:
+def flip_rates(drop: float, attacked: int = 2000, seeds: int = 2, spread: float = 0.0) -> Tables:
     """Final flip rates that fall by ``drop`` from 1 to 4 heads and from 1 to 2 layers (pooled),
-    ``attacked`` sequences per run."""
-    final = pl.DataFrame(
-        {
-            "n_heads": [1, 1, 4, 4],
-            "n_layers": [1, 2, 1, 2],
-            "flip_rate": [0.6, 0.6 - drop, 0.6 - drop, 0.6 - 2 * drop],
-            "attacked": [attacked] * 4,
-        }
-    )
-    return {"dynamics_classification_final": final}
+    ``attacked`` sequences per run, in each of ``seeds`` training seeds; with ``spread`` the
+    seeds' drops are ``drop`` -/+ ``spread`` (two seeds)."""
+    parts = []
+    for seed in range(seeds):
+        d = drop + (spread if seed % 2 else -spread)
+        parts.append(
+            pl.DataFrame(
+                {
+                    "n_heads": [1, 1, 4, 4],
+                    "n_layers": [1, 2, 1, 2],
+                    "flip_rate": [0.6, 0.6 - d, 0.6 - d, 0.6 - 2 * d],
+                    "attacked": [attacked] * 4,
+                    "seed": [seed] * 4,
+                }
+            )
+        )
+    return {"dynamics_classification_final": pl.concat(parts)}
 
 
 def polarized(shares: dict[tuple[str, str], float]) -> Tables:
@@ -784,6 +794,8 @@ FLIPS: dict[str, Flip] = {
                 ].filter(pl.col("variant") == "softmax")
             }
         ],
+        # the holding proportions from one seed per setup: no seed-to-seed spread
+        inconclusive=[lambda: sink_proportions((SOFTMAX_MIN + 0.3, 0.0), runs=1)],
     ),
     "dynamics.other_switch_replaces_sink": Flip(
         switch_drops,
@@ -826,8 +838,13 @@ FLIPS: dict[str, Flip] = {
                 )
             }
         ],
-        # no drop at all, and the holding drop on 20 sequences a run: both straddle
-        inconclusive=[FLIP_DIFF, lambda: flip_rates(FLIP_DIFF + 0.1, attacked=20)],
+        # no drop on average, one seed up and one down; the holding drop on 20 sequences a run
+        # (both straddle); and the holding drop from one training seed
+        inconclusive=[
+            lambda: flip_rates(FLIP_DIFF, spread=0.05),
+            lambda: flip_rates(FLIP_DIFF + 0.1, attacked=20),
+            lambda: flip_rates(FLIP_DIFF + 0.1, seeds=1),
+        ],
     ),
 }
 

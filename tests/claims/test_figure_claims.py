@@ -600,6 +600,8 @@ def _by_setup(shares: dict[tuple[str, str, float], float]) -> pl.DataFrame:
                 "learned_runs": 2,
                 "accuracy_mean": 0.9,
                 "sink_proportion_mean": share,
+                "sink_proportion_min": share,  # the two seeds agree
+                "sink_proportion_max": share,
             }
             for (variant, pe, wd), share in shares.items()
         ]

@@ -51,6 +51,10 @@ __all__ = [
     "seed_drops",
 ]
 
+#: Why a training-dynamics claim run on one seed is inconclusive: the issue's "against the
+#: seed-to-seed spread" needs two runs at least (the companion paper averages over seeds).
+ONE_SEED_TEXT = "one training seed: the seed-to-seed spread is unknown"
+
 
 def _share_rows(
     by_variant: pl.DataFrame,
@@ -170,7 +174,8 @@ def check_softmax_sinks_emerge(
     Against the seed-to-seed spread: where a setup ran several seeds (``runs``), each bound is
     tested on the range over its runs (``sink_proportion_min`` / ``_max``): reproduced when every
     seed meets both bounds, not reproduced when every seed misses one, inconclusive when the
-    seeds disagree ("needs more seeds"). With one run per setup this is the point reading."""
+    seeds disagree ("needs more seeds"). With one run per setup it is inconclusive: a point
+    reading of one seed says nothing of the spread over seeds (:data:`ONE_SEED_TEXT`)."""
     cols = [
         "variant",
         "attention",
@@ -180,6 +185,8 @@ def check_softmax_sinks_emerge(
         "weight_decay",
         "runs",
         "sink_proportion_mean",
+        "sink_proportion_min",
+        "sink_proportion_max",
     ]
     require(by_setup, cols, "induction by_setup")
     # Table 1's attention functions only: a softmax head with another switch is claim
@@ -206,14 +213,15 @@ def check_softmax_sinks_emerge(
         text = f"layer-2 sink-head proportion: softmax {s:.2f}; {others}"
         value = s - float(worst["sink_proportion_mean"])
         runs = int(part["runs"].min())
-        if runs < 2 or "sink_proportion_min" not in part.columns:
+        if runs < 2:
+            # one run per setup: no seed-to-seed spread to weigh the point reading against
             return Reading(
                 setting,
                 measured,
                 value,
-                s >= softmax_min_sink_proportion
-                and float(worst["sink_proportion_mean"]) <= unnormalized_max_sink_proportion,
-                text,
+                None,
+                f"{text}; {ONE_SEED_TEXT}: needs 2 or more seeds (dynamics.induction select seed)",
+                verdict=INCONCLUSIVE,
             )
         # the range over the seeds' runs: softmax's against its floor, each un-normalised
         # variant's against its ceiling
@@ -384,7 +392,8 @@ def check_flip_rate_decreases(
     percentile bootstrap over the seeds (each resample pools the flips of the drawn seeds,
     :func:`pooled_drop`; ``intervals``: the config's ``claims.intervals``) must also lie above
     ``min_difference``, and the row reports that interval (with three seeds its lower end is
-    about the worst seed's drop). With one seed the reason says so."""
+    about the worst seed's drop). With one seed the row is inconclusive whatever the attacked
+    sequences say (:data:`ONE_SEED_TEXT`); their interval is still shown."""
     from sinkscope.dynamics.summary import flip_rate_trend
 
     require(final, ["n_heads", "n_layers", "flip_rate", "attacked"], "classification final")
@@ -416,7 +425,7 @@ def check_flip_rate_decreases(
             f"Newcombe score interval over {n_low} + {n_high} attacked sequences",
             level,
         )
-        verdict = decide(interval, min_difference, above=True, strict=True)
+        verdict = attack_verdict = decide(interval, min_difference, above=True, strict=True)
         lo, hi = k_low / n_low, k_high / n_high
         reason = (
             f"flip rate {lo:.3f} ({k_low}/{n_low}) with {factor}={levels[0]}, {hi:.3f} "
@@ -445,14 +454,19 @@ def check_flip_rate_decreases(
                     f"; over the seeds the drop straddles {min_difference:g}: needs more seeds "
                     "(dynamics.classification select seed)"
                 )
-        elif units.shape[0] == 1:
-            reason += "; one training seed: the interval covers the attack's sampling only"
-        if verdict == INCONCLUSIVE and interval.unit.startswith("Newcombe"):
+        else:
+            # one seed (or none recorded): the attack's sampling alone decides nothing
+            verdict = INCONCLUSIVE
+            reason += (
+                f"; {ONE_SEED_TEXT}: the interval covers the attack's sampling only; needs 2 or "
+                "more seeds (dynamics.classification select seed)"
+            )
+        if attack_verdict == INCONCLUSIVE:
             needed = needed_units(min(n_low, n_high), lo - hi, low, high, min_difference)
             reason += (
-                f"; the interval of the drop straddles {min_difference:g}: needs more attacked "
-                f"sequences ({needed_text(needed, 'per setting')}; dynamics.classification "
-                "n_attack) or seeds"
+                f"; the interval over the attacked sequences straddles {min_difference:g}: "
+                f"needs more attacked sequences ({needed_text(needed, 'per setting')}; "
+                "dynamics.classification n_attack) or seeds"
             )
         rows.append(
             row(
