@@ -507,7 +507,8 @@ def claims(smk: Any) -> None:
         not_applicable=not_applicable,
         head_classes=smk.config["head_classes"],
     )
-    near_full_rank = resolve_tolerances(smk.params.tolerances)["geometry"]["near_full_rank"]
+    tolerances = resolve_tolerances(smk.params.tolerances)
+    near_full_rank = tolerances["geometry"]["near_full_rank"]
     # the observations are about BOS, like the papers' claims
     observations = evaluate_observations(with_bos_only(tables), near_full_rank)
     write_claims(
@@ -517,7 +518,7 @@ def claims(smk: Any) -> None:
         smk.output.rst,
         observations=observations,
         observations_path=smk.output.observations,
-        sanity=sanity_checks(with_bos_only(tables)),
+        sanity=sanity_checks(with_bos_only(tables), tolerances["costs"]["toy_rtol"]),
         config=smk.config,
     )
 

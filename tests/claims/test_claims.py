@@ -685,12 +685,24 @@ def test_predicted_signs_and_positive_similarity() -> None:
 # =============================================================================== costs
 
 
-def test_toy_nuclear_norms() -> None:
+def test_toy_nuclear_norms_are_a_sanity_check_not_a_claim() -> None:
+    """Issue 34 item 4: the §7 toy's ratio is sqrt(T+1) by construction, so it is a sanity
+    check (its own section of claims.md) and no claim row; a ratio 1% off fails the default
+    bound and passes a looser one."""
+    from sinkscope.claims.sanity import sanity_checks
+
     toy = pl.DataFrame(toy_table([4, 8]))
-    assert verdicts(CC.check_toy_nuclear_norms(toy, 1e-6)) == [V.REPRODUCED]
+    assert "costs.toy_nuclear_norm" not in {claim.id for claim in R.CLAIMS}
+    assert (
+        R.evaluate_claims({"costs_toy": toy}).filter(pl.col("claim_id").str.contains("toy")).height
+        == 0
+    )
+    (row,) = sanity_checks({"costs_toy": toy}).to_dicts()
+    assert row["holds"] and row["value"] < 1e-12 and row["bound"] == 1e-6
     off = toy.with_columns(ratio_diag_over_sink=pl.col("ratio_diag_over_sink") * 1.01)
-    assert verdicts(CC.check_toy_nuclear_norms(off, 1e-6)) == [V.NOT_REPRODUCED]
-    assert verdicts(CC.check_toy_nuclear_norms(off, 0.011)) == [V.REPRODUCED]
+    (row,) = sanity_checks({"costs_toy": off}).to_dicts()
+    assert not row["holds"] and row["value"] == pytest.approx(0.01)
+    assert sanity_checks({"costs_toy": off}, toy_rtol=0.011)["holds"].to_list() == [True]
 
 
 def slopes_table(sink_power: float, diagonal_power: float) -> pl.DataFrame:

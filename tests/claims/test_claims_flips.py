@@ -28,7 +28,6 @@ from sinkscope.claims import registry as R
 from sinkscope.claims import tolerances as TL
 from sinkscope.claims import verdicts as V
 from sinkscope.config import load_schema
-from sinkscope.costs.toy import toy_table
 from sinkscope.heads.summary import summarize
 from sinkscope.oversmoothing import names as ov_names
 from tests.claims.test_claims import (
@@ -428,16 +427,9 @@ def conditions(column: str, k: int, n: int = 20) -> Tables:
 
 # =============================================================================== costs
 
-TOY_RTOL = TOL["costs"]["toy_rtol"]
 SLOPE_TOL = TOL["costs"]["slope_tolerance"]
 FLAT = TOL["costs"]["flat_max_slope"]
 GROWTH = TOL["costs"]["growth_min_slope"]
-
-
-def toy(relative_error: float) -> Tables:
-    frame = pl.DataFrame(toy_table([4, 8, 16]))
-    scaled = frame.with_columns(pl.col("ratio_diag_over_sink") * (1 + relative_error))
-    return {"costs_toy": scaled}
 
 
 def backcopy_cost(sink_cost: float) -> Tables:
@@ -716,9 +708,6 @@ FLIPS: dict[str, Flip] = {
             lambda: layer_similarity(0.02, spread=0.3),  # 0.02 +- about 0.12 over 24 sequences
             lambda: layer_similarity(0.05, n_seq=8),  # under claims.intervals.min_units
         ],
-    ),
-    "costs.toy_nuclear_norm": Flip(
-        toy, holds=[TOY_RTOL / 2, -TOY_RTOL / 2], fails=[2 * TOY_RTOL, -2 * TOY_RTOL]
     ),
     "costs.backcopy_slopes": Flip(
         # both slopes off the paper's 1 and 3/2 by d

@@ -219,13 +219,11 @@ def test_backcopy_figure_shows_the_claim_slopes_and_ratio() -> None:
     assert len(_backcopy_mismatches(other, claims)) == 3
 
 
-def test_toy_figure_shows_the_claim_deviation() -> None:
+def test_toy_figure_shows_the_sanity_checks_deviation() -> None:
+    from sinkscope.claims.sanity import sanity_checks
+
     rows = toy_table([4, 8, 16], kappa=2.0)
-    (row,) = (
-        R.evaluate_claims({"costs_toy": pl.DataFrame(rows)})
-        .filter(pl.col("claim_id") == "costs.toy_nuclear_norm")
-        .to_dicts()
-    )
+    (row,) = sanity_checks({"costs_toy": pl.DataFrame(rows)}).to_dicts()
 
     def shown(table: list[dict]) -> str:
         fig = cplots.toy_figure(table)
@@ -234,9 +232,9 @@ def test_toy_figure_shows_the_claim_deviation() -> None:
         assert match, fig.axes[0].get_title()
         return match.group(1)
 
-    assert row["measured"].endswith(f": {shown(rows)}") and row["value"] < 1e-12
+    assert row["value"] < 1e-12
     assert f"{row['value']:.2g}" == shown(rows)
-    # a ratio 1% off sqrt(T+1) at one T: the figure prints 0.01, not the claim's number
+    # a ratio 1% off sqrt(T+1) at one T: the figure prints 0.01, not the check's number
     off = [dict(r) for r in rows]
     off[1]["ratio_diag_over_sink"] *= 1.01
     assert shown(off) == "0.01" != f"{row['value']:.2g}"

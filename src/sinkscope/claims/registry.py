@@ -46,7 +46,6 @@ from sinkscope.claims.checks.costs import (
     check_backcopy_slopes,
     check_copypaste_trends,
     check_theorem_d1_bounds,
-    check_toy_nuclear_norms,
 )
 from sinkscope.claims.checks.dynamics import (
     check_flip_rate_decreases,
@@ -407,14 +406,6 @@ CLAIMS: tuple[Claim, ...] = (
         ),
     ),
     # ---------------------------------------------------------------- §7 / App. D: costs
-    Claim(
-        "costs.toy_nuclear_norm",
-        "On X = I the sink's query-key matrix has nuclear norm kappa sqrt(T+1), the diagonal's kappa (T+1).",
-        "Sink vs. diagonal, §7, first trade-off paragraph",
-        "ratio diagonal / sink = sqrt(T+1)",
-        ("costs_toy",),
-        lambda tb, t: check_toy_nuclear_norms(tb["costs_toy"], t["costs"]["toy_rtol"]),
-    ),
     Claim(
         "costs.backcopy_slopes",
         "Backcopy task: on a log-log scale the sink cost grows with slope about 1 in T, the diagonal cost with about 3/2.",

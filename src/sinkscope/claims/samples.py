@@ -124,7 +124,6 @@ SAMPLES: dict[str, Sample] = {
         "dataset)",
         (*_SEQUENCES, "oversmoothing.context_lengths", _MIN_UNITS),
     ),
-    "costs.toy_nuclear_norm": Sample("a closed form on the toy task: no sample"),
     "costs.backcopy_slopes": _BACKCOPY,
     "costs.backcopy_sink_cheaper": _BACKCOPY,
     "costs.copypaste_trends": _COPYPASTE,

@@ -9,6 +9,11 @@ input tables; :func:`sanity_markdown` is their section of ``claims.md``.
   moments of the same tokens whose average cosine ``rho(X)`` it approximates, and the input norm
   gives those tokens one norm, so the two agree up to rounding (``abs_err_x`` of the
   oversmoothing per-head table; the claims ``oversmoothing.approximation_*`` read ``X + WZ``).
+* §7's nuclear-norm toy: on ``X = I_{T+1}`` the diagonal / sink nuclear-norm ratio is
+  ``sqrt(T+1)``. The pipeline builds ``kappa 1 e_1^T`` and ``kappa I`` and takes their singular
+  values (:mod:`sinkscope.costs.toy`), so the ratio is the closed form up to rounding: a check of
+  the SVD and of the table, not evidence for the paper (the claim was ``costs.toy_nuclear_norm``
+  before issue 34 item 4).
 """
 
 from __future__ import annotations
@@ -44,10 +49,45 @@ _RHO_X = (
 )
 
 
-def sanity_checks(tables: Mapping[str, pl.DataFrame | None]) -> pl.DataFrame:
+_TOY = (
+    (
+        "§7 toy: diagonal / sink nuclear norm = sqrt(T+1) on X = I_{T+1}: largest relative "
+        "deviation over T"
+    ),
+    (
+        "the pipeline builds kappa 1 e_1^T and kappa I and sums their singular values, whose "
+        "closed forms are kappa sqrt(T+1) and kappa (T+1); the bound is claims.costs.toy_rtol"
+    ),
+)
+
+
+def sanity_checks(
+    tables: Mapping[str, pl.DataFrame | None], toy_rtol: float | None = None
+) -> pl.DataFrame:
     """The sanity checks that the claims' input ``tables`` allow (columns
-    :data:`SANITY_COLUMNS`, one row per check and model x dataset; empty without inputs)."""
+    :data:`SANITY_COLUMNS`, one row per check and model x dataset; empty without inputs).
+    ``toy_rtol``: the bound of the §7 toy's ratio (config ``claims.costs.toy_rtol``; None: the
+    default tolerance)."""
+    from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
+
     rows = []
+    toy = tables.get("costs_toy")
+    if toy is not None and toy.height:
+        from sinkscope.costs.toy import toy_ratio_deviation
+
+        bound = float(DEFAULT_TOLERANCES["costs"]["toy_rtol"] if toy_rtol is None else toy_rtol)
+        worst = toy_ratio_deviation(toy.to_dicts())
+        rows.append(
+            {
+                "check": _TOY[0],
+                "model": "synthetic",
+                "dataset": "-",
+                "value": worst,
+                "bound": bound,
+                "holds": worst <= bound,
+                "why_an_identity": _TOY[1],
+            }
+        )
     per_head = tables.get("oversmoothing_per_head")
     if per_head is not None and "abs_err_x" in per_head.columns:
         worst = (

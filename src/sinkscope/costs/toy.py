@@ -57,8 +57,8 @@ def toy_table(T_values: Sequence[int], kappa: float = 1.0) -> list[dict[str, Any
 
 def toy_ratio_deviation(table: Sequence[Mapping[str, Any]]) -> float:
     """Largest relative deviation ``|ratio_diag_over_sink / sqrt(T+1) - 1|`` over the rows of
-    :func:`toy_table` (the number of claim ``costs.toy_nuclear_norm`` and of the toy figure's
-    title)."""
+    :func:`toy_table` (the number of the sanity check in ``claims.md``,
+    :mod:`sinkscope.claims.sanity`, and of the toy figure's title)."""
     if not table:
         raise ValueError("toy_ratio_deviation needs at least one row")
     return max(
