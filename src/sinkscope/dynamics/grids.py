@@ -577,13 +577,55 @@ def _listed(values: Iterable[Any], one: str, many: str) -> str:
     return f"{one} {ordered[0]}" if len(ordered) == 1 else f"{many} {', '.join(map(str, ordered))}"
 
 
+def _alternatives(values: Iterable[int]) -> str:
+    """``"64"``, ``"64 or 128"``, ``"1, 2 or 4"``: the distinct values, thousands separated."""
+    ordered = [f"{v:,}" for v in sorted(set(values))]
+    return ordered[0] if len(ordered) == 1 else f"{', '.join(ordered[:-1])} or {ordered[-1]}"
+
+
+def _counted(values: Iterable[int], unit: str) -> str:
+    """``"1 layer"``, ``"1 or 2 layers"``: the distinct values with ``unit`` (singular for one)."""
+    ordered = sorted(set(values))
+    return f"{_alternatives(ordered)} {unit}{'' if ordered == [1] else 's'}"
+
+
+def _model_and_task(part: str, full: Sequence[Mapping[str, Any]]) -> str:
+    """The model shape, the task's sequences and the held-out set of induction / classification
+    specs: every size the captions would otherwise hard-code."""
+    model = (
+        f"{_counted((f['n_layers'] for f in full), 'layer')} with "
+        f"{_counted((f['n_heads'] for f in full), 'head')}, "
+        f"hidden {_alternatives(f['hidden'] for f in full)}, "
+        f"FFN {_alternatives(f['ffn'] for f in full)}"
+    )
+    if part == "induction":
+        # BOS, m distinct tokens and their rotated repeat (:mod:`.induction`: m = (seq_len - 1) / 2)
+        task = (
+            f"sequences of {_alternatives(f['seq_len'] for f in full)} tokens (BOS, "
+            f"{_alternatives((f['seq_len'] - 1) // 2 for f in full)} distinct tokens and their "
+            f"rotated repeat) over a vocabulary of {_alternatives(f['vocab'] for f in full)}"
+        )
+    else:
+        # CLS and seq_len - 1 content tokens, n_signal of them the label's signal tokens
+        task = (
+            f"sequences of CLS + {_alternatives(f['seq_len'] - 1 for f in full)} tokens "
+            f"({_alternatives(f['n_signal'] for f in full)} signal tokens) over a vocabulary of "
+            f"{_alternatives(f['vocab_size'] for f in full)}"
+        )
+    held_out = f"{_alternatives(f['n_eval'] for f in full)} held-out sequences"
+    return f"models of {model}; {task}; evaluated on {held_out}"
+
+
 def run_size(part: str, specs: Iterable[Mapping[str, Any]]) -> str:
     """The size of one part's runs in words, read off the specs the runs are made from
     (:func:`dynamics_jobs`), for the figure captions (the summary rules' ``run_size`` param):
-    never a number of another scale. Induction and classification: sequences x epochs in batches
-    (the AdamW steps, ``epochs x ceil(n_train / batch_size)`` as the training loops take them),
-    seeds and, for classification, the attacked sequences per run; value-softmax: steps of
-    each step size and seeds."""
+    never a number of another scale, and the one place the captions take a run size from.
+
+    Induction and classification: the model (layers, heads, hidden and FFN width), the task's
+    sequences (length, vocabulary; classification: signal tokens), the held-out sequences,
+    sequences x epochs in batches (the AdamW steps, ``epochs x ceil(n_train / batch_size)`` as
+    the training loops take them), seeds and, for classification, the attacked sequences per
+    run; value-softmax: steps of each step size and seeds."""
     if part not in _GRIDS:
         raise ValueError(f"unknown dynamics part {part!r}; known: {sorted(_GRIDS)}")
     complete = {
@@ -608,7 +650,7 @@ def run_size(part: str, specs: Iterable[Mapping[str, Any]]) -> str:
             f"{n_train:,} sequences x {epochs} epoch{'s' if epochs != 1 else ''} in batches of "
             f"{batch} ({steps:,} AdamW steps at lr {lr:g})"
         )
-    text = f"{runs}: {'; '.join(parts)}, {seeds}"
+    text = f"{runs}: {_model_and_task(part, full)}; trained on {'; '.join(parts)}; {seeds}"
     if part == "classification":
         attacks = sorted({f["n_attack"] for f in full})
         text += f", up to {' or '.join(map(str, attacks))} attacked sequences per run"
