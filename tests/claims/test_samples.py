@@ -1,5 +1,6 @@
 """What sample decides each claim (sinkscope.claims.samples): every claim has one, its config
-keys exist, and claims.md states the run's values of them."""
+keys exist, claims.md states the run's values of them, and the power each config gives a claim
+(units had against units needed) matches what the checks count and what docs/claims.md prints."""
 
 from __future__ import annotations
 
@@ -10,8 +11,15 @@ import polars as pl
 from sinkscope.claims import verdicts as V
 from sinkscope.claims.registry import CLAIMS
 from sinkscope.claims.render import claims_markdown
-from sinkscope.claims.samples import SAMPLES, config_value
-from sinkscope.config import load_layered_config
+from sinkscope.claims.samples import (
+    SAMPLES,
+    Power,
+    config_value,
+    power_of,
+    power_table,
+    unanimous_runs_needed,
+)
+from sinkscope.config import load_layered_config, validate_config
 from sinkscope.defaults import STREAMING_PARAMS
 from tests.conftest import REPO, TINY
 
@@ -59,6 +67,67 @@ def test_claims_md_states_the_runs_sample() -> None:
     assert (
         "- `heads.sinks_common`: the extraction's sequences per pair (bootstrap over them; a "
         "pooled row resamples each dataset's own, so its floor is per dataset); "
-        "this run: `extraction.n_sequences` = 2"
+        "this run: `extraction.n_sequences` = 2, `claims.intervals.min_units` = 20; needs 20 "
+        "sequences per dataset, has 2 (too few: its rows are inconclusive)"
     ) in text
     assert "## What decides each claim" not in claims_markdown(table)
+
+
+#: The scales docs/claims.md compares, as its table names them.
+SCALES = {
+    "short (`config.yaml`)": [REPO / "config.yaml"],
+    "full offline (`+ config/offline-full.yaml`)": [
+        REPO / "config.yaml",
+        REPO / "config" / "offline-full.yaml",
+    ],
+    "paper (`config/paper.yaml`)": [REPO / "config" / "paper.yaml"],
+}
+
+
+def test_the_power_counts_what_the_checks_count() -> None:
+    """Independent counts: the tiny config by hand (2 sequences; 96-token stream, largest window
+    32, blocks of 16: (96 - 32 - 1) // 16 = 3 blocks; one seed per setup), Wilson's unanimous
+    share first excluding 0.5 at 4 of 4 ([0.51, 1]), and the short run's by hand."""
+    from sinkscope.claims.intervals import wilson_interval
+
+    tiny = validate_config(load_layered_config([TINY]))
+    assert power_of("heads.sinks_common", tiny) == Power(2, 20, "sequences per dataset")
+    assert power_of("streaming.eviction_hurts", tiny) == Power(3, 20, "blocks of scored positions")
+    assert power_of("dynamics.flip_rate_decreases", tiny) == Power(1, 2, "seeds per setup")
+    assert not power_of("dynamics.softmax_sinks_emerge", tiny).enough
+    assert power_of("costs.backcopy_slopes", tiny) is None
+    assert power_of("oversmoothing.predicted_signs", tiny).enough  # the model's heads
+    assert unanimous_runs_needed() == 4
+    assert wilson_interval(3, 3)[0] <= 0.5 < wilson_interval(4, 4)[0]
+    short = validate_config(load_layered_config([REPO / "config.yaml"]))
+    # 256-token stream, windows 32 and 64: (256 - 64 - 1) // 16
+    assert power_of("streaming.eviction_hurts", short).have == 11
+    assert power_of("streaming.sinks_restore", short).have == 8
+    assert power_of("dynamics.logistic_polarizes", short).have == 5
+
+
+def test_the_tiny_runs_eviction_rows_have_the_blocks_the_power_counts(tiny_run) -> None:
+    """The power of streaming.eviction_hurts is the fewest blocks any window's row resamples:
+    read back from the tiny run's own claims table, whose rows name their scored positions."""
+    import re
+
+    claims = pl.read_csv(tiny_run / "results" / "claims.csv")
+    rows = claims.filter(pl.col("claim_id") == "streaming.eviction_hurts")
+    positions = [
+        int(m.group(1))
+        for text in rows["interval"].drop_nulls()
+        if (m := re.search(r"over (\d+) scored positions", text))
+    ]
+    assert positions
+    tiny = validate_config(load_layered_config([TINY]))
+    block = tiny["claims"]["intervals"]["block_tokens"]
+    assert min(positions) // block == power_of("streaming.eviction_hurts", tiny).have
+
+
+def test_the_claims_guide_prints_each_scales_power() -> None:
+    """docs/claims.md's table of what decides each claim at each scale is
+    :func:`power_table` of the three configs: a change to a scale or a floor moves it."""
+    configs = {name: validate_config(load_layered_config(files)) for name, files in SCALES.items()}
+    table = power_table(configs, [claim.id for claim in CLAIMS])
+    guide = (REPO / "docs" / "claims.md").read_text()
+    assert table in guide, "docs/claims.md should hold this table:\n" + table

@@ -9,19 +9,135 @@ more units would decide it (:func:`sinkscope.claims.intervals.needed_units`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from sinkscope.dynamics.grids import POLARIZATION_SEEDS
 
-__all__ = ["SAMPLES", "Sample", "config_value", "sample_lines"]
+__all__ = [
+    "SAMPLES",
+    "Power",
+    "Sample",
+    "config_value",
+    "power_of",
+    "power_table",
+    "power_text",
+    "sample_lines",
+    "unanimous_runs_needed",
+]
+
+
+class Power(NamedTuple):
+    """How many sampling units a config gives a claim (``have``) against how many its verdict
+    needs (``need``), in ``units``. ``have`` None: the count is fixed by the model (its heads),
+    not by the config, so every scale has it."""
+
+    have: int | None
+    need: int
+    units: str
+
+    @property
+    def enough(self) -> bool:
+        return self.have is None or self.have >= self.need
 
 
 class Sample(NamedTuple):
-    """The sampling unit of a claim and the config keys that set its count."""
+    """The sampling unit of a claim, the config keys that set its count and, where a verdict
+    needs a least count of units, how to read it off a validated config (``power``; None: a
+    closed form or a deterministic optimum, which any scale decides)."""
 
     unit: str
     keys: tuple[str, ...] = ()
+    power: Callable[[Mapping[str, Any]], Power] | None = None
+
+
+def unanimous_runs_needed(level: float = 0.95) -> int:
+    """The fewest runs whose unanimous share (n of n) has a Wilson interval excluding 0.5: the
+    least seeds of a polarization claim (:func:`sinkscope.claims.intervals.wilson_interval`)."""
+    from sinkscope.claims.intervals import wilson_interval
+
+    n = 1
+    while wilson_interval(n, n, level)[0] <= 0.5:
+        n += 1
+    return n
+
+
+def _min_units(config: Mapping[str, Any]) -> int:
+    return int(config["claims"]["intervals"]["min_units"])
+
+
+def _sequences(config: Mapping[str, Any]) -> Power:
+    return Power(
+        int(config["extraction"]["n_sequences"]), _min_units(config), "sequences per dataset"
+    )
+
+
+def _any_sequence(config: Mapping[str, Any]) -> Power:
+    # a universal claim: one counterexample refutes it, and a sample of any size bounds the
+    # unseen share (about 3 / N)
+    return Power(int(config["extraction"]["n_sequences"]), 1, "sequences per dataset")
+
+
+def _heads(config: Mapping[str, Any]) -> Power:
+    return Power(None, 1, "the model's heads")
+
+
+def _long_context(config: Mapping[str, Any]) -> Power:
+    long_context = config["geometry"]["long_context"]
+    return Power(int(long_context["n_sequences"]), 1, "long-context sequences per dataset")
+
+
+def _recomputed(config: Mapping[str, Any]) -> Power:
+    from sinkscope.config import streaming_params
+
+    params = streaming_params(config)
+    return Power(int(params["recompute_samples"]), _min_units(config), "re-computed queries")
+
+
+def _blocks(config: Mapping[str, Any]) -> Power:
+    # the evicting positions of the largest window: after the window's first position (the
+    # window and BOS) to the stream's end (sinkscope.streaming.summary.eviction_excess)
+    from sinkscope.config import streaming_params
+
+    params = streaming_params(config)
+    scored = int(params["stream_length"]) - max(int(w) for w in params["window_sizes"]) - 1
+    block = int(config["claims"]["intervals"]["block_tokens"])
+    return Power(max(scored, 0) // block, _min_units(config), "blocks of scored positions")
+
+
+def _fewest_seeds(
+    specs: Iterable[Mapping[str, Any]], setup: Callable[[Mapping[str, Any]], Any]
+) -> int:
+    """The fewest seeds any one setup of ``specs`` runs (0 without specs)."""
+    seeds: dict[Any, set[Any]] = {}
+    for spec in specs:
+        seeds.setdefault(setup(spec), set()).add(spec["seed"])
+    return min((len(s) for s in seeds.values()), default=0)
+
+
+def _without_seed(spec: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, repr(v)) for k, v in spec.items() if k not in ("seed", "id")))
+
+
+def _dynamics_seeds(part: str, need: int) -> Callable[[Mapping[str, Any]], Power]:
+    def power(config: Mapping[str, Any]) -> Power:
+        from sinkscope.dynamics.grids import dynamics_jobs
+
+        specs = list(dynamics_jobs(config["dynamics"])[part].values())
+        if part == "value_softmax":  # the polarization claims read the untied runs
+            specs = [spec for spec in specs if spec.get("experiment") == "untied"]
+            have = _fewest_seeds(specs, lambda spec: spec["id"].split("-seed=")[0])
+        else:
+            have = _fewest_seeds(specs, _without_seed)
+        return Power(have, need, "seeds per setup")
+
+    return power
+
+
+def power_of(claim_id: str, config: Mapping[str, Any]) -> Power | None:
+    """The :class:`Power` of ``claim_id`` under a validated ``config`` (None: no sample)."""
+    sample = SAMPLES[claim_id]
+    return None if sample.power is None else sample.power(config)
 
 
 _SEQUENCES = ("extraction.n_sequences",)
@@ -31,26 +147,32 @@ _HEAD_SHARES = Sample(
     "the extraction's sequences per pair (bootstrap over them; a pooled row resamples each "
     "dataset's own, so its floor is per dataset)",
     (*_SEQUENCES, _MIN_UNITS),
+    _sequences,
 )
 _HEAD_DIFFERENCES = Sample(
     "the extraction's sequences per pair: a bootstrap over them of the mean over the model's "
     "heads, each head's value the mean over the drawn sequences, at the largest T' (a pooled row "
     "resamples each dataset's own, so its floor is per dataset)",
     (*_SEQUENCES, "oversmoothing.context_lengths", _MIN_UNITS),
+    _sequences,
 )
 _PREDICTIONS = Sample(
     "the non-sink heads of the model (Wilson / Newcombe intervals over heads), at the largest T'",
     ("oversmoothing.context_lengths",),
+    _heads,
 )
 _POLARIZATION = Sample(
     "gradient-flow runs per variant, one per seed (Wilson interval over them; the untied runs "
     f"have the {len(POLARIZATION_SEEDS)} seeds of dynamics.grids.POLARIZATION_SEEDS, of which "
     "a unanimous share excludes 0.5)",
     ("dynamics.value_softmax.select",),
+    _dynamics_seeds("value_softmax", unanimous_runs_needed()),
 )
 _INDUCTION = Sample(
-    "induction runs per setup (one per seed) and their layer-2 heads",
+    "induction runs per setup (one per seed: the range over the seeds decides, so one seed "
+    "decides nothing) and their layer-2 heads",
     ("dynamics.induction.select", "dynamics.induction.overrides"),
+    _dynamics_seeds("induction", 2),
 )
 _BACKCOPY = Sample(
     "backcopy runs per pattern over T and seeds", ("costs.backcopy.T", "costs.backcopy.seeds")
@@ -71,6 +193,7 @@ SAMPLES: dict[str, Sample] = {
         "universal claim, refuted by one cosine at the bound; without one, fewer than about "
         "3 / N of all sequences could hold one, the exact bound the row states)",
         _SEQUENCES,
+        _any_sequence,
     ),
     "geometry.sink_representable": Sample(
         "points of the long-context sequences (more than d_model for the test to be able to "
@@ -83,26 +206,32 @@ SAMPLES: dict[str, Sample] = {
             "geometry.long_context.points_per_dim",
             "geometry.long_context.solve_seconds",
         ),
+        _long_context,
     ),
     "geometry.value_rank_full": Sample(
         "the extraction's sequences per pair: a bootstrap over them of the lowest middle-layer "
         "median of the value ranks per (layer, kv head, sequence) (a pooled row resamples each "
         "dataset's own, so its floor is per dataset)",
         (*_SEQUENCES, _MIN_UNITS),
+        _sequences,
     ),
     "geometry.sink_bos_value_small": Sample(
         "the model's heads pooled over datasets (bootstrap over heads); fixed by the model",
+        (),
+        _heads,
     ),
     "oversmoothing.approximation_every_head": Sample(
         "the extraction's sequences per pair: a bootstrap over them of the largest error over "
         "every head, each resample recomputing rho and rho_hat from its sequences (a pooled "
         "row resamples each dataset's own, so its floor is per dataset), at the largest T'",
         (*_SEQUENCES, "oversmoothing.context_lengths", _MIN_UNITS),
+        _sequences,
     ),
     "oversmoothing.approximation_most_heads": Sample(
         "the model's heads (Wilson interval over the heads, each counted once when datasets "
         "are pooled), at the largest T'; fixed by the model",
         ("oversmoothing.context_lengths",),
+        _heads,
     ),
     "oversmoothing.approximation_mean": Sample(
         "the extraction's sequences per pair: a bootstrap over them of the head-averaged curves' "
@@ -110,6 +239,7 @@ SAMPLES: dict[str, Sample] = {
         "rho_hat at every T' (a pooled row resamples each dataset's own, so its floor is per "
         "dataset)",
         (*_SEQUENCES, "oversmoothing.context_lengths", _MIN_UNITS),
+        _sequences,
     ),
     "oversmoothing.w_decreases": _HEAD_DIFFERENCES,
     "oversmoothing.attention_raises": _HEAD_DIFFERENCES,
@@ -123,6 +253,7 @@ SAMPLES: dict[str, Sample] = {
         "over layers and T' (a pooled row resamples each dataset's own, so its floor is per "
         "dataset)",
         (*_SEQUENCES, "oversmoothing.context_lengths", _MIN_UNITS),
+        _sequences,
     ),
     "costs.backcopy_slopes": _BACKCOPY,
     "costs.backcopy_sink_cheaper": _BACKCOPY,
@@ -136,15 +267,18 @@ SAMPLES: dict[str, Sample] = {
             "claims.intervals.block_tokens",
             _MIN_UNITS,
         ),
+        _blocks,
     ),
     "streaming.first_token_sink": Sample(
         "the extraction's sequences of a corpus, the same with and without BOS (a paired "
         "bootstrap over them of the no-BOS / BOS sink-share ratio)",
         (*_SEQUENCES, _MIN_UNITS),
+        _sequences,
     ),
     "streaming.sinks_restore": Sample(
         "re-computed queries per window (bootstrap over them)",
         ("streaming.params.recompute_samples", "streaming.params.n_streams", _MIN_UNITS),
+        _recomputed,
     ),
     "dynamics.logistic_polarizes": _POLARIZATION,
     "dynamics.square_no_polarization": _POLARIZATION,
@@ -152,8 +286,10 @@ SAMPLES: dict[str, Sample] = {
     "dynamics.softmax_sinks_emerge": _INDUCTION,
     "dynamics.other_switch_replaces_sink": _INDUCTION,
     "dynamics.flip_rate_decreases": Sample(
-        "attacked sequences per run (Newcombe) and training seeds (bootstrap over seeds)",
+        "attacked sequences per run (Newcombe) and training seeds (bootstrap over seeds; one "
+        "seed decides nothing)",
         ("dynamics.classification.select",),
+        _dynamics_seeds("classification", 2),
     ),
 }
 
@@ -174,12 +310,51 @@ def config_value(config: Mapping[str, Any], key: str) -> Any:
     return node if node not in ({}, None) else "default"
 
 
+def power_text(power: Power | None) -> str:
+    """What a claim's verdict needs and whether a config gives it, in words."""
+    if power is None:
+        return "no sample: a closed form or a deterministic optimum decides it at any scale"
+    if power.have is None:
+        return f"decided on {power.units}, the same at every scale"
+    verdict = "enough" if power.enough else "too few: its rows are inconclusive"
+    return f"needs {power.need} {power.units}, has {power.have} ({verdict})"
+
+
 def sample_lines(config: Mapping[str, Any], claim_ids: list[str]) -> list[str]:
-    """One Markdown bullet per claim: its sampling unit and the run's values of the keys that
-    set its count."""
+    """One Markdown bullet per claim: its sampling unit, the run's values of the keys that set
+    its count, and how many units its verdict needs against how many this run has
+    (:func:`power_of`)."""
     lines = []
     for claim_id in claim_ids:
         sample = SAMPLES[claim_id]
         values = ", ".join(f"`{key}` = {config_value(config, key)}" for key in sample.keys)
-        lines.append(f"- `{claim_id}`: {sample.unit}" + (f"; this run: {values}" if values else ""))
+        lines.append(
+            f"- `{claim_id}`: {sample.unit}"
+            + (f"; this run: {values}" if values else "")
+            + f"; {power_text(power_of(claim_id, config))}"
+        )
     return lines
+
+
+def power_table(configs: Mapping[str, Mapping[str, Any]], claim_ids: Iterable[str]) -> str:
+    """A Markdown table, one row per claim: what its verdict needs, and what each named validated
+    config gives it (issue 34 item 2: which scale decides which claim)."""
+    names = list(configs)
+    lines = [
+        "| claim | needs | " + " | ".join(names) + " |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    for claim_id in claim_ids:
+        powers = [power_of(claim_id, config) for config in configs.values()]
+        first = next((p for p in powers if p is not None), None)
+        if first is None:
+            needs, cells = "no sample (closed form or deterministic optimum)", ["any"] * len(names)
+        elif first.have is None:
+            needs, cells = first.units, ["any"] * len(names)
+        else:
+            needs = f"{first.need} {first.units}"
+            cells = [
+                f"{p.have}" + ("" if p.enough else " (too few)") for p in powers if p is not None
+            ]
+        lines.append(f"| `{claim_id}` | {needs} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -21,6 +21,8 @@ from sinkscope.claims.intervals import (
 from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
+    NOT_REPRODUCED,
+    REPRODUCED,
     SYNTHETIC,
     Interval,
     Reading,
@@ -282,7 +284,13 @@ def check_other_switch_replaces_sink(
     One row per (switch, positional encoding, weight decay). A switch that does not keep the
     accuracy is "not reproduced" (the prediction includes that the task is still solved); a
     setup whose softmax runs did not all learn has no reference and is not applicable.
-    """
+
+    Against the seed-to-seed spread (issue 34 item 3): with one run per setup the row is
+    inconclusive (:data:`ONE_SEED_TEXT`); with several, the sink-head share's drop is read on
+    the seeds' ranges (from the reference's smallest minus the switch's largest share to the
+    reverse, the row's interval): reproduced only when every pairing of seeds drops by the
+    tolerance, inconclusive when the ranges overlap across it. The BOS share and the accuracy
+    are compared on their means over the seeds."""
     require(by_setup, ["attention", "switch"], "induction by_setup")
     softmax = by_setup.filter(pl.col("attention") == "softmax")
     test = (
@@ -306,19 +314,45 @@ def check_other_switch_replaces_sink(
         share_drop = b["idle_bos_share"] - r["idle_bos_share"]
         accuracy_drop = b["accuracy_mean"] - r["accuracy_mean"]
         learned = f"{r['learned_runs']}/{r['runs']} runs learned"
-        return Reading(
-            setting,
+        measured = (
             f"sink heads {b['sink_proportion_mean']:.2f} -> {r['sink_proportion_mean']:.2f}; "
             f"first-half BOS share {b['idle_bos_share']:.2f} -> {r['idle_bos_share']:.2f}; "
-            f"accuracy {b['accuracy_mean']:.2f} -> {r['accuracy_mean']:.2f}",
-            sink_drop,
-            sink_drop >= min_sink_share_drop
-            and share_drop >= min_bos_share_drop
-            and accuracy_drop <= max_accuracy_drop,
+            f"accuracy {b['accuracy_mean']:.2f} -> {r['accuracy_mean']:.2f}"
+        )
+        text = (
             f"drops: sink-head share {sink_drop:+.2f}, first-half BOS share {share_drop:+.2f}, "
             f"accuracy {accuracy_drop:+.2f} ({learned}; first-half switch mass "
-            f"{r['idle_switch_mass']:.2f})",
+            f"{r['idle_switch_mass']:.2f})"
         )
+        runs = min(int(b["runs"]), int(r["runs"]))
+        if runs < 2:
+            return Reading(
+                setting,
+                measured,
+                sink_drop,
+                None,
+                f"{text}; {ONE_SEED_TEXT}: needs 2 or more seeds (dynamics.induction select seed)",
+                verdict=INCONCLUSIVE,
+            )
+        over_seeds = Interval(
+            float(b["sink_proportion_min"]) - float(r["sink_proportion_max"]),
+            float(b["sink_proportion_max"]) - float(r["sink_proportion_min"]),
+            f"range over the {runs}+ seeds of each setup (the sink-head share's drop)",
+            1.0,
+        )
+        verdict = combine(
+            [
+                decide(over_seeds, min_sink_share_drop, above=True),
+                REPRODUCED if share_drop >= min_bos_share_drop else NOT_REPRODUCED,
+                REPRODUCED if accuracy_drop <= max_accuracy_drop else NOT_REPRODUCED,
+            ]
+        )
+        if verdict == INCONCLUSIVE:
+            text += (
+                "; the seeds' sink-head shares overlap across the tolerance: needs more seeds "
+                "(dynamics.induction select seed)"
+            )
+        return Reading(setting, measured, sink_drop, None, text, over_seeds, verdict)
 
     switched = softmax.filter(pl.col("switch") != NO_SWITCH)
     if switched.height == 0:
@@ -342,6 +376,8 @@ def check_other_switch_replaces_sink(
         "learned_runs",
         "accuracy_mean",
         "sink_proportion_mean",
+        "sink_proportion_min",
+        "sink_proportion_max",
         "idle_bos_share",
         "idle_switch_mass",
     ]
