@@ -88,7 +88,7 @@ def test_a_configfile_replaces_config_yaml_and_files_layer_left_to_right(tmp_pat
     full = ("--configfile", "config.yaml", str(REPO / "config" / "offline-full.yaml"))
     counts = job_counts(snakemake(tmp_path, "-n", *full).stdout)
     assert counts["extract_activations"] == 10  # 2 models x (4 corpora + alice without BOS)
-    assert counts["dynamics_induction_run"] == 36 and counts["dynamics_value_softmax_run"] == 63
+    assert counts["dynamics_induction_run"] == 60 and counts["dynamics_value_softmax_run"] == 63
     assert default["dynamics_induction_run"] < counts["dynamics_induction_run"]
 
 

@@ -104,6 +104,15 @@ def test_the_power_counts_what_the_checks_count() -> None:
     assert power_of("streaming.eviction_hurts", short).have == 11
     assert power_of("streaming.sinks_restore", short).have == 8
     assert power_of("dynamics.logistic_polarizes", short).have == 5
+    # the short run selects seed 0 and no switch; the full scale adds seeds 1 and 2 of the sink
+    # claim's setups (and keeps one seed per switch)
+    full = validate_config(
+        load_layered_config([REPO / "config.yaml", REPO / "config" / "offline-full.yaml"])
+    )
+    assert power_of("dynamics.softmax_sinks_emerge", short).have == 1
+    assert power_of("dynamics.softmax_sinks_emerge", full).have == 3
+    assert power_of("dynamics.other_switch_replaces_sink", short).have == 0
+    assert power_of("dynamics.other_switch_replaces_sink", full).have == 1
 
 
 def test_the_tiny_runs_eviction_rows_have_the_blocks_the_power_counts(tiny_run) -> None:

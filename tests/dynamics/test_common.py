@@ -33,11 +33,12 @@ def test_dynamics_jobs_of_the_default_and_paper_scales() -> None:
     default = dynamics_jobs({})
     assert {part: len(jobs) for part, jobs in default.items()} == {
         "value_softmax": 63,  # 9 untied runs x 5 seeds, 9 tied and regression runs x 2
-        "induction": 36,
+        "induction": 60,  # 26 of Table 1 and the PE axis, 24 later seeds, 10 switches
         "classification": 18,
     }
     assert all(spec["id"] == run for jobs in default.values() for run, spec in jobs.items())
-    # Table 1's 26 runs keep their ids; each other switch is a softmax run of the same setups
+    # Table 1's 26 runs keep their ids (seed 0); each other switch is a softmax run of the same
+    # setups
     switched = [spec for spec in default["induction"].values() if "switch" in spec]
     assert len(switched) == 10
     assert {s["switch"] for s in switched} == set(grids.SWITCHES[1:])
@@ -57,9 +58,12 @@ def test_dynamics_jobs_of_the_default_and_paper_scales() -> None:
             "classification": {"enabled": False},
         }
     )
-    assert len(one["induction"]) == 2 and not one["classification"]
+    # softmax at RoPE: 2 weight decays x the sink claim's 3 seeds
+    assert len(one["induction"]) == 2 * len(grids.INDUCTION_SINK_SEEDS)
+    assert not one["classification"]
     # softmax selects its other switches too (the same softmax head with another switch)
-    assert len(dynamics_jobs({"induction": {"select": softmax}})["induction"]) == 12
+    # and with its 5 other switches x 2 weight decays
+    assert len(dynamics_jobs({"induction": {"select": softmax}})["induction"]) == 6 + 10
 
 
 def test_bad_dynamics_sections_are_rejected_naming_the_key(default_config: dict) -> None:
@@ -111,7 +115,7 @@ def test_grids_are_torch_free_and_re_exported() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split()
-    assert out == ["36", "False"]
+    assert out == ["60", "False"]
     from sinkscope.dynamics import classification, common, induction, value_softmax
 
     assert induction.PAPER_INDUCTION is grids.PAPER_INDUCTION

@@ -155,7 +155,14 @@ def test_model_variants_build_and_grids() -> None:
             logits, atts = model(x)
             assert logits.shape == (5, 13, 101 if distinct else 51) and len(atts) == 2
     default, paper = induction_grid("default"), induction_grid("paper")
-    assert len({s["id"] for s in default}) == len(default) == 26 + 5 * 2
+    # 26 setups of seed 0, seeds 1 and 2 of the sink claim's 12 (softmax and the 5 un-normalised
+    # variants x 2 weight decays, RoPE), 5 switches x 2 weight decays
+    assert len({s["id"] for s in default}) == len(default) == 26 + 12 * 2 + 5 * 2
+    later = [s for s in default if s["seed"] > 0]
+    assert {s["seed"] for s in later} == {1, 2}
+    assert all(s["attention"] == "softmax" or not s["normalize"] for s in later)
+    assert all(s["positional"] == "rope" and "switch" not in s for s in later)
+    assert len({(s["attention"], s["normalize"], s["weight_decay"]) for s in later}) == 12
     assert len({s["id"] for s in paper}) == len(paper) == 11 * 3 * 2 * 3 + 5 * 3 * 2 * 3
     assert [s["id"] for s in default] == [s["id"] for s in induction_grid("default")]
     small = induction_grid("default", {"n_train": 640})

@@ -30,7 +30,7 @@ def test_the_full_scale_induction_grid_draws_readable_figures(tmp_path) -> None:
     tiny = {"hidden": 16, "ffn": 32, "n_heads": 2, "n_train": 64, "n_eval": 16}
     tiny |= {"batch_size": 32, "curve_every": 1}
     specs = induction_grid("default", overrides=tiny)
-    assert len(specs) == 36
+    assert len(specs) == 60
     summary = summarize_induction([run_induction(spec) for spec in specs])
     assert summary["by_setup"]["variant"].n_unique() == 16
     for name, draw in figures("induction", summary).items():

@@ -119,11 +119,15 @@ def _without_seed(spec: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, repr(v)) for k, v in spec.items() if k not in ("seed", "id")))
 
 
-def _dynamics_seeds(part: str, need: int) -> Callable[[Mapping[str, Any]], Power]:
+def _dynamics_seeds(
+    part: str, need: int, keep: Callable[[Mapping[str, Any]], bool] = lambda spec: True
+) -> Callable[[Mapping[str, Any]], Power]:
+    """The fewest seeds of the setups of ``part`` that the claim reads (``keep``)."""
+
     def power(config: Mapping[str, Any]) -> Power:
         from sinkscope.dynamics.grids import dynamics_jobs
 
-        specs = list(dynamics_jobs(config["dynamics"])[part].values())
+        specs = [s for s in dynamics_jobs(config["dynamics"])[part].values() if keep(s)]
         if part == "value_softmax":  # the polarization claims read the untied runs
             specs = [spec for spec in specs if spec.get("experiment") == "untied"]
             have = _fewest_seeds(specs, lambda spec: spec["id"].split("-seed=")[0])
@@ -132,6 +136,29 @@ def _dynamics_seeds(part: str, need: int) -> Callable[[Mapping[str, Any]], Power
         return Power(have, need, "seeds per setup")
 
     return power
+
+
+def _softmax_sinks_seeds(config: Mapping[str, Any]) -> Power:
+    """The fewest seeds of the runs dynamics.softmax_sinks_emerge compares: softmax and the
+    un-normalised variants without another switch, at each (positional encoding, weight decay)
+    where both ran (elsewhere the check has nothing to compare and is not applicable)."""
+    from sinkscope.dynamics.grids import dynamics_jobs
+
+    runs = [
+        spec
+        for spec in dynamics_jobs(config["dynamics"])["induction"].values()
+        if "switch" not in spec and (spec["attention"] == "softmax" or not spec["normalize"])
+    ]
+    setups: dict[tuple[Any, Any], set[bool]] = {}
+    for spec in runs:
+        setups.setdefault((spec["positional"], spec["weight_decay"]), set()).add(
+            spec["attention"] == "softmax"
+        )
+    compared = {setup for setup, kinds in setups.items() if kinds == {True, False}}
+    have = _fewest_seeds(
+        (s for s in runs if (s["positional"], s["weight_decay"]) in compared), _without_seed
+    )
+    return Power(have, 2, "seeds per setup")
 
 
 def power_of(claim_id: str, config: Mapping[str, Any]) -> Power | None:
@@ -168,12 +195,10 @@ _POLARIZATION = Sample(
     ("dynamics.value_softmax.select",),
     _dynamics_seeds("value_softmax", unanimous_runs_needed()),
 )
-_INDUCTION = Sample(
+_INDUCTION = (
     "induction runs per setup (one per seed: the range over the seeds decides, so one seed "
-    "decides nothing) and their layer-2 heads",
-    ("dynamics.induction.select", "dynamics.induction.overrides"),
-    _dynamics_seeds("induction", 2),
 )
+_INDUCTION_KEYS = ("dynamics.induction.select", "dynamics.induction.overrides")
 _BACKCOPY = Sample(
     "backcopy runs per pattern over T and seeds", ("costs.backcopy.T", "costs.backcopy.seeds")
 )
@@ -283,8 +308,17 @@ SAMPLES: dict[str, Sample] = {
     "dynamics.logistic_polarizes": _POLARIZATION,
     "dynamics.square_no_polarization": _POLARIZATION,
     "dynamics.unnormalized_no_polarization": _POLARIZATION,
-    "dynamics.softmax_sinks_emerge": _INDUCTION,
-    "dynamics.other_switch_replaces_sink": _INDUCTION,
+    "dynamics.softmax_sinks_emerge": Sample(
+        _INDUCTION + "decides nothing) and their layer-2 heads: softmax and the un-normalised "
+        "variants",
+        _INDUCTION_KEYS,
+        _softmax_sinks_seeds,
+    ),
+    "dynamics.other_switch_replaces_sink": Sample(
+        _INDUCTION + "decides nothing) and their layer-2 heads: softmax with each other switch",
+        _INDUCTION_KEYS,
+        _dynamics_seeds("induction", 2, lambda s: "switch" in s),
+    ),
     "dynamics.flip_rate_decreases": Sample(
         "attacked sequences per run (Newcombe) and training seeds (bootstrap over seeds; one "
         "seed decides nothing)",
@@ -316,6 +350,8 @@ def power_text(power: Power | None) -> str:
         return "no sample: a closed form or a deterministic optimum decides it at any scale"
     if power.have is None:
         return f"decided on {power.units}, the same at every scale"
+    if power.have == 0:
+        return f"needs {power.need} {power.units}, none run (not applicable)"
     verdict = "enough" if power.enough else "too few: its rows are inconclusive"
     return f"needs {power.need} {power.units}, has {power.have} ({verdict})"
 
@@ -354,7 +390,9 @@ def power_table(configs: Mapping[str, Mapping[str, Any]], claim_ids: Iterable[st
         else:
             needs = f"{first.need} {first.units}"
             cells = [
-                f"{p.have}" + ("" if p.enough else " (too few)") for p in powers if p is not None
+                "not run" if p.have == 0 else f"{p.have}" + ("" if p.enough else " (too few)")
+                for p in powers
+                if p is not None
             ]
         lines.append(f"| `{claim_id}` | {needs} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
