@@ -187,6 +187,20 @@ def test_tokens_rotated_against_bos_are_representable_and_the_claim_holds() -> N
     assert row["verdict"] == V.REPRODUCED and row["value"] == 1.0
 
 
+def test_a_universal_pass_states_the_share_of_sequences_it_could_miss() -> None:
+    """Every pair of 4 long-context sequences holds: the row bounds the share of sequences that
+    could hold a failing pair unseen, 1 - 0.05^(1/4) = 52.7% (exact one-sided, by hand); with a
+    failing sequence there is nothing to bound."""
+    row = _verdict(_trivial_short(), _long_rows(_rotated(4)))
+    assert row["verdict"] == V.REPRODUCED
+    assert 1 - 0.05 ** (1 / 4) == pytest.approx(0.527, abs=5e-4)
+    assert "no failing pair among the 4 long-context sequences: fewer than 52.7%" in row["reason"]
+    half = np.random.default_rng(0).normal(size=(T // 2, D))
+    around = np.concatenate([[np.ones(D)], half, -half])[None]  # each token's negative too
+    row = _verdict(_trivial_short(), _long_rows(np.concatenate([_rotated(3), around])))
+    assert row["verdict"] == V.NOT_REPRODUCED and "fewer than" not in row["reason"]
+
+
 def _rotated(n_sequences: int, seed: int = 1) -> np.ndarray:
     """``Z`` of ``n_sequences`` sequences whose tokens all have ``z_i . u = 1`` and BOS ``-3u``:
     both sets lie in an open half-space (the test above), with ``T = 20`` points in ``D = 6``

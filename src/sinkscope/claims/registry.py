@@ -245,7 +245,9 @@ CLAIMS: tuple[Claim, ...] = (
         "holds in all middle layers ('allowing each attention head to produce any sink pattern')",
         ("geometry_statements",),
         lambda tb, t: check_sink_representable(
-            tb["geometry_statements"], t["geometry"]["representable_min_fraction"]
+            tb["geometry_statements"],
+            t["geometry"]["representable_min_fraction"],
+            float(t["intervals"]["level"]),
         ),
     ),
     Claim(

@@ -159,7 +159,7 @@ def check_bos_cosine_middle_layers(
 
 
 def check_sink_representable(
-    statements: pl.DataFrame, representable_min_fraction: float
+    statements: pl.DataFrame, representable_min_fraction: float, level: float = 0.95
 ) -> list[Row]:
     """§4 / Prop. 4.1: the sink is representable: the proposition's half-space condition holds for
     the tokens that attend to BOS in sink heads (reads the ``sink_representable`` rows of the
@@ -171,7 +171,10 @@ def check_sink_representable(
     is not applicable. Where the statement's ``basis`` is ``"long_context"`` the pairs are those
     of the long sequences (``T' > d_model`` tokens, where the test can fail) and the set tested
     is every token (``J = [T']``, Figure 1's "any sink pattern", which implies the condition for
-    every sink-attending ``J``); otherwise the sink-attending tokens at the extraction's ``T``."""
+    every sink-attending ``J``); otherwise the sink-attending tokens at the extraction's ``T``.
+    Where every long-context pair holds, the reason bounds the share of sequences that could
+    hold a failing pair unseen (:func:`unseen_share_bound` over the long-context sequences, at
+    ``level``), as for the other universal claim of §4."""
     from sinkscope.geometry.names import BASIS_LONG_CONTEXT, NULL_PROBABILITY_MAX
 
     require(
@@ -249,7 +252,17 @@ def check_sink_representable(
                 interval,
                 verdict=INCONCLUSIVE,
             )
-        return Reading(setting, measured, value, passed, r["statement"], interval)
+        reason = r["statement"]
+        n_seq = r.get("n_sequences")
+        if passed and value == 1.0 and n_seq and r.get("basis") == BASIS_LONG_CONTEXT:
+            # "every sink pattern, every sequence" is universal: bound what the sample has not seen
+            reason += (
+                f"; a universal claim with no failing pair among the {n_seq} long-context "
+                f"sequences: fewer than {pct(unseen_share_bound(int(n_seq), level))} of "
+                f"sequences hold one (exact one-sided {100 * level:.0f}% bound; more: "
+                "geometry.long_context.n_sequences)"
+            )
+        return Reading(setting, measured, value, passed, reason, interval)
 
     rep = statements.filter(pl.col("claim") == "sink_representable").sort("model")
     return rows_per(
@@ -441,6 +454,9 @@ STATEMENT_SCHEMA: dict[str, Any] = {
     # decided Gaussian-null sets in an open half-space (geometry.halfspace.null_pass_fraction)
     "n_undecided": pl.Int64,
     "null_pass_fraction": pl.Float64,
+    # long context only: the sequences the pairs come from (summed over datasets), the
+    # independent unit of the universal claim's bound (unseen_share_bound)
+    "n_sequences": pl.Int64,
 }
 
 
@@ -508,6 +524,7 @@ def sink_representable_statements(
                     "null_probability": wendel_probability(int(r["seq_len"]) - 1, int(r["dim"])),
                     "n_undecided": r["n_undecided"],
                     "null_pass_fraction": null_pass_fraction(r),
+                    "n_sequences": r.get("n_sequences"),
                 }
             )
         elif s is not None and s.height:
