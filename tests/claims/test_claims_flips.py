@@ -1222,3 +1222,37 @@ def test_dense_heads_raise_more_resamples_dense_and_all_heads_together() -> None
             f"{more} of the 75 dense heads raise rho more than the mean over all 200"
             in (row["reason"])
         ), row["reason"]
+
+
+def test_most_heads_is_read_over_the_heads_and_over_the_sequences() -> None:
+    """``oversmoothing.approximation_most_heads`` with its per-sequence terms: both units must
+    agree. 36 of 40 heads far inside the bound and 4 far outside, on 30 sequences: reproduced;
+    the reverse: not reproduced. Every head just inside the bound (0.099) with noisy sequences:
+    over the heads 40 of 40 (Wilson [0.91, 1]), but a resample of the sequences puts each head
+    on either side, so the share over sequences straddles 0.5: inconclusive. The first case
+    on 8 sequences: under claims.intervals.min_units, inconclusive."""
+    inside, outside = [0.01] * 36, [APPROX + 0.2] * 4
+    holding = claim_verdicts(
+        "oversmoothing.approximation_most_heads", approximation_by_sequence(inside + outside)
+    )
+    assert set(holding) == {V.REPRODUCED}
+    failing = claim_verdicts(
+        "oversmoothing.approximation_most_heads",
+        approximation_by_sequence([0.01] * 4 + [APPROX + 0.2] * 36),
+    )
+    assert set(failing) == {V.NOT_REPRODUCED}
+    edge = approximation_by_sequence([APPROX - 0.001] * 40, spread=0.05)
+    table = R.evaluate_claims(
+        edge, None, claims=[REGISTRY["oversmoothing.approximation_most_heads"]]
+    )
+    assert set(table["verdict"]) == {V.INCONCLUSIVE}  # the pair's row and the pooled one
+    row = table.filter(pl.col("dataset") == "d").row(0, named=True)
+    assert row["value"] == 1.0
+    assert "bootstrap over the 30 sequences" in row["interval"]
+    assert row["ci_low"] < MOST < row["ci_high"]
+    assert "over the heads: 95% [0.91" in row["reason"]
+    few = claim_verdicts(
+        "oversmoothing.approximation_most_heads",
+        approximation_by_sequence(inside + outside, n_seq=8),
+    )
+    assert set(few) == {V.INCONCLUSIVE}

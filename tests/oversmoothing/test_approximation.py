@@ -15,6 +15,7 @@ from sinkscope.oversmoothing.approximation import HeadMaps, rho_hat_from_means, 
 from sinkscope.oversmoothing.moments import estimate_moments
 from sinkscope.oversmoothing.names import BY_SEQUENCE_COLUMNS, SEQUENCE_TERMS
 from sinkscope.oversmoothing.resampling import (
+    error_share_draws,
     lowest_similarity_draws,
     max_error_draws,
     relative_offset_draws,
@@ -117,8 +118,14 @@ def test_the_files_per_sequence_terms_give_the_per_head_table(extracted) -> None
     found = rho_hat_from_means(terms, means["beta"].to_numpy())
     np.testing.assert_allclose(found, per_head["rhohat_xwz"], rtol=1e-5, atol=1e-7)
     sample, _ = max_error_draws([by_sequence], 10, np.random.default_rng(0))
-    largest = per_head.filter(pl.col("context_length") == 16)["abs_err_xwz"].max()
-    assert sample == pytest.approx(largest, rel=1e-4, abs=1e-7)
+    errors = per_head.filter(pl.col("context_length") == 16)["abs_err_xwz"]
+    assert sample == pytest.approx(errors.max(), rel=1e-4, abs=1e-7)
+    # the share within a bound half-way between two of the heads' errors (away from ties)
+    ordered = errors.sort().to_list()
+    bound = (ordered[len(ordered) // 2] + ordered[len(ordered) // 2 - 1]) / 2
+    share, shares = error_share_draws(bound)([by_sequence], 10, np.random.default_rng(0))
+    assert share == pytest.approx(float((errors < bound).mean()))
+    assert shares.shape == (10,) and ((0 <= shares) & (shares <= 1)).all()
     ratio, draws = relative_offset_draws([by_sequence], 10, np.random.default_rng(0))
     expected = approximation_offsets(tables["summary"])["rel_offset_xwz"][0]
     assert ratio == pytest.approx(expected, rel=1e-3, abs=1e-6) and draws.shape == (10,)

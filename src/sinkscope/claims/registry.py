@@ -298,6 +298,9 @@ CLAIMS: tuple[Claim, ...] = (
             tb["oversmoothing_per_head"],
             t["oversmoothing"]["approximation_error"],
             t["oversmoothing"]["most"],
+            float(t["intervals"]["level"]),
+            tb.get("oversmoothing_approximation_by_sequence"),
+            t["intervals"],
         ),
     ),
     Claim(

@@ -254,9 +254,11 @@ SAMPLES: dict[str, Sample] = {
     ),
     "oversmoothing.approximation_most_heads": Sample(
         "the model's heads (Wilson interval over the heads, each counted once when datasets "
-        "are pooled), at the largest T'; fixed by the model",
-        ("oversmoothing.context_lengths",),
-        _heads,
+        "are pooled) and the extraction's sequences each head's error is read on (a bootstrap "
+        "over them of the share, each resample recomputing rho and rho_hat), at the largest T'; "
+        "both must decide",
+        (*_SEQUENCES, "oversmoothing.context_lengths", _MIN_UNITS),
+        _sequences,
     ),
     "oversmoothing.approximation_mean": Sample(
         "the extraction's sequences per pair: a bootstrap over them of the head-averaged curves' "

@@ -28,6 +28,7 @@ from sinkscope.oversmoothing.names import SEQUENCE_TERMS
 
 __all__ = [
     "RESAMPLE_CHUNK",
+    "error_share_draws",
     "head_mean_draws",
     "lowest_similarity_draws",
     "max_error_draws",
@@ -71,6 +72,35 @@ def max_error_draws(
         for rows, rho, rho_hat in _resampled_rho(frame, ["layer", "head"], n_resamples, rng):
             largest[rows] = np.maximum(largest[rows], np.abs(rho - rho_hat).max(axis=1))
     return float(largest[0]), largest[1:]
+
+
+def error_share_draws(
+    tolerance: float,
+) -> Callable[[Sequence[pl.DataFrame], int, np.random.Generator], tuple[float, np.ndarray]]:
+    """The draws of the share of head readings whose ``|rho - rho_hat|`` (``X + W Z``) is below
+    ``tolerance`` (§5: "for most individual attention heads"), for
+    :func:`sinkscope.claims.resampling.sequence_interval`: every head of every stratum read as
+    :func:`max_error_draws` reads it (largest ``T'``, each resample recomputing ``rho`` and
+    ``rho_hat`` from its sequences), the share over all of them (a pooled row's heads once per
+    dataset, as its point reading counts them)."""
+
+    def draws(
+        strata: Sequence[pl.DataFrame], n_resamples: int, rng: np.random.Generator
+    ) -> tuple[float, np.ndarray]:
+        within = np.zeros(n_resamples + 1)
+        readings = 0
+        for frame in strata:
+            frame = frame.filter(pl.col("context_length") == pl.col("context_length").max())
+            for rows, rho, rho_hat in _resampled_rho(frame, ["layer", "head"], n_resamples, rng):
+                within[rows] += (np.abs(rho - rho_hat) < tolerance).sum(axis=1)
+                width = rho.shape[1]
+            readings += width
+        if not readings:
+            raise ValueError("error_share_draws needs at least one stratum")
+        share = within / readings
+        return float(share[0]), share[1:]
+
+    return draws
 
 
 #: Resamples evaluated at a time by :func:`_resampled_rho`: its work arrays are this many rows

@@ -9,6 +9,7 @@ positive similarity (Fig. 4). The head-mean changes of ``rho`` (Figs. 2, 5-6) an
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ from sinkscope.claims.verdicts import (
     Interval,
     Reading,
     Row,
+    combine,
     decide,
     needed_text,
     not_applicable,
@@ -207,16 +209,27 @@ def check_approximation_every_head(
 
 
 def check_approximation_most_heads(
-    per_head: pl.DataFrame, approximation_error: float, most: float, level: float = 0.95
+    per_head: pl.DataFrame,
+    approximation_error: float,
+    most: float,
+    level: float = 0.95,
+    by_sequence: pl.DataFrame | None = None,
+    intervals: Mapping[str, Any] | None = None,
 ) -> list[Row]:
     """§5: the approximation is accurate "for most individual attention heads": more than
     ``most`` of the heads have ``|rho - rho_hat| < approximation_error`` for ``X + WZ`` (``X``:
     an identity, :mod:`sinkscope.claims.sanity`).
 
-    The sampling unit is the head, as in :func:`check_predicted_signs`: the share gets a Wilson
-    interval (:func:`sinkscope.claims.intervals.wilson_interval`, at ``level``), reproduced when
-    it lies wholly above ``most``, not reproduced when wholly below, inconclusive otherwise
-    ("needs more heads"). Each head's own error is the point reading of its N sequences."""
+    Two sampling units, both tested: the head, as in :func:`check_predicted_signs` (a Wilson
+    interval, :func:`sinkscope.claims.intervals.wilson_interval`, at ``level``), and, given
+    ``by_sequence`` (``approximation_by_sequence``), the sequences each head's error is read on
+    (a percentile bootstrap over them of the share, each resample recomputing every head's
+    ``rho`` and ``rho_hat``: :func:`sinkscope.oversmoothing.resampling.error_share_draws`;
+    ``intervals``: the config's ``claims.intervals``, whose ``min_units`` applies). Reproduced
+    when both lie wholly above ``most``, not reproduced when either lies wholly below,
+    inconclusive otherwise; the row shows the interval over sequences and its reason the one
+    over heads."""
+    from sinkscope.oversmoothing.resampling import error_share_draws
 
     def reading(g: Mapping[str, Any]) -> Reading:
         within = _head_errors(g) < approximation_error
@@ -234,14 +247,33 @@ def check_approximation_most_heads(
         if verdict == INCONCLUSIVE:
             need = needed_units(n, share, low, high, most)
             reason += f"; the interval straddles {most:g}: needs more heads ({needed_text(need, 'heads')})"
-        return Reading(
-            _heads_setting(g["heads"]),
-            f"{pct(share)} of heads within {approximation_error:g}",
-            share,
-            None,
-            reason,
-            interval,
-            verdict,
+        measured = f"{pct(share)} of heads within {approximation_error:g}"
+        over_sequences = None
+        if by_sequence is not None:
+            over_sequences = sequence_interval(
+                by_sequence,
+                str(g["model"]),
+                str(g["dataset"]),
+                error_share_draws(approximation_error),
+                intervals or {},
+                ("most_heads",),
+                datasets=g["heads"]["dataset_of_head"].unique().sort().to_list(),
+            )
+        if over_sequences is None:
+            return Reading(
+                _heads_setting(g["heads"]), measured, share, None, reason, interval, verdict
+            )
+        reason += f"; over the heads: {interval.text()}"
+        by_sequences = sequence_reading(
+            Reading(_heads_setting(g["heads"]), measured, share, None, reason),
+            over_sequences,
+            most,
+            above=True,
+            pooled=g["dataset"] == POOLED,
+            strict=True,
+        )
+        return dataclasses.replace(
+            by_sequences, verdict=combine([verdict, str(by_sequences.verdict)])
         )
 
     test = f"fraction of heads with error < {approximation_error:g} > {most:g}"
