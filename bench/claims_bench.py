@@ -132,6 +132,7 @@ def run_intervals(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
     from sinkscope.heads.summary import share_intervals, sink_ratio_intervals
     from sinkscope.labels import POOLED
     from sinkscope.oversmoothing.resampling import (
+        error_share_draws,
         head_mean_draws,
         lowest_similarity_draws,
         max_error_draws,
@@ -153,7 +154,11 @@ def run_intervals(folder: Path, config: dict[str, Any]) -> dict[str, Any]:
         return lowest_median_draws(strata, middle, b, rng)
 
     draws = {
-        "approximation_by_sequence": [max_error_draws, relative_offset_draws],
+        "approximation_by_sequence": [
+            max_error_draws,
+            relative_offset_draws,
+            error_share_draws(float(config["claims"]["oversmoothing"]["approximation_error"])),
+        ],
         "layers_by_sequence": [lowest_similarity_draws],
         "heads_by_sequence": [
             head_mean_draws(DECREASE_W_S),

@@ -218,7 +218,7 @@ def analyze_geometry(smk: Any) -> None:
         attend_threshold=smk.params.attend_threshold,
     )
     _write_tables(tables, smk)
-    _draw(pair_figures(tables, _pair_title(smk)), smk.output)
+    _draw(pair_figures(tables, _pair_title(smk), smk.params.intervals), smk.output)
 
 
 def extract_long_context(smk: Any) -> None:
@@ -276,10 +276,12 @@ def summarize_geometry(smk: Any) -> None:
     from sinkscope.geometry.summary import long_context_table, summarize
 
     pairs = _read_tables(list(smk.input), "analyze_geometry", "analyze_geometry_long_context")
-    summary = summarize(pairs)
+    summary = summarize(pairs, smk.params.intervals)
     summary["statements"] = geometry_statements(summary, pairs)
     _write_tables(summary, smk)
-    figures = summary_figures(summary, pairs, long_context_table(pairs), "pooled over datasets")
+    figures = summary_figures(
+        summary, pairs, long_context_table(pairs), "pooled over datasets", smk.params.intervals
+    )
     _draw(figures, smk.output)
 
 

@@ -179,3 +179,46 @@ def test_bos_mass_relation_finds_a_planted_graded_relation() -> None:
     (f,) = bos_mass_relation(flat, with_pooled=False, n_boot=300).iter_rows(named=True)
     assert f["spearman"] == pytest.approx(0.0, abs=1e-12)
     assert f["spearman_lo"] < 0 < f["spearman_hi"]
+
+
+def test_the_value_norm_bootstraps_follow_claims_intervals() -> None:
+    """The bootstraps over heads of ``bos_value_norm_classes`` (which decide the claim
+    ``geometry.sink_bos_value_small``) take ``claims.intervals``' level, resamples and seed, like
+    every other interval of the claims: at level 0.5 the Spearman interval lies inside the 0.95
+    one, and the table says which level it was built at."""
+    from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
+    from sinkscope.geometry.values import BOOTSTRAP_LEVEL, BOOTSTRAP_SAMPLES, bootstrap_settings
+
+    rng = np.random.default_rng(0)
+    mass = rng.uniform(0, 1, size=40)
+    frame = pl.DataFrame(
+        {
+            "model": "m",
+            "dataset": "d",
+            "layer": np.repeat(np.arange(8), 5),
+            "head": np.tile(np.arange(5), 8),
+            "rel_bos_vo_norm": 1.5 - mass + rng.normal(0, 0.3, size=40),
+            "rel_bos_value_norm": 1.0,
+            "bos_mass": mass,
+            "is_sink": mass >= 0.4,
+            "head_class": [SINK if m >= 0.4 else OTHER for m in mass],
+        }
+    )
+    assert (BOOTSTRAP_SAMPLES, BOOTSTRAP_LEVEL) == (
+        DEFAULT_TOLERANCES["intervals"]["n_resamples"],
+        DEFAULT_TOLERANCES["intervals"]["level"],
+    )
+    assert bootstrap_settings({"n_resamples": 300, "level": 0.5})["n_boot"] == 300
+
+    def sink_row(intervals: dict | None) -> dict:
+        table = vo_classes(frame, intervals)
+        return table.filter((pl.col("dataset") == "d") & (pl.col("group") == "is_sink")).row(
+            0, named=True
+        )
+
+    wide, narrow = sink_row(None), sink_row({"level": 0.5})
+    assert wide["level"] == 0.95 and narrow["level"] == 0.5
+    assert wide["spearman"] == narrow["spearman"] < 0
+    assert (
+        wide["spearman_lo"] < narrow["spearman_lo"] <= narrow["spearman_hi"] < wide["spearman_hi"]
+    )

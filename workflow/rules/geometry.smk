@@ -12,6 +12,7 @@ rule analyze_geometry:
         thresholds=config["head_classes"],
         attend_threshold=config["geometry"]["attend_threshold"],
         extraction=EXTRACTION_SCALE,
+        intervals=config["claims"]["intervals"],  # the value-norm figure's bootstrap over heads
     priority: priority("analyze_geometry")
     log:
         paths.log("analyze_geometry", "{model}/{dataset}"),
@@ -74,6 +75,8 @@ rule summarize_geometry:
         pooled_tables("summarize_geometry", "analyze_geometry", "analyze_geometry_long_context"),
     output:
         **outputs_of("summarize_geometry"),
+    params:
+        intervals=config["claims"]["intervals"],  # the BOS value norms' bootstraps over heads
     priority: priority("summarize_geometry")
     log:
         paths.log("summarize_geometry", "all"),

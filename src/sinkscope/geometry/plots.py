@@ -14,7 +14,7 @@ quartiles, the line is the median and the whiskers reach the absolute minimum an
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -46,6 +46,7 @@ from sinkscope.geometry.values import (
     HIGH_BOS_MASS,
     LOW_BOS_MASS,
     RANK_RTOL,
+    bootstrap_settings,
     bos_mass_relation,
     sink_value_norm_effect,
 )
@@ -255,17 +256,21 @@ def _group_label(is_sink: bool, n: int) -> str:
     return f"sink heads, is_sink ({n})" if is_sink else f"other heads ({n})"
 
 
-def bos_value_norm_figure(tables: Tables, title: str) -> tuple[Figure, pl.DataFrame]:
-    """The value-norm figure and the effect sizes its panels print (:func:`plot_bos_value_norm`)."""
+def bos_value_norm_figure(
+    tables: Tables, title: str, intervals: Mapping[str, Any] | None = None
+) -> tuple[Figure, pl.DataFrame]:
+    """The value-norm figure and the effect sizes its panels print (:func:`plot_bos_value_norm`;
+    ``intervals``: the config's ``claims.intervals``, as the summary's)."""
     frame = _concat(
         tables, ["model", "dataset", "layer", "head", "bos_mass", "rel_bos_vo_norm", "is_sink"]
     ).filter(pl.col("rel_bos_vo_norm").is_not_null() & pl.col("rel_bos_vo_norm").is_finite())
     models = sorted(set(frame["model"].to_list()))
     datasets = _dataset_order(frame["dataset"].to_list())
-    effect = sink_value_norm_effect(frame, with_pooled=len(datasets) > 1)
+    settings = bootstrap_settings(intervals)
+    effect = sink_value_norm_effect(frame, with_pooled=len(datasets) > 1, **settings)
     shown = effect.filter(pl.col("dataset") == (POOLED if len(datasets) > 1 else datasets[0]))
     # the claim's numbers (geometry.sink_bos_value_small): the graded relation over every head
-    relation = bos_mass_relation(frame, with_pooled=len(datasets) > 1).filter(
+    relation = bos_mass_relation(frame, with_pooled=len(datasets) > 1, **settings).filter(
         pl.col("dataset") == (POOLED if len(datasets) > 1 else datasets[0])
     )
     row_height = min(4.4, (MAX_INCHES - 0.7) / len(models))
@@ -362,7 +367,10 @@ def bos_value_norm_figure(tables: Tables, title: str) -> tuple[Figure, pl.DataFr
 
 
 def plot_bos_value_norm(
-    tables: Tables, out_png: str | os.PathLike[str], title: str
+    tables: Tables,
+    out_png: str | os.PathLike[str],
+    title: str,
+    intervals: Mapping[str, Any] | None = None,
 ) -> pl.DataFrame:
     """§6 / Remark C.4: per head, BOS attention mass vs. the BOS value-output norm relative to
     the median token (log scale), sink heads (``is_sink``, sink+previous included) against the
@@ -378,7 +386,7 @@ def plot_bos_value_norm(
 
     ``tables``: ``bos_value_norm`` tables of :func:`~sinkscope.geometry.analysis.analyze_file`.
     """
-    fig, shown = bos_value_norm_figure(tables, title)
+    fig, shown = bos_value_norm_figure(tables, title, intervals)
     save_figure(fig, out_png)
     return shown
 
@@ -446,14 +454,19 @@ def bos_residual_norm_figure(tables: Tables, title: str) -> Figure:
 # --- the figures of each rule -----------------------------------------------------------------
 
 
-def pair_figures(tables: dict[str, pl.DataFrame], title: str) -> dict[str, Draw]:
+def pair_figures(
+    tables: dict[str, pl.DataFrame], title: str, intervals: Mapping[str, Any] | None = None
+) -> dict[str, Draw]:
     """The figures of rule ``analyze_geometry`` (:data:`sinkscope.geometry.names.FIGURES`) from
-    the tables of :func:`~sinkscope.geometry.analysis.analyze_file`."""
+    the tables of :func:`~sinkscope.geometry.analysis.analyze_file` (``intervals``: the config's
+    ``claims.intervals``, for the value-norm figure's bootstraps over heads)."""
     return {
         "bos_alignment": lambda out: plot_bos_alignment(tables["bos_alignment"], out, title),
         "halfspace_margins": lambda out: plot_halfspace_margins(tables["halfspace"], out, title),
         "value_rank": lambda out: plot_value_rank(tables["value_rank"], out, title),
-        "bos_value_norm": lambda out: plot_bos_value_norm(tables["bos_value_norm"], out, title),
+        "bos_value_norm": lambda out: plot_bos_value_norm(
+            tables["bos_value_norm"], out, title, intervals
+        ),
         "bos_residual_norm": lambda out: plot_bos_residual_norm(
             tables["bos_residual_norm"], out, title
         ),
@@ -471,6 +484,7 @@ def summary_figures(
     pairs: Sequence[dict[str, pl.DataFrame]],
     long_context: pl.DataFrame | None,
     title: str,
+    intervals: Mapping[str, Any] | None = None,
 ) -> dict[str, Draw]:
     """The figures of rule ``summarize_geometry`` (:data:`sinkscope.geometry.names.FIGURES`):
     from the pooled tables of :func:`~sinkscope.geometry.summary.summarize` where they suffice,
@@ -483,7 +497,7 @@ def summary_figures(
         ),
         "value_rank": lambda out: plot_value_rank([p["value_rank"] for p in pairs], out, title),
         "bos_value_norm": lambda out: plot_bos_value_norm(
-            [p["bos_value_norm"] for p in pairs], out, title
+            [p["bos_value_norm"] for p in pairs], out, title, intervals
         ),
         "bos_residual_norm": lambda out: plot_bos_residual_norm(
             summary["bos_residual_norm"], out, title

@@ -191,8 +191,12 @@ def pool_bos_alignment(pairs: Sequence[Mapping[str, pl.DataFrame]]) -> pl.DataFr
     )
 
 
-def summarize(tables_by_pair: list[dict[str, pl.DataFrame]]) -> dict[str, pl.DataFrame]:
-    """Cross-pair summary tables, pooled exactly over the datasets of each model.
+def summarize(
+    tables_by_pair: list[dict[str, pl.DataFrame]], intervals: Mapping[str, Any] | None = None
+) -> dict[str, pl.DataFrame]:
+    """Cross-pair summary tables, pooled exactly over the datasets of each model (``intervals``:
+    the config's ``claims.intervals``, for the bootstraps over heads of
+    ``bos_value_norm_classes``).
 
     ``tables_by_pair``: outputs of :func:`~sinkscope.geometry.analysis.analyze_file`, each
     optionally with the pair's long-context table under
@@ -253,7 +257,7 @@ def summarize(tables_by_pair: list[dict[str, pl.DataFrame]]) -> dict[str, pl.Dat
         .head(N_WORST)
     )
     bos_value_norm = pair_table(tables_by_pair, "bos_value_norm")
-    out["bos_value_norm_classes"] = vo_classes(bos_value_norm)
+    out["bos_value_norm_classes"] = vo_classes(bos_value_norm, intervals)
     resid = pair_table(tables_by_pair, "bos_residual_norm")
     w = pl.col("n_sequences").cast(pl.Float64)
     out["bos_residual_norm"] = (

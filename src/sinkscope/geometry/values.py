@@ -46,6 +46,7 @@ __all__ = [
     "RELATION_SCHEMA",
     "VO_GROUP_DEFINITIONS",
     "average_ranks",
+    "bootstrap_settings",
     "bos_mass_relation",
     "relative_rank",
     "sink_value_norm_effect",
@@ -58,10 +59,26 @@ __all__ = [
 
 #: Relative tolerance of the value-matrix rank (Appendix E.2): singular values > 1e-3 * largest.
 RANK_RTOL = 1e-3
-#: Bootstrap of the sink / non-sink ratio of BOS value-output norms (:func:`sink_value_norm_effect`).
-BOOTSTRAP_SAMPLES = 2000
-BOOTSTRAP_SEED = 0
-BOOTSTRAP_LEVEL = 0.95
+
+
+def bootstrap_settings(intervals: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``n_boot``, ``seed`` and ``level`` of the bootstraps over heads of this module
+    (:func:`sink_value_norm_effect`, :func:`bos_mass_relation`, which decide the claim
+    ``geometry.sink_bos_value_small``): the config's ``claims.intervals`` (``n_resamples``,
+    ``seed``, ``level``) over their defaults, the settings of every other interval of the
+    claims."""
+    from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
+
+    settings = {**DEFAULT_TOLERANCES["intervals"], **(intervals or {})}
+    return {
+        "n_boot": int(settings["n_resamples"]),
+        "seed": int(settings["seed"]),
+        "level": float(settings["level"]),
+    }
+
+
+#: The default bootstrap over heads (:func:`bootstrap_settings` of the schema's defaults).
+BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED, BOOTSTRAP_LEVEL = bootstrap_settings().values()
 
 
 def relative_rank(
@@ -427,7 +444,9 @@ VO_GROUP_DEFINITIONS: dict[str, str] = {
 }
 
 
-def vo_classes(bos_value_norm: pl.DataFrame) -> pl.DataFrame:
+def vo_classes(
+    bos_value_norm: pl.DataFrame, intervals: Mapping[str, Any] | None = None
+) -> pl.DataFrame:
     """Distribution of ``rel_bos_vo_norm`` per model, dataset (and ``"all"``) and head group.
 
     Groups (column ``definition``, :data:`VO_GROUP_DEFINITIONS`): every exclusive
@@ -441,7 +460,8 @@ def vo_classes(bos_value_norm: pl.DataFrame) -> pl.DataFrame:
     rows also carry the effect size of :func:`sink_value_norm_effect` (ratio of the sink to the
     non-sink median with its bootstrap interval and per-dataset spread) and the graded relation
     of :func:`bos_mass_relation` (Spearman's correlation of BOS mass with the relative BOS value
-    norm, and the high / low BOS-mass median ratio, with their intervals).
+    norm, and the high / low BOS-mass median ratio, with their intervals; ``intervals``: the
+    config's ``claims.intervals``, :func:`bootstrap_settings`).
     """
 
     def stats(frame: pl.DataFrame, group: pl.Expr, definition: str) -> pl.DataFrame:
@@ -472,8 +492,11 @@ def vo_classes(bos_value_norm: pl.DataFrame) -> pl.DataFrame:
             "is_sink",
         ),
     ]
-    effect = sink_value_norm_effect(bos_value_norm).select("model", "dataset", *_EFFECT_COLUMNS)
-    relation = bos_mass_relation(bos_value_norm).drop("n_head_instances")
+    settings = bootstrap_settings(intervals)
+    effect = sink_value_norm_effect(bos_value_norm, **settings).select(
+        "model", "dataset", *_EFFECT_COLUMNS
+    )
+    relation = bos_mass_relation(bos_value_norm, **settings).drop("n_head_instances")
     carried = (*_EFFECT_COLUMNS, *(c for c in relation.columns if c not in ("model", "dataset")))
     joined = (
         pl.concat(parts)
