@@ -1015,6 +1015,17 @@ def test_a_representable_sink_on_a_length_random_points_pass_is_inconclusive() -
     assert row["verdict"] == V.REPRODUCED
     (row,) = R.evaluate_claims(statements(10, 4, 5, 0.99), None, claims=claim).iter_rows(named=True)
     assert row["verdict"] == V.NOT_REPRODUCED
+    # the bound is the config's claims.geometry.null_probability_max (0.05): a null probability
+    # of 0.1 is too high for it, and low enough for a bound of 0.2
+    (row,) = R.evaluate_claims(statements(10, 4, 6, 0.1), None, claims=claim).iter_rows(named=True)
+    assert (
+        row["verdict"] == V.INCONCLUSIVE and "claims.geometry.null_probability_max" in row["reason"]
+    )
+    looser = {"geometry": {"null_probability_max": 0.2}}
+    (row,) = R.evaluate_claims(statements(10, 4, 6, 0.1), looser, claims=claim).iter_rows(
+        named=True
+    )
+    assert row["verdict"] == V.REPRODUCED
 
 
 def test_the_pooled_approximation_row_resamples_each_dataset_with_a_floor_per_dataset() -> None:

@@ -248,6 +248,7 @@ CLAIMS: tuple[Claim, ...] = (
             tb["geometry_statements"],
             t["geometry"]["representable_min_fraction"],
             float(t["intervals"]["level"]),
+            t["geometry"]["null_probability_max"],
         ),
     ),
     Claim(

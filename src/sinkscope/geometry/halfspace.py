@@ -69,7 +69,6 @@ from sinkscope.geometry.names import (
     ATTENDING,
     BOS_MINUS_TOKEN,
     LONG_CONTEXT_POINT_SETS,
-    NULL_PROBABILITY_MAX,
     POINT_SETS,
 )
 from sinkscope.text import plural
@@ -424,8 +423,6 @@ def long_context_statement(counts: Mapping[str, Any]) -> str:
         f"; null: {r['seq_len'] - 1} random points in {r['dim']} dimensions lie in an open "
         f"half-space with probability {null:.3g} (Wendel)"
     )
-    if null > NULL_PROBABILITY_MAX:
-        text += ", so this length cannot tell the geometry from chance"
     if r.get("n_null"):
         text += (
             f"; Gaussian null of the same size, dimension and covariance: in an open half-space "

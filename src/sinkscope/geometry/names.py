@@ -121,10 +121,6 @@ LONG_CONTEXT_TABLE = LONG_CONTEXT_TABLES[0]
 BASIS_LONG_CONTEXT = "long_context"
 BASIS_ATTENDING = "attending"
 
-#: Above this null probability (Wendel's, :func:`sinkscope.geometry.halfspace_solver.wendel_probability`)
-#: a half-space test could pass by chance: the long-context statement says so and the claim
-#: geometry.sink_representable is inconclusive.
-NULL_PROBABILITY_MAX = 0.05
 
 #: Columns of the summary's ``value_rank_by_sequence`` table: each sequence's relative rank of
 #: one layer's value vectors per kv head (:mod:`sinkscope.geometry.summary`).

@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from sinkscope.claims.resampling import sequence_interval, sequence_reading
+from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
     REPRODUCED,
@@ -159,7 +160,10 @@ def check_bos_cosine_middle_layers(
 
 
 def check_sink_representable(
-    statements: pl.DataFrame, representable_min_fraction: float, level: float = 0.95
+    statements: pl.DataFrame,
+    representable_min_fraction: float,
+    level: float = 0.95,
+    null_probability_max: float | None = None,
 ) -> list[Row]:
     """§4 / Prop. 4.1: the sink is representable: the proposition's half-space condition holds for
     the tokens that attend to BOS in sink heads (reads the ``sink_representable`` rows of the
@@ -175,7 +179,10 @@ def check_sink_representable(
     Where every long-context pair holds, the reason bounds the share of sequences that could
     hold a failing pair unseen (:func:`unseen_share_bound` over the long-context sequences, at
     ``level``), as for the other universal claim of §4."""
-    from sinkscope.geometry.names import BASIS_LONG_CONTEXT, NULL_PROBABILITY_MAX
+    from sinkscope.geometry.names import BASIS_LONG_CONTEXT
+
+    if null_probability_max is None:
+        null_probability_max = float(DEFAULT_TOLERANCES["geometry"]["null_probability_max"])
 
     require(
         statements,
@@ -237,7 +244,7 @@ def check_sink_representable(
                 ("Wendel's probability", r.get("null_probability")),
                 ("the Gaussian null's share", r.get("null_pass_fraction")),
             )
-            if p is not None and p > NULL_PROBABILITY_MAX
+            if p is not None and p > null_probability_max
         ]
         if passed and chance:
             # random points of the same N and d would pass too: no evidence either way
@@ -247,8 +254,8 @@ def check_sink_representable(
                 value,
                 None,
                 f"{r['statement']}; random points pass this test too ({', '.join(chance)} > "
-                f"{NULL_PROBABILITY_MAX:g}): needs longer sequences (about 2.5 x d_model "
-                "tokens; geometry.long_context.seq_len)",
+                f"{null_probability_max:g}, claims.geometry.null_probability_max): needs longer "
+                "sequences (about 2.5 x d_model tokens; geometry.long_context.seq_len)",
                 interval,
                 verdict=INCONCLUSIVE,
             )
