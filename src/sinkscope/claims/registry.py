@@ -306,7 +306,7 @@ CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         "oversmoothing.approximation_mean",
-        "Averaged over heads, the approximation (2) agrees with the empirical average cosine for X and X+WZ (head update not rescaled) across context lengths.",
+        "Averaged over heads, the approximation (2) agrees with the empirical average cosine for X+WZ (head update not rescaled) across context lengths (for X it is an identity here, a sanity check).",
         "Sink vs. diagonal, §5, Fig. 2 left, Fig. 5",
         "'excellent agreement' (curves overlap)",
         ("oversmoothing_summary",),
