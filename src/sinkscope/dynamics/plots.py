@@ -263,8 +263,16 @@ def plot_vs_regression(tables: dict[str, pl.DataFrame], out_png: PathLike) -> No
 
 
 def _grid_panels(
-    tables: dict[str, pl.DataFrame], column: str, out_png: PathLike, title: str, fmt: str
+    tables: dict[str, pl.DataFrame],
+    column: str,
+    out_png: PathLike,
+    title: str,
+    fmt: str,
+    spread: tuple[str, str] | None = None,
 ) -> None:
+    """Heatmaps of ``column`` per attention function x PE, one panel per weight decay; with
+    ``spread`` (the min and max columns over a setup's seeds), a setup of several seeds shows
+    their range under its mean."""
     by = tables["by_setup"]
     variants = sorted(set(by["variant"].to_list()), key=lambda v: (v != "softmax", v))
     pes = [p for p in ("none", "absolute", "rope") if p in set(by["positional"].to_list())]
@@ -276,11 +284,16 @@ def _grid_panels(
         part = by.filter(pl.col("weight_decay") == wd)
         grid = np.full((len(pes), len(variants)), np.nan)
         failed = np.zeros_like(grid, dtype=bool)
+        ranges = np.full(grid.shape, "", dtype=object)
         for row in part.iter_rows(named=True):
             i, j = pes.index(row["positional"]), variants.index(row["variant"])
             grid[i, j] = row[column]
             failed[i, j] = row["learned_runs"] < row["runs"]
+            if spread is not None and row["runs"] > 1 and row.get(spread[0]) is not None:
+                low, high = row[spread[0]], row[spread[1]]
+                ranges[i, j] = f"\n{format(low, fmt)}-{format(high, fmt)}"
         labels = np.vectorize(lambda v: "" if np.isnan(v) else format(v, fmt))(grid).astype(object)
+        labels = labels + ranges
         labels[failed] = labels[failed] + "\nnot\nlearned"
         sns.heatmap(
             grid,
@@ -308,7 +321,14 @@ def _grid_panels(
 def plot_induction_sinks(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
     """Figures 4, 14, 15: share of layer-2 sink heads per attention function x PE, one panel per
     weight decay, failed setups crossed out."""
-    _grid_panels(tables, "sink_proportion_mean", out_png, "Share of sink heads in layer 2", ".2f")
+    _grid_panels(
+        tables,
+        "sink_proportion_mean",
+        out_png,
+        "Share of sink heads in layer 2 (mean over seeds; below it their range)",
+        ".2f",
+        spread=("sink_proportion_min", "sink_proportion_max"),
+    )
 
 
 def plot_induction_accuracy(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
