@@ -355,7 +355,11 @@ def power_text(power: Power | None) -> str:
     if power.have == 0:
         return f"needs {power.need} {power.units}, none run (not applicable)"
     verdict = "enough" if power.enough else "too few: its rows are inconclusive"
-    return f"needs {power.need} {power.units}, has {power.have} ({verdict})"
+    return f"needs {_needs(power)}, has {power.have} ({verdict})"
+
+
+def _needs(power: Power) -> str:
+    return f"{power.need} {power.units}" if power.need > 1 else f"1 or more {power.units}"
 
 
 def sample_lines(config: Mapping[str, Any], claim_ids: list[str]) -> list[str]:
@@ -390,7 +394,7 @@ def power_table(configs: Mapping[str, Mapping[str, Any]], claim_ids: Iterable[st
         elif first.have is None:
             needs, cells = first.units, ["any"] * len(names)
         else:
-            needs = f"{first.need} {first.units}"
+            needs = _needs(first)
             cells = [
                 "not run" if p.have == 0 else f"{p.have}" + ("" if p.enough else " (too few)")
                 for p in powers
