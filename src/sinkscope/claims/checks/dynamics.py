@@ -494,8 +494,8 @@ def check_flip_rate_decreases(
             # one seed (or none recorded): the attack's sampling alone decides nothing
             verdict = INCONCLUSIVE
             reason += (
-                f"; {ONE_SEED_TEXT}: the interval covers the attack's sampling only; needs 2 or "
-                "more seeds (dynamics.classification select seed)"
+                f"; {ONE_SEED_TEXT} (the interval covers the attack's sampling only): needs 2 "
+                "or more seeds (dynamics.classification select seed)"
             )
         if attack_verdict == INCONCLUSIVE:
             needed = needed_units(min(n_low, n_high), lo - hi, low, high, min_difference)
