@@ -142,12 +142,12 @@ def _softmax_sinks_seeds(config: Mapping[str, Any]) -> Power:
     """The fewest seeds of the runs dynamics.softmax_sinks_emerge compares: softmax and the
     un-normalised variants without another switch, at each (positional encoding, weight decay)
     where both ran (elsewhere the check has nothing to compare and is not applicable)."""
-    from sinkscope.dynamics.grids import dynamics_jobs
+    from sinkscope.dynamics.grids import compared_for_sinks, dynamics_jobs
 
     runs = [
         spec
         for spec in dynamics_jobs(config["dynamics"])["induction"].values()
-        if "switch" not in spec and (spec["attention"] == "softmax" or not spec["normalize"])
+        if compared_for_sinks(spec["attention"], spec["normalize"], spec.get("switch"))
     ]
     setups: dict[tuple[Any, Any], set[bool]] = {}
     for spec in runs:

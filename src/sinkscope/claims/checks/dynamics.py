@@ -36,7 +36,7 @@ from sinkscope.claims.verdicts import (
     row,
     rows_per,
 )
-from sinkscope.dynamics.grids import NO_SWITCH
+from sinkscope.dynamics.grids import NO_SWITCH, compared_for_sinks
 
 # sinkscope.geometry, .oversmoothing and .costs import torch: the checks that use their helpers
 # import them when they run, so importing this module (and rendering the claims that need none of
@@ -198,8 +198,14 @@ def check_softmax_sinks_emerge(
     def reading(r: Mapping[str, Any]) -> Reading:
         part = r["part"]
         setting = f"positional={r['positional']}, weight_decay={r['weight_decay']}"
-        soft = part.filter(pl.col("attention") == "softmax")
-        raw = part.filter((pl.col("attention") != "softmax") & ~pl.col("normalize"))
+        compared = part.filter(
+            pl.struct("attention", "normalize").map_elements(
+                lambda v: compared_for_sinks(v["attention"], v["normalize"]),
+                return_dtype=pl.Boolean,
+            )
+        )
+        soft = compared.filter(pl.col("attention") == "softmax")
+        raw = compared.filter(pl.col("attention") != "softmax")
         if soft.height == 0 or raw.height == 0:
             return not_applicable(setting, "this setup lacks softmax or un-normalised runs")
         s = float(soft["sink_proportion_mean"][0])
@@ -214,7 +220,8 @@ def check_softmax_sinks_emerge(
         )
         text = f"layer-2 sink-head proportion: softmax {s:.2f}; {others}"
         value = s - float(worst["sink_proportion_mean"])
-        runs = int(part["runs"].min())
+        # the compared variants' seeds only: the normalised ones are not part of the claim
+        runs = int(compared["runs"].min())
         if runs < 2:
             # one run per setup: no seed-to-seed spread to weigh the point reading against
             return Reading(
