@@ -99,6 +99,12 @@ def test_the_power_counts_what_the_checks_count() -> None:
     assert power_of("oversmoothing.predicted_signs", tiny).enough  # the model's heads
     assert unanimous_runs_needed() == 4
     assert wilson_interval(3, 3)[0] <= 0.5 < wilson_interval(4, 4)[0]
+    # at a 99% level 5 seeds are too few (6 of 6: [0.47, 1]; 7 of 7: [0.51, 1])
+    strict = validate_config(
+        load_layered_config([REPO / "config.yaml"]) | {"claims": {"intervals": {"level": 0.99}}}
+    )
+    assert wilson_interval(6, 6, 0.99)[0] <= 0.5 < wilson_interval(7, 7, 0.99)[0]
+    assert power_of("dynamics.logistic_polarizes", strict) == Power(5, 7, "seeds per setup")
     short = validate_config(load_layered_config([REPO / "config.yaml"]))
     # 256-token stream, windows 32 and 64: (256 - 64 - 1) // 16
     assert power_of("streaming.eviction_hurts", short).have == 11

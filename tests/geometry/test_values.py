@@ -186,8 +186,6 @@ def test_the_value_norm_bootstraps_follow_claims_intervals() -> None:
     ``geometry.sink_bos_value_small``) take ``claims.intervals``' level, resamples and seed, like
     every other interval of the claims: at level 0.5 the Spearman interval lies inside the 0.95
     one, and the table says which level it was built at."""
-    from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
-    from sinkscope.geometry.values import BOOTSTRAP_LEVEL, BOOTSTRAP_SAMPLES, bootstrap_settings
 
     rng = np.random.default_rng(0)
     mass = rng.uniform(0, 1, size=40)
@@ -204,11 +202,6 @@ def test_the_value_norm_bootstraps_follow_claims_intervals() -> None:
             "head_class": [SINK if m >= 0.4 else OTHER for m in mass],
         }
     )
-    assert (BOOTSTRAP_SAMPLES, BOOTSTRAP_LEVEL) == (
-        DEFAULT_TOLERANCES["intervals"]["n_resamples"],
-        DEFAULT_TOLERANCES["intervals"]["level"],
-    )
-    assert bootstrap_settings({"n_resamples": 300, "level": 0.5})["n_boot"] == 300
 
     def sink_row(intervals: dict | None) -> dict:
         table = vo_classes(frame, intervals)

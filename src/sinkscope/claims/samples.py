@@ -51,13 +51,14 @@ class Sample(NamedTuple):
     power: Callable[[Mapping[str, Any]], Power] | None = None
 
 
-def unanimous_runs_needed(level: float = 0.95) -> int:
-    """The fewest runs whose unanimous share (n of n) has a Wilson interval excluding 0.5: the
-    least seeds of a polarization claim (:func:`sinkscope.claims.intervals.wilson_interval`)."""
+def unanimous_runs_needed(level: float = 0.95, majority: float = 0.5) -> int:
+    """The fewest runs whose unanimous share (n of n) has a Wilson interval at ``level``
+    excluding ``majority`` (the tolerance ``claims.dynamics.majority``): the least seeds of a
+    polarization claim (:func:`sinkscope.claims.intervals.wilson_interval`)."""
     from sinkscope.claims.intervals import wilson_interval
 
     n = 1
-    while wilson_interval(n, n, level)[0] <= 0.5:
+    while wilson_interval(n, n, level)[0] <= majority:
         n += 1
     return n
 
@@ -117,6 +118,16 @@ def _fewest_seeds(
 
 def _without_seed(spec: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, repr(v)) for k, v in spec.items() if k not in ("seed", "id")))
+
+
+def _polarization_seeds(config: Mapping[str, Any]) -> Power:
+    """The fewest seeds of an untied value-softmax variant against the fewest whose unanimous
+    share excludes the majority at the config's ``claims.intervals.level``."""
+    claims = config["claims"]
+    need = unanimous_runs_needed(
+        float(claims["intervals"]["level"]), float(claims["dynamics"]["majority"])
+    )
+    return _dynamics_seeds("value_softmax", need)(config)
 
 
 def _dynamics_seeds(
@@ -193,7 +204,7 @@ _POLARIZATION = Sample(
     f"have the {len(POLARIZATION_SEEDS)} seeds of dynamics.grids.POLARIZATION_SEEDS, of which "
     "a unanimous share excludes 0.5)",
     ("dynamics.value_softmax.select",),
-    _dynamics_seeds("value_softmax", unanimous_runs_needed()),
+    _polarization_seeds,
 )
 _INDUCTION = (
     "induction runs per setup (one per seed: the range over the seeds decides, so one seed "

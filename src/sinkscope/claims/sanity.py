@@ -23,6 +23,8 @@ from typing import Any
 
 import polars as pl
 
+from sinkscope.claims.verdicts import SYNTHETIC
+
 __all__ = ["IDENTITY_TOLERANCE", "SANITY_COLUMNS", "sanity_checks", "sanity_markdown"]
 
 #: An identity "holds" when its two sides differ by at most this: above the float32 rounding of
@@ -80,7 +82,7 @@ def sanity_checks(
         rows.append(
             {
                 "check": _TOY[0],
-                "model": "synthetic",
+                "model": SYNTHETIC,
                 "dataset": "-",
                 "value": worst,
                 "bound": bound,

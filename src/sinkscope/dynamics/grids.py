@@ -350,8 +350,9 @@ def induction_grid(scale: str = "default", overrides: dict | None = None) -> lis
       RoPE, the seeds :data:`INDUCTION_SINK_SEEDS` for softmax and the 5 un-normalised variants
       there (the claim ``dynamics.softmax_sinks_emerge`` is read against the spread over seeds),
       plus softmax x lambda x PE in {none, absolute} (50 jobs of 2-3 min on one core), and
-      softmax with each other switch x lambda with RoPE (10 jobs): every switch gets the budget,
-      seed and task of the softmax run it is compared with.
+      softmax with each other switch x lambda with RoPE (10 jobs): every switch gets the budget
+      and task of the softmax run it is compared with, and its seed 0 (the softmax reference
+      has the sink claim's three seeds, the switches one: the switch claim decides nothing here).
 
     ``overrides`` (e.g. a smaller size) are merged into every spec before the id is made; an
     unknown key raises ``KeyError``.

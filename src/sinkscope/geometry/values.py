@@ -78,7 +78,10 @@ def bootstrap_settings(intervals: Mapping[str, Any] | None = None) -> dict[str, 
 
 
 #: The default bootstrap over heads (:func:`bootstrap_settings` of the schema's defaults).
-BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED, BOOTSTRAP_LEVEL = bootstrap_settings().values()
+_DEFAULT_BOOTSTRAP = bootstrap_settings()
+BOOTSTRAP_SAMPLES = _DEFAULT_BOOTSTRAP["n_boot"]
+BOOTSTRAP_SEED = _DEFAULT_BOOTSTRAP["seed"]
+BOOTSTRAP_LEVEL = _DEFAULT_BOOTSTRAP["level"]
 
 
 def relative_rank(

@@ -91,10 +91,9 @@ def error_share_draws(
         readings = 0
         for frame in strata:
             frame = frame.filter(pl.col("context_length") == pl.col("context_length").max())
+            readings += frame.select("layer", "head").n_unique()
             for rows, rho, rho_hat in _resampled_rho(frame, ["layer", "head"], n_resamples, rng):
                 within[rows] += (np.abs(rho - rho_hat) < tolerance).sum(axis=1)
-                width = rho.shape[1]
-            readings += width
         if not readings:
             raise ValueError("error_share_draws needs at least one stratum")
         share = within / readings

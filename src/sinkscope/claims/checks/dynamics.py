@@ -283,7 +283,7 @@ def check_other_switch_replaces_sink(
     """Issue 20's prediction from the main study's thesis (§6, Proposition 6.1: a sink is the
     head's attention switch): a softmax head that has another switch (:mod:`sinkscope.dynamics.
     switches`) needs BOS less, so against softmax at the same positional encoding and weight
-    decay (same seeds, steps and task) the layer-2 sink-head share falls by at least
+    decay (same steps and task) the layer-2 sink-head share falls by at least
     ``min_sink_share_drop``, the mean BOS share of the first-half rows (BOS's part of the mass a
     row delivers, the rows with nothing to copy) by at least ``min_bos_share_drop``, while the
     induction accuracy drops by at most ``max_accuracy_drop``.
