@@ -1267,3 +1267,12 @@ def test_most_heads_is_read_over_the_heads_and_over_the_sequences() -> None:
         approximation_by_sequence(inside + outside, n_seq=8),
     )
     assert set(few) == {V.INCONCLUSIVE}
+    # 6 of 10 heads inside, on 30 sequences that agree: the sequences decide (0.6 every
+    # resample), but 10 heads leave Wilson's interval across 0.5
+    heads_straddle = approximation_by_sequence([0.01] * 6 + [APPROX + 0.2] * 4, spread=0.0)
+    table = R.evaluate_claims(
+        heads_straddle, None, claims=[REGISTRY["oversmoothing.approximation_most_heads"]]
+    )
+    row = table.filter(pl.col("dataset") == "d").row(0, named=True)
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((0.6, 0.6))
+    assert row["verdict"] == V.INCONCLUSIVE and "needs more heads" in row["reason"]
