@@ -1226,6 +1226,7 @@ def test_softmax_sinks_emerge_over_seeds_needs_every_seed() -> None:
     assert row["verdict"] == V.INCONCLUSIVE and "needs more seeds" in row["reason"]
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((0.05, 0.9))
     assert "range over the 3+ seeds" in row["interval"]
+    assert row["interval"].startswith("[0.05, 0.9], range")  # a range of seeds: no coverage
     (row,) = DC.check_softmax_sinks_emerge(setup((0.3, 0.5, 0.9), (0.0, 0.01, 0.04)), 0.1, 0.05)
     assert row["verdict"] == V.REPRODUCED
     (row,) = DC.check_softmax_sinks_emerge(setup((0.0, 0.03, 0.08), (0.0, 0.0, 0.0)), 0.1, 0.05)

@@ -27,6 +27,7 @@ __all__ = [
     "NOT_APPLICABLE",
     "NOT_REPRODUCED",
     "NOT_RUN",
+    "RANGE_UNIT",
     "REPRODUCED",
     "SYNTHETIC",
     "VERDICTS",
@@ -79,6 +80,11 @@ Row = dict[str, Any]
 Tables = Mapping[str, pl.DataFrame]
 
 
+#: How an interval that is the range of a few runs (min to max over seeds) names its unit: it
+#: is printed without a coverage level, which a range of 2-3 seeds does not have.
+RANGE_UNIT = "range over the"
+
+
 @dataclass(frozen=True)
 class Interval:
     """An interval of a measured value at ``level`` (0.95: a 95% interval) and how it was made:
@@ -101,7 +107,10 @@ class Interval:
         return self.n_units is not None and self.n_units < self.min_units
 
     def text(self) -> str:
-        return f"{100 * self.level:.0f}% [{num(self.low)}, {num(self.high)}], {self.unit}"
+        bounds = f"[{num(self.low)}, {num(self.high)}]"
+        if self.unit.startswith(RANGE_UNIT):  # the seeds' min and max: no coverage to state
+            return f"{bounds}, {self.unit}"
+        return f"{100 * self.level:.0f}% {bounds}, {self.unit}"
 
 
 def decide(interval: Interval, tolerance: float, above: bool, strict: bool = False) -> str:

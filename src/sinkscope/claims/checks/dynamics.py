@@ -22,6 +22,7 @@ from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
+    RANGE_UNIT,
     REPRODUCED,
     SYNTHETIC,
     Interval,
@@ -250,7 +251,7 @@ def check_softmax_sinks_emerge(
         interval = Interval(
             soft_range[0] - raw_max,
             soft_range[1] - raw_min,
-            f"range over the {runs}+ seeds of each setup (softmax {soft_range[0]:.2f}-"
+            f"{RANGE_UNIT} {runs}+ seeds of each setup (softmax {soft_range[0]:.2f}-"
             f"{soft_range[1]:.2f}; un-normalised up to {raw_max:.2f})",
             1.0,
         )
@@ -344,7 +345,7 @@ def check_other_switch_replaces_sink(
         over_seeds = Interval(
             float(b["sink_proportion_min"]) - float(r["sink_proportion_max"]),
             float(b["sink_proportion_max"]) - float(r["sink_proportion_min"]),
-            f"range over the {runs}+ seeds of each setup (the sink-head share's drop)",
+            f"{RANGE_UNIT} {runs}+ seeds of each setup (the sink-head share's drop)",
             1.0,
         )
         verdict = combine(
