@@ -1844,3 +1844,32 @@ def test_the_prose_states_the_polarization_grid_as_the_code_makes_it() -> None:
     assert f"untied runs on {seeds} seeds" in guide and f"({runs} runs)" in guide
     assert f"the untied runs have {seeds} seeds" in (repo / "docs" / "claims.md").read_text()
     assert f"Default: {runs} jobs" in (value_softmax_grid.__doc__ or "")
+
+
+def test_the_prose_states_the_induction_seeds_as_the_grid_makes_them() -> None:
+    """README.md, docs/configuration.md, docs/claims.md and docs/analyses/dynamics.md say how
+    many induction runs the sink claim's later seeds add to the full offline grid: counted here
+    from the grid itself (runs past seed 0), so a change to INDUCTION_SINK_SEEDS moves them."""
+    from pathlib import Path
+
+    from sinkscope.dynamics.grids import INDUCTION_SINK_SEEDS, induction_grid
+
+    repo = Path(__file__).resolve().parents[2]
+    grid = induction_grid("default")
+    added = sum(spec["seed"] != 0 for spec in grid)
+    assert added == 12 * (len(INDUCTION_SINK_SEEDS) - 1)  # 6 compared variants x 2 weight decays
+    for doc in (
+        "README.md",
+        "docs/configuration.md",
+        "docs/claims.md",
+        "docs/analyses/dynamics.md",
+    ):
+        text = " ".join((repo / doc).read_text().split())
+        assert any(f in text for f in (f"{added} more runs", f"{added} runs", f"({added},")), doc
+    # the docstring counts Table 1's runs with the later seeds, then the switches apart
+    without_switch = sum("switch" not in spec for spec in grid)
+    doc = " ".join((induction_grid.__doc__ or "").split())
+    assert (
+        f"({without_switch} jobs of 2-3 min" in doc
+        and f"({len(grid) - without_switch} jobs)" in doc
+    )

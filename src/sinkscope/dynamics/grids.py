@@ -333,7 +333,7 @@ def _induction_with_id(spec: dict) -> dict:
 
 
 #: Default scale: 160,000 fresh sequences, 1 epoch, batch 64 (2,500 AdamW steps at lr 3e-3),
-#: 2-3 min of CPU per run. Measured (module docstring of :mod:`.induction`): softmax / RoPE learns
+#: 2-3 min of CPU per run (one core of a 2-core Intel Xeon). Measured (module docstring of :mod:`.induction`): softmax / RoPE learns
 #: in ~300 steps, mlp with normalisation only after ~1,800-2,200 (the 1,000 steps of the first
 #: default left it on the bag-of-tokens plateau).
 DEFAULT_SIZE: dict[str, Any] = {"n_train": 160_000, "epochs": 1, "batch_size": 64, "lr": 3e-3}
@@ -349,7 +349,7 @@ def induction_grid(scale: str = "default", overrides: dict | None = None) -> lis
     * ``"default"``: :data:`DEFAULT_SIZE` with seed 0 over 11 variants x lambda in {0, 0.2} with
       RoPE, the seeds :data:`INDUCTION_SINK_SEEDS` for softmax and the 5 un-normalised variants
       there (the claim ``dynamics.softmax_sinks_emerge`` is read against the spread over seeds),
-      plus softmax x lambda x PE in {none, absolute} (50 jobs of 2-3 min on one core), and
+      plus softmax x lambda x PE in {none, absolute} (50 jobs of 2-3 min on one core of the Intel Xeon), and
       softmax with each other switch x lambda with RoPE (10 jobs): every switch gets the budget
       and task of the softmax run it is compared with, and its seed 0 (the softmax reference
       has the sink claim's three seeds, the switches one: the switch claim decides nothing here).
