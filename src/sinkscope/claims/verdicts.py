@@ -27,7 +27,6 @@ __all__ = [
     "NOT_APPLICABLE",
     "NOT_REPRODUCED",
     "NOT_RUN",
-    "RANGE_UNIT",
     "REPRODUCED",
     "SYNTHETIC",
     "VERDICTS",
@@ -80,11 +79,6 @@ Row = dict[str, Any]
 Tables = Mapping[str, pl.DataFrame]
 
 
-#: How an interval that is the range of a few runs (min to max over seeds) names its unit: it
-#: is printed without a coverage level, which a range of 2-3 seeds does not have.
-RANGE_UNIT = "range over the"
-
-
 @dataclass(frozen=True)
 class Interval:
     """An interval of a measured value at ``level`` (0.95: a 95% interval) and how it was made:
@@ -99,6 +93,8 @@ class Interval:
     n_units: int | None = None
     #: a bootstrap over fewer units decides nothing (the config's ``claims.intervals.min_units``)
     min_units: int = 0
+    #: the min to max of a few runs (the seeds of a setup): it has no coverage level to state
+    range_of_runs: bool = False
 
     @property
     def too_few_units(self) -> bool:
@@ -108,7 +104,7 @@ class Interval:
 
     def text(self) -> str:
         bounds = f"[{num(self.low)}, {num(self.high)}]"
-        if self.unit.startswith(RANGE_UNIT):  # the seeds' min and max: no coverage to state
+        if self.range_of_runs:
             return f"{bounds}, {self.unit}"
         return f"{100 * self.level:.0f}% {bounds}, {self.unit}"
 

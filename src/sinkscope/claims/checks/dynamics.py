@@ -22,7 +22,6 @@ from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
-    RANGE_UNIT,
     REPRODUCED,
     SYNTHETIC,
     Interval,
@@ -251,9 +250,10 @@ def check_softmax_sinks_emerge(
         interval = Interval(
             soft_range[0] - raw_max,
             soft_range[1] - raw_min,
-            f"{RANGE_UNIT} {runs}+ seeds of each setup (softmax {soft_range[0]:.2f}-"
+            f"range over the {runs}+ seeds of each setup (softmax {soft_range[0]:.2f}-"
             f"{soft_range[1]:.2f}; un-normalised up to {raw_max:.2f})",
             1.0,
+            range_of_runs=True,
         )
         if verdict == INCONCLUSIVE:
             text += (
@@ -345,8 +345,9 @@ def check_other_switch_replaces_sink(
         over_seeds = Interval(
             float(b["sink_proportion_min"]) - float(r["sink_proportion_max"]),
             float(b["sink_proportion_max"]) - float(r["sink_proportion_min"]),
-            f"{RANGE_UNIT} {runs}+ seeds of each setup (the sink-head share's drop)",
+            f"range over the {runs}+ seeds of each setup (the sink-head share's drop)",
             1.0,
+            range_of_runs=True,
         )
         verdict = combine(
             [
