@@ -127,7 +127,8 @@ def _polarization_seeds(config: Mapping[str, Any]) -> Power:
     need = unanimous_runs_needed(
         float(claims["intervals"]["level"]), float(claims["dynamics"]["majority"])
     )
-    return _dynamics_seeds("value_softmax", need)(config)
+    # the polarization claims read the untied runs
+    return _dynamics_seeds("value_softmax", need, lambda s: s.get("experiment") == "untied")(config)
 
 
 def _dynamics_seeds(
@@ -136,15 +137,11 @@ def _dynamics_seeds(
     """The fewest seeds of the setups of ``part`` that the claim reads (``keep``)."""
 
     def power(config: Mapping[str, Any]) -> Power:
-        from sinkscope.dynamics.grids import dynamics_jobs
+        from sinkscope.dynamics.grids import dynamics_jobs, value_softmax_spec
 
-        specs = [s for s in dynamics_jobs(config["dynamics"])[part].values() if keep(s)]
-        if part == "value_softmax":  # the polarization claims read the untied runs
-            specs = [spec for spec in specs if spec.get("experiment") == "untied"]
-            have = _fewest_seeds(specs, lambda spec: spec["id"].split("-seed=")[0])
-        else:
-            have = _fewest_seeds(specs, _without_seed)
-        return Power(have, need, "seeds per setup")
+        complete = {"value_softmax": value_softmax_spec}.get(part, dict)  # the defaults filled in
+        specs = [complete(s) for s in dynamics_jobs(config["dynamics"])[part].values() if keep(s)]
+        return Power(_fewest_seeds(specs, _without_seed), need, "seeds per setup")
 
     return power
 
