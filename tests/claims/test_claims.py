@@ -360,6 +360,18 @@ def test_sink_bos_value_norm_reads_the_graded_relation() -> None:
     row = claim(ratio=None)  # no heads at one end: the correlation decides alone
     assert row["verdict"] == V.REPRODUCED and "decides alone" in row["reason"]
     assert claim(ratio=0.3, spearman=None)["verdict"] == V.NOT_APPLICABLE
+    # under claims.intervals.min_units distinct heads at an end: the ratio decides nothing,
+    # and the reason says why (not that an interval straddles its bound)
+    table = value_norm_classes(ratio=0.3, heads_at_ends=4)["geometry_bos_value_norm_classes"]
+    (row,) = GC.check_sink_bos_value_norm(table, 0.5, min_units=20)
+    assert row["verdict"] == V.INCONCLUSIVE
+    assert "a bootstrap over 4 heads at the fewer end decides nothing" in row["reason"]
+    assert "straddles" not in row["reason"]
+    (row,) = GC.check_sink_bos_value_norm(table, 0.5, min_units=4)  # 4 heads are enough
+    assert row["verdict"] == V.REPRODUCED
+    # too few heads in the model: the correlation decides nothing either
+    (row,) = GC.check_sink_bos_value_norm(table, 0.5, min_units=101)
+    assert row["verdict"] == V.INCONCLUSIVE and "over 100 heads decides nothing" in row["reason"]
 
 
 def test_sink_bos_value_norm_from_planted_heads() -> None:

@@ -17,6 +17,7 @@ from sinkscope.claims.samples import (
     config_value,
     power_of,
     power_table,
+    power_text,
     unanimous_runs_needed,
 )
 from sinkscope.config import load_layered_config, validate_config
@@ -97,6 +98,10 @@ def test_the_power_counts_what_the_checks_count() -> None:
     assert not power_of("dynamics.softmax_sinks_emerge", tiny).enough
     assert power_of("costs.backcopy_slopes", tiny) is None
     assert power_of("oversmoothing.predicted_signs", tiny).enough  # the model's heads
+    # a bootstrap over a model's heads: every scale has them, and the floor is the config's
+    value_small = power_of("geometry.sink_bos_value_small", tiny)
+    assert value_small.enough and value_small.need == tiny["claims"]["intervals"]["min_units"]
+    assert "20 or more, else inconclusive" in power_text(value_small)
     assert unanimous_runs_needed() == 4
     assert wilson_interval(3, 3)[0] <= 0.5 < wilson_interval(4, 4)[0]
     # at a 99% level 5 seeds are too few (6 of 6: [0.47, 1]; 7 of 7: [0.51, 1])

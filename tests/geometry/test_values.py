@@ -170,6 +170,15 @@ def test_bos_mass_relation_finds_a_planted_graded_relation() -> None:
     norm = graded["rel_bos_vo_norm"].to_numpy()
     assert r["ratio_high_low"] == pytest.approx(np.median(norm[high]) / np.median(norm[low]))
     assert r["ratio_high_low_hi"] < 0.6 and (r["n_high"], r["n_low"]) == (high.sum(), low.sum())
+    # the ratio's units: one dataset, so every head instance is its own head
+    assert (r["n_high_heads"], r["n_low_heads"]) == (high.sum(), low.sum())
+    # the same heads on a second dataset: twice the instances, the same distinct heads
+    twice = pl.concat([graded, graded.with_columns(dataset=pl.lit("e"))])
+    (p,) = (
+        bos_mass_relation(twice, n_boot=0).filter(pl.col("dataset") == "all").iter_rows(named=True)
+    )
+    assert (p["n_high"], p["n_low"]) == (2 * high.sum(), 2 * low.sum())
+    assert (p["n_high_heads"], p["n_low_heads"]) == (high.sum(), low.sum())
     # no monotone relation: a norm symmetric about the middle BOS mass has Spearman exactly 0
     steps = np.arange(mass.size, dtype=np.float64)  # exact ties: norm(i) == norm(n - 1 - i)
     flat = graded.with_columns(

@@ -271,7 +271,9 @@ CLAIMS: tuple[Claim, ...] = (
         "W_VO x_0 = 0 (assumed; supported empirically in [13])",
         ("geometry_bos_value_norm_classes",),
         lambda tb, t: check_sink_bos_value_norm(
-            tb["geometry_bos_value_norm_classes"], t["geometry"]["bos_value_ratio_max"]
+            tb["geometry_bos_value_norm_classes"],
+            t["geometry"]["bos_value_ratio_max"],
+            int(t["intervals"]["min_units"]),
         ),
     ),
     # ---------------------------------------------------------------- §5 / E.1: oversmoothing

@@ -83,6 +83,11 @@ def _heads(config: Mapping[str, Any]) -> Power:
     return Power(None, 1, "the model's heads")
 
 
+def _heads_resampled(config: Mapping[str, Any]) -> Power:
+    # a bootstrap over heads: the floor applies to every head and to each BOS-mass end's heads
+    return Power(None, _min_units(config), "heads of the model at each BOS-mass end")
+
+
 def _long_context(config: Mapping[str, Any]) -> Power:
     long_context = config["geometry"]["long_context"]
     return Power(int(long_context["n_sequences"]), 1, "long-context sequences per dataset")
@@ -249,9 +254,10 @@ SAMPLES: dict[str, Sample] = {
         _sequences,
     ),
     "geometry.sink_bos_value_small": Sample(
-        "the model's heads pooled over datasets (bootstrap over heads); fixed by the model",
-        (),
-        _heads,
+        "the model's heads pooled over datasets (bootstrap over heads; the high / low BOS-mass "
+        "ratio's floor applies to the fewer distinct heads of its two ends); fixed by the model",
+        (_MIN_UNITS,),
+        _heads_resampled,
     ),
     "oversmoothing.approximation_every_head": Sample(
         "the extraction's sequences per pair: a bootstrap over them of the largest error over "
@@ -359,7 +365,8 @@ def power_text(power: Power | None) -> str:
     if power is None:
         return "no sample: a closed form or a deterministic optimum decides it at any scale"
     if power.have is None:
-        return f"decided on {power.units}, the same at every scale"
+        floor = f"; {power.need} or more, else inconclusive" * (power.need > 1)
+        return f"decided on {power.units}, the same at every scale{floor}"
     if power.have == 0:
         return f"needs {power.need} {power.units}, none run (not applicable)"
     verdict = "enough" if power.enough else "too few: its rows are inconclusive"
@@ -400,7 +407,8 @@ def power_table(configs: Mapping[str, Mapping[str, Any]], claim_ids: Iterable[st
         if first is None:
             needs, cells = "no sample (closed form or deterministic optimum)", ["any"] * len(names)
         elif first.have is None:
-            needs, cells = first.units, ["any"] * len(names)
+            needs = _needs(first) if first.need > 1 else first.units
+            cells = ["any"] * len(names)
         else:
             needs = _needs(first)
             cells = [

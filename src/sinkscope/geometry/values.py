@@ -292,6 +292,8 @@ RELATION_SCHEMA: dict[str, Any] = {
     "spearman_hi": pl.Float64,
     "n_high": pl.Int64,
     "n_low": pl.Int64,
+    "n_high_heads": pl.Int64,
+    "n_low_heads": pl.Int64,
     "median_high": pl.Float64,
     "median_low": pl.Float64,
     "ratio_high_low": pl.Float64,
@@ -335,7 +337,10 @@ def bos_mass_relation(
     median ``rel_bos_vo_norm`` at ``bos_mass >= HIGH_BOS_MASS`` to the median at ``bos_mass <
     LOW_BOS_MASS``, each with a percentile bootstrap interval at ``level`` over heads (the unit
     is the head ``(layer, head)`` with all its dataset instances, as in
-    :func:`sink_value_norm_effect`; a fresh generator seeded with ``seed`` per group). Columns
+    :func:`sink_value_norm_effect`; a fresh generator seeded with ``seed`` per group).
+    ``n_high`` / ``n_low`` count the head instances at each end, ``n_high_heads`` /
+    ``n_low_heads`` the distinct heads among them: the units the ratio's bootstrap draws from
+    each end (``claims.intervals.min_units`` applies to the fewer). Columns
     :data:`RELATION_SCHEMA` (statistics null where a side is empty or constant)."""
     needed = ["model", "dataset", "layer", "head", "rel_bos_vo_norm", "bos_mass"]
     missing = [c for c in needed if c not in bos_value_norm.columns]
@@ -382,6 +387,8 @@ def bos_mass_relation(
             "spearman_hi": finite(bounds["rho"][1]) if math.isfinite(rho) else None,
             "n_high": int(high.size),
             "n_low": int(low.size),
+            "n_high_heads": int(np.unique(units[mass >= HIGH_BOS_MASS]).size),
+            "n_low_heads": int(np.unique(units[mass < LOW_BOS_MASS]).size),
             "median_high": float(np.median(high)) if high.size else None,
             "median_low": float(np.median(low)) if low.size else None,
             "ratio_high_low": finite(ratio),

@@ -31,6 +31,7 @@ from sinkscope.claims.verdicts import (
     pct,
     require,
     rows_per,
+    too_few_units_text,
 )
 from sinkscope.heads.order import sort_pooled_last
 from sinkscope.labels import POOLED
@@ -352,7 +353,7 @@ def check_value_rank_middle_layers(
 
 
 def check_sink_bos_value_norm(
-    bos_value_norm_classes: pl.DataFrame, bos_value_ratio_max: float
+    bos_value_norm_classes: pl.DataFrame, bos_value_ratio_max: float, min_units: int = 0
 ) -> list[Row]:
     """§6 (assumption ``W_VO x_0 = 0``, supported by [13]): a head's BOS value-output vector is
     small where the head sinks. Decided on the relation the assumption implies, over every head
@@ -367,7 +368,10 @@ def check_sink_bos_value_norm(
 
     The intervals are the geometry summary's (its level in the table's ``level`` column).
     Reproduced when both hold on their whole intervals, not reproduced when either fails on its
-    whole interval, inconclusive otherwise. Without heads at both ends the correlation decides
+    whole interval, inconclusive otherwise. A bootstrap over fewer than ``min_units`` heads
+    (``claims.intervals.min_units``: every head for the correlation, the fewer distinct heads of
+    the two ends for the ratio) decides nothing: Gemma 3's 4 heads under BOS mass 0.1 leave its
+    ratio inconclusive wherever its interval lies. Without heads at both ends the correlation decides
     alone. The former comparison of the sink heads (``is_sink``) with all other heads, many of
     which carry 0.1-0.4 of their mass on BOS, stays in the reason as a reported reading
     (:func:`sinkscope.geometry.values.value_norm_statement`)."""
@@ -389,28 +393,52 @@ def check_sink_bos_value_norm(
                 "no relation",
             )
         level = float(e["level"])
-        rho = Interval(e["spearman_lo"], e["spearman_hi"], "bootstrap over heads, Spearman", level)
+        rho = Interval(
+            e["spearman_lo"],
+            e["spearman_hi"],
+            f"bootstrap over {e['n_units']} heads, Spearman",
+            level,
+            n_units=e["n_units"],
+            min_units=min_units,
+        )
         verdicts = [decide(rho, 0.0, above=False, strict=True)]
+        straddles = verdicts[0] == INCONCLUSIVE and not rho.too_few_units
         text = (
             f"Spearman(BOS mass, |W_VO z_0| / median_i |W_VO z_i|) = {num(e['spearman'])} "
             f"({100 * level:.0f}% bootstrap interval over heads {num(e['spearman_lo'])} to "
             f"{num(e['spearman_hi'])})"
         )
         if e["ratio_high_low"] is not None and e["ratio_high_low_hi"] is not None:
-            ratio = Interval(e["ratio_high_low_lo"], e["ratio_high_low_hi"], "", level)
+            ends = min(e["n_high_heads"], e["n_low_heads"])
+            ratio = Interval(
+                e["ratio_high_low_lo"],
+                e["ratio_high_low_hi"],
+                "",
+                level,
+                n_units=ends,
+                min_units=min_units,
+            )
             verdicts.append(decide(ratio, bos_value_ratio_max, above=False))
+            straddles |= verdicts[-1] == INCONCLUSIVE and not ratio.too_few_units
             text += (
-                f"; median norm at BOS mass >= {HIGH_BOS_MASS:g} ({e['n_high']} head instances) "
-                f"/ at < {LOW_BOS_MASS:g} ({e['n_low']}): {num(e['ratio_high_low'])} "
+                f"; median norm at BOS mass >= {HIGH_BOS_MASS:g} ({e['n_high']} head instances "
+                f"of {e['n_high_heads']} heads) / at < {LOW_BOS_MASS:g} ({e['n_low']} of "
+                f"{e['n_low_heads']}): {num(e['ratio_high_low'])} "
                 f"[{num(e['ratio_high_low_lo'])}, {num(e['ratio_high_low_hi'])}]"
+            )
+            text += too_few_units_text(
+                ratio,
+                "heads at the fewer end",
+                "a model with more heads there",
             )
         else:
             text += (
                 f"; no head instances at both ends (BOS mass >= {HIGH_BOS_MASS:g}: {e['n_high']}, "
                 f"< {LOW_BOS_MASS:g}: {e['n_low']}), so the correlation decides alone"
             )
+        text += too_few_units_text(rho, "heads", "a model with more heads")
         verdict = combine(verdicts)
-        if verdict == INCONCLUSIVE:
+        if verdict == INCONCLUSIVE and straddles:
             text += "; an interval straddles its bound: needs more heads (models or datasets)"
         if e["n_sink"] and e["n_other"] and e["ratio"] is not None:
             text += f". Reported reading, sink vs other heads: {value_norm_statement(e)}"
