@@ -6,6 +6,9 @@ sinkscope inspect FILE.h5 --attention L S H     one head's attention map (layer,
 sinkscope inspect --layout                      the layout every file follows
 sinkscope compare-claims A/claims.parquet B/claims.parquet [--labels short full]
                                                 the verdicts of two runs side by side
+sinkscope compare-conditions A/results B/results
+                                                how often a head's Theorem 5.1 condition label
+                                                changes between two runs (e.g. 8 vs 50 sequences)
 sinkscope check-config config.yaml [config/offline-full.yaml ...]
                                                 read and validate configs as snakemake would
 sinkscope pin-revisions config/paper.yaml [--check]
@@ -145,6 +148,36 @@ def _compare_claims(tables: Sequence[str], labels: Sequence[str] | None) -> int:
     return 0
 
 
+def _compare_conditions(roots: Sequence[str]) -> int:
+    import glob
+
+    import polars as pl
+
+    from sinkscope.oversmoothing.summary import condition_label_agreement
+    from sinkscope.paths import Paths
+
+    tables = []
+    for root in roots:
+        pattern = Paths(root.rstrip("/")).registered_table("analyze_oversmoothing", "per_head")
+        files = sorted(glob.glob(pattern.format(model="*", dataset="*")))
+        if not files:
+            print(
+                f"sinkscope compare-conditions: {root} has no oversmoothing tables ({pattern}); "
+                "pass each run's results directory",
+                file=sys.stderr,
+            )
+            return 2
+        tables.append(pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed"))
+    agreement = condition_label_agreement(*tables)
+    columns = agreement.columns
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for row in agreement.iter_rows():
+        cells = [f"{v:.3f}" if isinstance(v, float) else str(v) for v in row]
+        print("| " + " | ".join(cells) + " |")
+    return 0
+
+
 def _check_config(paths: Sequence[str]) -> int:
     from sinkscope.config import (
         ConfigError,
@@ -265,6 +298,11 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     compare.add_argument("tables", nargs="+", help="results/claims.parquet of each run")
     compare.add_argument("--labels", nargs="+", help="a column name per table (default: paths)")
+    conditions = commands.add_parser(
+        "compare-conditions",
+        help="how often a head's Theorem 5.1 condition label changes between two runs (Markdown)",
+    )
+    conditions.add_argument("roots", nargs=2, help="the results directory of each run")
     check = commands.add_parser(
         "check-config",
         help="read config files strictly, layered as snakemake --configfile does, and validate",
@@ -311,6 +349,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return _usage(args.logs)
     if args.command == "compare-claims":
         return _compare_claims(args.tables, args.labels)
+    if args.command == "compare-conditions":
+        return _compare_conditions(args.roots)
     if args.command == "check-config":
         return _check_config(args.configs)
     if args.command == "pin-revisions":

@@ -36,6 +36,7 @@ __all__ = [
     "component_mean_exprs",
     "component_means",
     "condition_exprs",
+    "condition_label_agreement",
     "condition_summary",
     "summarize",
     "summary_tables",
@@ -159,6 +160,48 @@ def condition_summary(per_head: pl.DataFrame, by: Sequence[str] = KEYS) -> pl.Da
     """:func:`condition_exprs` per group of ``by``, sorted by ``by`` (the numbers of Figs. 8-9
     and of the claims ``condition_i_half``, ``condition_ii_few`` and ``predicted_signs``)."""
     return per_head.group_by(*by, maintain_order=True).agg(*condition_exprs()).sort(*by)
+
+
+def condition_label_agreement(first: pl.DataFrame, second: pl.DataFrame) -> pl.DataFrame:
+    """How often a head keeps its condition label of Figs. 8-9 (``condition_s``: "i", "ii" or
+    "neither" of Theorem 5.1) between two per-head tables of the same models and datasets, e.g.
+    two runs on different samples of sequences: the sequences' share in the uncertainty of the
+    claims ``condition_i_half``, ``condition_ii_few`` and ``predicted_signs``, whose intervals
+    count heads (Wilson over the non-sink heads of :data:`CONDITION_BASIS`).
+
+    Read at each pair's largest ``T'`` in both tables, over the head instances that are non-sink
+    in both. One row per model (its datasets pooled, each head instance once): ``n_heads``,
+    ``n_changed`` (label differs), ``share_same``, and each table's share of the heads with
+    condition (i) and (ii) (``frac_i_first`` ...), which the claims read."""
+    key = ["model", "dataset", "layer", "head"]
+
+    def at_largest(table: pl.DataFrame) -> pl.DataFrame:
+        largest = pl.col("context_length") == pl.col("context_length").max().over(
+            "model", "dataset"
+        )
+        return table.filter(largest).select(*key, "condition_s", "is_sink")
+
+    both = (
+        at_largest(first)
+        .join(at_largest(second), on=key, suffix="_second")
+        .filter(~pl.col("is_sink") & ~pl.col("is_sink_second"))
+    )
+    share = {
+        f"frac_{c}_{side}": (pl.col(column) == c).mean()
+        for c in ("i", "ii")
+        for side, column in (("first", "condition_s"), ("second", "condition_s_second"))
+    }
+    changed = pl.col("condition_s") != pl.col("condition_s_second")
+    return (
+        both.group_by("model")
+        .agg(
+            pl.len().cast(pl.Int64).alias("n_heads"),
+            changed.sum().cast(pl.Int64).alias("n_changed"),
+            (~changed).mean().alias("share_same"),
+            *(expr.alias(name) for name, expr in share.items()),
+        )
+        .sort("model")
+    )
 
 
 def approximation_offsets(curves: pl.DataFrame) -> pl.DataFrame:
