@@ -365,7 +365,7 @@ def test_sink_bos_value_norm_reads_the_graded_relation() -> None:
     table = value_norm_classes(ratio=0.3, heads_at_ends=4)["geometry_bos_value_norm_classes"]
     (row,) = GC.check_sink_bos_value_norm(table, 0.5, min_units=20)
     assert row["verdict"] == V.INCONCLUSIVE
-    assert "a bootstrap over 4 heads at the fewer end decides nothing" in row["reason"]
+    assert "a bootstrap over 4 heads at its fewer BOS-mass end decides nothing" in row["reason"]
     assert "straddles" not in row["reason"]
     (row,) = GC.check_sink_bos_value_norm(table, 0.5, min_units=4)  # 4 heads are enough
     assert row["verdict"] == V.REPRODUCED

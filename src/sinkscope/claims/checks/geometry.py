@@ -428,15 +428,15 @@ def check_sink_bos_value_norm(
             )
             text += too_few_units_text(
                 ratio,
-                "heads at the fewer end",
-                "a model with more heads there",
+                "heads at its fewer BOS-mass end",
+                "not in this model, whose heads are fixed",
             )
         else:
             text += (
                 f"; no head instances at both ends (BOS mass >= {HIGH_BOS_MASS:g}: {e['n_high']}, "
                 f"< {LOW_BOS_MASS:g}: {e['n_low']}), so the correlation decides alone"
             )
-        text += too_few_units_text(rho, "heads", "a model with more heads")
+        text += too_few_units_text(rho, "heads", "not in this model, whose heads are fixed")
         verdict = combine(verdicts)
         if verdict == INCONCLUSIVE and straddles:
             text += "; an interval straddles its bound: needs more heads (models or datasets)"
