@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from sinkscope.dynamics.plots import _setup_label
+from sinkscope.dynamics.plots import _setup_label, unlearned_label
 
 
 def test_setup_label_names_vocabulary_mlp_and_layernorm() -> None:
@@ -36,3 +36,12 @@ def test_the_full_scale_induction_grid_draws_readable_figures(tmp_path) -> None:
     for name, draw in figures("induction", summary).items():
         draw(tmp_path / f"{name}.png")  # raises if a figure breaks a rule
         assert (tmp_path / f"{name}.png").stat().st_size > 0
+
+
+def test_a_grid_cell_says_how_many_seeds_did_not_learn() -> None:
+    """The induction grids' red box marks a setup where a run did not learn; of several seeds
+    the cell says how many (the full offline grid's elu_elu_raw at lambda 0: 1 of 3)."""
+    assert unlearned_label(3, 3) == ""
+    assert unlearned_label(3, 2) == "\n1/3 not\nlearned"
+    assert unlearned_label(3, 0) == "\n3/3 not\nlearned"
+    assert unlearned_label(1, 0) == "\nnot\nlearned"  # one seed: no count to give

@@ -42,6 +42,7 @@ __all__ = [
     "plot_vs_regression",
     "plot_vs_tied",
     "polarized_statement",
+    "unlearned_label",
 ]
 
 PathLike = str | os.PathLike[str]
@@ -262,6 +263,15 @@ def plot_vs_regression(tables: dict[str, pl.DataFrame], out_png: PathLike) -> No
 # --------------------------------------------------------------------------- induction
 
 
+def unlearned_label(runs: int, learned_runs: int) -> str:
+    """The line a grid cell adds under its value when a run of its setup did not learn: of
+    several seeds, how many did not ("1/3 not learned": the other two did); "" when all did."""
+    if learned_runs >= runs:
+        return ""
+    share = f"{runs - learned_runs}/{runs} " if runs > 1 else ""
+    return f"\n{share}not\nlearned"
+
+
 def _grid_panels(
     tables: dict[str, pl.DataFrame],
     column: str,
@@ -285,6 +295,7 @@ def _grid_panels(
         grid = np.full((len(pes), len(variants)), np.nan)
         failed = np.zeros_like(grid, dtype=bool)
         ranges = np.full(grid.shape, "", dtype=object)
+        unlearned = np.full(grid.shape, "", dtype=object)
         for row in part.iter_rows(named=True):
             i, j = pes.index(row["positional"]), variants.index(row["variant"])
             grid[i, j] = row[column]
@@ -292,9 +303,9 @@ def _grid_panels(
             if spread is not None and row["runs"] > 1 and row.get(spread[0]) is not None:
                 low, high = row[spread[0]], row[spread[1]]
                 ranges[i, j] = f"\n{format(low, fmt)}-{format(high, fmt)}"
+            unlearned[i, j] = unlearned_label(row["runs"], row["learned_runs"])
         labels = np.vectorize(lambda v: "" if np.isnan(v) else format(v, fmt))(grid).astype(object)
-        labels = labels + ranges
-        labels[failed] = labels[failed] + "\nnot\nlearned"
+        labels = labels + ranges + unlearned
         sns.heatmap(
             grid,
             ax=ax,
@@ -314,7 +325,7 @@ def _grid_panels(
         ax.set_xlabel("attention function" if ax is axes[-1] else "")
         ax.set_ylabel("positional encoding")
         ax.tick_params(axis="x", labelrotation=90)
-    fig.suptitle(title + " (red box: a run did not learn, accuracy < 0.5)")
+    fig.suptitle(title + " (red box: a run did not learn, accuracy < 0.5, in n/m of m seeds)")
     save_figure(fig, out_png)
 
 
