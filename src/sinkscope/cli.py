@@ -152,7 +152,9 @@ def _compare_conditions(roots: Sequence[str]) -> int:
     import glob
 
     import polars as pl
+    import polars.selectors as cs
 
+    from sinkscope.claims.render import markdown_table
     from sinkscope.oversmoothing.summary import condition_label_agreement
     from sinkscope.paths import Paths
 
@@ -168,13 +170,8 @@ def _compare_conditions(roots: Sequence[str]) -> int:
             )
             return 2
         tables.append(pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed"))
-    agreement = condition_label_agreement(*tables)
-    columns = agreement.columns
-    print("| " + " | ".join(columns) + " |")
-    print("|" + "---|" * len(columns))
-    for row in agreement.iter_rows():
-        cells = [f"{v:.3f}" if isinstance(v, float) else str(v) for v in row]
-        print("| " + " | ".join(cells) + " |")
+    agreement = condition_label_agreement(*tables).with_columns(cs.float().round(3))
+    print("\n".join(markdown_table(agreement, agreement.columns)))
     return 0
 
 

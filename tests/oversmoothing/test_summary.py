@@ -68,6 +68,6 @@ def test_compare_conditions_reads_two_results_directories(tmp_path, capsys) -> N
     assert main(["compare-conditions", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("| model | n_heads | n_changed | share_same")
-    assert lines[2].startswith("| m | 4 | 1 | 0.750 | 0.750 | 0.500 |")
+    assert lines[2].startswith("| m | 4 | 1 | 0.75 | 0.75 | 0.5 |")
     assert main(["compare-conditions", str(tmp_path / "a"), str(tmp_path / "none")]) == 2
     assert "none has no oversmoothing tables" in capsys.readouterr().err

@@ -32,6 +32,7 @@ __all__ = [
     "claims_rst",
     "compare_runs",
     "compare_runs_markdown",
+    "markdown_table",
     "write_claims",
 ]
 
@@ -103,11 +104,12 @@ def compare_runs_markdown(comparison: pl.DataFrame) -> str:
         ),
         "",
     ]
-    lines += _md_table(ordered, ["claim_id", "model", *labels, "differs"])
+    lines += markdown_table(ordered, ["claim_id", "model", *labels, "differs"])
     return "\n".join(lines) + "\n"
 
 
-def _md_table(frame: pl.DataFrame, columns: Sequence[str]) -> list[str]:
+def markdown_table(frame: pl.DataFrame, columns: Sequence[str]) -> list[str]:
+    """The lines of a Markdown table of ``frame``'s ``columns`` (a cell's ``|`` escaped)."""
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for r in frame.iter_rows(named=True):
         lines.append("| " + " | ".join(_cell(r[c]) for c in columns) + " |")
@@ -194,7 +196,7 @@ def _md_by_claim(frame: pl.DataFrame, columns: Sequence[str]) -> list[str]:
             "",
             f"Paper: {first['source']}. Paper's value: {first['paper_value']}.",
             "",
-            *_md_table(part, columns),
+            *markdown_table(part, columns),
             "",
         ]
     return lines
