@@ -170,7 +170,11 @@ def _compare_conditions(roots: Sequence[str]) -> int:
             )
             return 2
         tables.append(pl.concat([pl.read_parquet(f) for f in files], how="diagonal_relaxed"))
-    agreement = condition_label_agreement(*tables).with_columns(cs.float().round(3))
+    try:
+        agreement = condition_label_agreement(*tables).with_columns(cs.float().round(3))
+    except ValueError as error:  # a per-head table of another layout
+        print(f"sinkscope compare-conditions: {' vs '.join(roots)}: {error}", file=sys.stderr)
+        return 2
     print("\n".join(markdown_table(agreement, agreement.columns)))
     return 0
 

@@ -71,3 +71,10 @@ def test_compare_conditions_reads_two_results_directories(tmp_path, capsys) -> N
     assert lines[2].startswith("| m | 4 | 1 | 0.75 | 0.75 | 0.5 |")
     assert main(["compare-conditions", str(tmp_path / "a"), str(tmp_path / "none")]) == 2
     assert "none has no oversmoothing tables" in capsys.readouterr().err
+    # a per-head table without the condition labels (another layout): named, not a traceback
+    pattern = Paths(str(tmp_path / "old")).registered_table("analyze_oversmoothing", "per_head")
+    path = tmp_path / pattern.format(model="m", dataset="d")
+    path.parent.mkdir(parents=True)
+    per_head({"d": labels}).drop("condition_s").write_parquet(path)
+    assert main(["compare-conditions", str(tmp_path / "a"), str(tmp_path / "old")]) == 2
+    assert "the second per-head table lacks columns ['condition_s']" in capsys.readouterr().err

@@ -174,6 +174,11 @@ def condition_label_agreement(first: pl.DataFrame, second: pl.DataFrame) -> pl.D
     ``n_changed`` (label differs), ``share_same``, and each table's share of the heads with
     condition (i) and (ii) (``frac_i_first`` ...), which the claims read."""
     key = ["model", "dataset", "layer", "head"]
+    needed = [*key, "context_length", "condition_s", "is_sink"]
+    for which, table in (("first", first), ("second", second)):
+        missing = [c for c in needed if c not in table.columns]
+        if missing:
+            raise ValueError(f"the {which} per-head table lacks columns {missing}")
 
     def at_largest(table: pl.DataFrame) -> pl.DataFrame:
         largest = pl.col("context_length") == pl.col("context_length").max().over(
