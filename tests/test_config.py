@@ -166,8 +166,18 @@ def test_thresholds_outside_unit_interval(default_config: dict, key: str, value:
 
 
 def test_thresholds_at_the_edges_are_accepted(default_config: dict) -> None:
+    """0 and 1 are thresholds a fraction can meet: accepted, kept as given, and they classify
+    as the module says (every head is a sink at 0; only a head with all its mass on the diagonal
+    is diagonal at 1)."""
+    from sinkscope.heads.classify import HeadClassThresholds, classify
+
     default_config["head_classes"].update(sink=0.0, diagonal=1.0)
-    validate_config(default_config)
+    validated = validate_config(default_config)
+    assert (validated["head_classes"]["sink"], validated["head_classes"]["diagonal"]) == (0.0, 1.0)
+    edges = HeadClassThresholds(sink=0.0, diagonal=1.0)
+    flags, _ = classify([0.0, 0.3], [1.0, 0.999], [0.0, 0.0], edges)
+    assert flags["is_sink"].tolist() == [True, True]
+    assert flags["is_diagonal"].tolist() == [True, False]
 
 
 def test_non_eager_attention_rejected(default_config: dict) -> None:

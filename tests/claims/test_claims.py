@@ -360,18 +360,12 @@ def test_sink_bos_value_norm_reads_the_graded_relation() -> None:
     row = claim(ratio=None)  # no heads at one end: the correlation decides alone
     assert row["verdict"] == V.REPRODUCED and "decides alone" in row["reason"]
     assert claim(ratio=0.3, spearman=None)["verdict"] == V.NOT_APPLICABLE
-    # under claims.intervals.min_units distinct heads at an end: the ratio decides nothing,
-    # and the reason says why (not that an interval straddles its bound)
+    # 4 distinct heads at an end: the ratio's t has 3 degrees of freedom, and the row says so;
+    # its interval (planted) lies under the tolerance, so it decides
     table = value_norm_classes(ratio=0.3, heads_at_ends=4)["geometry_bos_value_norm_classes"]
-    (row,) = GC.check_sink_bos_value_norm(table, 0.5, min_units=20)
-    assert row["verdict"] == V.INCONCLUSIVE
-    assert "a bootstrap over 4 heads at its fewer BOS-mass end decides nothing" in row["reason"]
-    assert "straddles" not in row["reason"]
-    (row,) = GC.check_sink_bos_value_norm(table, 0.5, min_units=4)  # 4 heads are enough
+    (row,) = GC.check_sink_bos_value_norm(table, 0.5)
     assert row["verdict"] == V.REPRODUCED
-    # too few heads in the model: the correlation decides nothing either
-    (row,) = GC.check_sink_bos_value_norm(table, 0.5, min_units=101)
-    assert row["verdict"] == V.INCONCLUSIVE and "over 100 heads decides nothing" in row["reason"]
+    assert "(t, 3 df: the heads at its fewer end)" in row["reason"]
 
 
 def test_sink_bos_value_norm_from_planted_heads() -> None:
@@ -920,24 +914,22 @@ def test_eviction_raises_perplexity() -> None:
     assert row["verdict"] == V.INCONCLUSIVE and "fewer than two blocks" in row["reason"]
 
 
-def test_eviction_on_fewer_blocks_than_min_units_decides_nothing() -> None:
-    """x3 without scatter on 100 positions: the interval lies far above x2, but 6 blocks of 16
-    are too few for a bootstrap (claims.intervals.min_units = 20), so the row is inconclusive
-    and says how many blocks it has; 20 blocks (320 positions) decide it."""
+def test_eviction_on_a_few_blocks_decides_where_its_interval_lies() -> None:
+    """x3 without scatter on 100 positions: 6 blocks of 16, a t with 5 degrees of freedom, and
+    the interval lies far above x2: reproduced (no floor on the blocks)."""
     (row,) = SC.check_eviction_raises_perplexity(streaming_sink_heads(3.0, 1.0, 0.0, 100), 2.0)
-    assert row["ci_low"] > 2.0 and row["verdict"] == V.INCONCLUSIVE
-    assert "a bootstrap over 6 blocks of 16 scored positions decides nothing" in row["reason"]
-    assert "claims.intervals.min_units = 20" in row["reason"]
-    (row,) = SC.check_eviction_raises_perplexity(
-        streaming_sink_heads(3.0, 1.0, 0.0, 100), 2.0, {"min_units": 6}
+    assert row["ci_low"] > 2.0 and row["verdict"] == V.REPRODUCED
+    assert (
+        "t (5 df), moving-block bootstrap SE over 100 scored positions (6 blocks of 16"
+        in (row["interval"])
     )
-    assert row["verdict"] == V.REPRODUCED
     assert verdicts(
         SC.check_eviction_raises_perplexity(streaming_sink_heads(1.5, 1.0, 0.0, 100), 2.0)
-    ) == [V.INCONCLUSIVE]
-    assert verdicts(
-        SC.check_eviction_raises_perplexity(streaming_sink_heads(1.5, 1.0, 0.0, 320), 2.0)
     ) == [V.NOT_REPRODUCED]
+    # x1.9 with a nat of scatter per position: 6 blocks reach across x2, and say how many more
+    (row,) = SC.check_eviction_raises_perplexity(streaming_sink_heads(1.9, 1.0, 1.0, 100), 2.0)
+    assert row["ci_low"] < 2.0 < row["ci_high"] and row["verdict"] == V.INCONCLUSIVE
+    assert "needs more scored tokens" in row["reason"]
 
 
 def test_eviction_excess_averages_to_the_log_ratio() -> None:
@@ -1042,10 +1034,11 @@ def test_sink_tokens_restore() -> None:
 
 def test_sink_tokens_restore_is_decided_on_a_bootstrap_over_queries() -> None:
     """The recovered fraction's interval comes from the re-computed queries: 24 scattered queries
-    leave 95% recovered inconclusive against 0.9, 400 less scattered ones decide it; the interval is the bootstrap
-    of the same statistic, by hand. 8 queries decide nothing, even where all of them agree."""
-    from sinkscope.claims.intervals import bootstrap_interval
-
+    leave 95% recovered inconclusive against 0.9, 400 less scattered ones decide it. The interval
+    is checked against the delta method by hand: a ratio of means ``R = mean(a) / mean(b)`` has
+    the standard error ``sd(a - R b) / (sqrt(n) mean(b))``, and the row's interval is ``R -+
+    t_{n-1}`` times it (within 10% of its half-width: the bootstrap's own noise and the ratio's
+    curvature). 8 queries that agree decide: the interval is valid at their number."""
     few = streaming_recompute(1.0, 0.05, spread=0.5, n_queries=24)
     (row,) = SC.check_sink_tokens_restore(few, 4, 0.9)
     assert row["verdict"] == V.INCONCLUSIVE and "needs more re-computed queries" in row["reason"]
@@ -1054,12 +1047,15 @@ def test_sink_tokens_restore_is_decided_on_a_bootstrap_over_queries() -> None:
     r = few.filter((pl.col("baseline") == "recompute_bos") & (pl.col("n_sink") == 4)).row(
         0, named=True
     )
-    units = np.column_stack(
-        [r["window_nll_by_query"], r["policy_nll_by_query"], r["recompute_nll_by_query"]]
+    window, policy, recompute = (
+        np.asarray(r[f"{c}_nll_by_query"]) for c in ("window", "policy", "recompute")
     )
-    assert (row["ci_low"], row["ci_high"]) == bootstrap_interval(
-        units, SC.recovered_fraction, 2000, 0, 0.95
-    )
+    a, b = window - policy, window - recompute
+    ratio = a.mean() / b.mean()
+    se = (a - ratio * b).std(ddof=1) / (np.sqrt(24) * b.mean())
+    half = 2.068658 * se  # Student's t, 23 degrees of freedom, 95% (a table)
+    assert (row["ci_low"] + row["ci_high"]) / 2 == pytest.approx(ratio, rel=1e-9)
+    assert (row["ci_high"] - row["ci_low"]) / 2 == pytest.approx(half, rel=0.1)
     many = streaming_recompute(1.0, 0.05, spread=0.2, n_queries=400)
     assert verdicts(SC.check_sink_tokens_restore(many, 4, 0.9)) == [V.REPRODUCED]
     worse = streaming_recompute(1.0, 0.3, spread=0.5, n_queries=400)
@@ -1067,14 +1063,10 @@ def test_sink_tokens_restore_is_decided_on_a_bootstrap_over_queries() -> None:
     one = streaming_recompute(1.0, 0.05, n_queries=1)
     (row,) = SC.check_sink_tokens_restore(one, 4, 0.9)
     assert row["verdict"] == V.INCONCLUSIVE and "no interval" in row["reason"]
-    # the short run's 8 queries: however clear their interval, they decide nothing
     eight = streaming_recompute(1.0, 0.05, spread=0.01, n_queries=8)
     (row,) = SC.check_sink_tokens_restore(eight, 4, 0.9)
-    assert row["ci_low"] > 0.9 and row["verdict"] == V.INCONCLUSIVE
-    assert "a bootstrap over 8 re-computed queries decides nothing" in row["reason"]
-    assert "streaming.params.recompute_samples" in row["reason"]
-    (row,) = SC.check_sink_tokens_restore(eight, 4, 0.9, intervals={"min_units": 8})
-    assert row["verdict"] == V.REPRODUCED
+    assert row["ci_low"] > 0.9 and row["verdict"] == V.REPRODUCED
+    assert "t (7 df)" in row["interval"]
 
 
 # =============================================================================== dynamics
@@ -1174,7 +1166,7 @@ def test_polarization_rows_name_the_target_that_tells_two_runs_apart() -> None:
 
 def test_softmax_sinks_emerge() -> None:
     """Three seeds that agree (each seed's proportion the mean): the bounds decide; the same
-    readings from one seed per setup decide nothing (issue 34 item 3: against the seed-to-seed
+    readings from one seed per setup decide nothing (against the seed-to-seed
     spread)."""
 
     def setup(softmax: float, raw: float, runs: int = 3) -> pl.DataFrame:
@@ -1317,11 +1309,12 @@ def test_other_switch_replaces_sink_on_planted_setups() -> None:
 
 
 def test_flip_rate_decreases_over_seeds_needs_every_seed() -> None:
-    """Issue 34 item 3, seed-to-seed spread: three seeds, two of which drop the flip rate by
-    0.8 while the third raises it by 0.1. Pooled over the 6,000 attacked sequences the drop is
-    0.5 with a narrow Newcombe interval, but a resample of the seeds can draw the third one three
-    times (1/27 > 2.5%), so the bootstrap over seeds reaches below the tolerance: inconclusive,
-    "needs more seeds". With the third seed like the others the claim is reproduced."""
+    """Seed-to-seed spread: three seeds, two of which drop the flip rate by 0.8 while the third
+    raises it by 0.1. Pooled over the 6,000 attacked sequences the drop is 0.5 with a narrow
+    Newcombe interval, but over the seeds (equal counts: the pooled drop is their mean) the
+    interval is the textbook t-interval of the three drops, 0.5 -+ t_2 s / sqrt(3) = 0.5 -+
+    4.303 x 0.3, computed here by hand: it reaches below the tolerance, inconclusive, "needs
+    more seeds". With the third seed like the others the claim is reproduced."""
     rates = {0: (0.9, 0.1), 1: (0.9, 0.1), 2: (0.5, 0.6)}
     final = pl.DataFrame(
         [
@@ -1335,8 +1328,11 @@ def test_flip_rate_decreases_over_seeds_needs_every_seed() -> None:
     newcombe = newcombe_difference(2300, 3000, 800, 3000)
     assert newcombe[0] > 0.1  # the attacked sequences alone would decide it
     assert heads["verdict"] == V.INCONCLUSIVE and "needs more seeds" in heads["reason"]
-    assert "bootstrap over 3 training seeds" in heads["interval"]
-    assert heads["ci_low"] == pytest.approx(-0.1) and heads["ci_high"] == pytest.approx(0.8)
+    assert "t (2 df), bootstrap SE over 3 training seeds" in heads["interval"]
+    drops = np.array([0.8, 0.8, -0.1])
+    half = 4.302653 * drops.std(ddof=1) / np.sqrt(3)
+    assert heads["ci_low"] == pytest.approx(0.5 - half, rel=0.03)
+    assert heads["ci_high"] == pytest.approx(0.5 + half, rel=0.03)
     assert "the drop per seed: +0.800, +0.800, -0.100" in heads["reason"]
     steady = final.with_columns(
         flip_rate=pl.when(pl.col("seed") == 2)
@@ -1534,7 +1530,7 @@ def test_markdown_shows_not_reproduced_first(mixed_table: pl.DataFrame) -> None:
     (line,) = [x for x in overview.splitlines() if "`heads.sink_prev_fraction`" in x]
     # models a, b, c, then the synthetic column (empty for a per-model claim)
     assert line.endswith(
-        "| reproduced (2/2) | **not reproduced (0/2)** | **not reproduced (0/2)** |  |"
+        "| reproduced (2 of 2) | **not reproduced (2 of 2)** | **not reproduced (2 of 2)** |  |"
     )
     assert md.index("## Not reproduced") < md.index("## Overview") < md.index("## All checks")
     # every not-applicable row keeps its reason
@@ -1552,15 +1548,16 @@ def test_the_header_counts_are_the_rows_counts(mixed_table: pl.DataFrame) -> Non
     table = pl.concat([mixed_table, inconclusive])
     md = RD.claims_markdown(table)
     header = re.search(
-        r"(\d+) checks: \*\*(\d+) not reproduced\*\*, (\d+) inconclusive, (\d+) reproduced, "
-        r"(\d+) not applicable\.",
+        r"(\d+) checks: (\d+) decided \(\*\*(\d+) not reproduced\*\*, (\d+) reproduced\), "
+        r"(\d+) inconclusive \(the interval straddles the tolerance\), (\d+) not applicable\.",
         md,
     )
     assert header is not None, md[:400]
+    total, decided, bad, good, unsure, na = map(int, header.groups())
+    assert decided == bad + good
     listed = md.split("## All checks")[1]
     rows = [line for line in listed.splitlines() if line.startswith("| ") and "---" not in line]
     verdicts = [line.split(" | ")[3] for line in rows if not line.startswith("| model |")]
-    total, bad, unsure, good, na = map(int, header.groups())
     assert total == len(verdicts) == table.height
     assert (bad, unsure, good, na) == tuple(
         verdicts.count(v)
@@ -1623,8 +1620,12 @@ def test_compare_runs_puts_verdicts_side_by_side_and_flags_differences(tmp_path,
         ("d", "m1", "-"): "not reproduced",
     })  # fmt: skip
     out = compare_runs({"short": short, "full": full}).sort("claim_id")
-    assert out["short"].to_list() == ["reproduced", "mixed (1/2)", "not applicable", "absent"]
-    assert out["full"].to_list() == ["reproduced", "reproduced", "absent", "not reproduced"]
+    assert out["short"].to_list() == [
+        "reproduced (2 of 2)", "mixed: 1 reproduced, 1 not reproduced", "not applicable", "absent"
+    ]  # fmt: skip
+    assert out["full"].to_list() == [
+        "reproduced (2 of 2)", "reproduced (2 of 2)", "absent", "not reproduced (1 of 1)"
+    ]  # fmt: skip
     assert out["differs"].to_list() == [False, True, True, True]
     text = compare_runs_markdown(out)
     assert text.startswith("3 of 4 claim × model verdicts differ between short, full.")

@@ -611,10 +611,7 @@ FLIPS: dict[str, Flip] = {
         fails=[NEAR_FULL - 0.05],
         # 13 of 25 sequences at full rank hold the median at 1.0 on the sample; a resample
         # with 12 or fewer of them (about 4 in 10) puts it at 0.5
-        inconclusive=[
-            lambda: value_ranks(0.5, high_sequences=13),
-            lambda: value_ranks(NEAR_FULL, n_seq=8),  # under claims.intervals.min_units
-        ],
+        inconclusive=[lambda: value_ranks(0.5, high_sequences=13)],
     ),
     "geometry.sink_bos_value_small": Flip(
         # the high / low BOS-mass norm ratio (interval +-0.05) against the tolerance
@@ -625,8 +622,6 @@ FLIPS: dict[str, Flip] = {
         inconclusive=[
             VALUE_RATIO,
             lambda: value_norm_classes(0.3, spearman=-0.05),
-            # well under the tolerance, but its fewer end has 4 heads (Gemma 3's low BOS mass)
-            lambda: value_norm_classes(VALUE_RATIO - 0.3, heads_at_ends=4),
         ],
     ),
     "oversmoothing.approximation_every_head": Flip(
@@ -634,11 +629,7 @@ FLIPS: dict[str, Flip] = {
         lambda e: approximation_by_sequence([0.01, 0.02, 0.03, e]),
         holds=[APPROX - 0.03],
         fails=[APPROX + 0.03, APPROX + 0.1],
-        inconclusive=[
-            APPROX,  # the interval straddles the bound
-            # well below it, but on 8 sequences: fewer than claims.intervals.min_units
-            lambda: approximation_by_sequence([0.01, 0.02, 0.03, APPROX - 0.05], n_seq=8),
-        ],
+        inconclusive=[APPROX],  # the interval straddles the bound
     ),
     "oversmoothing.approximation_most_heads": Flip(
         # k of 400 heads within the bound: decided on a Wilson interval over the heads, so the
@@ -661,7 +652,6 @@ FLIPS: dict[str, Flip] = {
             # the lowest point scatters by +-0.03 over 24 sequences: in the resamples the
             # curve's range shrinks and grows, and the ratio reaches from about 0.16 to over 1
             lambda: curves_by_sequence(0.02 * (REL_OFFSET - 0.05), 0.01, spread=0.03),
-            lambda: curves_by_sequence(0.02 * (REL_OFFSET - 0.05), 0.01, n_seq=8),
         ],
     ),
     "oversmoothing.w_decreases": Flip(
@@ -722,7 +712,6 @@ FLIPS: dict[str, Flip] = {
         fails=[0.0, -0.05],
         inconclusive=[
             lambda: layer_similarity(0.02, spread=0.3),  # 0.02 +- about 0.12 over 24 sequences
-            lambda: layer_similarity(0.05, n_seq=8),  # under claims.intervals.min_units
         ],
     ),
     "costs.backcopy_slopes": Flip(
@@ -1040,10 +1029,10 @@ def test_a_representable_sink_on_a_length_random_points_pass_is_inconclusive() -
     assert row["verdict"] == V.REPRODUCED
 
 
-def test_the_pooled_approximation_row_resamples_each_dataset_with_a_floor_per_dataset() -> None:
-    """Two datasets of 12 sequences: 24 in all but 12 per stratum. Under a floor of 13 the
-    pooled row decides nothing and says it lacks sequences per dataset; under 12 it is decided,
-    on an interval that names the stratification."""
+def test_the_pooled_approximation_row_resamples_each_dataset_and_counts_their_dof() -> None:
+    """Two datasets of 12 sequences: 24 in all, resampled 12 per stratum, so the heads' t has
+    11 + 11 degrees of freedom; the row is decided, on an interval that names the
+    stratification and the Bonferroni family (each head read once per dataset: 4 readings)."""
     from sinkscope.claims.checks.oversmoothing import check_approximation_every_head
 
     parts = [approximation_by_sequence([0.01, 0.02], n_seq=12) for _ in range(2)]
@@ -1056,15 +1045,11 @@ def test_the_pooled_approximation_row_resamples_each_dataset_with_a_floor_per_da
             for p, d in zip(parts, "ab")
         ]
     )
-    for floor, verdict in ((13, V.INCONCLUSIVE), (12, V.REPRODUCED)):
-        rows = check_approximation_every_head(
-            per_head, APPROX, None, by_sequence, {"min_units": floor}
-        )
-        (pooled,) = [r for r in rows if r["dataset"] == "all"]
-        assert pooled["verdict"] == verdict, pooled
-        assert "24 sequences stratified by dataset (at fewest 12 per dataset)" in pooled["interval"]
-        if verdict == V.INCONCLUSIVE:
-            assert "a bootstrap over 12 sequences per dataset decides nothing" in pooled["reason"]
+    rows = check_approximation_every_head(per_head, APPROX, None, by_sequence, {})
+    (pooled,) = [r for r in rows if r["dataset"] == "all"]
+    assert pooled["verdict"] == V.REPRODUCED, pooled
+    assert "t (22 df) per head, Bonferroni over 4 heads" in pooled["interval"]
+    assert "24 sequences stratified by dataset (at fewest 12 per dataset)" in pooled["interval"]
 
 
 def test_the_pooled_approximation_row_counts_heads_once() -> None:
@@ -1144,18 +1129,18 @@ def _increases(mean: float, spread: float, n_seq: int = 40, n_heads: int = 50) -
 @pytest.mark.parametrize(
     ("mean", "spread", "n_seq", "verdict"),
     [
-        (0.05, 0.01, 40, V.REPRODUCED),
-        (-0.05, 0.01, 40, V.NOT_REPRODUCED),
-        (0.002, 0.05, 40, V.INCONCLUSIVE),  # across 0
-        (0.05, 0.01, 8, V.INCONCLUSIVE),  # under the floor of 20 sequences
+        *((0.05, 0.01, n, V.REPRODUCED) for n in (4, 8, 50)),
+        *((-0.05, 0.01, n, V.NOT_REPRODUCED) for n in (4, 8, 50)),
+        *((0.002, 0.05, n, V.INCONCLUSIVE) for n in (4, 8, 50)),  # across 0
     ],
 )
 def test_head_mean_differences_are_decided_on_an_interval_over_sequences(
     mean: float, spread: float, n_seq: int, verdict: str
 ) -> None:
     """``attention_raises`` on 50 planted heads whose increases have the given mean (exactly)
-    and a shift per sequence of the given spread: the bootstrap interval over the sequences lies
-    above 0, below it, across it, or rests on too few sequences. The same sequences decide
+    and a shift per sequence of the given spread, at 4, 8 and 50 sequences: the t-interval over
+    the sequences lies above 0, below it, or across it; a few sequences decide a clear effect
+    (no floor on the units), and no number of them a mean too near 0. The same sequences decide
     ``uniform_raises_more`` (twice the increase minus once) the same way."""
     from sinkscope.claims.checks import oversmoothing_conditions as OCC
 
@@ -1164,7 +1149,7 @@ def test_head_mean_differences_are_decided_on_an_interval_over_sequences(
     assert row["verdict"] == verdict, row
     assert row["value"] == pytest.approx(mean, abs=1e-12)
     assert row["ci_low"] <= mean <= row["ci_high"]
-    assert f"bootstrap over the {n_seq} sequences" in row["interval"]
+    assert f"t ({n_seq - 1} df), bootstrap SE over the {n_seq} sequences" in row["interval"]
     if verdict == V.INCONCLUSIVE:
         assert "extraction.n_sequences" in row["reason"], row["reason"]
     # each head's own increase is the mean plus its fixed offset (sd 0.01) plus the sequences'
@@ -1237,7 +1222,7 @@ def test_dense_heads_raise_more_resamples_dense_and_all_heads_together() -> None
         (row,) = OCC.check_dense_heads_raise_more(summary, MIN_DIFF, by_sequence, {})
         assert row["verdict"] == verdict, row
         assert abs(row["value"]) == pytest.approx(0.02, abs=0.003)
-        assert "bootstrap over the 30 sequences" in row["interval"]
+        assert "bootstrap SE over the 30 sequences" in row["interval"]
         # the reason says how the mean spreads over the heads: all 75 dense heads lie in the
         # raised half (reproduced) or in the lowered one (not)
         more = 75 if verdict == V.REPRODUCED else 0
@@ -1251,9 +1236,9 @@ def test_most_heads_is_read_over_the_heads_and_over_the_sequences() -> None:
     """``oversmoothing.approximation_most_heads`` with its per-sequence terms: both units must
     agree. 36 of 40 heads far inside the bound and 4 far outside, on 30 sequences: reproduced;
     the reverse: not reproduced. Every head just inside the bound (0.099) with noisy sequences:
-    over the heads 40 of 40 (Wilson [0.91, 1]), but a resample of the sequences puts each head
-    on either side, so the share over sequences straddles 0.5: inconclusive. The first case
-    on 8 sequences: under claims.intervals.min_units, inconclusive."""
+    over the heads 40 of 40 (Wilson [0.91, 1]), but each head's interval over the sequences
+    reaches both sides of the bound, so the share over sequences spans [0, 1]: inconclusive.
+    The first case on 8 sequences decides as on 30 (its heads lie far from the bound)."""
     inside, outside = [0.01] * 36, [APPROX + 0.2] * 4
     holding = claim_verdicts(
         "oversmoothing.approximation_most_heads", approximation_by_sequence(inside + outside)
@@ -1271,14 +1256,14 @@ def test_most_heads_is_read_over_the_heads_and_over_the_sequences() -> None:
     assert set(table["verdict"]) == {V.INCONCLUSIVE}  # the pair's row and the pooled one
     row = table.filter(pl.col("dataset") == "d").row(0, named=True)
     assert row["value"] == 1.0
-    assert "bootstrap over the 30 sequences" in row["interval"]
-    assert row["ci_low"] < MOST < row["ci_high"]
+    assert "Bonferroni over 40 heads, bootstrap SE over the 30 sequences" in row["interval"]
+    assert (row["ci_low"], row["ci_high"]) == (0.0, 1.0)
     assert "over the heads: 95% [0.91" in row["reason"]
     few = claim_verdicts(
         "oversmoothing.approximation_most_heads",
         approximation_by_sequence(inside + outside, n_seq=8),
     )
-    assert set(few) == {V.INCONCLUSIVE}
+    assert set(few) == {V.REPRODUCED}
     # 6 of 10 heads inside, on 30 sequences that agree: the sequences decide (0.6 every
     # resample), but 10 heads leave Wilson's interval across 0.5
     heads_straddle = approximation_by_sequence([0.01] * 6 + [APPROX + 0.2] * 4, spread=0.0)

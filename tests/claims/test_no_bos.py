@@ -86,7 +86,6 @@ def _ratio_interval(low: float, high: float, n: int = 50) -> pl.DataFrame:
             "n_resamples": [2000],
             "level": [0.95],
             "n_units": [n],
-            "min_units": [20],
             "ratio_lo": [low],
             "ratio_hi": [high],
         }
@@ -96,26 +95,31 @@ def _ratio_interval(low: float, high: float, n: int = 50) -> pl.DataFrame:
 def test_the_ratio_is_decided_on_its_paired_interval_over_sequences() -> None:
     """The same planted tables (ratio 0.3 / 0.8 under a 0.5 tolerance) decided on intervals:
     wholly above and wholly below the tolerance decide; one across it is inconclusive with the
-    sequences it would need; one over fewer sequences than min_units decides nothing."""
+    sequences it would need; a few sequences decide when the interval lies on one side (the
+    interval is valid at its size: no floor on the sequences)."""
     table = _head_classes({("a", "d"): 10, ("a", "d.no-bos"): 8})  # ratio 0.8
     (row,) = check_first_token_becomes_sink(table, 0.5, _ratio_interval(0.6, 1.0))
     assert row["verdict"] == V.REPRODUCED and row["ci_low"] == 0.6
-    assert "paired bootstrap over the 50 sequences" in row["interval"]
+    assert "t (49 df), Bonferroni" in row["interval"]
+    assert "bootstrap SE over the 50 sequences (the same with and without BOS)" in row["interval"]
     (row,) = check_first_token_becomes_sink(table, 0.5, _ratio_interval(0.1, 0.45))
     assert row["verdict"] == V.NOT_REPRODUCED
     (row,) = check_first_token_becomes_sink(table, 0.5, _ratio_interval(0.4, 1.2))
     assert row["verdict"] == V.INCONCLUSIVE
-    # the reach below 0.8 is 0.4 against a gap of 0.3: 50 x (0.4 / 0.3)^2 = 88.9 -> 89
-    assert "about 89 sequences" in row["reason"] and "extraction.n_sequences" in row["reason"]
+    # the reach below 0.8 is 0.4 against a gap of 0.3: 50 x (0.4 / 0.3)^2 = 88.9 at a fixed t,
+    # 87 with Student's t shrinking from t_49 = 2.010 to t_86 = 1.988 (0.4 x sqrt(50 / 87) x
+    # 1.988 / 2.010 = 0.2999 < 0.3; at 86, 0.3018)
+    assert "about 87 sequences" in row["reason"] and "extraction.n_sequences" in row["reason"]
     (row,) = check_first_token_becomes_sink(table, 0.5, _ratio_interval(0.6, np.inf))
     assert row["verdict"] == V.REPRODUCED  # no sink at BOS in some resamples: no upper bound
     (row,) = check_first_token_becomes_sink(table, 0.5, _ratio_interval(0.6, 1.0, n=8))
-    assert row["verdict"] == V.INCONCLUSIVE and "decides nothing" in row["reason"]
+    assert row["verdict"] == V.REPRODUCED and "t (7 df)" in row["interval"]
 
 
 def test_the_claims_registry_bootstraps_the_ratio_from_the_sequences() -> None:
     """Through the registry: per-sequence masses of a BOS pair and its no-BOS pair give the
-    row an interval over 25 sequences, paired (identical masses: the ratio is 1 throughout)."""
+    row an interval over 25 sequences (identical masses, every head far from the threshold: the
+    ratio is the point 1)."""
     from tests.heads.test_summary import per_sequence_table
 
     masses = [[0.9] * 4 + [0.1] * 6] * 25
@@ -128,4 +132,4 @@ def test_the_claims_registry_bootstraps_the_ratio_from_the_sequences() -> None:
     claims = [c for c in R.CLAIMS if c.id == "streaming.first_token_sink"]
     (row,) = R.evaluate_claims(tables, claims=claims).iter_rows(named=True)
     assert row["verdict"] == V.REPRODUCED and (row["ci_low"], row["ci_high"]) == (1.0, 1.0)
-    assert "paired bootstrap over the 25 sequences" in row["interval"]
+    assert "bootstrap SE over the 25 sequences" in row["interval"]

@@ -109,20 +109,43 @@ def per_sequence_table(model: str, dataset: str, bos: list[list[float]]) -> pl.D
     return pl.DataFrame(rows)
 
 
-def test_share_intervals_are_the_exact_resampling_distribution_of_two_sequences() -> None:
-    """Two sequences: a resample draws both (1/4), one of each (1/2) or the other twice (1/4),
-    so the shares take three values with known probabilities, and with 2,000 resamples the 95%
-    percentile interval is their smallest and largest. Head 0 is a sink on both; head 1 has BOS
-    mass 0.5 then 0.2, so it is a sink (>= 0.4) only when the first is drawn twice; it is
-    diagonal (1 - mass >= 0.4) every time."""
+def _bonferroni_half_width(values: np.ndarray, family: int, level: float = 0.95) -> np.ndarray:
+    """By hand: each head's t-interval half-width ``t s / sqrt(n)`` at the Bonferroni level
+    ``1 - (1 - level) / family``, Student's quantile found by Simpson's rule on the density
+    (independent of the project's series and of the bootstrap)."""
+    from tests.claims.test_intervals import _t_within
+
+    n = values.shape[0]
+    target, low, high = 1.0 - (1.0 - level) / family, 0.0, 1000.0
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if _t_within(middle, n - 1) < target else (low, middle)
+    return high * values.std(axis=0, ddof=1) / np.sqrt(n)
+
+
+def test_share_intervals_are_shares_of_simultaneous_head_intervals() -> None:
+    """Six sequences, four heads: head 0 sinks on every one (BOS mass about 0.9), heads 1 and 3
+    never (0.1, 0.3), head 2 hovers about the threshold 0.4 (0.25 to 0.6). By hand, each head's
+    BOS-mass interval at the Bonferroni level over the 3 x 4 masses: head 2's reaches both sides
+    of 0.4, the others lie on one side by many half-widths (far beyond the resamples' noise), so
+    the sink share lies in [1/4, 2/4]. No head is diagonal (its mass is 1 - BOS, under 0.4 only
+    for heads 0 and 2, the interval of the gap follows)."""
     from sinkscope.heads.summary import share_intervals
 
-    table = per_sequence_table("m", "d", [[1.0, 0.5], [1.0, 0.2]])
+    bos = np.array(
+        [[0.90, 0.10, 0.25, 0.30], [0.91, 0.11, 0.60, 0.31], [0.89, 0.09, 0.35, 0.29],
+         [0.90, 0.10, 0.55, 0.30], [0.92, 0.12, 0.30, 0.31], [0.88, 0.08, 0.50, 0.29]]
+    )  # fmt: skip
+    table = per_sequence_table("m", "d", bos.tolist()).with_columns(diagonal_mass=pl.lit(0.0))
+    half = _bonferroni_half_width(bos, family=12)
+    low, high = bos.mean(axis=0) - half, bos.mean(axis=0) + half
+    assert low[2] < TH.sink < high[2]
+    assert high[1] < TH.sink and high[3] < TH.sink and low[0] > TH.sink
     (row,) = share_intervals([table], TH).filter(pl.col("dataset") == "d").iter_rows(named=True)
-    assert (row["frac_sink_lo"], row["frac_sink_hi"]) == (0.5, 1.0)
-    assert (row["frac_diagonal_lo"], row["frac_diagonal_hi"]) == (0.5, 0.5)
-    assert (row["sink_minus_diagonal_lo"], row["sink_minus_diagonal_hi"]) == (0.0, 0.5)
-    assert row["n_resamples"] == 2000 and row["level"] == 0.95
+    assert (row["frac_sink_lo"], row["frac_sink_hi"]) == (0.25, 0.5)
+    assert (row["frac_diagonal_lo"], row["frac_diagonal_hi"]) == (0.0, 0.0)
+    assert (row["sink_minus_diagonal_lo"], row["sink_minus_diagonal_hi"]) == (0.25, 0.5)
+    assert (row["n_units"], row["dof"], row["n_resamples"], row["level"]) == (6, 5, 2000, 0.95)
     assert share_intervals([table], TH).equals(share_intervals([table], TH))  # seeded
 
 
@@ -143,9 +166,11 @@ def test_pooled_share_intervals_resample_within_each_dataset() -> None:
 
 def test_the_claim_is_decided_on_the_intervals_of_the_shares() -> None:
     """End to end: the summary's shares and the per-sequence masses' intervals decide
-    heads.sinks_common. Head 1 is a sink on one sequence and not on the other, so the sink share
-    is 1/2 or 1/4 by the resample and its interval straddles a floor between the two; a floor
-    below it is reproduced. The masses table is the summary's (masses_by_sequence)."""
+    heads.sinks_common. Head 1 is a sink on one sequence and not on the other, so on two
+    sequences its interval reaches both sides of the threshold and the sink share lies in
+    [1/4, 1/2]: a floor between the two straddles, a floor below is reproduced (two sequences
+    decide wherever every other head agrees: no floor on the units). The masses table is the
+    summary's (masses_by_sequence)."""
     from sinkscope.claims import verdicts as V
     from sinkscope.claims.checks.heads import check_sink_heads_common
     from sinkscope.heads.names import SEQUENCE_MASS_COLUMNS
@@ -159,32 +184,25 @@ def test_the_claim_is_decided_on_the_intervals_of_the_shares() -> None:
     summary = summarize([per_head], TH)
     masses = masses_by_sequence([per_sequence])
     assert masses.columns == list(SEQUENCE_MASS_COLUMNS)
-    # two sequences are below the floor of min_units: they decide nothing, wherever the interval
-    few = share_intervals(masses, TH)
-    (below,) = [r for r in check_sink_heads_common(summary, 0.2, few) if r["dataset"] == "d"]
-    assert below["verdict"] == V.INCONCLUSIVE
-    assert "a bootstrap over 2 sequences decides nothing" in below["reason"]
-    intervals = share_intervals(masses, TH, {"min_units": 2})
+    intervals = share_intervals(masses, TH)
     found = intervals.filter(pl.col("dataset") == "d").row(0, named=True)
     assert (found["frac_sink_lo"], found["frac_sink_hi"]) == (0.25, 0.5)
-    assert (found["n_units"], found["min_units"]) == (2, 2)
     (straddling,) = [
         r for r in check_sink_heads_common(summary, 0.3, intervals) if r["dataset"] == "d"
     ]
     assert straddling["value"] == 0.5 and straddling["verdict"] == V.INCONCLUSIVE
-    assert "needs more sequences" in straddling["reason"]
-    assert "bootstrap over the 2 sequences" in straddling["interval"]
+    assert "the interval straddles 0.3: needs more sequences" in straddling["reason"]
+    assert "t (1 df), bootstrap SE over the 2 sequences" in straddling["interval"]
     (holds,) = [r for r in check_sink_heads_common(summary, 0.2, intervals) if r["dataset"] == "d"]
     assert holds["verdict"] == V.REPRODUCED
     (point,) = [r for r in check_sink_heads_common(summary, 0.3) if r["dataset"] == "d"]
     assert point["verdict"] == V.REPRODUCED and not point["interval"]
 
 
-def test_the_pooled_floor_is_per_dataset() -> None:
-    """A pooled row resamples each dataset's own sequences, so its floor of ``min_units`` is
-    per dataset: two datasets of 3 sequences are 6 in all but 3 per stratum, under a floor of
-    4, and decide nothing; with a floor of 3 the same row is decided. Every head is a sink on
-    every sequence, so the interval lies wholly above the floor either way."""
+def test_a_pooled_row_counts_the_degrees_of_freedom_of_every_dataset() -> None:
+    """A pooled row resamples each dataset's own sequences: two datasets of 3 sequences give a
+    t with 2 + 2 degrees of freedom. Every head is a sink on every sequence, so the interval is
+    the point 1 and the row is decided on 3 sequences per dataset."""
     from sinkscope.claims import verdicts as V
     from sinkscope.claims.checks.heads import check_sink_heads_common
     from sinkscope.heads.summary import share_intervals
@@ -193,38 +211,35 @@ def test_the_pooled_floor_is_per_dataset() -> None:
     tables = [per_sequence_table("m", d, bos) for d in ("d1", "d2")]
     heads = [per_head_table("m", d, 3, [0.9, 0.9]) for d in ("d1", "d2")]
     summary = summarize(heads, TH)
-    for floor, verdict in ((4, V.INCONCLUSIVE), (3, V.REPRODUCED)):
-        intervals = share_intervals(tables, TH, {"min_units": floor})
-        pooled = intervals.filter(pl.col("dataset") == "all").row(0, named=True)
-        assert pooled["n_units"] == 3
-        (row,) = [
-            r for r in check_sink_heads_common(summary, 0.2, intervals) if r["dataset"] == "all"
-        ]
-        assert row["verdict"] == verdict, row
-        assert "stratified by dataset (at fewest 3 per dataset)" in row["interval"]
-        if verdict == V.INCONCLUSIVE:
-            assert "a bootstrap over 3 sequences per dataset decides nothing" in row["reason"]
+    intervals = share_intervals(tables, TH)
+    pooled = intervals.filter(pl.col("dataset") == "all").row(0, named=True)
+    assert (pooled["n_units"], pooled["dof"]) == (3, 4)
+    (row,) = [r for r in check_sink_heads_common(summary, 0.2, intervals) if r["dataset"] == "all"]
+    assert row["verdict"] == V.REPRODUCED, row
+    assert "t (4 df)" in row["interval"]
+    assert "stratified by dataset (at fewest 3 per dataset)" in row["interval"]
 
 
-def test_sink_ratio_intervals_resample_the_same_sequences_with_and_without_bos() -> None:
-    """Two sequences, as above: head 0 is a sink on both, head 1 (BOS mass 0.5 then 0.2) only
-    when the first is drawn twice (1/4). Without BOS the same two masses give the same share in
-    every resample, so the paired ratio is 1 in all of them (two independent resamples would
-    spread it from 0.5 to 2). With the masses swapped without BOS, the ratio is 0.5 (first
-    sequence twice), 1 (one of each) or 2 (second twice), each tail 1/4: the interval is
-    [0.5, 2]."""
+def test_sink_ratio_intervals_bound_the_ratio_by_the_heads_intervals() -> None:
+    """Two sequences, as above: head 0 is a sink on both, head 1 (BOS mass 0.5 then 0.2) on one;
+    with and without BOS alike. Head 1's interval on two sequences reaches both sides of the
+    threshold, so each share lies in [1/2, 1] and the ratio in [1/2 / 1, 1 / 1/2] = [0.5, 2].
+    With a third sequence that makes head 1 a sink nowhere near the threshold on either side,
+    the ratio is the point 1."""
     from sinkscope.heads.summary import sink_ratio_intervals
 
     with_bos = per_sequence_table("m", "d", [[1.0, 0.5], [1.0, 0.2]])
     same = per_sequence_table("m", "d.no-bos", [[1.0, 0.5], [1.0, 0.2]])
     (row,) = sink_ratio_intervals([with_bos, same], TH).iter_rows(named=True)
     assert (row["model"], row["dataset"], row["n_units"]) == ("m", "d.no-bos", 2)
-    assert (row["ratio_lo"], row["ratio_hi"]) == (1.0, 1.0)
-    swapped = per_sequence_table("m", "d.no-bos", [[1.0, 0.2], [1.0, 0.5]])
-    (row,) = sink_ratio_intervals([with_bos, swapped], TH).iter_rows(named=True)
     assert (row["ratio_lo"], row["ratio_hi"]) == (0.5, 2.0)
-    assert sink_ratio_intervals([with_bos, swapped], TH).equals(
-        sink_ratio_intervals([with_bos, swapped], TH)
+    steady = [[1.0, 0.05], [1.0, 0.06], [1.0, 0.05]]
+    (row,) = sink_ratio_intervals(
+        [per_sequence_table("m", "d", steady), per_sequence_table("m", "d.no-bos", steady)], TH
+    ).iter_rows(named=True)
+    assert (row["ratio_lo"], row["ratio_hi"]) == (1.0, 1.0)
+    assert sink_ratio_intervals([with_bos, same], TH).equals(
+        sink_ratio_intervals([with_bos, same], TH)
     )  # seeded
 
 
@@ -245,14 +260,12 @@ def test_sink_ratio_without_a_sink_at_bos_is_unbounded_and_pairs_must_match() ->
         sink_ratio_intervals([with_bos, three], TH)
 
 
-def test_sink_ratio_resamples_with_nothing_to_take_over_are_left_out() -> None:
-    """A resample with no sink head with BOS and none without has no ratio (the point reading
-    calls such a pair not applicable): it is left out, not counted as an infinite ratio. Here
-    the first sequence twice (1/4) has a sink on both sides (ratio 1), the second twice (1/4)
-    on neither, one of each (1/2) a sink without BOS only (inf): the ends are 1 and inf."""
+def test_sink_ratio_with_no_certain_sink_on_either_side_spans_everything() -> None:
+    """A head that is possibly but not certainly a sink with and without BOS: the ratio may be 0
+    (no sink without BOS) or unbounded (none with it): [0, inf], which decides nothing."""
     from sinkscope.heads.summary import sink_ratio_intervals
 
     with_bos = per_sequence_table("m", "d", [[0.5], [0.2]])
     without = per_sequence_table("m", "d.no-bos", [[0.9], [0.0]])
     (row,) = sink_ratio_intervals([with_bos, without], TH).iter_rows(named=True)
-    assert row["ratio_lo"] == 1.0 and row["ratio_hi"] == np.inf
+    assert row["ratio_lo"] == 0.0 and row["ratio_hi"] == np.inf

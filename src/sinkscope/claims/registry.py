@@ -273,7 +273,6 @@ CLAIMS: tuple[Claim, ...] = (
         lambda tb, t: check_sink_bos_value_norm(
             tb["geometry_bos_value_norm_classes"],
             t["geometry"]["bos_value_ratio_max"],
-            int(t["intervals"]["min_units"]),
         ),
     ),
     # ---------------------------------------------------------------- §5 / E.1: oversmoothing
@@ -528,7 +527,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         "dynamics.other_switch_replaces_sink",
         "When a softmax head has another way to switch off, the BOS sink share falls while the task is still solved.",
-        "Main study §6, Prop. 6.1 (the sink is the head's attention switch); issue 20's prediction",
+        "Main study §6, Prop. 6.1 (the sink is the head's attention switch): its prediction that another switch replaces the sink",
         "not stated by the papers: derived from the thesis (gpt-oss sinks, gated attention, "
         "softpick and a key/value bias as the other switches)",
         ("dynamics_induction_by_setup",),

@@ -49,8 +49,9 @@ COMPARED_COLUMNS = ("claim_id", "claim", "model", "verdict", "reason")
 
 
 def compare_runs(tables: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
-    """The per-claim-and-model verdict (:func:`_overview`'s ``summary``: reproduced, not
-    reproduced, inconclusive, mixed (k/n), not applicable) of several runs side by side, e.g. the short
+    """The per-claim-and-model verdict (:func:`_overview`'s ``summary`` with its rows per
+    verdict, :func:`_summary_text`: "reproduced (4 of 4)", "mixed: 3 reproduced, 1
+    inconclusive", or not applicable) of several runs side by side, e.g. the short
     default scale against ``config/offline-full.yaml``: one row per claim and model, one column
     per run (``tables``' keys), ``differs`` where the runs disagree. Claims missing from a run
     read ``absent``."""
@@ -60,15 +61,11 @@ def compare_runs(tables: Mapping[str, pl.DataFrame]) -> pl.DataFrame:
             "claim_id",
             "model",
             "claim",
-            pl.when(pl.col("summary") == "mixed")
-            .then(
-                pl.format(
-                    "mixed ({}/{})",
-                    pl.col("n_reproduced"),
-                    pl.col("n_tested"),
-                )
+            pl.struct(pl.all())
+            .map_elements(
+                lambda r: r["summary"] if r["n_tested"] == 0 else _summary_text(r),
+                return_dtype=pl.String,
             )
-            .otherwise(pl.col("summary"))
             .alias(label),
         )
         if merged is None:
@@ -146,12 +143,30 @@ def _overview(table: pl.DataFrame) -> pl.DataFrame:
 
 
 def _summary_cell(r: Mapping[str, Any]) -> str:
-    """A claim x model cell of the overview: its summary verdict and reproduced / tested rows
-    (tested: reproduced, not reproduced or inconclusive)."""
+    """A claim x model cell of the overview: its summary verdict and how many of its rows have
+    each verdict ("reproduced (4 of 4)", "mixed: 3 reproduced, 1 inconclusive"), in bold where
+    any row is not reproduced."""
     if r["summary"] == NOT_APPLICABLE:
         return NOT_APPLICABLE
-    text = f"{r['summary']} ({r['n_reproduced']}/{r['n_tested']})"
-    return f"**{text}**" if r["summary"] in (NOT_REPRODUCED, "mixed") else text
+    text = _summary_text(r)
+    return f"**{text}**" if r["n_not_reproduced"] else text
+
+
+def _summary_text(r: Mapping[str, Any]) -> str:
+    """The summary verdict of a claim x model with its rows per verdict (the tested ones:
+    reproduced, not reproduced, inconclusive)."""
+    if r["summary"] != "mixed":
+        return f"{r['summary']} ({r['n_tested']} of {r['n_tested']})"
+    parts = [
+        f"{r[column]} {verdict}"
+        for column, verdict in (
+            ("n_reproduced", REPRODUCED),
+            ("n_not_reproduced", NOT_REPRODUCED),
+            ("n_inconclusive", INCONCLUSIVE),
+        )
+        if r[column]
+    ]
+    return "mixed: " + ", ".join(parts)
 
 
 def verdict_counts(table: pl.DataFrame) -> dict[str, int]:
@@ -162,10 +177,11 @@ def verdict_counts(table: pl.DataFrame) -> dict[str, int]:
 def counts_sentence(table: pl.DataFrame) -> str:
     """The header line of ``claims.md`` and the report: the rows per verdict, read off the rows."""
     counts = verdict_counts(table)
+    decided = counts[REPRODUCED] + counts[NOT_REPRODUCED]
     return (
-        f"{table.height} checks: **{counts[NOT_REPRODUCED]} not reproduced**, "
-        f"{counts[INCONCLUSIVE]} inconclusive, {counts[REPRODUCED]} reproduced, "
-        f"{counts[NOT_APPLICABLE]} not applicable."
+        f"{table.height} checks: {decided} decided (**{counts[NOT_REPRODUCED]} not "
+        f"reproduced**, {counts[REPRODUCED]} reproduced), {counts[INCONCLUSIVE]} inconclusive "
+        f"(the interval straddles the tolerance), {counts[NOT_APPLICABLE]} not applicable."
     )
 
 
@@ -226,8 +242,9 @@ def claims_markdown(
             "the config's `claims` section (documented in `workflow/schemas/config.schema.yaml`). "
             "Where a row has an `interval` (the value's interval from its own sampling unit), the "
             "verdict is decided on it: reproduced or not reproduced when all of it lies on one "
-            "side of the tolerance, inconclusive when it straddles the tolerance or when it is "
-            "a bootstrap over fewer units than `claims.intervals.min_units` (too few to decide)."
+            "side of the tolerance, inconclusive when it straddles the tolerance. Every interval "
+            "is valid at the sample it was made from (docs/claims.md states each method's "
+            "coverage at the run's sizes): few units widen it, they never veto it."
         ),
         "",
         f"## Not reproduced ({counts[NOT_REPRODUCED]})",

@@ -1,4 +1,4 @@
-"""What sample decides each claim (issue 34, power): the sampling unit its interval or reading
+"""What sample decides each claim (power): the sampling unit its interval or reading
 rests on and the config keys that set how many of them a run has.
 
 :func:`sample_lines` states them with the values of the run's config, so ``claims.md`` says, per
@@ -63,14 +63,25 @@ def unanimous_runs_needed(level: float = 0.95, majority: float = 0.5) -> int:
     return n
 
 
-def _min_units(config: Mapping[str, Any]) -> int:
-    return int(config["claims"]["intervals"]["min_units"])
+#: The fewest sampling units an interval from their spread needs (one unit has no spread):
+#: :func:`sinkscope.claims.intervals.bootstrap_t_interval` widens its interval by Student's t at
+#: every count above it instead of asking for a floor.
+MIN_INTERVAL_UNITS = 2
 
 
 def _sequences(config: Mapping[str, Any]) -> Power:
     return Power(
-        int(config["extraction"]["n_sequences"]), _min_units(config), "sequences per dataset"
+        int(config["extraction"]["n_sequences"]), MIN_INTERVAL_UNITS, "sequences per dataset"
     )
+
+
+def _no_bos_sequences(config: Mapping[str, Any]) -> Power:
+    # the no-BOS pairs exist only for a corpus with ``bos: both`` (sinkscope.variants)
+    paired = any(
+        (spec or {}).get("bos") == "both" for spec in (config.get("datasets") or {}).values()
+    )
+    n = int(config["extraction"]["n_sequences"]) if paired else 0
+    return Power(n, MIN_INTERVAL_UNITS, "sequences per dataset with and without BOS")
 
 
 def _any_sequence(config: Mapping[str, Any]) -> Power:
@@ -84,8 +95,8 @@ def _heads(config: Mapping[str, Any]) -> Power:
 
 
 def _heads_resampled(config: Mapping[str, Any]) -> Power:
-    # a bootstrap over heads: the floor applies to every head and to each BOS-mass end's heads
-    return Power(None, _min_units(config), "heads of the model at each BOS-mass end")
+    # a bootstrap over heads: every head, and each BOS-mass end's heads for the ratio
+    return Power(None, MIN_INTERVAL_UNITS, "heads of the model at each BOS-mass end")
 
 
 def _long_context(config: Mapping[str, Any]) -> Power:
@@ -97,7 +108,7 @@ def _recomputed(config: Mapping[str, Any]) -> Power:
     from sinkscope.config import streaming_params
 
     params = streaming_params(config)
-    return Power(int(params["recompute_samples"]), _min_units(config), "re-computed queries")
+    return Power(int(params["recompute_samples"]), MIN_INTERVAL_UNITS, "re-computed queries")
 
 
 def _blocks(config: Mapping[str, Any]) -> Power:
@@ -108,7 +119,11 @@ def _blocks(config: Mapping[str, Any]) -> Power:
     params = streaming_params(config)
     scored = int(params["stream_length"]) - max(int(w) for w in params["window_sizes"]) - 1
     block = int(config["claims"]["intervals"]["block_tokens"])
-    return Power(max(scored, 0) // block, _min_units(config), "blocks of scored positions")
+    return Power(
+        max(scored, 0) // block,
+        MIN_INTERVAL_UNITS,
+        "blocks of scored positions at the largest window (more at smaller ones)",
+    )
 
 
 def _fewest_seeds(
@@ -181,19 +196,17 @@ def power_of(claim_id: str, config: Mapping[str, Any]) -> Power | None:
 
 
 _SEQUENCES = ("extraction.n_sequences",)
-#: a bootstrap over fewer units than this decides nothing (sinkscope.claims.verdicts.Interval)
-_MIN_UNITS = "claims.intervals.min_units"
 _HEAD_SHARES = Sample(
-    "the extraction's sequences per pair (bootstrap over them; a pooled row resamples each "
-    "dataset's own, so its floor is per dataset)",
-    (*_SEQUENCES, _MIN_UNITS),
+    "the extraction's sequences per pair (bootstrap-SE t-interval; a pooled row resamples "
+    "each dataset's own)",
+    _SEQUENCES,
     _sequences,
 )
 _HEAD_DIFFERENCES = Sample(
     "the extraction's sequences per pair: a bootstrap over them of the mean over the model's "
     "heads, each head's value the mean over the drawn sequences, at the largest T' (a pooled row "
-    "resamples each dataset's own, so its floor is per dataset)",
-    (*_SEQUENCES, "oversmoothing.context_lengths", _MIN_UNITS),
+    "resamples each dataset's own)",
+    (*_SEQUENCES, "oversmoothing.context_lengths"),
     _sequences,
 )
 _PREDICTIONS = Sample(
@@ -249,21 +262,21 @@ SAMPLES: dict[str, Sample] = {
     "geometry.value_rank_full": Sample(
         "the extraction's sequences per pair: a bootstrap over them of the lowest middle-layer "
         "median of the value ranks per (layer, kv head, sequence) (a pooled row resamples each "
-        "dataset's own, so its floor is per dataset)",
-        (*_SEQUENCES, _MIN_UNITS),
+        "dataset's own)",
+        _SEQUENCES,
         _sequences,
     ),
     "geometry.sink_bos_value_small": Sample(
         "the model's heads pooled over datasets (bootstrap over heads; the high / low BOS-mass "
-        "ratio's floor applies to the fewer distinct heads of its two ends); fixed by the model",
-        (_MIN_UNITS,),
+        "ratio's t counts the fewer distinct heads of its two ends); fixed by the model",
+        (),
         _heads_resampled,
     ),
     "oversmoothing.approximation_every_head": Sample(
         "the extraction's sequences per pair: a bootstrap over them of the largest error over "
         "every head, each resample recomputing rho and rho_hat from its sequences (a pooled "
-        "row resamples each dataset's own, so its floor is per dataset), at the largest T'",
-        (*_SEQUENCES, "oversmoothing.context_lengths", _MIN_UNITS),
+        "row resamples each dataset's own), at the largest T'",
+        (*_SEQUENCES, "oversmoothing.context_lengths"),
         _sequences,
     ),
     "oversmoothing.approximation_most_heads": Sample(
@@ -271,15 +284,14 @@ SAMPLES: dict[str, Sample] = {
         "are pooled) and the extraction's sequences each head's error is read on (a bootstrap "
         "over them of the share, each resample recomputing rho and rho_hat), at the largest T'; "
         "both must decide",
-        (*_SEQUENCES, "oversmoothing.context_lengths", _MIN_UNITS),
+        (*_SEQUENCES, "oversmoothing.context_lengths"),
         _sequences,
     ),
     "oversmoothing.approximation_mean": Sample(
         "the extraction's sequences per pair: a bootstrap over them of the head-averaged curves' "
         "largest gap over their range across T', each resample recomputing every head's rho and "
-        "rho_hat at every T' (a pooled row resamples each dataset's own, so its floor is per "
-        "dataset)",
-        (*_SEQUENCES, "oversmoothing.context_lengths", _MIN_UNITS),
+        "rho_hat at every T' (a pooled row resamples each dataset's own)",
+        (*_SEQUENCES, "oversmoothing.context_lengths"),
         _sequences,
     ),
     "oversmoothing.w_decreases": _HEAD_DIFFERENCES,
@@ -291,9 +303,8 @@ SAMPLES: dict[str, Sample] = {
     "oversmoothing.predicted_signs": _PREDICTIONS,
     "oversmoothing.similarity_positive": Sample(
         "the extraction's sequences per pair: a bootstrap over them of the smallest layer rho "
-        "over layers and T' (a pooled row resamples each dataset's own, so its floor is per "
-        "dataset)",
-        (*_SEQUENCES, "oversmoothing.context_lengths", _MIN_UNITS),
+        "over layers and T' (a pooled row resamples each dataset's own)",
+        (*_SEQUENCES, "oversmoothing.context_lengths"),
         _sequences,
     ),
     "costs.backcopy_slopes": _BACKCOPY,
@@ -306,19 +317,19 @@ SAMPLES: dict[str, Sample] = {
             "streaming.params.n_streams",
             "streaming.params.stream_length",
             "claims.intervals.block_tokens",
-            _MIN_UNITS,
         ),
         _blocks,
     ),
     "streaming.first_token_sink": Sample(
-        "the extraction's sequences of a corpus, the same with and without BOS (a paired "
-        "bootstrap over them of the no-BOS / BOS sink-share ratio)",
-        (*_SEQUENCES, _MIN_UNITS),
-        _sequences,
+        "the extraction's sequences of a corpus, the same with and without BOS (simultaneous "
+        "per-head intervals of BOS mass over them bound the no-BOS / BOS sink-share ratio; only "
+        "corpora with `bos: both` have them)",
+        _SEQUENCES,
+        _no_bos_sequences,
     ),
     "streaming.sinks_restore": Sample(
         "re-computed queries per window (bootstrap over them)",
-        ("streaming.params.recompute_samples", "streaming.params.n_streams", _MIN_UNITS),
+        ("streaming.params.recompute_samples", "streaming.params.n_streams"),
         _recomputed,
     ),
     "dynamics.logistic_polarizes": _POLARIZATION,
@@ -395,7 +406,7 @@ def sample_lines(config: Mapping[str, Any], claim_ids: list[str]) -> list[str]:
 
 def power_table(configs: Mapping[str, Mapping[str, Any]], claim_ids: Iterable[str]) -> str:
     """A Markdown table, one row per claim: what its verdict needs, and what each named validated
-    config gives it (issue 34 item 2: which scale decides which claim)."""
+    config gives it: which scale decides which claim."""
     names = list(configs)
     lines = [
         "| claim | needs | " + " | ".join(names) + " |",

@@ -44,7 +44,6 @@ __all__ = [
     "require",
     "row",
     "rows_per",
-    "too_few_units_text",
     "where_heads",
 ]
 
@@ -91,21 +90,17 @@ class Interval:
     level: float = 0.95
     #: the sampling units a bootstrap interval resamples (None: a closed-form interval)
     n_units: int | None = None
-    #: a bootstrap over fewer units decides nothing (the config's ``claims.intervals.min_units``)
-    min_units: int = 0
     #: the min to max of a few runs (the seeds of a setup): it has no coverage level to state
     range_of_runs: bool = False
 
-    @property
-    def too_few_units(self) -> bool:
-        """A bootstrap over fewer than ``min_units`` units: its percentile ends under-cover, so
-        :func:`decide` reads it as inconclusive whatever side of the tolerance it lies on."""
-        return self.n_units is not None and self.n_units < self.min_units
-
     def text(self) -> str:
+        """The interval in words: its level (none for a range of runs; "exact" for a bound that
+        holds with certainty, level 1), its ends and its method."""
         bounds = f"[{num(self.low)}, {num(self.high)}]"
         if self.range_of_runs:
             return f"{bounds}, {self.unit}"
+        if self.level >= 1.0:
+            return f"exact {bounds}, {self.unit}"
         return f"{100 * self.level:.0f}% {bounds}, {self.unit}"
 
 
@@ -113,11 +108,9 @@ def decide(interval: Interval, tolerance: float, above: bool, strict: bool = Fal
     """The verdict of a claim "value >= tolerance" (``above``; ``strict``: ">") or "value <=
     tolerance" (not ``above``; ``strict``: "<") on an interval of the value: reproduced when
     the whole interval satisfies it, not reproduced when none of it does, inconclusive when the
-    interval straddles the tolerance (more data could turn it either way). A bootstrap interval
-    over fewer than its ``min_units`` sampling units (:attr:`Interval.too_few_units`) is
-    inconclusive wherever it lies: its reason says so (:func:`too_few_units_text`)."""
-    if interval.too_few_units:
-        return INCONCLUSIVE
+    interval straddles the tolerance (more data could turn it either way). Every interval is
+    valid at the sample it was made from (:mod:`sinkscope.claims.intervals`), so a few units
+    widen it; they never veto it."""
 
     def holds(x: float) -> bool:
         if above:
@@ -130,18 +123,6 @@ def decide(interval: Interval, tolerance: float, above: bool, strict: bool = Fal
     if not low_holds and not high_holds:
         return NOT_REPRODUCED
     return INCONCLUSIVE
-
-
-def too_few_units_text(interval: Interval | None, units: str, where: str) -> str:
-    """The reason of a row that :func:`decide` left inconclusive because its bootstrap has too
-    few units ("" when it has enough): ``units`` names them, ``where`` the config key that adds
-    more."""
-    if interval is None or not interval.too_few_units:
-        return ""
-    return (
-        f"; a bootstrap over {interval.n_units} {units} decides nothing (under "
-        f"claims.intervals.min_units = {interval.min_units}; more {units}: {where})"
-    )
 
 
 def needed_text(needed: int | None, units: str) -> str:

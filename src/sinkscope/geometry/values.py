@@ -31,6 +31,7 @@ import numpy as np
 import polars as pl
 import torch
 
+from sinkscope.claims.intervals import bootstrap_t_interval
 from sinkscope.geometry.halfspace_solver import rank_from_singular_values, torch_threads
 from sinkscope.heads.order import dataset_order, sort_pooled_last
 from sinkscope.labels import CLASS_LEGEND_NAMES, POOLED
@@ -195,8 +196,9 @@ def sink_value_norm_effect(
     from :func:`sinkscope.heads.classify.with_classes`). Per (model, dataset) and, with
     ``with_pooled``, per model over all its datasets (``dataset = "all"``): the medians over sink
     and non-sink head instances, their ratio ``sink / other`` (the effect size; ``W_VO x_0 = 0``
-    is ratio 0, no difference is 1) and a percentile bootstrap interval at ``level`` from ``n_boot``
-    resamples of the heads: the unit of resampling is the head ``(layer, head)`` with all its
+    is ratio 0, no difference is 1) and a t-interval at ``level`` with the bootstrap standard
+    error of ``n_boot`` resamples of the heads
+    (:func:`sinkscope.claims.intervals.bootstrap_t_interval`): the unit of resampling is the head ``(layer, head)`` with all its
     dataset instances (the same head measured on four datasets is one unit, not four
     independent ones), and a head keeps its per-dataset ``is_sink`` label. ``ratio_dataset_min``
     / ``ratio_dataset_max``: the smallest and largest per-dataset ratio (the spread across
@@ -242,8 +244,14 @@ def sink_value_norm_effect(
             for b in range(n_boot):
                 take = resample_units(rng, units, n_units)
                 draws[b] = ratio_of(values[take], sink[take])
-            alpha = (1.0 - level) / 2.0
-            lo, hi = (float(q) for q in np.nanquantile(draws, [alpha, 1.0 - alpha]))
+            lo, hi = (
+                bootstrap_t_interval(ratio, draws, n_units, level)
+                if n_units >= 2
+                else (
+                    float("nan"),
+                    float("nan"),
+                )
+            )
         return {
             "n_datasets": int(part["dataset"].n_unique()),
             "n_sink": int(sink.sum()),
@@ -335,12 +343,13 @@ def bos_mass_relation(
     of :func:`sink_value_norm_effect`'s input): Spearman's correlation of ``bos_mass`` with
     ``rel_bos_vo_norm`` (negative: the relation the assumption implies), and the ratio of the
     median ``rel_bos_vo_norm`` at ``bos_mass >= HIGH_BOS_MASS`` to the median at ``bos_mass <
-    LOW_BOS_MASS``, each with a percentile bootstrap interval at ``level`` over heads (the unit
-    is the head ``(layer, head)`` with all its dataset instances, as in
-    :func:`sink_value_norm_effect`; a fresh generator seeded with ``seed`` per group).
-    ``n_high`` / ``n_low`` count the head instances at each end, ``n_high_heads`` /
-    ``n_low_heads`` the distinct heads among them: the units the ratio's bootstrap draws from
-    each end (``claims.intervals.min_units`` applies to the fewer). Columns
+    LOW_BOS_MASS``, each with a t-interval at ``level`` with the bootstrap standard error over
+    heads (:func:`sinkscope.claims.intervals.bootstrap_t_interval`; the unit is the head
+    ``(layer, head)`` with all its dataset instances, as in :func:`sink_value_norm_effect`; a
+    fresh generator seeded with ``seed`` per group; the correlation's t has ``heads - 1``
+    degrees of freedom). ``n_high`` / ``n_low`` count the head instances at each end,
+    ``n_high_heads`` / ``n_low_heads`` the distinct heads among them: the units the ratio's
+    bootstrap draws from each end, whose fewer, less one, are its t's degrees of freedom. Columns
     :data:`RELATION_SCHEMA` (statistics null where a side is empty or constant)."""
     needed = ["model", "dataset", "layer", "head", "rel_bos_vo_norm", "bos_mass"]
     missing = [c for c in needed if c not in bos_value_norm.columns]
@@ -373,12 +382,22 @@ def bos_mass_relation(
             for b in range(n_boot):
                 take = resample_units(rng, units, n_units)
                 draws[b] = spearman(mass[take], norm[take]), ratio_of(norm[take], mass[take])
-            alpha = (1.0 - level) / 2.0
+            ends = min(
+                np.unique(units[mass >= HIGH_BOS_MASS]).size,
+                np.unique(units[mass < LOW_BOS_MASS]).size,
+            )
             with np.errstate(all="ignore"):
-                for key, column in (("rho", 0), ("ratio", 1)):
-                    if np.isfinite(draws[:, column]).any():
-                        lo, hi = np.nanquantile(draws[:, column], [alpha, 1.0 - alpha])
-                        bounds[key] = (float(lo), float(hi))
+                for key, column, value, dof in (
+                    ("rho", 0, rho, n_units - 1),
+                    ("ratio", 1, ratio, ends - 1),
+                ):
+                    if np.isfinite(draws[:, column]).any() and math.isfinite(value) and dof >= 1:
+                        bounds[key] = bootstrap_t_interval(value, draws[:, column], dof + 1, level)
+                if math.isfinite(rho):  # a correlation lies in [-1, 1]
+                    lo, hi = bounds["rho"]
+                    bounds["rho"] = (max(lo, -1.0), min(hi, 1.0))
+                if math.isfinite(ratio):  # a ratio of norms is not negative
+                    bounds["ratio"] = (max(bounds["ratio"][0], 0.0), bounds["ratio"][1])
         high, low = norm[mass >= HIGH_BOS_MASS], norm[mass < LOW_BOS_MASS]
         return {
             "n_head_instances": int(norm.size),

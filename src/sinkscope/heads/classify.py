@@ -78,6 +78,7 @@ __all__ = [
     "attention_masses",
     "classify",
     "classify_file",
+    "flag_bounds",
     "head_table_for_layer",
     "learned_sink_masses",
     "with_classes",
@@ -186,15 +187,12 @@ def classify(
     bos, diag, subdiag = np.broadcast_arrays(
         *(np.asarray(x, dtype=np.float64) for x in (bos, diag, subdiag))
     )
-    joint = bos + subdiag
     is_sink = bos >= thresholds.sink - TOLERANCE
     is_diagonal = diag >= thresholds.diagonal - TOLERANCE
-    min_part = thresholds.sink_prev_min_part * joint - TOLERANCE
-    is_sink_prev = (
-        (joint >= thresholds.sink_prev_joint - TOLERANCE)
-        & (bos >= min_part)
-        & (subdiag >= min_part)
+    joint_ok, bos_part_ok, sub_part_ok = _sink_prev_conditions(
+        bos, subdiag, bos, subdiag, thresholds
     )
+    is_sink_prev = joint_ok & bos_part_ok & sub_part_ok
     labels = np.select(
         [is_sink_prev, is_sink & (~is_diagonal | (bos >= diag)), is_diagonal],
         [SINK_PREV, SINK, DIAGONAL],
@@ -202,6 +200,61 @@ def classify(
     )
     flags = {"is_sink": is_sink, "is_diagonal": is_diagonal, "is_sink_prev": is_sink_prev}
     return flags, labels
+
+
+def _sink_prev_conditions(
+    bos_joint: np.ndarray,
+    sub_joint: np.ndarray,
+    bos_part: np.ndarray,
+    sub_part: np.ndarray,
+    thresholds: HeadClassThresholds,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The three conditions of ``is_sink_prev`` (module docstring): the joint mass ``bos +
+    subdiag >= sink_prev_joint`` read at ``(bos_joint, sub_joint)``, and each part ``>=
+    sink_prev_min_part`` of the joint mass read at ``(bos_part, sub_part)``. :func:`classify`
+    reads all three at the head's masses; :func:`flag_bounds` at other corners of a box."""
+    p = thresholds.sink_prev_min_part
+    joint_ok = bos_joint + sub_joint >= thresholds.sink_prev_joint - TOLERANCE
+    bos_part_ok = bos_part >= p * (bos_part + sub_part) - TOLERANCE
+    sub_part_ok = sub_part >= p * (bos_part + sub_part) - TOLERANCE
+    return joint_ok, bos_part_ok, sub_part_ok
+
+
+def flag_bounds(
+    low: tuple[np.ndarray, np.ndarray, np.ndarray],
+    high: tuple[np.ndarray, np.ndarray, np.ndarray],
+    thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The flags of heads whose masses ``(bos, diag, subdiag)`` are known to lie in the boxes
+    ``[low, high]`` (simultaneous intervals over sequences): ``(certain, possible)``, the flags
+    that hold at every point of a head's box and those that hold at some point of it.
+
+    ``is_sink`` and ``is_diagonal`` are thresholds on one mass: certain at the low end, possible
+    at the high end. ``is_sink_prev``'s three conditions are linear in ``(bos, subdiag)``, so
+    the set where they hold is convex: it is certain when all four corners of the box satisfy
+    it. It is possible only if each condition holds at the corner that favours it most (the joint
+    mass at both high ends; BOS's part at high BOS and low sub-diagonal; the sub-diagonal's the
+    other way round): a necessary condition, so "possible" may count a head that no point of its
+    box makes sink+previous, which only widens a share's interval."""
+    (bos_lo, diag_lo, sub_lo), (bos_hi, diag_hi, sub_hi) = low, high
+    corners = [(b, s) for b in (bos_lo, bos_hi) for s in (sub_lo, sub_hi)]
+    certain_prev = np.logical_and.reduce(
+        [classify(b, diag_lo, s, thresholds)[0]["is_sink_prev"] for b, s in corners]
+    )
+    joint_ok, _, _ = _sink_prev_conditions(bos_hi, sub_hi, bos_hi, sub_hi, thresholds)
+    _, bos_part_ok, _ = _sink_prev_conditions(bos_hi, sub_hi, bos_hi, sub_lo, thresholds)
+    _, _, sub_part_ok = _sink_prev_conditions(bos_hi, sub_hi, bos_lo, sub_hi, thresholds)
+    certain = {
+        "is_sink": classify(bos_lo, diag_lo, sub_lo, thresholds)[0]["is_sink"],
+        "is_diagonal": classify(bos_lo, diag_lo, sub_lo, thresholds)[0]["is_diagonal"],
+        "is_sink_prev": certain_prev,
+    }
+    possible = {
+        "is_sink": classify(bos_hi, diag_hi, sub_hi, thresholds)[0]["is_sink"],
+        "is_diagonal": classify(bos_hi, diag_hi, sub_hi, thresholds)[0]["is_diagonal"],
+        "is_sink_prev": joint_ok & bos_part_ok & sub_part_ok,
+    }
+    return certain, possible
 
 
 def with_classes(frame: pl.DataFrame, thresholds: HeadClassThresholds) -> pl.DataFrame:

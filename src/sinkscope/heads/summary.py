@@ -8,6 +8,7 @@ heads flagged sink, diagonal and sink+previous and of heads with none of these p
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -177,35 +178,58 @@ def _mass_arrays(
     return arrays
 
 
+def _mass_bounds(
+    sample: Sequence[np.ndarray],
+    resampled: Sequence[np.ndarray],
+    n_units: int,
+    level: float,
+    dof: int,
+    family: int,
+) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+    """Simultaneous intervals (:func:`sinkscope.claims.intervals.simultaneous_t_intervals`,
+    Bonferroni over ``family`` masses) of every head's mean masses: ``sample`` the ``(H,)``
+    means of each mass over the sequences, ``resampled`` their ``(B, H)`` resampled means;
+    returns the ``(low, high)`` ends, one ``(H,)`` array per mass."""
+    from sinkscope.claims.intervals import simultaneous_t_intervals
+
+    ends = [
+        simultaneous_t_intervals(m, r, n_units, level, dof, family)
+        for m, r in zip(sample, resampled, strict=True)
+    ]
+    return tuple(low for low, _ in ends), tuple(high for _, high in ends)
+
+
 def share_intervals(
     per_sequence: pl.DataFrame | Sequence[pl.DataFrame],
     thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS,
     intervals: Mapping[str, Any] | None = None,
 ) -> pl.DataFrame:
-    """Percentile bootstrap intervals over sequences of the head shares (:data:`INTERVAL_SHARES`),
-    per model and dataset and pooled over the model's BOS datasets (``"all"``).
+    """Intervals over sequences of the head shares (:data:`INTERVAL_SHARES`), per model and
+    dataset and pooled over the model's BOS datasets (``"all"``).
 
     A head's class comes from its masses averaged over the pair's N sequences (the per-head
-    table), so the shares vary with which sequences were seen: each resample draws N of the
-    pair's sequences with replacement (pooled: each dataset's own N from that dataset, so a
-    resample is again a mean over all sequences), averages each head's masses over them and
-    classifies with ``thresholds``. ``per_sequence``: the :data:`~sinkscope.heads.names.
-    SEQUENCE_MASSES` table (or the pairs' per-sequence tables); ``intervals``: the config's
+    table), so the shares vary with which sequences were seen. Every head's three mean masses
+    get simultaneous intervals over the sequences (a t-interval with a bootstrap standard error
+    at the Bonferroni level over the 3 H masses, :func:`sinkscope.claims.intervals.
+    simultaneous_t_intervals`; each resample draws N of the pair's sequences with replacement,
+    pooled: each dataset's own N from that dataset, and the t has ``sum(n_h - 1)`` degrees of
+    freedom), so that all of them hold together at ``level``. A share's interval then runs from
+    the share of heads whose whole box of masses is in the class to the share of heads whose box
+    reaches into it (:func:`sinkscope.heads.classify.flag_bounds`), and the sink minus diagonal
+    gap's from the fewest sinks less the most diagonals to the most sinks less the fewest
+    diagonals. A share's bootstrap interval would under-cover: the share is discontinuous in the
+    masses (:mod:`sinkscope.claims.coverage`). ``per_sequence``: the :data:`~sinkscope.heads.
+    names.SEQUENCE_MASSES` table (or the pairs' per-sequence tables); ``intervals``: the config's
     ``claims.intervals`` (level, n_resamples, seed; one generator per row, seeded from ``seed``,
     so the table is the same between runs). Called by the claims rule: the intervals are the
-    claims' settings. Columns ``model, dataset, n_resamples, level``, ``n_units`` (the
-    sequences a resample draws per stratum: the pair's N; pooled, the smallest dataset's N),
-    ``min_units`` (``claims.intervals.min_units``: fewer decide nothing) and ``<share>_lo/_hi``.
-
-    The pooled row's floor is per stratum: a stratified percentile interval shrinks each
-    stratum's variance by ``(n_h - 1) / n_h``, so 4 datasets of 8 sequences cover about as
-    often as one sample of 8 widened by the t-quantile of 28 degrees of freedom (92.3% for a
-    nominal 95% on normal data), less than one sample at the floor of 20 (92.9%)."""
+    claims' settings. Columns ``model, dataset, n_resamples, level``, ``n_units`` (the sequences
+    a resample draws per stratum: the pair's N; pooled, the smallest dataset's N), ``dof`` and
+    ``<share>_lo/_hi``."""
     from sinkscope.claims.intervals import sample_and_resample_counts
+    from sinkscope.heads.classify import flag_bounds
 
     settings = _interval_settings(intervals)
     level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
-    alpha = (1.0 - level) / 2.0
     arrays = _mass_arrays(per_sequence)
     groups: dict[tuple[str, str], list[tuple[str, str]]] = {key: [key] for key in arrays}
     for model in sorted({m for m, _ in arrays}):
@@ -217,25 +241,50 @@ def share_intervals(
         rng = np.random.default_rng([int(settings["seed"]), row_index])
         sums = None
         total = 0
-        smallest = min(arrays[key][0].shape[0] for key in members)
+        sizes = [arrays[key][0].shape[0] for key in members]
         for key in members:
             masses = arrays[key]
             n = masses[0].shape[0]
-            counts = sample_and_resample_counts(n, n_resamples, rng)[1:]  # the resamples
-            part = [counts @ m for m in masses]  # (B, H) sums over the drawn sequences
+            counts = sample_and_resample_counts(n, n_resamples, rng)  # the sample, then resamples
+            part = [counts @ m for m in masses]  # (1 + B, H) sums over the drawn sequences
             sums = part if sums is None else [a + b for a, b in zip(sums, part, strict=True)]
             total += n
         assert sums is not None
-        draws = _shares(*(x / total for x in sums), thresholds)
-        low, high = np.quantile(draws, [alpha, 1.0 - alpha], axis=0)
+        means = [x / total for x in sums]
         row: dict[str, Any] = {
             "model": model, "dataset": dataset, "n_resamples": n_resamples, "level": level,
-            "n_units": smallest, "min_units": int(settings["min_units"]),
+            "n_units": min(sizes), "dof": sum(n - 1 for n in sizes),
         }  # fmt: skip
-        for i, share in enumerate(INTERVAL_SHARES):
-            row[f"{share}_lo"], row[f"{share}_hi"] = float(low[i]), float(high[i])
+        if min(sizes) < 2:  # one sequence: no spread, no interval
+            rows.append(
+                row | {f"{share}_{end}": None for share in INTERVAL_SHARES for end in ("lo", "hi")}
+            )
+            continue
+        low, high = _mass_bounds(
+            [m[0] for m in means], [m[1:] for m in means], min(sizes), level, row["dof"],
+            family=3 * means[0].shape[1],
+        )  # fmt: skip
+        certain, possible = flag_bounds(low, high, thresholds)
+        for share, flag in zip(INTERVAL_SHARES, ("is_sink", "is_diagonal", "is_sink_prev")):
+            row[f"{share}_lo"] = float(certain[flag].mean())
+            row[f"{share}_hi"] = float(possible[flag].mean())
+        gap = INTERVAL_SHARES[-1]  # sink minus diagonal
+        row[f"{gap}_lo"] = float(certain["is_sink"].mean() - possible["is_diagonal"].mean())
+        row[f"{gap}_hi"] = float(possible["is_sink"].mean() - certain["is_diagonal"].mean())
         rows.append(row)
     return pl.DataFrame(rows)
+
+
+def _sink_share_bounds(
+    low: np.ndarray, high: np.ndarray, thresholds: HeadClassThresholds
+) -> tuple[float, float]:
+    """The fewest and the most sink heads (as shares) that simultaneous intervals ``[low,
+    high]`` of the heads' BOS masses allow (the sink flag reads BOS mass alone)."""
+    from sinkscope.heads.classify import flag_bounds
+
+    zeros = np.zeros(low.shape)
+    certain, possible = flag_bounds((low, zeros, zeros), (high, zeros, zeros), thresholds)
+    return float(certain["is_sink"].mean()), float(possible["is_sink"].mean())
 
 
 def sink_ratio_intervals(
@@ -243,20 +292,18 @@ def sink_ratio_intervals(
     thresholds: HeadClassThresholds = DEFAULT_THRESHOLDS,
     intervals: Mapping[str, Any] | None = None,
 ) -> pl.DataFrame:
-    """Paired percentile bootstrap over sequences of ``frac_sink(no-BOS) / frac_sink(BOS)``, the
+    """Paired intervals over sequences of ``frac_sink(no-BOS) / frac_sink(BOS)``, the
     StreamingLLM claim's ratio (:func:`sinkscope.claims.checks.no_bos.check_first_token_becomes_sink`),
     per model and no-BOS pair with its BOS pair in ``per_sequence``.
 
     Both pairs hold the SAME N sequences, with and without BOS (:mod:`sinkscope.variants`), so a
-    resample draws one set of sequence counts and applies it to both: the ratio's interval then
-    carries the pairing (two independent resamples would add the two pairs' variances). Each
-    share is the head share of :func:`share_intervals` (heads classified on their masses averaged
-    over the drawn sequences, with ``thresholds``). A resample without a sink head at BOS but
-    with one without BOS counts as an infinite ratio (every sink head is a takeover); one with
-    neither has nothing to take over and is left out, as the point reading leaves such a pair
-    out. The interval's ends are order statistics of the draws (no interpolation with infinity).
-    Columns ``model, dataset`` (the no-BOS id), ``n_resamples, level, n_units`` (N),
-    ``min_units``, ``ratio_lo, ratio_hi``; the seed of a row is
+    resample draws one set of sequence counts and applies it to both. Every head's BOS mass in
+    both pairs gets a simultaneous interval over the sequences (Bonferroni over the 2 H masses,
+    as :func:`share_intervals`), and the ratio's interval runs from the fewest sink heads
+    without BOS over the most with it to the most without over the fewest with it (infinite
+    when no head is certainly a sink with BOS; 0 when none can be one without it or, with some,
+    when none can be one with it). Columns ``model, dataset`` (the no-BOS id), ``n_resamples,
+    level, n_units`` (N), ``ratio_lo, ratio_hi``; the seed of a row is
     :func:`sinkscope.claims.intervals.row_seed` of ``claims.intervals.seed``, model, dataset and
     ``"sink_ratio"``."""
     from sinkscope.claims.intervals import row_seed, sample_and_resample_counts
@@ -264,7 +311,6 @@ def sink_ratio_intervals(
 
     settings = _interval_settings(intervals)
     level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
-    alpha = (1.0 - level) / 2.0
     arrays = _mass_arrays(per_sequence)
     rows = []
     for (model, dataset), without in sorted(arrays.items()):
@@ -277,14 +323,22 @@ def sink_ratio_intervals(
                 f"{model} x {dataset}: {n} sequences without BOS against "
                 f"{with_bos[0].shape[0]} with it; the pairs must hold the same sequences"
             )
-        rng = np.random.default_rng(row_seed(int(settings["seed"]), model, dataset, "sink_ratio"))
-        counts = sample_and_resample_counts(n, n_resamples, rng)[1:] / n  # the resamples
-        sink_without = _shares(*(counts @ m for m in without), thresholds)[:, 0]
-        sink_with = _shares(*(counts @ m for m in with_bos), thresholds)[:, 0]
-        unbounded = np.where(sink_without > 0, np.inf, np.nan)  # nothing to take over: no draw
-        ratio = np.divide(sink_without, sink_with, out=unbounded, where=sink_with > 0)
-        low = np.nanquantile(ratio, alpha, method="inverted_cdf")
-        high = np.nanquantile(ratio, 1.0 - alpha, method="inverted_cdf")
+        low = high = math.inf
+        if n >= 2:
+            rng = np.random.default_rng(
+                row_seed(int(settings["seed"]), model, dataset, "sink_ratio")
+            )
+            counts = sample_and_resample_counts(n, n_resamples, rng) / n  # sample, resamples
+            bos = [counts @ masses[0] for masses in (without, with_bos)]  # (1 + B, H) each
+            n_heads = bos[0].shape[1]
+            ends = _mass_bounds(
+                [b[0] for b in bos], [b[1:] for b in bos], n, level, n - 1, 2 * n_heads
+            )
+            (c_without, p_without), (c_with, p_with) = (
+                _sink_share_bounds(lo, hi, thresholds) for lo, hi in zip(*ends, strict=True)
+            )
+            low = c_without / p_with if p_with > 0 else (math.inf if c_without > 0 else 0.0)
+            high = p_without / c_with if c_with > 0 else (math.inf if p_without > 0 else 0.0)
         rows.append(
             {
                 "model": model,
@@ -292,9 +346,8 @@ def sink_ratio_intervals(
                 "n_resamples": n_resamples,
                 "level": level,
                 "n_units": n,
-                "min_units": int(settings["min_units"]),
-                "ratio_lo": float(low),
-                "ratio_hi": float(high),
+                "ratio_lo": float(low) if n >= 2 else None,
+                "ratio_hi": float(high) if n >= 2 else None,
             }
         )
     return pl.DataFrame(
@@ -305,7 +358,6 @@ def sink_ratio_intervals(
             "n_resamples": pl.Int64,
             "level": pl.Float64,
             "n_units": pl.Int64,
-            "min_units": pl.Int64,
             "ratio_lo": pl.Float64,
             "ratio_hi": pl.Float64,
         },

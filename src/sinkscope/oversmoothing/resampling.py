@@ -12,7 +12,8 @@ every sequence held fixed (a post-norm model's gain and ``kappa``,
 :mod:`sinkscope.oversmoothing.approximation`). Each function takes the
 pair tables of a claims row as strata, resampled each on its own (a row pooled over datasets
 draws each dataset's sequences from that dataset), and returns the statistic on the sample and
-on every resample.
+on every resample (or, for the per-head and per-layer functions, every head's or layer's
+value on both).
 """
 
 from __future__ import annotations
@@ -28,10 +29,9 @@ from sinkscope.oversmoothing.names import SEQUENCE_TERMS
 
 __all__ = [
     "RESAMPLE_CHUNK",
-    "error_share_draws",
+    "head_error_draws",
     "head_mean_draws",
-    "lowest_similarity_draws",
-    "max_error_draws",
+    "layer_similarity_draws",
     "relative_offset_draws",
     "sequence_columns",
 ]
@@ -51,55 +51,33 @@ def sequence_columns(
     return {c: frame[c].to_numpy().astype(np.float64).reshape(n_cells, n_seq).T for c in columns}
 
 
-def max_error_draws(
+def head_error_draws(
     strata: Sequence[pl.DataFrame], n_resamples: int, rng: np.random.Generator
-) -> tuple[float, np.ndarray]:
-    """The largest ``|rho - rho_hat|`` over the heads of ``strata`` (``X + W Z``), on the
-    sample and on ``n_resamples`` resamples of its sequences.
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every head's ``|rho - rho_hat|`` (``X + W Z``) on the sample and on ``n_resamples``
+    resamples of its sequences: ``(H,)`` and ``(n_resamples, H)``, the heads of every stratum in
+    turn (a pooled row's heads are read once per dataset, as in the per-head table), for
+    :func:`sinkscope.claims.resampling.simultaneous_sequence_intervals` (Fig. 7's largest error
+    and §5's share of heads within the bound are read off the heads' simultaneous intervals).
 
     Each stratum is one pair's rows of the ``approximation_by_sequence`` table (columns
     ``layer, head, context_length, sequence, rho_xwz``, :data:`SEQUENCE_TERMS`, ``sum_xz,
-    sum_zz``), read at its largest ``T'`` (Fig. 7's): per head
-    the empirical ``rho`` is the mean of the drawn sequences' ``rho_xwz``, ``beta`` (per layer)
-    is the ratio of their ``sum_xz`` and ``sum_zz``, ``rho_hat`` is
-    :func:`~sinkscope.oversmoothing.approximation.rho_hat_from_means` of their terms. The
-    maximum runs over every head of every stratum (a pooled row's heads are read once per
-    dataset, as in the per-head table). Returns the sample's maximum and the
-    ``(n_resamples,)`` maxima of the resamples."""
-    largest = np.full(n_resamples + 1, -np.inf)
+    sum_zz``), read at its largest ``T'`` (Fig. 7's): per head the empirical ``rho`` is the mean
+    of the drawn sequences' ``rho_xwz``, ``beta`` (per layer) is the ratio of their ``sum_xz``
+    and ``sum_zz``, ``rho_hat`` is
+    :func:`~sinkscope.oversmoothing.approximation.rho_hat_from_means` of their terms."""
+    parts = []
     for frame in strata:
         frame = frame.filter(pl.col("context_length") == pl.col("context_length").max())
+        n_heads = frame.select("layer", "head").n_unique()
+        errors = np.empty((n_resamples + 1, n_heads))
         for rows, rho, rho_hat in _resampled_rho(frame, ["layer", "head"], n_resamples, rng):
-            largest[rows] = np.maximum(largest[rows], np.abs(rho - rho_hat).max(axis=1))
-    return float(largest[0]), largest[1:]
-
-
-def error_share_draws(
-    tolerance: float,
-) -> Callable[[Sequence[pl.DataFrame], int, np.random.Generator], tuple[float, np.ndarray]]:
-    """The draws of the share of head readings whose ``|rho - rho_hat|`` (``X + W Z``) is below
-    ``tolerance`` (§5: "for most individual attention heads"), for
-    :func:`sinkscope.claims.resampling.sequence_interval`: every head of every stratum read as
-    :func:`max_error_draws` reads it (largest ``T'``, each resample recomputing ``rho`` and
-    ``rho_hat`` from its sequences), the share over all of them (a pooled row's heads once per
-    dataset, as its point reading counts them)."""
-
-    def draws(
-        strata: Sequence[pl.DataFrame], n_resamples: int, rng: np.random.Generator
-    ) -> tuple[float, np.ndarray]:
-        within = np.zeros(n_resamples + 1)
-        readings = 0
-        for frame in strata:
-            frame = frame.filter(pl.col("context_length") == pl.col("context_length").max())
-            readings += frame.select("layer", "head").n_unique()
-            for rows, rho, rho_hat in _resampled_rho(frame, ["layer", "head"], n_resamples, rng):
-                within[rows] += (np.abs(rho - rho_hat) < tolerance).sum(axis=1)
-        if not readings:
-            raise ValueError("error_share_draws needs at least one stratum")
-        share = within / readings
-        return float(share[0]), share[1:]
-
-    return draws
+            errors[rows] = np.abs(rho - rho_hat)
+        parts.append(errors)
+    if not parts:
+        raise ValueError("head_error_draws needs at least one stratum")
+    errors = np.hstack(parts)
+    return errors[0], errors[1:]
 
 
 #: Resamples evaluated at a time by :func:`_resampled_rho`: its work arrays are this many rows
@@ -173,17 +151,19 @@ def relative_offset_draws(
     return float(ratio[0]), ratio[1:]
 
 
-def lowest_similarity_draws(
+def layer_similarity_draws(
     strata: Sequence[pl.DataFrame], n_resamples: int, rng: np.random.Generator
-) -> tuple[float, np.ndarray]:
-    """The smallest layer ``rho`` (App. E.1, Fig. 4: the average cosine of a layer's tokens
-    before and after its attention update, a mean over sequences) over every layer, ``T'`` and
-    stratum, on the sample and on ``n_resamples`` resamples of the sequences: the summary's
-    ``min_rho_layers`` and its bootstrap draws.
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every layer ``rho`` (App. E.1, Fig. 4: the average cosine of a layer's tokens before and
+    after its attention update, a mean over sequences) at every layer and ``T'`` of every
+    stratum, on the sample and on ``n_resamples`` resamples of the sequences: ``(C,)`` and
+    ``(n_resamples, C)``; the smallest of them is the summary's ``min_rho_layers``, bounded by
+    their simultaneous intervals
+    (:func:`sinkscope.claims.resampling.simultaneous_sequence_intervals`).
 
     Each stratum is one pair's ``layers_by_sequence`` rows; a drawn sequence brings its
     ``rho_before`` and ``rho_after`` at every layer and ``T'``."""
-    lowest = np.full(n_resamples + 1, np.inf)
+    parts = []
     for frame in strata:
         cols = sequence_columns(
             frame, ["rho_before", "rho_after"], ["layer", "context_length"], "layers_by_sequence"
@@ -191,8 +171,11 @@ def lowest_similarity_draws(
         values = np.hstack([cols["rho_before"], cols["rho_after"]])  # (N, 2 x cells)
         n_seq = values.shape[0]
         counts = sample_and_resample_counts(n_seq, n_resamples, rng)
-        lowest = np.minimum(lowest, (counts @ values / n_seq).min(axis=1))
-    return float(lowest[0]), lowest[1:]
+        parts.append(counts @ values / n_seq)
+    if not parts:
+        raise ValueError("layer_similarity_draws needs at least one stratum")
+    rho = np.hstack(parts)
+    return rho[0], rho[1:]
 
 
 def head_mean_draws(

@@ -53,8 +53,8 @@ __all__ = [
     "seed_drops",
 ]
 
-#: Why a training-dynamics claim run on one seed is inconclusive: the issue's "against the
-#: seed-to-seed spread" needs two runs at least (the companion paper averages over seeds).
+#: Why a training-dynamics claim run on one seed is inconclusive: a verdict against the
+#: seed-to-seed spread needs two runs at least (the companion paper averages over seeds).
 ONE_SEED_TEXT = "one training seed: the seed-to-seed spread is unknown"
 
 
@@ -281,7 +281,7 @@ def check_other_switch_replaces_sink(
     min_bos_share_drop: float,
     max_accuracy_drop: float,
 ) -> list[Row]:
-    """Issue 20's prediction from the main study's thesis (§6, Proposition 6.1: a sink is the
+    """A prediction from the main study's thesis (§6, Proposition 6.1: a sink is the
     head's attention switch): a softmax head that has another switch (:mod:`sinkscope.dynamics.
     switches`) needs BOS less, so against softmax at the same positional encoding and weight
     decay (same steps and task) the layer-2 sink-head share falls by at least
@@ -293,7 +293,7 @@ def check_other_switch_replaces_sink(
     accuracy is "not reproduced" (the prediction includes that the task is still solved); a
     setup whose softmax runs did not all learn has no reference and is not applicable.
 
-    Against the seed-to-seed spread (issue 34 item 3): with one run per setup the row is
+    Against the seed-to-seed spread: with one run per setup the row is
     inconclusive (:data:`ONE_SEED_TEXT`); with several, the sink-head share's drop is read on
     the seeds' ranges (from the reference's smallest minus the switch's largest share to the
     reverse, the row's interval): reproduced only when every pairing of seeds drops by the
@@ -434,10 +434,10 @@ def check_flip_rate_decreases(
     (:func:`sinkscope.claims.intervals.newcombe_difference`); the verdict is decided on it
     (:func:`sinkscope.claims.verdicts.decide`). That interval covers the attack's sampling only.
     Where two or more training seeds ran at both levels, the seed-to-seed spread is tested too: a
-    percentile bootstrap over the seeds (each resample pools the flips of the drawn seeds,
+    t-interval with the bootstrap standard error over the seeds (each resample pools the flips of the drawn seeds,
     :func:`pooled_drop`; ``intervals``: the config's ``claims.intervals``) must also lie above
-    ``min_difference``, and the row reports that interval (with three seeds its lower end is
-    about the worst seed's drop). With one seed the row is inconclusive whatever the attacked
+    ``min_difference``, and the row reports that interval (with three seeds its t has 2
+    degrees of freedom, 4.30 at 95%). With one seed the row is inconclusive whatever the attacked
     sequences say (:data:`ONE_SEED_TEXT`); their interval is still shown."""
     from sinkscope.dynamics.summary import flip_rate_trend
 
@@ -485,7 +485,8 @@ def check_flip_rate_decreases(
             over_seeds = Interval(
                 s_low,
                 s_high,
-                f"bootstrap over {units.shape[0]} training seeds, {int(settings['n_resamples'])} "
+                f"t ({units.shape[0] - 1} df), bootstrap SE over {units.shape[0]} training seeds, "
+                f"{int(settings['n_resamples'])} "
                 f"resamples (Newcombe over the attacked sequences: {low:+.3f} to {high:+.3f})",
                 level,
             )

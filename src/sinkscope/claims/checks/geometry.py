@@ -31,7 +31,6 @@ from sinkscope.claims.verdicts import (
     pct,
     require,
     rows_per,
-    too_few_units_text,
 )
 from sinkscope.heads.order import sort_pooled_last
 from sinkscope.labels import POOLED
@@ -135,7 +134,7 @@ def check_bos_cosine_middle_layers(
         interval = Interval(
             float(b["mid_max_all"]),
             1.0,
-            f"exact: the largest cosine over all sequences is at least the largest of these "
+            f"the largest cosine over all sequences is at least the largest of these "
             f"{n_seq}; one counterexample refutes a universal claim",
             1.0,
         )
@@ -286,8 +285,8 @@ def _value_rank_interval(
     by_sequence: pl.DataFrame,
     intervals: Mapping[str, Any],
 ) -> Interval | None:
-    """The interval of the lowest middle-layer median relative rank: a percentile bootstrap over
-    the sequences (:func:`sinkscope.geometry.summary.lowest_median_draws`,
+    """The interval of the lowest middle-layer median relative rank: a t-interval with the
+    bootstrap standard error over the sequences (:func:`sinkscope.geometry.summary.lowest_median_draws`,
     :func:`sinkscope.claims.resampling.sequence_interval`). None where ``by_sequence`` lacks the
     row's pairs."""
     from sinkscope.geometry.summary import lowest_median_draws
@@ -353,7 +352,7 @@ def check_value_rank_middle_layers(
 
 
 def check_sink_bos_value_norm(
-    bos_value_norm_classes: pl.DataFrame, bos_value_ratio_max: float, min_units: int = 0
+    bos_value_norm_classes: pl.DataFrame, bos_value_ratio_max: float
 ) -> list[Row]:
     """§6 (assumption ``W_VO x_0 = 0``, supported by [13]): a head's BOS value-output vector is
     small where the head sinks. Decided on the relation the assumption implies, over every head
@@ -368,11 +367,9 @@ def check_sink_bos_value_norm(
 
     The intervals are the geometry summary's (its level in the table's ``level`` column).
     Reproduced when both hold on their whole intervals, not reproduced when either fails on its
-    whole interval, inconclusive otherwise. A bootstrap over fewer than ``min_units`` heads
-    (``claims.intervals.min_units``: every head for the correlation, the fewer distinct heads of
-    the two ends for the ratio) decides nothing: Gemma 3's 4 heads under BOS mass 0.1 leave its
-    ratio inconclusive wherever its interval lies. Without heads at both ends the correlation decides
-    alone. The former comparison of the sink heads (``is_sink``) with all other heads, many of
+    whole interval, inconclusive otherwise. The ratio's t counts the distinct heads at its
+    fewer end (Gemma 3 has 4 under BOS mass 0.1: 3 degrees of freedom, a wide interval).
+    Without heads at both ends the correlation decides alone. The former comparison of the sink heads (``is_sink``) with all other heads, many of
     which carry 0.1-0.4 of their mass on BOS, stays in the reason as a reported reading
     (:func:`sinkscope.geometry.values.value_norm_statement`)."""
     require(
@@ -396,50 +393,38 @@ def check_sink_bos_value_norm(
         rho = Interval(
             e["spearman_lo"],
             e["spearman_hi"],
-            f"bootstrap over {e['n_units']} heads, Spearman",
+            f"t ({e['n_units'] - 1} df), bootstrap SE over {e['n_units']} heads, Spearman",
             level,
             n_units=e["n_units"],
-            min_units=min_units,
         )
         verdicts = [decide(rho, 0.0, above=False, strict=True)]
-        straddles = verdicts[0] == INCONCLUSIVE and not rho.too_few_units
         text = (
             f"Spearman(BOS mass, |W_VO z_0| / median_i |W_VO z_i|) = {num(e['spearman'])} "
-            f"({100 * level:.0f}% bootstrap interval over heads {num(e['spearman_lo'])} to "
+            f"({100 * level:.0f}% interval over heads {num(e['spearman_lo'])} to "
             f"{num(e['spearman_hi'])})"
         )
         if e["ratio_high_low"] is not None and e["ratio_high_low_hi"] is not None:
             ends = min(e["n_high_heads"], e["n_low_heads"])
-            ratio = Interval(
-                e["ratio_high_low_lo"],
-                e["ratio_high_low_hi"],
-                "",
-                level,
-                n_units=ends,
-                min_units=min_units,
-            )
+            ratio = Interval(e["ratio_high_low_lo"], e["ratio_high_low_hi"], "", level, ends)
             verdicts.append(decide(ratio, bos_value_ratio_max, above=False))
-            straddles |= verdicts[-1] == INCONCLUSIVE and not ratio.too_few_units
             text += (
                 f"; median norm at BOS mass >= {HIGH_BOS_MASS:g} ({e['n_high']} head instances "
                 f"of {e['n_high_heads']} heads) / at < {LOW_BOS_MASS:g} ({e['n_low']} of "
                 f"{e['n_low_heads']}): {num(e['ratio_high_low'])} "
-                f"[{num(e['ratio_high_low_lo'])}, {num(e['ratio_high_low_hi'])}]"
-            )
-            text += too_few_units_text(
-                ratio,
-                "heads at its fewer BOS-mass end",
-                "not in this model, whose heads are fixed",
+                f"[{num(e['ratio_high_low_lo'])}, {num(e['ratio_high_low_hi'])}] (t, "
+                f"{ends - 1} df: the heads at its fewer end)"
             )
         else:
             text += (
                 f"; no head instances at both ends (BOS mass >= {HIGH_BOS_MASS:g}: {e['n_high']}, "
                 f"< {LOW_BOS_MASS:g}: {e['n_low']}), so the correlation decides alone"
             )
-        text += too_few_units_text(rho, "heads", "not in this model, whose heads are fixed")
         verdict = combine(verdicts)
-        if verdict == INCONCLUSIVE and straddles:
-            text += "; an interval straddles its bound: needs more heads (models or datasets)"
+        if verdict == INCONCLUSIVE:
+            text += (
+                "; an interval straddles its bound: needs more heads (not in this model, whose "
+                "heads are fixed)"
+            )
         if e["n_sink"] and e["n_other"] and e["ratio"] is not None:
             text += f". Reported reading, sink vs other heads: {value_norm_statement(e)}"
         return Reading(

@@ -13,6 +13,7 @@ from typing import Any
 
 import polars as pl
 
+from sinkscope.claims.intervals import needed_units
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
@@ -22,26 +23,29 @@ from sinkscope.claims.verdicts import (
     combine,
     decide,
     head_count,
+    needed_text,
     pct,
     require,
     rows_per,
-    too_few_units_text,
 )
 from sinkscope.heads.order import sort_pooled_last
 
 
 def _interval(r: Mapping[str, Any], share: str) -> Interval | None:
-    """The row's interval of ``share`` over sequences, None where the table has none."""
+    """The row's interval of ``share`` over sequences, None where the table has none (the
+    t-interval with a bootstrap standard error of :func:`sinkscope.heads.summary.
+    share_intervals`)."""
     low, high = r.get(f"{share}_lo"), r.get(f"{share}_hi")
     if low is None or high is None:
         return None
-    n_units = r.get("n_units")
-    unit = f"bootstrap over the {r['n_sequences']} sequences, {r['n_resamples']} resamples"
+    n_units, dof = r.get("n_units"), r.get("dof")
+    t = "t" if dof is None else f"t ({int(dof)} df)"
+    unit = f"{t}, bootstrap SE over the {r['n_sequences']} sequences, {r['n_resamples']} resamples"
     if _stratified(r) and n_units is not None:
         # pooled: stratified by dataset, each stratum resampled from its own N
         unit = (
-            f"bootstrap over the {r['n_sequences']} sequences stratified by dataset (at fewest "
-            f"{n_units} per dataset), {r['n_resamples']} resamples"
+            f"{t}, bootstrap SE over the {r['n_sequences']} sequences stratified by dataset (at "
+            f"fewest {n_units} per dataset), {r['n_resamples']} resamples"
         )
     return Interval(
         float(low),
@@ -49,11 +53,7 @@ def _interval(r: Mapping[str, Any], share: str) -> Interval | None:
         unit,
         float(r["level"]),
         n_units=None if n_units is None else int(n_units),
-        min_units=int(r.get("min_units") or 0),
     )
-
-
-_MORE_SEQUENCES = "; an interval straddles its bound: needs more sequences (extraction.n_sequences)"
 
 
 def _stratified(r: Mapping[str, Any]) -> bool:
@@ -61,11 +61,19 @@ def _stratified(r: Mapping[str, Any]) -> bool:
     return int(r.get("n_datasets") or 1) > 1
 
 
-def _more_sequences(interval: Interval, r: Mapping[str, Any]) -> str:
-    """Why an interval over sequences left its row inconclusive: too few sequences (per
-    dataset, for a pooled row) to decide anything, or an interval that straddles the bound."""
+def _more_sequences(
+    interval: Interval, r: Mapping[str, Any], value: float, tolerance: float
+) -> str:
+    """Why an interval over sequences left its row inconclusive: it straddles ``tolerance``;
+    about how many sequences (per dataset, for a pooled row) would decide it at this effect."""
     units = "sequences per dataset" if _stratified(r) else "sequences"
-    return too_few_units_text(interval, units, "extraction.n_sequences") or _MORE_SEQUENCES
+    more = needed_units(
+        interval.n_units or 0, value, interval.low, interval.high, tolerance, interval.level
+    )
+    return (
+        f"; the interval straddles {tolerance:g}: needs more sequences "
+        f"({needed_text(more, units)}; extraction.n_sequences)"
+    )
 
 
 __all__ = [
@@ -117,7 +125,10 @@ def check_sink_heads_common(
             "over the resamples)"
         )
         if verdict == INCONCLUSIVE:
-            reason += _more_sequences(share, r)
+            if decide(share, sink_min_fraction, above=True) == INCONCLUSIVE:
+                reason += _more_sequences(share, r, sink, sink_min_fraction)
+            else:
+                reason += _more_sequences(excess, r, sink - diag, 0.0)
         return Reading(setting, measured, sink, None, reason, share, verdict)
 
     return rows_per(
@@ -146,15 +157,19 @@ def check_diagonal_heads_rarer(
         else:
             reason = f"{head_count(n_diag)} diagonal ({pct(diag)}) < sink heads ({pct(sink)})"
         setting = f"{r['n_heads']} heads"
-        measured = f"diagonal {pct(diag)} ({head_count(n_diag)}), sink {pct(sink)}"
-        share, excess = _interval(r, "frac_diagonal"), _interval(r, "sink_minus_diagonal")
-        if share is None or excess is None:
-            return Reading(setting, measured, diag, exists and rarer, reason)
-        # existence is read off the heads themselves; "rarer" on the interval of the excess
+        measured = (
+            f"sink minus diagonal {sink - diag:+.3f} (diagonal {pct(diag)}, "
+            f"{head_count(n_diag)}; sink {pct(sink)})"
+        )
+        excess = _interval(r, "sink_minus_diagonal")
+        if excess is None:
+            return Reading(setting, measured, sink - diag, exists and rarer, reason)
+        # existence is read off the heads themselves; "rarer" on the interval of the excess,
+        # which is the row's value and interval
         verdict = decide(excess, 0.0, above=True, strict=True) if exists else NOT_REPRODUCED
         if verdict == INCONCLUSIVE:
-            reason += _more_sequences(excess, r)
-        return Reading(setting, measured, diag, None, reason, share, verdict)
+            reason += _more_sequences(excess, r, sink - diag, 0.0)
+        return Reading(setting, measured, sink - diag, None, reason, excess, verdict)
 
     return rows_per(
         sort_pooled_last(_with_intervals(head_classes, intervals)).iter_rows(named=True),
@@ -186,7 +201,8 @@ def _range_rows(
             return Reading(setting, measured, x, inside, reason)
         verdict = combine([decide(interval, lo, above=True), decide(interval, hi, above=False)])
         if verdict == INCONCLUSIVE:
-            reason += _more_sequences(interval, r)
+            nearer = lo if abs(x - lo) <= abs(x - hi) else hi
+            reason += _more_sequences(interval, r, x, nearer)
         return Reading(setting, measured, x, None, reason, interval, verdict)
 
     return rows_per(

@@ -31,7 +31,6 @@ from sinkscope.claims.verdicts import (
     require,
     row,
     rows_per,
-    too_few_units_text,
 )
 from sinkscope.variants import NO_BOS_SUFFIX, source_dataset
 
@@ -44,18 +43,19 @@ _NO_PAIR = (
 
 
 def _ratio_interval(r: Mapping[str, Any] | None) -> Interval | None:
-    """The paired bootstrap interval of the row's ratio
+    """The interval of the row's ratio from simultaneous per-head intervals
     (:func:`sinkscope.heads.summary.sink_ratio_intervals`), None where there is none."""
     if r is None:
         return None
     return Interval(
         r["ratio_lo"],
         r["ratio_hi"],
-        f"paired bootstrap over the {r['n_units']} sequences (the same with and without BOS), "
+        f"the fewest to the most sink heads that simultaneous per-head intervals of BOS mass "
+        f"allow (t ({r['n_units'] - 1} df), Bonferroni over the heads of both pairs), bootstrap "
+        f"SE over the {r['n_units']} sequences (the same with and without BOS), "
         f"{r['n_resamples']} resamples",
         r["level"],
         n_units=r["n_units"],
-        min_units=r["min_units"],
     )
 
 
@@ -71,7 +71,7 @@ def check_first_token_becomes_sink(
     applicable when the BOS pair has no sink head (nothing to take over), or, one row per model
     of the table, when the config has no no-BOS pair. The row's ``dataset``
     is the no-BOS id. Given ``intervals`` (:func:`sinkscope.heads.summary.sink_ratio_intervals`:
-    a paired bootstrap over the sequences), the verdict is decided on the ratio's interval;
+    simultaneous per-head intervals over the sequences), the verdict is decided on the ratio's interval;
     without them, on the ratio itself.
     """
     require(head_classes, ["model", "dataset", "n_heads", "frac_sink"], "head_classes")
@@ -111,7 +111,12 @@ def check_first_token_becomes_sink(
             size = (
                 needed_text(
                     needed_units(
-                        interval.n_units or 0, ratio, interval.low, interval.high, ratio_min
+                        interval.n_units or 0,
+                        ratio,
+                        interval.low,
+                        interval.high,
+                        ratio_min,
+                        interval.level,
                     ),
                     "sequences",
                 )
@@ -119,7 +124,7 @@ def check_first_token_becomes_sink(
                 if math.isfinite(interval.high)
                 else ""
             )
-            reason += too_few_units_text(interval, "sequences", "extraction.n_sequences") or (
+            reason += (
                 f"; the interval straddles {ratio_min:g}: needs more sequences "
                 f"({size}extraction.n_sequences)"
             )

@@ -18,9 +18,15 @@ import polars as pl
 from sinkscope.claims.events import LayerEvents, coincidence
 from sinkscope.claims.intervals import (
     needed_units,
+    share_bounds,
     wilson_interval,
 )
-from sinkscope.claims.resampling import sequence_interval, sequence_reading
+from sinkscope.claims.resampling import (
+    Simultaneous,
+    sequence_interval,
+    sequence_reading,
+    simultaneous_sequence_intervals,
+)
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
     Interval,
@@ -120,21 +126,24 @@ def _head_errors(group: Mapping[str, Any]) -> pl.Series:
     return group["heads"]["abs_err_xwz"]
 
 
-def _approximation_interval(
+def _head_error_intervals(
     group: Mapping[str, Any],
     by_sequence: pl.DataFrame,
     intervals: Mapping[str, Any],
-) -> Interval | None:
-    """The interval of the largest ``|rho - rho_hat|`` over the group's heads: a percentile
-    bootstrap over sequences (:func:`sinkscope.oversmoothing.resampling.max_error_draws`,
-    :func:`sinkscope.claims.resampling.sequence_interval`). None where the table has none of
-    the group's pairs."""
-    from sinkscope.oversmoothing.resampling import max_error_draws
+    key: tuple[str, ...] = (),
+) -> Simultaneous | None:
+    """Simultaneous intervals over sequences of every head's ``|rho - rho_hat|`` (Bonferroni
+    over the group's head readings, :func:`sinkscope.oversmoothing.resampling.head_error_draws`,
+    :func:`sinkscope.claims.resampling.simultaneous_sequence_intervals`): the largest error lies
+    between the largest lower and the largest upper end, the share within a bound between the
+    shares of the upper and of the lower ends under it. None where the table has none of the
+    group's pairs."""
+    from sinkscope.oversmoothing.resampling import head_error_draws
 
     datasets = group["heads"]["dataset_of_head"].unique().sort().to_list()
     model, dataset = str(group["model"]), str(group["dataset"])
-    return sequence_interval(
-        by_sequence, model, dataset, max_error_draws, intervals, datasets=datasets
+    return simultaneous_sequence_intervals(
+        by_sequence, model, dataset, head_error_draws, intervals, "head", key, datasets=datasets
     )
 
 
@@ -151,13 +160,13 @@ def check_approximation_every_head(
     paper's Fig. 7 uses 512).
 
     The measured value is the largest error over the heads. With ``by_sequence`` (the
-    ``approximation_by_sequence`` table: eq. (2)'s terms per sequence) it gets a percentile
-    bootstrap interval over sequences: each resample recomputes every head's ``rho`` and
-    ``rho_hat`` from the drawn sequences and takes the largest error
-    (:func:`_approximation_interval`, ``intervals``: the config's ``claims.intervals``).
-    Reproduced when the interval lies below ``approximation_error``, not reproduced when above,
-    inconclusive when it straddles it or rests on fewer than ``min_units`` sequences; without
-    the table, the point reading decides. A failing pair's reason names the failing heads by
+    ``approximation_by_sequence`` table: eq. (2)'s terms per sequence) every head's error gets
+    an interval over sequences, all of them simultaneous (Bonferroni over the heads; each
+    resample recomputes every head's ``rho`` and ``rho_hat`` from the drawn sequences,
+    :func:`_head_error_intervals`, ``intervals``: the config's ``claims.intervals``), and the
+    largest error's interval runs from the largest lower end to the largest upper end: reproduced
+    when every head's interval lies below ``approximation_error``, not reproduced when one lies
+    wholly above it, inconclusive otherwise; without the table, the point reading decides. A failing pair's reason names the failing heads by
     layer, the other layers' error, and whether the failing layers are the pair's known
     ``events`` (:func:`sinkscope.claims.events.coincidence`: BOS's norm jump, the
     massive-activation onset)."""
@@ -191,10 +200,15 @@ def check_approximation_every_head(
                 reason += f"; {known}"
         setting, measured = _heads_setting(h), f"max error {worst:.3f} (X+WZ)"
         holds = approximation_holds(worst, approximation_error)
+        heads = (
+            None if by_sequence is None else _head_error_intervals(g, by_sequence, intervals or {})
+        )
         interval = (
             None
-            if by_sequence is None
-            else _approximation_interval(g, by_sequence, intervals or {})
+            if heads is None
+            else heads.interval(
+                float(heads.low.max()), float(heads.high.max()), "the largest head error"
+            )
         )
         point = Reading(setting, measured, worst, holds, reason)
         if interval is None:
@@ -222,14 +236,14 @@ def check_approximation_most_heads(
 
     Two sampling units, both tested: the head, as in :func:`check_predicted_signs` (a Wilson
     interval, :func:`sinkscope.claims.intervals.wilson_interval`, at ``level``), and, given
-    ``by_sequence`` (``approximation_by_sequence``), the sequences each head's error is read on
-    (a percentile bootstrap over them of the share, each resample recomputing every head's
-    ``rho`` and ``rho_hat``: :func:`sinkscope.oversmoothing.resampling.error_share_draws`;
-    ``intervals``: the config's ``claims.intervals``, whose ``min_units`` applies). Reproduced
+    ``by_sequence`` (``approximation_by_sequence``), the sequences each head's error is read on:
+    the share lies between the share of heads whose simultaneous interval over sequences lies
+    wholly under the bound and the share whose interval reaches under it
+    (:func:`_head_error_intervals`, :func:`sinkscope.claims.intervals.share_bounds`;
+    ``intervals``: the config's ``claims.intervals``). Reproduced
     when both lie wholly above ``most``, not reproduced when either lies wholly below,
     inconclusive otherwise; the row shows the interval over sequences and its reason the one
     over heads."""
-    from sinkscope.oversmoothing.resampling import error_share_draws
 
     def reading(g: Mapping[str, Any]) -> Reading:
         within = _head_errors(g) < approximation_error
@@ -250,15 +264,14 @@ def check_approximation_most_heads(
         measured = f"{pct(share)} of heads within {approximation_error:g}"
         over_sequences = None
         if by_sequence is not None:
-            over_sequences = sequence_interval(
-                by_sequence,
-                str(g["model"]),
-                str(g["dataset"]),
-                error_share_draws(approximation_error),
-                intervals or {},
-                ("most_heads",),
-                datasets=g["heads"]["dataset_of_head"].unique().sort().to_list(),
-            )
+            heads = _head_error_intervals(g, by_sequence, intervals or {}, ("most_heads",))
+            if heads is not None:
+                over_sequences = heads.interval(
+                    *share_bounds(
+                        heads.low, heads.high, approximation_error, above=False, strict=True
+                    ),
+                    f"the share of head readings under {approximation_error:g}",
+                )
         if over_sequences is None:
             return Reading(
                 _heads_setting(g["heads"]), measured, share, None, reason, interval, verdict
@@ -283,7 +296,7 @@ def check_approximation_most_heads(
 def _offset_interval(
     record: Mapping[str, Any], by_sequence: pl.DataFrame, intervals: Mapping[str, Any]
 ) -> Interval | None:
-    """The interval of Fig. 2 left's relative offset for ``X + WZ``: a percentile bootstrap over
+    """The interval of Fig. 2 left's relative offset for ``X + WZ``: a bootstrap-SE t-interval over
     the sequences (:func:`sinkscope.oversmoothing.resampling.relative_offset_draws`,
     :func:`sinkscope.claims.resampling.sequence_interval`). None where the table lacks the row's
     pairs or holds one ``T'`` only, or where a pooled row's datasets have different ``T'``."""
@@ -380,15 +393,27 @@ def _similarity_interval(
     layers_by_sequence: pl.DataFrame,
     intervals: Mapping[str, Any],
 ) -> Interval | None:
-    """The interval of the smallest layer ``rho``: a percentile bootstrap over the sequences
-    (:func:`sinkscope.oversmoothing.resampling.lowest_similarity_draws`,
-    :func:`sinkscope.claims.resampling.sequence_interval`). None where the table has none of the
-    group's pairs."""
-    from sinkscope.oversmoothing.resampling import lowest_similarity_draws
+    """The interval of the smallest layer ``rho``: from the smallest lower to the smallest
+    upper end of every layer's (and ``T'``'s) simultaneous interval over the sequences
+    (:func:`sinkscope.oversmoothing.resampling.layer_similarity_draws`,
+    :func:`sinkscope.claims.resampling.simultaneous_sequence_intervals`). None where the table
+    has none of the group's pairs."""
+    from sinkscope.oversmoothing.resampling import layer_similarity_draws
 
     model, dataset = str(group["model"]), str(group["dataset"])
-    return sequence_interval(
-        layers_by_sequence, model, dataset, lowest_similarity_draws, intervals, ("similarity",)
+    layers = simultaneous_sequence_intervals(
+        layers_by_sequence,
+        model,
+        dataset,
+        layer_similarity_draws,
+        intervals,
+        "layer reading",
+        ("similarity",),
+    )
+    if layers is None:
+        return None
+    return layers.interval(
+        float(layers.low.min()), float(layers.high.min()), "the smallest layer rho"
     )
 
 

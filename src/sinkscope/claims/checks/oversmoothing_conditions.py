@@ -2,7 +2,7 @@
 ``oversmoothing_summary`` table.
 
 The similarity differences of Figs. 2, 5-6 (learned attention raises ``rho``, ``W`` lowers it,
-dense and uniform heads raise it more; percentile bootstrap over the sequences), conditions (i) and
+dense and uniform heads raise it more; bootstrap-SE t-intervals over the sequences), conditions (i) and
 (ii) of Figs. 8-9 and the signs they predict (Wilson / Newcombe intervals over the non-sink
 heads), each head counted once where datasets are pooled. Each claim's verdict is one function
 (``*_holds``), called by its ``check_*``.
@@ -134,16 +134,16 @@ def _difference_rows(
     """Rows testing ``larger - smaller > min_difference`` (``smaller=None``: 0) at the largest T'
     (:func:`difference`, :func:`difference_holds`).
 
-    With ``by_sequence`` (the ``heads_by_sequence`` table) the difference gets a percentile
-    bootstrap interval over the sequences (:func:`sinkscope.claims.resampling.sequence_interval`,
+    With ``by_sequence`` (the ``heads_by_sequence`` table) the difference gets a t-interval
+    with the bootstrap standard error over the sequences (:func:`sinkscope.claims.resampling.sequence_interval`,
     ``intervals``: the config's ``claims.intervals``): each head's ``unit_value`` (the per-head
     difference whose mean over heads is the summary's) averaged over the drawn sequences, then
     over the heads (:func:`sinkscope.oversmoothing.resampling.head_mean_draws`);
     ``dense_only_minus_all``: the mean over the heads that the resample makes dense (uniformity
     above the summary's threshold) minus the mean over all. The heads are fixed by the model;
     the sequences are what another sample of text would change. Reproduced when the interval
-    lies above ``min_difference``, not reproduced when below, inconclusive when it straddles it
-    or rests on fewer sequences than ``claims.intervals.min_units``."""
+    lies above ``min_difference``, not reproduced when below, inconclusive when it straddles
+    it."""
 
     cols = ["model", "dataset", "context_length", "n_heads", larger]
     cols += [c for c in (smaller, needs) if c]

@@ -28,7 +28,6 @@ from sinkscope.claims.verdicts import (
     not_applicable,
     require,
     rows_per,
-    too_few_units_text,
 )
 
 # sinkscope.streaming.summary imports torch: the checks import its number formats when they run,
@@ -54,8 +53,7 @@ def check_eviction_raises_perplexity(
     log ratio is their mean. Neighbouring tokens' NLLs are correlated, so its interval is a
     moving-block bootstrap over runs of ``intervals["block_tokens"]`` positions
     (:func:`sinkscope.claims.intervals.block_bootstrap_interval`), exponentiated to the ratio,
-    and the verdict is decided on it; a stream of fewer than ``intervals["min_units"]`` blocks
-    decides nothing (inconclusive)."""
+    and the verdict is decided on it: its t counts the blocks' degrees of freedom."""
     from sinkscope.streaming.summary import eviction_label, perplexity_factor
 
     settings = {**DEFAULT_TOLERANCES["intervals"], **(intervals or {})}
@@ -96,27 +94,26 @@ def check_eviction_raises_perplexity(
         interval = Interval(
             math.exp(low),
             math.exp(high),
-            f"moving-block bootstrap over {excess.size} scored positions (blocks of {block}, "
-            f"mean over streams), {int(settings['n_resamples'])} resamples",
+            f"t ({excess.size // block - 1} df), moving-block bootstrap SE over {excess.size} "
+            f"scored positions ({excess.size // block} blocks of {block}, mean over streams), "
+            f"{int(settings['n_resamples'])} resamples",
             float(settings["level"]),
             n_units=excess.size // block,
-            min_units=int(settings["min_units"]),
         )
         verdict = decide(interval, sharp_ppl_ratio, above=True)
-        if interval.too_few_units:
-            text += too_few_units_text(
-                interval,
-                f"blocks of {block} scored positions",
-                "streaming.params.n_streams or stream_length",
-            )
-        elif verdict == INCONCLUSIVE:
-            needed = needed_units(
-                excess.size, float(excess.mean()), low, high, math.log(sharp_ppl_ratio)
+        if verdict == INCONCLUSIVE:
+            blocks = needed_units(
+                excess.size // block,
+                float(excess.mean()),
+                low,
+                high,
+                math.log(sharp_ppl_ratio),
+                float(settings["level"]),
             )
             text += (
                 f"; the interval straddles x{sharp_ppl_ratio:g}: needs more scored tokens "
-                f"({needed_text(needed, 'scored positions')}; streaming.params.n_streams or "
-                "stream_length)"
+                f"({needed_text(None if blocks is None else blocks * block, 'scored positions')}"
+                "; streaming.params.n_streams or stream_length)"
             )
         return Reading(setting, measured, ratio, None, text, interval, verdict)
 
@@ -157,11 +154,10 @@ def check_sink_tokens_restore(
     baseline itself is then out of the model's regime (e.g. Gemma 3 without its BOS).
 
     The sampling unit is the re-computed query (its NLL averaged over the streams): the
-    recovered fraction gets a percentile bootstrap interval over the sampled queries
-    (``intervals``: the config's ``claims.intervals``, :func:`recovered_fraction`), and the
-    verdict is decided on it (:func:`sinkscope.claims.verdicts.decide`). Fewer queries than
-    ``intervals["min_units"]`` decide nothing: a handful of queries gives "inconclusive" wherever
-    its interval lies, never "reproduced"."""
+    recovered fraction gets a t-interval with a bootstrap standard error over the sampled
+    queries (``intervals``: the config's ``claims.intervals``, :func:`recovered_fraction`,
+    :func:`sinkscope.claims.intervals.bootstrap_interval`), and the verdict is decided on it
+    (:func:`sinkscope.claims.verdicts.decide`)."""
     from sinkscope.streaming.summary import recovered_label
 
     settings = {**DEFAULT_TOLERANCES["intervals"], **(intervals or {})}
@@ -218,19 +214,16 @@ def check_sink_tokens_restore(
         interval = Interval(
             low,
             high,
-            f"bootstrap over {n_queries} re-computed queries (mean over streams), "
-            f"{int(settings['n_resamples'])} resamples",
+            f"t ({n_queries - 1} df), bootstrap SE over {n_queries} re-computed queries (mean "
+            f"over streams), {int(settings['n_resamples'])} resamples",
             float(settings["level"]),
             n_units=n_queries,
-            min_units=int(settings["min_units"]),
         )
         verdict = decide(interval, min_recovered_fraction, above=True)
-        if interval.too_few_units:
-            text += too_few_units_text(
-                interval, "re-computed queries", "streaming.params.recompute_samples"
+        if verdict == INCONCLUSIVE:
+            needed = needed_units(
+                n_queries, recovered, low, high, min_recovered_fraction, float(settings["level"])
             )
-        elif verdict == INCONCLUSIVE:
-            needed = needed_units(n_queries, recovered, low, high, min_recovered_fraction)
             text += (
                 f"; the interval straddles {min_recovered_fraction:g}: needs more re-computed "
                 f"queries ({needed_text(needed, 'queries')}; streaming.params.recompute_samples) or "
