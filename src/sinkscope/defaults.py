@@ -3,7 +3,7 @@
 The config validator (:func:`sinkscope.config.validate_config`) checks the keys of
 ``costs.*.params``, ``costs.backcopy.end_to_end.params`` and ``streaming.params`` against these
 dicts while Snakemake parses the workflow; keeping them here (no torch, no transformers) keeps
-that parse fast (issue 9: importing torch cost ~3 s of every ``snakemake`` call). The analysis
+that parse fast (importing torch costs about 3 s of every ``snakemake`` call). The analysis
 modules re-export them under their historical names (``DEFAULT_BACKCOPY_PARAMS``,
 ``DEFAULT_COPYPASTE_PARAMS``, none in ``sinkscope.streaming``, which reads ``STREAMING_PARAMS``
 itself).

@@ -264,14 +264,17 @@ def test_run_sizes_reads_every_form() -> None:
 
 def test_run_size_reads_the_grid() -> None:
     """Steps as the training loops take them (``epochs x ceil(n_train / batch)``), the model,
-    task and held-out set, the seeds of the grid and the attacked sequences of classification."""
+    task and held-out set, the seeds of the grid, the induction grid's axes (the specs' defaults
+    here: softmax, absolute positions, no weight decay) and the attacked sequences of
+    classification."""
     spec = {"n_train": 1000, "epochs": 3, "batch_size": 64, "lr": 0.003, "seed": 2}
     text = run_size("induction", [spec, {**spec, "seed": 0, "n_eval": 64, "hidden": 32}])
     assert text == (
         "2 runs: models of 2 layers with 8 heads, hidden 32 or 128, FFN 512; sequences of 13 "
         "tokens (BOS, 6 distinct tokens and their rotated repeat) over a vocabulary of 50; "
         "evaluated on 64 or 1,000 held-out sequences; trained on 1,000 sequences x 3 epochs in "
-        "batches of 64 (48 AdamW steps at lr 0.003); seeds 0, 2"
+        "batches of 64 (48 AdamW steps at lr 0.003); seeds 0, 2; attention functions softmax; "
+        "positional encoding absolute; weight decay 0.0"
     )
     text = run_size("classification", [{"n_attack": 16, "seed": 1}])
     assert text.endswith("seed 1, up to 16 attacked sequences per run")

@@ -1,4 +1,4 @@
-# Sinks beyond BOS (issue 21): the sink score and rate of Gu et al. (ICLR 2025, sail-sg), secondary
+# Sinks beyond BOS: the sink score and rate of Gu et al. (ICLR 2025, sail-sg), secondary
 # sinks after BOS and massive activations (Sun et al. 2024), from the activation files.
 
 

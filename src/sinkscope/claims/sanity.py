@@ -12,8 +12,7 @@ input tables; :func:`sanity_markdown` is their section of ``claims.md``.
 * §7's nuclear-norm toy: on ``X = I_{T+1}`` the diagonal / sink nuclear-norm ratio is
   ``sqrt(T+1)``. The pipeline builds ``kappa 1 e_1^T`` and ``kappa I`` and takes their singular
   values (:mod:`sinkscope.costs.toy`), so the ratio is the closed form up to rounding: a check of
-  the SVD and of the table, not evidence for the paper (the claim was ``costs.toy_nuclear_norm``
-  before issue 34 item 4).
+  the SVD and of the table, not evidence for the paper.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 * :mod:`.attention` - the attention functions of Table 1.
 * :mod:`.common` - the transformer block both tasks use.
 * :mod:`.switches` - other ways for a softmax head to switch off than a sink: a learned sink
-  logit, an output gate, softpick, a key/value bias slot (issue 20).
+  logit, an output gate, softpick, a key/value bias slot (the prediction of §6, Proposition 6.1: another switch replaces the sink).
 * :mod:`.grids` - the job grids, defaults, spec values and run ids (torch-free: the workflow
   parses them).
 * :mod:`.names` - the parts and the table and figure names of each (no imports: read by

@@ -1,4 +1,4 @@
-"""Job grids of the training-dynamics experiments, without torch (issue 9).
+"""Job grids of the training-dynamics experiments, without torch (so the workflow parses fast).
 
 The workflow parses these on every ``snakemake`` call (``workflow/rules/dynamics.smk``,
 :func:`sinkscope.config.validate_config`), so this module imports nothing heavier than the
@@ -50,7 +50,7 @@ __all__ = [
 
 #: The attention functions of Table 1 (companion paper).
 ATTENTION_FUNCTIONS = ("softmax", "sigmoid", "elu", "elu_elu", "mlp", "linear")
-#: The ``switch`` values of a softmax head of the induction model (issue 20,
+#: The ``switch`` values of a softmax head of the induction model (§6,
 #: :mod:`.switches`): ``"none"`` (Table 1's softmax) first.
 SWITCHES = ("none", "sink_logit", "gate_head", "gate_element", "softpick", "kv_bias")
 #: The ``switch`` of a head without another switch than its sink.
@@ -148,7 +148,7 @@ def _value_softmax_with_id(spec: dict) -> dict:
 POLARIZATION_SEEDS: tuple[int, ...] = (0, 1, 2, 3, 4)
 #: The default induction grid's seeds for the setups of the claim dynamics.softmax_sinks_emerge
 #: (softmax and the un-normalised variants, RoPE, both weight decays): the claim is read on the
-#: range over the seeds, and one seed decides nothing (issue 34 item 3). Three, as the paper's
+#: range over the seeds, and one seed decides nothing. Three, as the paper's
 #: Table 2 runs; the 24 added runs cost 46 CPU-minutes at the full offline scale (measured on a
 #: 2-core AMD EPYC, 115 s a run on one core), and
 #: the short run selects seed 0 (config.yaml).
@@ -644,7 +644,8 @@ def run_size(part: str, specs: Iterable[Mapping[str, Any]]) -> str:
     Induction and classification: the model (layers, heads, hidden and FFN width), the task's
     sequences (length, vocabulary; classification: signal tokens), the held-out sequences,
     sequences x epochs in batches (the AdamW steps, ``epochs x ceil(n_train / batch_size)`` as
-    the training loops take them), seeds and, for classification, the attacked sequences per
+    the training loops take them), seeds, for induction the grid's attention functions,
+    positional encodings and weight decays, and for classification the attacked sequences per
     run; value-softmax: steps of each step size and seeds."""
     if part not in _GRIDS:
         raise ValueError(f"unknown dynamics part {part!r}; known: {sorted(_GRIDS)}")
@@ -671,6 +672,16 @@ def run_size(part: str, specs: Iterable[Mapping[str, Any]]) -> str:
             f"{batch} ({steps:,} AdamW steps at lr {lr:g})"
         )
     text = f"{runs}: {_model_and_task(part, full)}; trained on {'; '.join(parts)}; {seeds}"
+    if part == "induction":  # the grid's axes: what the figures' cells and panels are
+        variants = sorted(
+            {variant_name(f["attention"], f["normalize"], f["switch"]) for f in full},
+            key=lambda v: (v != "softmax", v),
+        )
+        text += (
+            f"; attention functions {', '.join(variants)}; "
+            f"{_listed((f['positional'] for f in full), 'positional encoding', 'positional encodings')}; "
+            f"{_listed((f['weight_decay'] for f in full), 'weight decay', 'weight decays')}"
+        )
     if part == "classification":
         attacks = sorted({f["n_attack"] for f in full})
         text += f", up to {' or '.join(map(str, attacks))} attacked sequences per run"

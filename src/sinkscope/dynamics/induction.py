@@ -99,7 +99,7 @@ Sink criterion (``sink_mass`` / ``is_sink``)
     and none of its second-half rows gives 0.5 (measured: 0.35-0.50 for softmax/RoPE).
     ``idle_sink_mass`` is the same mean over the first-half rows only. Row 0 is excluded (it can
     only attend to itself).
-Other switches (issue 20, ``switch_mass`` / ``switched_off``)
+Other switches (``switch_mass`` / ``switched_off``)
     With ``switch`` (a spec key, default ``"none"``; softmax only) every head gets one of the
     switches of :mod:`.switches`: a learned sink logit, a head-wise or element-wise sigmoid
     output gate, softpick instead of softmax, or a learnable key/value slot. Their weights on

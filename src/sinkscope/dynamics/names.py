@@ -52,6 +52,6 @@ FIGURES: dict[str, tuple[str, ...]] = dict(
     )
 )
 #: The ``rows`` of the induction ``switches`` table: the first-half rows 1..m, which have nothing
-#: to copy (a head is idle there), and the induction rows (issue 20's comparison of the two).
+#: to copy (a head is idle there), and the induction rows (the switch claim compares the two).
 IDLE_ROWS = "idle"
 INDUCTION_ROWS = "induction"

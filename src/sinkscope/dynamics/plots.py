@@ -272,6 +272,25 @@ def unlearned_label(runs: int, learned_runs: int) -> str:
     return f"\n{share}not\nlearned"
 
 
+def _seeds_words(by_setup: pl.DataFrame) -> str:
+    """How many seeds the grid's setups ran, in words: "1 seed", "2 seeds per setup", "1-3
+    seeds per setup" (the ``runs`` column of the by-setup table)."""
+    runs = by_setup["runs"].to_list()
+    low, high = (min(runs), max(runs)) if runs else (0, 0)
+    if high <= 1:
+        return "1 seed"
+    count = f"{low}" if low == high else f"{low}-{high}"
+    return f"{count} seeds per setup"
+
+
+def _red_box_words(by_setup: pl.DataFrame) -> str:
+    """What a red box means in this grid: a run did not learn; with several seeds, the cell
+    says how many of them did not."""
+    several = bool(by_setup.height) and max(by_setup["runs"].to_list()) > 1
+    where = ", the cell says how many of its seeds" if several else ""
+    return f"red box: a run did not learn, accuracy < 0.5{where}"
+
+
 def _grid_panels(
     tables: dict[str, pl.DataFrame],
     column: str,
@@ -325,7 +344,7 @@ def _grid_panels(
         ax.set_xlabel("attention function" if ax is axes[-1] else "")
         ax.set_ylabel("positional encoding")
         ax.tick_params(axis="x", labelrotation=90)
-    fig.suptitle(title + " (red box: a run did not learn, accuracy < 0.5, in n/m of m seeds)")
+    fig.suptitle(f"{title} ({_seeds_words(by)}; {_red_box_words(by)})")
     save_figure(fig, out_png)
 
 
@@ -454,7 +473,7 @@ def plot_induction_curves(tables: dict[str, pl.DataFrame], out_png: PathLike) ->
 
 @_or_placeholder
 def plot_induction_switches(tables: dict[str, pl.DataFrame], out_png: PathLike) -> None:
-    """Issue 20: every softmax head's switch side by side. One panel per variant (softmax
+    """Every softmax head's switch side by side. One panel per variant (softmax
     without a switch first, then each switch of :mod:`.switches`) and row per (positional
     encoding, weight decay) with a switch run; each layer-2 head of each seed is a point at its
     mean BOS mass (x) and mean switch mass (y): filled on the first-half rows (nothing to copy),

@@ -1,4 +1,4 @@
-"""Other attention switches than a sink (issue 20): softmax heads that can turn themselves off
+"""Other attention switches than a sink (§6, Proposition 6.1's prediction): softmax heads that can turn themselves off
 without parking their mass on BOS.
 
 The main study's thesis (§6, Proposition 6.1) is that a sink is the head's attention switch:

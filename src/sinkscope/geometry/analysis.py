@@ -3,7 +3,7 @@
 The three analyses (:mod:`sinkscope.geometry.alignment`, :mod:`sinkscope.geometry.halfspace`,
 :mod:`sinkscope.geometry.values`) are streamed over the layers of one activation file
 (:mod:`sinkscope.extraction.h5layout`) and, within a layer, over blocks of sequences (peak memory: a block's
-float64 work arrays plus ``O(N T)`` per-sequence results; issue 9), vectorised over heads and
+float64 work arrays plus ``O(N T)`` per-sequence results), vectorised over heads and
 sequences. :data:`TABLE_COLUMNS` names the columns of every per-pair table.
 """
 

@@ -1,4 +1,4 @@
-"""Proposition 4.1 on long sequences, where the half-space test can fail (issues 22 and 34).
+"""Proposition 4.1 on long sequences, where the half-space test can fail.
 
 :func:`long_context_inputs` runs the model on a few sequences of ``T' > d_model`` tokens (by
 default 2.5 x d_model tokens, ``seq_len: auto``, cut like the StreamingLLM streams; config

@@ -120,7 +120,7 @@ output-projection bias such as GPT-2's), ``probs_upper_max`` and ``probs_row_sum
 ``summary`` and ``conditions``: see :func:`~sinkscope.oversmoothing.summary.summary_tables`
 (the claims on them are decided in the ``claims`` rule alone).
 
-Performance (issue 9): one layer at a time. A layer's stored tensors are decompressed once
+Performance: one layer at a time. A layer's stored tensors are decompressed once
 and held (:class:`_LayerData`, about one layer's stored data, with the values recomputed once),
 then processed in blocks of sequences (``block_size``, default :func:`default_block_size`:
 1/16 of one layer's data) in up to three passes

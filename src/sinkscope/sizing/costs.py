@@ -111,7 +111,7 @@ CPU_FORWARD_FLOP_S = 2.0e10
 
 
 #: The file-reading analyses, measured on the rehearsal at Llama-3.1-8B's widths cut to 2 and 4
-#: layers (N = 50, T = 256: one layer holds 0.98 GB as float32; bench/rehearsal.py, session 15)
+#: layers (N = 50, T = 256: one layer holds 0.98 GB as float32; bench/rehearsal.py)
 #: on :data:`REFERENCE_CPU` while another 2-core job ran (times up to about 2x those of a job
 #: alone): per layer the difference of the two cuts, the fixed part what is left. Peaks held
 #: flat from 2 to 4 layers (classify_heads 0.41 GB, geometry 0.77, sinks 1.11, oversmoothing
@@ -120,7 +120,7 @@ CPU_FORWARD_FLOP_S = 2.0e10
 #: The oversmoothing analysis holds a layer's attention maps as stored (float16, half their
 #: float32 bytes) plus float32 temporaries of a few sequences, and the rows (X, the update, the
 #: per-head values) several times over in float32 and float64: its peak follows the rows, not
-#: the maps. Its shares are fitted to the rehearsals at four widths (session 17, 2-core Intel
+#: the maps. Its shares are fitted to the rehearsals at four widths (2-core Intel
 #: Xeon): above the fixed part 1.40 GB at Llama-3.1-8B's and Mistral-7B's widths, 0.97 Gemma-7B,
 #: 1.06 gpt-oss-20b (64 heads), 0.46 GPT-2 XL; 2.6 x the rows and 0.8 x the maps cover each
 #: within 1.0-1.4x. It grows by 3-9 MB a layer (0.003-0.017 of a layer's data: gpt-oss-20b,
@@ -129,7 +129,7 @@ CPU_FORWARD_FLOP_S = 2.0e10
 #: (:func:`sinkscope.oversmoothing.approximation.sequence_terms`: ``N T' (G + H) k D`` a layer,
 #: for ``G`` value maps and ``H`` heads of ``k`` dimensions, every prefix T' from the same
 #: projections), which the rehearsals above predate.
-#: bench/approximation_bench.py on :data:`REFERENCE_CPU` itself (the 2-core AMD EPYC, session 22,
+#: bench/approximation_bench.py on :data:`REFERENCE_CPU` itself (the 2-core AMD EPYC,
 #: two runs): 36-69 GMAC/s over every prefix T' at the widths of Llama-3.1-8B, Gemma-7B and
 #: GPT-2 XL, 1.0-1.4 x the time of the earlier kernel's largest T' alone; the slowest halved
 #: for a second job on the cores: about 18 GMAC/s. Adds 16 s a layer at Llama-3.1-8B's widths
