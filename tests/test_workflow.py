@@ -193,6 +193,44 @@ def test_head_tables_match_brute_force(tiny_run: Path) -> None:
     assert sinks > 0.1  # SmolLM2 has many sink heads even on 32 tokens
 
 
+def test_geometry_and_oversmoothing_tables_match_brute_force(tiny_run: Path) -> None:
+    """A few numbers of the real run's geometry and oversmoothing tables against a direct
+    forward of the prepared model, computed here with plain loops over tokens (not the project's
+    cosine code): Fig. 1's largest BOS cosine in the residual stream X per layer (over every
+    sequence and position), and Fig. 4's rho before a layer (the mean cosine over the pairs of a
+    sequence's tokens 1..T') per sequence."""
+    _, out = _direct_forward(tiny_run)
+    alignment = pl.read_parquet(
+        tiny_run / "results/geometry/smollm2-135m/alice/bos_alignment.parquet"
+    ).filter(pl.col("space") == "X")
+    layers = pl.read_parquet(
+        tiny_run / "results/oversmoothing/smollm2-135m/alice/layers_by_sequence.parquet"
+    )
+
+    def cosine(a: np.ndarray, b: np.ndarray) -> float:
+        return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+    for layer in (0, 12, 29):
+        x = out.hidden_states[layer].double().numpy()  # the input of decoder layer `layer`
+        largest = max(
+            cosine(x[n, 0], x[n, i]) for n in range(x.shape[0]) for i in range(1, x.shape[1])
+        )
+        row = alignment.filter(pl.col("layer") == layer)
+        assert row["max"][0] == pytest.approx(largest, abs=2e-3), layer
+        for sequence, length in ((0, 32), (1, 16)):
+            tokens = x[sequence, 1 : length + 1]
+            pairs = [
+                cosine(tokens[i], tokens[j]) for i in range(length) for j in range(i + 1, length)
+            ]
+            found = layers.filter(
+                (pl.col("layer") == layer)
+                & (pl.col("sequence") == sequence)
+                & (pl.col("context_length") == length)
+            )
+            assert found.height == 1
+            assert found["rho_before"][0] == pytest.approx(np.mean(pairs), abs=2e-3)
+
+
 def test_adding_a_dataset_runs_only_its_jobs(
     tiny_run: Path, download_dir: Path, tmp_path: Path
 ) -> None:
