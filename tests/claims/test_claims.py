@@ -1886,3 +1886,12 @@ def test_the_prose_states_the_induction_seeds_as_the_grid_makes_them() -> None:
         f"({without_switch} jobs of 2-3 min" in doc
         and f"({len(grid) - without_switch} jobs)" in doc
     )
+
+
+def test_an_interval_prints_in_the_units_of_its_row() -> None:
+    """A share its row states in percent prints its ends in percent; an exact bound (level 1)
+    reads "exact", never as a 100% interval; a range of runs has no level."""
+    assert V.Interval(0.306, 0.486, "u", 0.95, percent=True).text() == "95% [30.6%, 48.6%], u"
+    assert V.Interval(0.306, 0.486, "u", 0.95).text() == "95% [0.306, 0.486], u"
+    assert V.Interval(0.996, 1.0, "u", 1.0).text() == "exact [0.996, 1], u"
+    assert V.Interval(0.1, 0.2, "u", range_of_runs=True).text() == "[0.1, 0.2], u"

@@ -1258,7 +1258,7 @@ def test_most_heads_is_read_over_the_heads_and_over_the_sequences() -> None:
     assert row["value"] == 1.0
     assert "Bonferroni over 40 heads, bootstrap SE over the 30 sequences" in row["interval"]
     assert (row["ci_low"], row["ci_high"]) == (0.0, 1.0)
-    assert "over the heads: 95% [0.91" in row["reason"]
+    assert "over the heads: 95% [91.2%, 100.0%]" in row["reason"]
     few = claim_verdicts(
         "oversmoothing.approximation_most_heads",
         approximation_by_sequence(inside + outside, n_seq=8),

@@ -162,11 +162,13 @@ class Simultaneous:
     n_units: int
     unit: str
 
-    def interval(self, low: float, high: float, what: str) -> Interval:
+    def interval(self, low: float, high: float, what: str, percent: bool = False) -> Interval:
         """An :class:`~sinkscope.claims.verdicts.Interval` of a function of the statistics
         (``what``: "the largest of 72 heads' errors") whose ends ``low, high`` that function
-        takes of the simultaneous ends."""
-        return Interval(low, high, f"{what}: {self.unit}", self.level, n_units=self.n_units)
+        takes of the simultaneous ends (``percent``: a share its row states in percent)."""
+        return Interval(
+            low, high, f"{what}: {self.unit}", self.level, n_units=self.n_units, percent=percent
+        )
 
 
 def simultaneous_sequence_intervals(

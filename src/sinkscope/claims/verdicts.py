@@ -92,11 +92,15 @@ class Interval:
     n_units: int | None = None
     #: the min to max of a few runs (the seeds of a setup): it has no coverage level to state
     range_of_runs: bool = False
+    #: a share whose row states it in percent (the measured column): its ends print the same way
+    percent: bool = False
 
     def text(self) -> str:
         """The interval in words: its level (none for a range of runs; "exact" for a bound that
-        holds with certainty, level 1), its ends and its method."""
-        bounds = f"[{num(self.low)}, {num(self.high)}]"
+        holds with certainty, level 1), its ends (in percent for a share its row states in
+        percent) and its method."""
+        show = pct if self.percent else num
+        bounds = f"[{show(self.low)}, {show(self.high)}]"
         if self.range_of_runs:
             return f"{bounds}, {self.unit}"
         if self.level >= 1.0:

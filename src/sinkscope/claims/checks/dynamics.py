@@ -110,6 +110,7 @@ def _share_rows(
             *wilson_interval(polarized, runs, level),
             f"Wilson score interval over the {runs} seeds' runs",
             level,
+            percent=True,
         )
         verdict = decide(interval, majority, above=polarizes, strict=True)
         text = f"{polarized} of {runs} seeds end with a top attention weight >= 0.9"

@@ -53,6 +53,7 @@ def _interval(r: Mapping[str, Any], share: str) -> Interval | None:
         unit,
         float(r["level"]),
         n_units=None if n_units is None else int(n_units),
+        percent=share != "sink_minus_diagonal",  # the shares' rows state them in percent
     )
 
 

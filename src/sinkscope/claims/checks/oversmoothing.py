@@ -252,7 +252,7 @@ def check_approximation_most_heads(
         n = g["heads"].select("layer", "head").n_unique()
         k = round(share * n)
         low, high = wilson_interval(k, n, level)
-        interval = Interval(low, high, f"Wilson score interval over {n} heads", level)
+        interval = Interval(low, high, f"Wilson score interval over {n} heads", level, percent=True)
         verdict = decide(interval, most, above=True, strict=True)
         reason = f"{pct(share)} of {within.len()} head readings have an X+WZ error below"
         reason += f" {approximation_error:g}"
@@ -271,6 +271,7 @@ def check_approximation_most_heads(
                         heads.low, heads.high, approximation_error, above=False, strict=True
                     ),
                     f"the share of head readings under {approximation_error:g}",
+                    percent=True,
                 )
         if over_sequences is None:
             return Reading(

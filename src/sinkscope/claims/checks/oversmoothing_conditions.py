@@ -397,7 +397,7 @@ def _condition_rows(
             int(r[f"n_cond_{condition}_s_non_sink"]), int(r["n_non_sink"]), readings_of(r)
         )
         low, high = wilson_interval(k, n, level)
-        interval = Interval(low, high, f"Wilson score interval over {n} heads", level)
+        interval = Interval(low, high, f"Wilson score interval over {n} heads", level, percent=True)
         verdict = verdict_of(interval)
         reason = (
             f"{counts} satisfy condition ({condition}); basis: {CONDITION_BASIS} (Figs. 8-9 "
@@ -455,7 +455,7 @@ def check_predicted_signs(summary: pl.DataFrame, most: float, level: float = 0.9
         # a pooled row reads each head once per dataset: its unit is still the head
         k, n = _heads_once(round(x * n), n, readings_of(r))
         low, high = wilson_interval(k, n, level)
-        interval = Interval(low, high, f"Wilson score interval over {n} heads", level)
+        interval = Interval(low, high, f"Wilson score interval over {n} heads", level, percent=True)
         verdicts = [decide(interval, most, above=True, strict=True)]
         needed = [needed_units(n, k / n, low, high, most)]
         reason = (
