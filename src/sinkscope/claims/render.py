@@ -260,7 +260,7 @@ def claims_markdown(
     lines += _not_applicable_reasons(table)
     overview = _overview(table)
     models = list(dict.fromkeys(overview["model"].to_list()))
-    lines += ["## Overview: verdict per claim and model (reproduced / tested rows)", ""]
+    lines += ["## Overview: verdict per claim and model (tested rows per verdict)", ""]
     lines += ["| claim | " + " | ".join(models) + " |", "|" + "---|" * (len(models) + 1)]
     for (claim_id,), part in overview.group_by("claim_id", maintain_order=True):
         cells = {r["model"]: _summary_cell(r) for r in part.iter_rows(named=True)}

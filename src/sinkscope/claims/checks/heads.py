@@ -123,7 +123,7 @@ def check_sink_heads_common(
         )
         reason += (
             f" (sink minus diagonal {100 * excess.low:+.1f} to {100 * excess.high:+.1f} points "
-            "over the resamples)"
+            "on its interval)"
         )
         if verdict == INCONCLUSIVE:
             if decide(share, sink_min_fraction, above=True) == INCONCLUSIVE:
