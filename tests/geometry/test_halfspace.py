@@ -227,6 +227,47 @@ def test_a_solve_out_of_time_keeps_a_valid_bracket_and_is_undecided() -> None:
     assert 0 < stopped.margin <= math.cos(0.2) + 1e-12 <= stopped.margin_upper + 1e-12
 
 
+def test_a_solve_stopped_below_a_target_keeps_a_certified_bound_under_it() -> None:
+    """``stop_below`` ends a solve once its certified upper bound on the margin is under the
+    target: around the origin (true margin 0) it stops long before the full solve, with the
+    bound under the target; on a planted cone (margin cos 0.3) a target above the margin stops
+    with a bound between the two, and a target below the margin never fires (the bound can
+    never fall below the true margin), so the solve ends at the planted margin."""
+    rng = np.random.default_rng(11)
+    around_origin = rng.standard_normal((300, 100))
+    full = halfspace_margin(around_origin)
+    stopped = halfspace_margin(around_origin, stop_below=0.2)
+    assert full.solved and full.halfspace is False and full.margin_upper < 1e-8
+    assert not stopped.solved and stopped.halfspace is None and stopped.margin == 0.0
+    assert full.margin_upper <= stopped.margin_upper < 0.2
+    assert stopped.n_support < full.n_support / 2
+    cone = _cone(0.3, 8, 60, rng)
+    planted = math.cos(0.3)
+    early = halfspace_margin(cone, stop_below=0.999)
+    assert not early.solved and planted - 1e-12 <= early.margin_upper < 0.999
+    assert early.halfspace is True and early.margin <= planted + 1e-12  # proven on the way
+    never = halfspace_margin(cone, stop_below=0.5 * planted)
+    assert never.solved and never == halfspace_margin(cone)
+    assert never.margin == pytest.approx(planted, abs=1e-9)
+
+
+def test_the_stopping_rule_reads_the_hull_points_norm_off_the_dual() -> None:
+    """The norm the stop compares, from ``u`` and the dual ``b - (G + 1 1^T) u`` alone, is the
+    norm of the hull point ``sum_k u_k v_k / sum_k u_k`` computed on the vectors."""
+    from sinkscope.geometry.halfspace_solver import _hull_norm
+
+    rng = np.random.default_rng(12)
+    v = rng.standard_normal((40, 7))
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    q = v @ v.T + 1.0
+    for _ in range(5):
+        u = np.where(rng.random(40) < 0.3, rng.random(40), 0.0)
+        dual = 1.0 - q @ u
+        point = (u / u.sum()) @ v
+        assert _hull_norm(u, dual, np.ones(40)) == pytest.approx(np.linalg.norm(point), rel=1e-9)
+    assert _hull_norm(np.zeros(40), np.ones(40), np.ones(40)) == math.inf
+
+
 def test_the_gaussian_null_has_wendels_probability_and_the_sets_covariance() -> None:
     """The null keeps the set's size, dimension and covariance and drops its mean: a set far
     from the origin passes the test and its null does not (3 points per dimension); at N = 2d

@@ -424,12 +424,19 @@ def long_context_statement(counts: Mapping[str, Any]) -> str:
         f"half-space with probability {null:.3g} (Wendel)"
     )
     if r.get("n_null"):
+        stopped = int(r["n_null_undecided"] or 0)
+        solved = int(r["n_null"]) - stopped
+        text += "; Gaussian null of the same size, dimension and covariance: "
+        if solved:
+            text += f"in an open half-space in {r['n_null_halfspace']} of {solved} solved sets; "
+        if stopped:
+            text += (
+                f"{stopped} of {r['n_null']} solves stopped once their bound fell below half the "
+                "real margin (or at geometry.long_context.null_solve_seconds); "
+            )
         text += (
-            f"; Gaussian null of the same size, dimension and covariance: in an open half-space "
-            f"in {r['n_null_halfspace']} of {r['n_null']} sets"
-            + (f" ({r['n_null_undecided']} undecided)" if r["n_null_undecided"] else "")
-            + f", its margin at most {r['max_null_margin_upper']:.3g}; the real margin exceeds "
-            f"its null's in {r['n_margin_above_null']} of {r['n_null']} sets"
+            f"its margin at most {r['max_null_margin_upper']:.3g}; the real margin exceeds its "
+            f"null's in {r['n_margin_above_null']} of {r['n_null']} sets"
         )
     return text
 

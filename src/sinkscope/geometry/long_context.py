@@ -30,6 +30,7 @@ half-space solver's input.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,12 @@ import polars as pl
 import torch
 
 from sinkscope.geometry.halfspace import PAIR_KEY, RESULT_COLUMNS, halfspace_layer_rows
-from sinkscope.geometry.halfspace_solver import HALFSPACE_TOL, gaussian_null_margin, torch_threads
+from sinkscope.geometry.halfspace_solver import (
+    HALFSPACE_TOL,
+    NULL_STOP_FRACTION,
+    gaussian_null_margin,
+    torch_threads,
+)
 from sinkscope.geometry.long_context_file import LongContextInputs
 from sinkscope.geometry.names import ALL_TOKENS, BOS_MINUS_TOKEN, LONG_CONTEXT_POINT_SETS
 
@@ -138,20 +144,27 @@ def null_rows(
     rng: np.random.Generator,
     tol: float = HALFSPACE_TOL,
     max_seconds: float | None = None,
+    real_margins: Sequence[float | None] | None = None,
 ) -> list[dict[str, Any]]:
     """The :data:`NULL_COLUMNS` for the rows of
     :func:`~sinkscope.geometry.halfspace.halfspace_layer_rows` ``(z_layer, None)``, in their
     order: per sequence, Gaussian points of the size, dimension and covariance of the
     unit-normalised ``{z_0 - z_i}`` and ``{z_i}``
-    (:func:`~sinkscope.geometry.halfspace_solver.gaussian_null_margin`, draws from ``rng``)."""
+    (:func:`~sinkscope.geometry.halfspace_solver.gaussian_null_margin`, draws from ``rng``).
+    ``real_margins``: those rows' certified margins, in the same order; each null solve then
+    stops once its bound is below :data:`~sinkscope.geometry.halfspace_solver.NULL_STOP_FRACTION`
+    of its real set's positive margin (and runs to ``max_seconds`` where the margin is 0)."""
     rows: list[dict[str, Any]] = []
+    margins = iter(real_margins) if real_margins is not None else None
     for sequence in np.asarray(z_layer, dtype=np.float64):
         sets = {BOS_MINUS_TOKEN: sequence[:1] - sequence[1:], ALL_TOKENS: sequence[1:]}
         for name in LONG_CONTEXT_POINT_SETS:
             vectors = sets[name]
             norms = np.linalg.norm(vectors, axis=1, keepdims=True)
             unit = vectors / np.where(norms == 0, 1.0, norms)
-            drawn = gaussian_null_margin(unit, rng, tol, max_seconds)
+            real = next(margins) if margins is not None else None
+            stop = NULL_STOP_FRACTION * real if real else None
+            drawn = gaussian_null_margin(unit, rng, tol, max_seconds, stop)
             rows.append(
                 dict(
                     zip(
@@ -359,10 +372,17 @@ def long_context_layer_rows(
     """The rows of one layer's ``Z`` ``(N, T1, D)``: the half-space test of ``{z_0 - z_i}`` and
     ``{z_i}`` per sequence (:func:`~sinkscope.geometry.halfspace.halfspace_layer_rows`, each solve
     within ``solve_seconds``) and, with ``gaussian_null``, the Gaussian null beside each
-    (:func:`null_rows`, seeded by ``(seed, layer)``, within ``null_solve_seconds``)."""
+    (:func:`null_rows`, seeded by ``(seed, layer)``, within ``null_solve_seconds``, each stopped
+    once its margin bound is below half its real set's margin)."""
     rows = halfspace_layer_rows(z_layer, None, tol, solve_seconds)
     if gaussian_null:
-        nulls = null_rows(z_layer, np.random.default_rng([seed, layer]), tol, null_solve_seconds)
+        nulls = null_rows(
+            z_layer,
+            np.random.default_rng([seed, layer]),
+            tol,
+            null_solve_seconds,
+            [row["margin"] for row in rows],
+        )
         rows = [{**row, **null} for row, null in zip(rows, nulls, strict=True)]
     return [{**row, "layer": layer} for row in rows]
 
