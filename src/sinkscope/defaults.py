@@ -108,8 +108,11 @@ STREAMING_PARAMS: dict[str, Any] = {
     # analyze_streaming_recompute): for recompute_samples query positions per stream and window
     # size, evenly spaced over the evicting region, the last L tokens are re-encoded from scratch
     # and the next token scored, once with the BOS token in front ([BOS] + L tokens, positions
-    # 0..L) and once without (positions 0..L-1, as in StreamingLLM); 0 disables
-    "recompute_samples": 32,
+    # 0..L) and once without (positions 0..L-1, as in StreamingLLM); 0 disables. The claim
+    # streaming.sinks_restore is decided on these queries (Fieller's interval of the recovered
+    # fraction): a sink cache that recovers all of the excess against the 0.9 tolerance needs
+    # about 16-64 of them on the default run's streams, 8 decided 2 of 24 rows
+    "recompute_samples": 64,
     # engine
     "chunk_size": 256,
     # torch.set_num_threads during the run (None: leave as is). One thread: on a shared 2-core

@@ -1032,13 +1032,15 @@ def test_sink_tokens_restore() -> None:
         )
 
 
-def test_sink_tokens_restore_is_decided_on_a_bootstrap_over_queries() -> None:
+def test_sink_tokens_restore_is_decided_on_fiellers_interval_over_queries() -> None:
     """The recovered fraction's interval comes from the re-computed queries: 24 scattered queries
     leave 95% recovered inconclusive against 0.9, 400 less scattered ones decide it. The interval
-    is checked against the delta method by hand: a ratio of means ``R = mean(a) / mean(b)`` has
-    the standard error ``sd(a - R b) / (sqrt(n) mean(b))``, and the row's interval is ``R -+
-    t_{n-1}`` times it (within 10% of its half-width: the bootstrap's own noise and the ratio's
-    curvature). 8 queries that agree decide: the interval is valid at their number."""
+    is Fieller's, checked by its definition: at each end ``rho`` the paired t statistic of ``a -
+    rho b`` over the queries (``a`` = window - sink NLL, ``b`` = window - re-computation NLL),
+    computed directly from the per-query lists, is Student's t with 23 degrees of freedom (a
+    table's 2.068658), and between the ends it is smaller. 8 queries that agree decide: the
+    interval is valid at their number. A re-computation advantage that is itself noise leaves
+    the interval unbounded."""
     few = streaming_recompute(1.0, 0.05, spread=0.5, n_queries=24)
     (row,) = SC.check_sink_tokens_restore(few, 4, 0.9)
     assert row["verdict"] == V.INCONCLUSIVE and "needs more re-computed queries" in row["reason"]
@@ -1051,11 +1053,16 @@ def test_sink_tokens_restore_is_decided_on_a_bootstrap_over_queries() -> None:
         np.asarray(r[f"{c}_nll_by_query"]) for c in ("window", "policy", "recompute")
     )
     a, b = window - policy, window - recompute
-    ratio = a.mean() / b.mean()
-    se = (a - ratio * b).std(ddof=1) / (np.sqrt(24) * b.mean())
-    half = 2.068658 * se  # Student's t, 23 degrees of freedom, 95% (a table)
-    assert (row["ci_low"] + row["ci_high"]) / 2 == pytest.approx(ratio, rel=1e-9)
-    assert (row["ci_high"] - row["ci_low"]) / 2 == pytest.approx(half, rel=0.1)
+
+    def paired_t(rho: float) -> float:
+        d = a - rho * b
+        return abs(d.mean()) / (d.std(ddof=1) / np.sqrt(24))
+
+    assert paired_t(row["ci_low"]) == pytest.approx(2.068658, rel=1e-5)
+    assert paired_t(row["ci_high"]) == pytest.approx(2.068658, rel=1e-5)
+    inside = np.linspace(row["ci_low"], row["ci_high"], 7)[1:-1]
+    assert all(paired_t(rho) < 2.068658 for rho in inside)
+    assert row["ci_low"] < a.mean() / b.mean() < row["ci_high"]
     many = streaming_recompute(1.0, 0.05, spread=0.2, n_queries=400)
     assert verdicts(SC.check_sink_tokens_restore(many, 4, 0.9)) == [V.REPRODUCED]
     worse = streaming_recompute(1.0, 0.3, spread=0.5, n_queries=400)
@@ -1066,7 +1073,13 @@ def test_sink_tokens_restore_is_decided_on_a_bootstrap_over_queries() -> None:
     eight = streaming_recompute(1.0, 0.05, spread=0.01, n_queries=8)
     (row,) = SC.check_sink_tokens_restore(eight, 4, 0.9)
     assert row["ci_low"] > 0.9 and row["verdict"] == V.REPRODUCED
-    assert "t (7 df)" in row["interval"]
+    assert "Fieller's interval (t, 7 df)" in row["interval"]
+    # an excess of 0.05 nats under a spread of 2: re-computation's advantage is not resolved
+    unresolved = streaming_recompute(0.05, 0.0, spread=2.0, n_queries=8)
+    (row,) = SC.check_sink_tokens_restore(unresolved, 4, 0.9)
+    assert row["verdict"] == V.INCONCLUSIVE
+    assert (row["ci_low"], row["ci_high"]) == (-math.inf, math.inf)
+    assert "the ratio's interval is unbounded" in row["reason"]
 
 
 # =============================================================================== dynamics

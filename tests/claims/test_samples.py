@@ -51,7 +51,7 @@ def test_claims_md_states_the_runs_sample() -> None:
     short = load_layered_config([REPO / "config.yaml"])
     assert config_value(tiny, "extraction.n_sequences") == 2
     assert config_value(short, "extraction.n_sequences") == 8
-    assert config_value(short, "streaming.params.recompute_samples") == 8
+    assert config_value(short, "streaming.params.recompute_samples") == 64
     assert config_value(short, "dynamics.value_softmax.select") == "default"  # the whole grid
     assert config_value(short, "dynamics.induction.select")["attention"] == ["softmax", "sigmoid"]
     row = {c: None for c in V.COLUMNS} | {

@@ -7,7 +7,7 @@ there is no closed form, so :func:`coverage` measures it: it draws ``trials`` sa
 units from a model whose true statistic is known (:data:`KINDS`), builds each sample's interval
 exactly as the claims do (the same count-weighted resampling,
 :func:`~sinkscope.claims.intervals.sample_and_resample_counts`, and the same method: a
-bootstrap-SE t-interval of the statistic, or, for a maximum or a thresholded share over heads,
+bootstrap-SE t-interval of the statistic, Fieller's interval for a ratio, or, for a maximum or a thresholded share over heads,
 the simultaneous per-head intervals of
 :func:`~sinkscope.claims.intervals.simultaneous_t_intervals` reduced by the statistic), and counts
 how often the interval covers the truth. The numbers the config schema's reasons state
@@ -30,6 +30,7 @@ import numpy as np
 
 from sinkscope.claims.intervals import (
     bootstrap_t_interval,
+    fieller_interval,
     sample_and_resample_counts,
     share_bounds,
     simultaneous_t_intervals,
@@ -52,6 +53,9 @@ class Kind:
     #: (:func:`~sinkscope.claims.intervals.simultaneous_t_intervals`); None: the bootstrap-SE
     #: t-interval of the statistic itself
     from_heads: Callable[[np.ndarray, np.ndarray], tuple[float, float]] | None = None
+    #: the interval in closed form from the ``(n, H)`` units and the level (Fieller's for a
+    #: ratio); None: one of the two above
+    from_units: Callable[[np.ndarray, float], tuple[float, float]] | None = None
 
 
 #: Heads of the per-head kinds and their true means: evenly spread over [0.05, 0.95], so some lie
@@ -89,10 +93,12 @@ KINDS: dict[str, Kind] = {
         float(np.exp(0.5)),
     ),
     "ratio of means": Kind(
-        "a ratio of two correlated means (StreamingLLM's recovered fraction, true 0.8)",
+        "a ratio of two correlated paired means (StreamingLLM's recovered fraction, true 0.8): "
+        "Fieller's interval",
         _ratio,
         lambda m: m[:, 0] / m[:, 1],
         0.8,
+        from_units=lambda units, level: fieller_interval(units[:, 0], units[:, 1], level),
     ),
     "largest head mean": Kind(
         "the largest of 24 per-head means (Fig. 7's largest error over heads): simultaneous "
@@ -146,6 +152,10 @@ def coverage(
     hits = 0
     for _ in range(trials):
         units = kind.draw(rng, n)
+        if kind.from_units is not None:
+            low, high = kind.from_units(units, level)
+            hits += low <= kind.truth <= high
+            continue
         counts = sample_and_resample_counts(n, n_resamples, rng)
         means = counts @ units / n  # (1 + B, H)
         if kind.from_heads is None:

@@ -25,6 +25,10 @@ A verdict is decided on an interval, never on a point (:func:`sinkscope.claims.v
   within a block; a plain bootstrap of correlated units gives too narrow an interval. Its
   degrees of freedom count the blocks.
 
+* :func:`fieller_interval`: a ratio of two paired means (StreamingLLM's recovered fraction), by
+  inverting the paired t-test of the linear combination (Fieller 1954): exact for normal pairs,
+  and unbounded, honestly, where the denominator's mean is not resolved from zero.
+
 * :func:`simultaneous_t_intervals`: one such interval per head (or layer) at a Bonferroni
   level, all holding together at ``level``; a maximum, a minimum or a thresholded share over the
   heads is bounded by the same function of their ends (:func:`share_bounds`).
@@ -50,6 +54,7 @@ __all__ = [
     "block_bootstrap_interval",
     "bootstrap_interval",
     "bootstrap_t_interval",
+    "fieller_interval",
     "needed_units",
     "newcombe_difference",
     "normal_quantile",
@@ -320,6 +325,39 @@ def block_bootstrap_interval(
         starts = rng.integers(n - block + 1, size=n_blocks)
         draws[i] = statistic(series[(starts[:, None] + offsets).ravel()[:n]])
     return bootstrap_t_interval(float(statistic(series)), draws, n // block, level)
+
+
+def fieller_interval(
+    numerator: np.ndarray, denominator: np.ndarray, level: float = 0.95
+) -> tuple[float, float]:
+    """Fieller's interval of the ratio of two paired means, ``rho = mean(a) / mean(b)`` of units
+    ``(a_i, b_i)`` (Fieller 1954, "Some problems in interval estimation", J. R. Stat. Soc. B
+    16:175-185): the ``rho`` whose paired t-test of ``mean(a - rho b) = 0`` does not reject at
+    ``level``, i.e. the roots of ``(A - rho B)^2 = t^2 (S_aa - 2 rho S_ab + rho^2 S_bb)`` with
+    ``A, B`` the means, ``S`` the covariances of the means and ``t`` Student's t with ``n - 1``
+    degrees of freedom. Exact for normal pairs at every ``n``; and "rho >= rho_0" is decided on
+    it exactly as by the t-interval of ``mean(a - rho_0 b)``, a linear statistic, where a
+    bootstrap of the ratio itself is heavy-tailed whenever ``mean(b)`` is noisy. Where ``mean(b)``
+    is not itself resolved from 0 (``B^2 <= t^2 S_bb``) the set is unbounded: ``(-inf, inf)``."""
+    a = np.asarray(numerator, dtype=np.float64)
+    b = np.asarray(denominator, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"need two 1-d arrays of paired units, got {a.shape} and {b.shape}")
+    n = a.size
+    if n < 2:
+        raise ValueError(f"Fieller's interval needs at least two units, got {n}")
+    t = student_t_quantile(level, n - 1)
+    mean_a, mean_b = float(a.mean()), float(b.mean())
+    cov = np.cov(np.vstack([a, b]), ddof=1) / n
+    s_aa, s_ab, s_bb = float(cov[0, 0]), float(cov[0, 1]), float(cov[1, 1])
+    t2 = t * t
+    quad = mean_b * mean_b - t2 * s_bb
+    if quad <= 0:
+        return -math.inf, math.inf
+    lin = mean_a * mean_b - t2 * s_ab
+    const = mean_a * mean_a - t2 * s_aa
+    root = math.sqrt(max(0.0, lin * lin - quad * const))
+    return (lin - root) / quad, (lin + root) / quad
 
 
 def needed_units(

@@ -328,7 +328,7 @@ SAMPLES: dict[str, Sample] = {
         _no_bos_sequences,
     ),
     "streaming.sinks_restore": Sample(
-        "re-computed queries per window (bootstrap over them)",
+        "re-computed queries per window (Fieller's interval of the recovered fraction over them)",
         ("streaming.params.recompute_samples", "streaming.params.n_streams"),
         _recomputed,
     ),

@@ -14,8 +14,9 @@ import polars as pl
 
 from sinkscope.claims.intervals import (
     block_bootstrap_interval,
-    bootstrap_interval,
+    fieller_interval,
     needed_units,
+    student_t_quantile,
 )
 from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
 from sinkscope.claims.verdicts import (
@@ -154,10 +155,13 @@ def check_sink_tokens_restore(
     baseline itself is then out of the model's regime (e.g. Gemma 3 without its BOS).
 
     The sampling unit is the re-computed query (its NLL averaged over the streams): the
-    recovered fraction gets a t-interval with a bootstrap standard error over the sampled
-    queries (``intervals``: the config's ``claims.intervals``, :func:`recovered_fraction`,
-    :func:`sinkscope.claims.intervals.bootstrap_interval`), and the verdict is decided on it
-    (:func:`sinkscope.claims.verdicts.decide`)."""
+    recovered fraction, a ratio of two paired means over the sampled queries
+    (:func:`recovered_fraction`), gets Fieller's interval (``intervals``: the config's
+    ``claims.intervals``, :func:`sinkscope.claims.intervals.fieller_interval`), and the verdict
+    is decided on it (:func:`sinkscope.claims.verdicts.decide`): the same decision as the paired
+    t-test of ``(nll_window - nll_sink) - min_recovered_fraction (nll_window -
+    nll_recompute)``, whose spread also sizes the queries an inconclusive row needs. Where
+    re-computation's own advantage is not resolved from zero the interval is unbounded."""
     from sinkscope.streaming.summary import recovered_label
 
     settings = {**DEFAULT_TOLERANCES["intervals"], **(intervals or {})}
@@ -203,27 +207,30 @@ def check_sink_tokens_restore(
                 "(streaming.params.recompute_samples)",
                 verdict=INCONCLUSIVE,
             )
-        units = np.column_stack([np.asarray(v, dtype=np.float64) for v in by_query])
-        low, high = bootstrap_interval(
-            units,
-            recovered_fraction,
-            int(settings["n_resamples"]),
-            int(settings["seed"]),
-            float(settings["level"]),
-        )
+        window, policy, recomputed = (np.asarray(v, dtype=np.float64) for v in by_query)
+        level = float(settings["level"])
+        low, high = fieller_interval(window - policy, window - recomputed, level)
         interval = Interval(
             low,
             high,
-            f"t ({n_queries - 1} df), bootstrap SE over {n_queries} re-computed queries (mean "
-            f"over streams), {int(settings['n_resamples'])} resamples",
-            float(settings["level"]),
+            f"Fieller's interval (t, {n_queries - 1} df) over {n_queries} re-computed queries "
+            "(mean over streams), paired",
+            level,
             n_units=n_queries,
         )
         verdict = decide(interval, min_recovered_fraction, above=True)
         if verdict == INCONCLUSIVE:
-            needed = needed_units(
-                n_queries, recovered, low, high, min_recovered_fraction, float(settings["level"])
-            )
+            # rho >= rho_0 is the paired t-test of (window - policy) - rho_0 (window - recompute)
+            linear = (window - policy) - min_recovered_fraction * (window - recomputed)
+            mean = float(linear.mean())
+            half = student_t_quantile(level, n_queries - 1) * float(linear.std(ddof=1))
+            half /= math.sqrt(n_queries)
+            needed = needed_units(n_queries, mean, mean - half, mean + half, 0.0, level)
+            if not math.isfinite(high - low):
+                text += (
+                    "; re-computation's own advantage over the window-only cache is not resolved "
+                    "from zero on these queries, so the ratio's interval is unbounded"
+                )
             text += (
                 f"; the interval straddles {min_recovered_fraction:g}: needs more re-computed "
                 f"queries ({needed_text(needed, 'queries')}; streaming.params.recompute_samples) or "
