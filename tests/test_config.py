@@ -557,3 +557,17 @@ def test_a_config_file_does_not_restate_a_default(repo, name: str) -> None:
     # the check sees a restated default: the paper's head-class thresholds, the sinks' eps
     planted = {**config, "head_classes": {"sink": 0.4}, "sinks": {"eps": 0.3, "top_k": 3}}
     assert _restated_defaults(planted) == ["head_classes.sink", "sinks.eps"]
+
+
+def test_the_caches_rule_does_not_read_the_recomputations_keys() -> None:
+    """Rule ``analyze_streaming``'s params are the config's own ``streaming.params`` less the keys
+    only the re-computation reads, so more re-computed queries re-run that rule alone."""
+    from sinkscope.config import RECOMPUTE_ONLY_KEYS, streaming_cache_params
+
+    config = {"streaming": {"params": {"stream_length": 256, "recompute_samples": 16}}}
+    assert streaming_cache_params(config) == {"stream_length": 256}
+    assert streaming_cache_params({}) == {}
+    assert RECOMPUTE_ONLY_KEYS == ("recompute_samples",)
+    rules = (REPO / "workflow" / "rules" / "streaming.smk").read_text()
+    caches = rules.split("rule analyze_streaming:")[1].split("\nrule ")[0]
+    assert "params=streaming_cache_params(config)" in caches

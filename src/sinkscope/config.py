@@ -370,6 +370,18 @@ def backcopy_end_to_end_params(config: Mapping[str, Any]) -> dict[str, Any]:
     return {**backcopy["params"], **backcopy["end_to_end"]["params"]}
 
 
+#: The ``streaming.params`` keys that only rule ``analyze_streaming_recompute`` reads: a change
+#: re-runs the re-computation, not the caches' evaluation (:func:`streaming_cache_params`).
+RECOMPUTE_ONLY_KEYS = ("recompute_samples",)
+
+
+def streaming_cache_params(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The config's own ``streaming.params`` without :data:`RECOMPUTE_ONLY_KEYS`: the params of
+    rule ``analyze_streaming``, so that more or fewer re-computed queries do not re-run it."""
+    own = config.get("streaming", {}).get("params", {})
+    return {key: value for key, value in own.items() if key not in RECOMPUTE_ONLY_KEYS}
+
+
 def streaming_params(config: Mapping[str, Any]) -> dict[str, Any]:
     """``streaming.params`` of a validated config over :data:`sinkscope.defaults.STREAMING_PARAMS`
     (the StreamingLLM streams' settings; the long-context geometry test reuses their seed)."""

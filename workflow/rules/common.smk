@@ -20,6 +20,7 @@ from sinkscope.config import (
     long_context_params,
     model_entry,
     pairs,
+    streaming_cache_params,
     streaming_params,
     validate_config,
 )

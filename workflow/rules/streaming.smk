@@ -12,7 +12,7 @@ rule analyze_streaming:
     output:
         **outputs_of("analyze_streaming"),
     params:
-        params=config["streaming"]["params"],
+        params=streaming_cache_params(config),  # less the re-computation's own keys
     priority: priority("analyze_streaming")
     log:
         paths.log("analyze_streaming", "{model}/{dataset}"),

@@ -19,7 +19,9 @@ The workflow runs the two parts as two rules, the forward where the model runs (
 ``analyze_geometry_long_context``), through the file of
 :mod:`sinkscope.geometry.long_context_file`; ``solve_long_context(long_context_inputs(...))``
 runs both in one process and gives the same table. Measured on a 2-core Intel Xeon, one sequence per pair of the
-default run: forward 5-8 s, solves 2-3 minutes (real sets and their nulls).
+default run: forward 5-8 s, solves 11-14 s (real sets and their nulls, each null stopped once
+its bound is below half its real set's margin; 2-4 minutes when the nulls were solved to their
+end).
 
 The model runs as the extraction runs it: in its configured dtype (``models.<name>.dtype``, e.g.
 bfloat16 for the 7-8B models of ``config/paper.yaml``: no float32 copy) on the device of
