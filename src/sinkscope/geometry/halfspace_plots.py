@@ -123,7 +123,10 @@ def _null_bounds(ax: Axes, sub: pl.DataFrame) -> None:
     handles.append(
         Line2D([], [], marker="_", markersize=9, markeredgewidth=1.5, color="dimgray", ls="")
     )
-    labels.append("Gaussian null (same N, d,\ncovariance): its margin\nis at most this")
+    labels.append(
+        "Gaussian null (same N, d,\ncovariance): its margin\nis at most this (solved\n"
+        "until below half the real)"
+    )
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
 
 
