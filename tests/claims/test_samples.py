@@ -115,7 +115,7 @@ def test_the_power_counts_what_the_checks_count() -> None:
     short = validate_config(load_layered_config([REPO / "config.yaml"]))
     # 256-token stream, windows 32 and 64: (256 - 64 - 1) // 16
     assert power_of("streaming.eviction_hurts", short).have == 11
-    assert power_of("streaming.sinks_restore", short).have == 8
+    assert power_of("streaming.sinks_restore", short).have == 64
     assert power_of("dynamics.logistic_polarizes", short).have == 5
     # the short run selects seeds 0 and 1 and no switch; the full scale trains seeds 0-2 of the
     # sink claim's setups (and keeps one seed per switch)
