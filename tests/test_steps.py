@@ -348,3 +348,92 @@ def test_a_summary_pools_the_tables_of_its_pair_set_from_the_rules_that_run() ->
         "r/heads/m/d/heads_per_head.parquet",
         "r/heads/m/d.no-bos/heads_per_head.parquet",
     ]
+
+
+GPU_SCRIPT = """
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+from sinkscope import steps
+
+def loads_the_model(smk):
+    Path(sys.argv[3]).write_text("the step ran")
+
+steps.STEPS["extract_activations"] = loads_the_model
+smk = SimpleNamespace(
+    log=[sys.argv[1]], output=[sys.argv[2]], wildcards={"model": "tiny"},
+    resources=SimpleNamespace(gpu=int(sys.argv[4])),
+)
+steps.run("extract_activations", smk)
+"""
+
+
+@pytest.mark.parametrize(("slurm", "gpus"), [(True, 1), (False, 1), (True, 0)])
+def test_a_cluster_job_that_asked_for_a_gpu_stops_before_its_step_without_one(
+    tmp_path: Path, slurm: bool, gpus: int
+) -> None:
+    """This machine's torch is the CPU build. A SLURM job (``SLURM_JOB_ID`` set) of a rule that
+    asked for a GPU stops before its step runs, with one line that names the rule, the cause and
+    both fixes; a local run (no SLURM job) keeps ``device: auto``'s fallback to the CPU, and so
+    does a cluster job that asked for no GPU (``resources.gpus: 0``)."""
+    import os
+
+    import torch
+
+    assert torch.version.cuda is None and not torch.cuda.is_available()
+    log, output, ran = tmp_path / "job.log", tmp_path / "out.h5", tmp_path / "ran"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    if slurm:
+        env["SLURM_JOB_ID"] = "4242"
+    result = subprocess.run(
+        [sys.executable, "-c", GPU_SCRIPT, str(log), str(output), str(ran), str(gpus)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env=env,
+    )
+    if not (slurm and gpus):
+        assert result.returncode == 0, result.stderr
+        assert ran.read_text() == "the step ran"
+        return
+    assert result.returncode != 0 and not ran.exists()
+    line = result.stderr.strip()
+    assert line.startswith(
+        "sinkscope extract_activations failed: RuntimeError: extract_activations: this SLURM job "
+        "(job 4242) asked for 1 GPU(s) (resources.gpus) but cannot use one: torch "
+    )
+    assert "is a CPU build" in line and "make install LOCK=requirements-cuda.lock" in line
+    assert "set resources.gpus: 0" in line and len(result.stderr.splitlines()) == 1
+
+
+def test_a_cuda_build_that_cannot_use_the_gpu_names_the_driver(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A CUDA build whose runtime refuses the device (an old driver) gets the runtime's own
+    message and the driver the lock needs; one that sees no device names CUDA_VISIBLE_DEVICES
+    and the partition; a usable GPU passes."""
+    import torch
+
+    from sinkscope.prepare import models
+
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+    def old_driver() -> None:
+        raise RuntimeError("The NVIDIA driver on your system is too old (found version 12020).")
+
+    monkeypatch.setattr(torch.cuda, "init", old_driver)
+    with pytest.raises(RuntimeError) as error:
+        models.check_requested_gpu("analyze_streaming", 1, {"SLURM_JOB_ID": "7"})
+    text = str(error.value)
+    assert "analyze_streaming: this SLURM job (job 7) asked for 1 GPU(s)" in text
+    assert "The NVIDIA driver on your system is too old (found version 12020)." in text
+    assert "580 or newer" in text
+    monkeypatch.setattr(torch.cuda, "init", lambda: None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert "sees no GPU (CUDA_VISIBLE_DEVICES=)" in str(models.gpu_problem())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert models.gpu_problem() is None
+    models.check_requested_gpu("analyze_streaming", 1, {"SLURM_JOB_ID": "7"})  # no error

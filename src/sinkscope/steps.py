@@ -659,9 +659,10 @@ def step_of(rule: str) -> Callable[[Any], None]:
 
 def run(step: str, smk: Any) -> None:
     """Entry point of the workflow's script (``step``: the rule's name, a key of :data:`STEPS`):
-    log to the rule's log, delete what killed earlier jobs of the same outputs left behind (their
-    temporary files and folders; Snakemake runs one job per output, so all are stale), then run
-    the step."""
+    log to the rule's log; on a cluster, stop a job that asked for a GPU and cannot use one
+    (:func:`sinkscope.prepare.models.check_requested_gpu`); delete what killed earlier jobs of
+    the same outputs left behind (their temporary files and folders; Snakemake runs one job per
+    output, so all are stale), then run the step."""
     from sinkscope.sizing.usage import usage_line
 
     started = time.monotonic()
@@ -669,6 +670,11 @@ def run(step: str, smk: Any) -> None:
     logger = logging.getLogger("sinkscope")
     logger.info("%s: %s", step, dict(smk.wildcards.items()))
     try:
+        gpus = int(getattr(getattr(smk, "resources", None), "gpu", 0) or 0)
+        if gpus:  # a cluster job that asked for a GPU and cannot use one stops here, in seconds
+            from sinkscope.prepare.models import check_requested_gpu
+
+            check_requested_gpu(step, gpus)
         for output in smk.output:
             remove_stale_partials(output)
         step_of(step)(smk)

@@ -409,6 +409,60 @@ def pick_device(requested: str) -> str:
     return requested
 
 
+#: The environment variable SLURM sets in every job: a job that has it runs on a cluster node.
+SLURM_JOB_VARIABLE = "SLURM_JOB_ID"
+#: The NVIDIA driver the CUDA lock's torch needs (CUDA 13 runtime; docs/cluster.md, step 1).
+MIN_DRIVER = "580"
+
+
+def gpu_problem() -> str | None:
+    """Why torch cannot use a GPU here, in one sentence with its fix; None when it can. The
+    causes, in the order they are checked: a CPU build of torch, a CUDA build that sees no
+    device, a device that the CUDA runtime cannot use (the NVIDIA driver too old for it; the
+    runtime's own message)."""
+    if torch.cuda.is_available():
+        return None
+    if torch.version.cuda is None:
+        return (
+            f"torch {torch.__version__} is a CPU build; install the CUDA build on the cluster: "
+            "make install LOCK=requirements-cuda.lock (docs/cluster.md, step 1)"
+        )
+    try:
+        torch.cuda.init()
+    except (RuntimeError, AssertionError) as error:  # the runtime says why ("driver too old")
+        cause = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return (
+            f"torch {torch.__version__} (CUDA {torch.version.cuda}) cannot use the GPU: {cause}; "
+            f"the nodes need an NVIDIA driver for CUDA {torch.version.cuda} ({MIN_DRIVER} or "
+            "newer for CUDA 13; nvidia-smi prints it) and compute capability 7.5 or newer"
+        )
+    return (
+        f"torch {torch.__version__} (CUDA {torch.version.cuda}) sees no GPU "
+        f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); check that "
+        "resources.gpu_partition has GPUs and that the job was given one (--gpus)"
+    )
+
+
+def check_requested_gpu(
+    rule: str, requested: int, environ: Mapping[str, str] | None = None
+) -> None:
+    """Stop a cluster job that asked for GPUs and cannot use one, before it loads anything: a
+    SLURM job (:data:`SLURM_JOB_VARIABLE` set) of a rule with ``requested`` > 0 GPUs
+    (``resources.gpus``) raises a RuntimeError that names the rule, the cause and the fix
+    (:func:`gpu_problem`). ``extraction.device: auto`` would otherwise fall back to the CPU
+    silently and run into limits sized for the GPU. Local runs (no SLURM job) keep the fallback."""
+    env = os.environ if environ is None else environ
+    if requested <= 0 or SLURM_JOB_VARIABLE not in env:
+        return
+    problem = gpu_problem()
+    if problem is not None:
+        raise RuntimeError(
+            f"{rule}: this SLURM job (job {env[SLURM_JOB_VARIABLE]}) asked for {requested} "
+            f"GPU(s) (resources.gpus) but cannot use one: {problem}. To run the model jobs on "
+            "the CPU instead, set resources.gpus: 0"
+        )
+
+
 def load_model(
     prepared_dir: Path, dtype: str, attn_implementation: str, device: str = "cpu"
 ) -> torch.nn.Module:
