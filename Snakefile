@@ -1,5 +1,6 @@
 # sinkscope: "Sink vs. diagonal patterns" reproduced for every model x dataset pair in config.yaml.
 # The rules only declare inputs, outputs, resources and logs; all logic is in the sinkscope package.
+import os
 import sys
 from pathlib import Path
 
@@ -11,6 +12,12 @@ min_version("9.0")
 # environment, where `make install` or envs/sinkscope.post-deploy.sh installs it in editable mode,
 # so the code always matches this checkout).
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+
+# In a SLURM job, HF_HUB_OFFLINE=1 and HF_DATASETS_OFFLINE=1 unless set: the hub's files were
+# fetched on the login node (docs/cluster.md, step 2); set before anything imports huggingface_hub.
+from sinkscope.cluster import hub_offline_in_jobs
+
+hub_offline_in_jobs(os.environ)
 
 from sinkscope.config import check_config_files
 

@@ -221,3 +221,22 @@ def test_missing_slurm_tools_follow_the_status_command() -> None:
     assert missing_slurm_tools(None, which({"sbatch"})) == ["scancel", "sacct", "squeue"]
     with pytest.raises(RuntimeError, match=r"no scancel, sacct, squeue on PATH"):
         check_slurm_client(None, which({"sbatch"}))
+
+
+def test_jobs_read_the_hub_cache_and_never_the_network() -> None:
+    """In a SLURM job (``SLURM_JOB_ID`` set) the workflow sets ``HF_HUB_OFFLINE`` and
+    ``HF_DATASETS_OFFLINE`` to 1 unless the user set them (``0`` keeps a job online); outside a
+    job (the controller on the login node, a local run) it sets nothing. The Snakefile does it
+    before its first import of the package's config, so before huggingface_hub is imported."""
+    from sinkscope.cluster import HUB_OFFLINE_VARIABLES, hub_offline_in_jobs
+
+    job = {"SLURM_JOB_ID": "12", "HF_DATASETS_OFFLINE": "0"}
+    assert hub_offline_in_jobs(job) == ["HF_HUB_OFFLINE"]
+    assert job == {"SLURM_JOB_ID": "12", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "0"}
+    login = {"PATH": "/usr/bin"}
+    assert hub_offline_in_jobs(login) == [] and login == {"PATH": "/usr/bin"}
+    assert HUB_OFFLINE_VARIABLES == ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    snakefile = (REPO / "Snakefile").read_text()
+    assert snakefile.index("hub_offline_in_jobs(os.environ)") < snakefile.index(
+        "from sinkscope.config import"
+    )

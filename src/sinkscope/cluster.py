@@ -4,13 +4,15 @@ Snakemake's SLURM executor submits every job with ``sbatch``, cancels with ``sca
 with ``sacct`` or ``squeue`` (the profile's ``slurm-status-command``). Without them it fails only
 when the first job is submitted, and then resubmits it "with more memory" as if the job had
 failed. :func:`check_slurm_client` runs first (the workflow's ``onstart``) and says in one sentence
-what is missing.
+what is missing. :func:`hub_offline_in_jobs` keeps the jobs off the network: compute nodes
+usually have none, and the hub's models and datasets are fetched once on the login node
+(docs/cluster.md, step 2).
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 
 #: the commands the executor always runs: submission and cancellation
 SLURM_SUBMIT_TOOLS: tuple[str, ...] = ("sbatch", "scancel")
@@ -51,3 +53,24 @@ def check_slurm_client(
             f"`module load slurm` where your cluster uses modules), or run locally with "
             f"`snakemake --cores N` instead"
         )
+
+
+#: The environment variable SLURM sets in every job: a process that has it runs in a job.
+SLURM_JOB_VARIABLE = "SLURM_JOB_ID"
+#: The variables that keep huggingface_hub and datasets on their local caches.
+HUB_OFFLINE_VARIABLES: tuple[str, ...] = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+
+
+def hub_offline_in_jobs(environ: MutableMapping[str, str]) -> list[str]:
+    """In a SLURM job, set :data:`HUB_OFFLINE_VARIABLES` to ``1`` where the user has not set
+    them (``=0`` keeps a job online), and return the names set. The workflow calls it first
+    (``Snakefile``), before anything imports huggingface_hub, which reads them on import: every
+    job, and its parse of the workflow (the models' shapes), then reads the hub cache that the
+    login node filled and never waits on a network it does not have. The rules that download
+    (``prepare_model``, ``prepare_corpus``) are local rules: they run with the controller."""
+    if SLURM_JOB_VARIABLE not in environ:
+        return []
+    added = [name for name in HUB_OFFLINE_VARIABLES if name not in environ]
+    for name in added:
+        environ[name] = "1"
+    return added

@@ -409,8 +409,6 @@ def pick_device(requested: str) -> str:
     return requested
 
 
-#: The environment variable SLURM sets in every job: a job that has it runs on a cluster node.
-SLURM_JOB_VARIABLE = "SLURM_JOB_ID"
 #: The NVIDIA driver the CUDA lock's torch needs (CUDA 13 runtime; docs/cluster.md, step 1).
 MIN_DRIVER = "580"
 
@@ -447,10 +445,12 @@ def check_requested_gpu(
     rule: str, requested: int, environ: Mapping[str, str] | None = None
 ) -> None:
     """Stop a cluster job that asked for GPUs and cannot use one, before it loads anything: a
-    SLURM job (:data:`SLURM_JOB_VARIABLE` set) of a rule with ``requested`` > 0 GPUs
+    SLURM job (:data:`sinkscope.cluster.SLURM_JOB_VARIABLE` set) of a rule with ``requested`` > 0 GPUs
     (``resources.gpus``) raises a RuntimeError that names the rule, the cause and the fix
     (:func:`gpu_problem`). ``extraction.device: auto`` would otherwise fall back to the CPU
     silently and run into limits sized for the GPU. Local runs (no SLURM job) keep the fallback."""
+    from sinkscope.cluster import SLURM_JOB_VARIABLE
+
     env = os.environ if environ is None else environ
     if requested <= 0 or SLURM_JOB_VARIABLE not in env:
         return
