@@ -566,3 +566,49 @@ def test_the_cluster_guide_shows_this_commits_paper_plan() -> None:
     guide = (REPO / "docs" / "cluster.md").read_text()
     assert len(rows) > 20
     assert [row for row in rows if row not in guide] == []
+
+
+def test_the_plans_disk_holds_the_measured_paper_shape_file_and_every_part() -> None:
+    """The activation file of a Llama-3.1-8B pair of config/paper.yaml (N = 50, T = 257), with
+    its raw datasets (``extraction.uncompressed``) and the others at the codec's measured
+    fraction, is within 10% of the file the GPU rehearsal wrote at those widths: 13.9 GB
+    (BENCHMARKS.md), where the raw sum is 21.2 GB. The long-context inputs of one such pair are 2
+    sequences x 10,241 tokens x 4,096 x 4 bytes x 32 layers (10.7 GB); the plan adds them for
+    every pair, the hub cache and the sum."""
+    from sinkscope.sizing.plan import (
+        activation_file_stored_bytes,
+        disk_lines,
+        long_context_file_bytes,
+    )
+    from sinkscope.sizing.shapes import model_facts
+
+    config = validate_config(load_layered_config([REPO / "config" / "paper.yaml"]))
+    facts = model_facts(config, "llama-3.1-8b")
+    extraction = config["extraction"]
+    raw, packed = activation_file_stored_bytes(facts, 50, 257, extraction)
+    whole = activation_file_bytes(facts, 50, 257, extraction["storage_dtypes"])
+    assert whole / 1e9 == pytest.approx(21.2, abs=0.1)
+    assert abs((raw + packed) / 13.9e9 - 1) < 0.10
+    plain = activation_file_bytes(
+        facts, 50, 257, extraction["storage_dtypes"], extraction["uncompressed"]
+    )
+    assert raw == plain and packed == round(costs.CODEC_STORED_FRACTION * (whole - plain))
+    assert long_context_file_bytes(config, facts) == 2 * 10241 * 4096 * 4 * 32
+    none = {**extraction, "codec": "none"}
+    assert activation_file_stored_bytes(facts, 50, 257, none) == (whole, 0)
+    lines = disk_lines(config)
+    assert [line.split(":")[0] for line in lines] == [
+        "Disk under results/activations",
+        "Temporary, under results/long_context",
+        "Hub cache (HF_HOME, step 2 of docs/cluster.md)",
+        "Disk in all",
+    ]
+    parts = [
+        float(
+            line.split("about " if "about" in line else "up to ")[1]
+            .split(" GB")[0]
+            .replace(",", "")
+        )
+        for line in lines
+    ]
+    assert parts[3] == pytest.approx(sum(parts[:3]), abs=0.2)

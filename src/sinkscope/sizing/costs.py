@@ -105,6 +105,14 @@ HALFSPACE_S_PER_POINT_DIM = 5.4e-7
 #: jobs took longer on the reference CPU.
 HALFSPACE_NULL_S_PER_POINT2_DIM = 5.0e-9
 
+#: The fraction of its raw bytes that the codec stores of a compressed dataset of an activation
+#: file (``extraction.codec`` zstd at level 1, shuffle): 0.406 measured on the attention maps of
+#: the default run's 8 files (1,446 MB raw, 587 MB stored), the bulk of what is compressed. The
+#: disk of ``sinkscope plan`` counts the datasets of ``extraction.uncompressed`` raw and the rest
+#: at this fraction: 14.6 GB for the Llama-width rehearsal's file, which held 13.9 GB (BENCHMARKS.md,
+#: GPU rehearsal). A higher level stores less, so it bounds those too.
+CODEC_STORED_FRACTION = 0.41
+
 #: FLOP/s of a float32 eager forward on the reference CPU, one job on 1-2 threads (measured:
 #: SmolLM2-135M extraction, 8 x 257 tokens, and the 2-layer Llama-width rehearsal).
 CPU_FORWARD_FLOP_S = 2.0e10

@@ -40,12 +40,26 @@ class PlanRow:
 
 
 def activation_file_bytes(
-    facts: ModelFacts, n_sequences: int, positions: int, storage_dtypes: Mapping[str, str]
+    facts: ModelFacts,
+    n_sequences: int,
+    positions: int,
+    storage_dtypes: Mapping[str, str],
+    kinds: Iterable[str] | None = None,
 ) -> int:
     """Bytes of one activation file's datasets in their storage dtypes, before compression
-    (:func:`sinkscope.extraction.h5layout.uncompressed_bytes` at the model's shape)."""
+    (:func:`sinkscope.extraction.h5layout.uncompressed_bytes` at the model's shape); ``kinds``:
+    only the datasets of these kinds of tensor (``extraction.storage_dtypes`` keys), or, with a
+    leading ``"!"`` on every kind, all but those (None: every dataset)."""
     from sinkscope.extraction import h5layout
 
+    specs = h5layout.DATASETS
+    if kinds is not None:
+        chosen = list(kinds)
+        if chosen and all(k.startswith("!") for k in chosen):
+            excluded = {k[1:] for k in chosen}
+            specs = tuple(spec for spec in specs if spec.dtype_key not in excluded)
+        else:
+            specs = tuple(spec for spec in specs if spec.dtype_key in set(chosen))
     sizes = {
         "layer": facts.n_layers,
         "sequence": n_sequences,
@@ -57,7 +71,42 @@ def activation_file_bytes(
         "head_dim": facts.head_dim,
         "d_model": facts.d_model,
     }
-    return h5layout.uncompressed_bytes(sizes, storage_dtypes)
+    return h5layout.uncompressed_bytes(sizes, storage_dtypes, specs)
+
+
+def activation_file_stored_bytes(
+    facts: ModelFacts, n_sequences: int, positions: int, extraction: Mapping[str, Any]
+) -> tuple[int, int]:
+    """``(raw, compressed)``: the bytes one activation file stores as they are (the datasets of
+    ``extraction.uncompressed``, or every one with codec ``none`` or level 0) and the bytes the
+    codec stores of the others, :data:`~sinkscope.sizing.costs.CODEC_STORED_FRACTION` of their
+    raw size (measured). ``extraction``: a validated config's ``extraction``."""
+    from sinkscope.sizing import costs
+
+    dtypes = extraction["storage_dtypes"]
+    if extraction["codec"] == "none" or int(extraction["compression_level"]) == 0:
+        return activation_file_bytes(facts, n_sequences, positions, dtypes), 0
+    plain = list(extraction["uncompressed"])
+    raw = activation_file_bytes(facts, n_sequences, positions, dtypes, plain) if plain else 0
+    rest = activation_file_bytes(
+        facts, n_sequences, positions, dtypes, [f"!{k}" for k in plain] or None
+    )
+    return raw, round(costs.CODEC_STORED_FRACTION * rest)
+
+
+def long_context_file_bytes(config: Mapping[str, Any], facts: ModelFacts) -> int:
+    """Bytes of one pair's long-context inputs file (rule ``extract_long_context``, temporary):
+    ``Z`` of every layer in float32, ``n_sequences x seq_len x d_model`` each; 0 when the test
+    is off."""
+    from sinkscope.config import long_context_params, long_context_seq_len
+
+    lc = long_context_params(config)
+    if not config["geometry"]["long_context"].get("enabled", True):
+        return 0
+    seq_len = long_context_seq_len(
+        lc["seq_len"], lc["points_per_dim"], facts.d_model, facts.max_positions
+    )
+    return int(lc["n_sequences"]) * seq_len * facts.d_model * 4 * facts.n_layers
 
 
 def dag_jobs(
@@ -140,10 +189,53 @@ def _span(values: list[int], unit: str) -> str:
     return f"{low:,} {unit}" if low == high else f"{low:,}-{high:,} {unit}"
 
 
+def disk_lines(config: Mapping[str, Any], unknown: Sequence[str] = ()) -> list[str]:
+    """The plan's disk, in lines: the activation files (:func:`activation_file_stored_bytes`
+    per pair), the long-context inputs if every pair's temporary file existed at once
+    (:func:`long_context_file_bytes`), the hub cache (each hub model's weights in its configured
+    dtype: an upper bound where the checkpoint is smaller, as gpt-oss-20b's MXFP4) and their sum.
+    Models in ``unknown`` (shape unknown until prepared) are left out."""
+    from sinkscope.config import pairs
+    from sinkscope.sizing import costs
+
+    extraction = config["extraction"]
+    raw = compressed = long_context = 0
+    for model, _dataset in pairs(config):
+        if model in unknown:
+            continue
+        facts = model_facts(config, model)
+        plain, packed = activation_file_stored_bytes(
+            facts, int(extraction["n_sequences"]), int(extraction["context_length"]) + 1, extraction
+        )
+        raw, compressed = raw + plain, compressed + packed
+        long_context += long_context_file_bytes(config, facts)
+    hub = sum(
+        model_facts(config, name).weight_bytes
+        for name, entry in config["models"].items()
+        if name not in unknown and entry["source"]["kind"] == "hub"
+    )
+    total = raw + compressed + long_context + hub
+    activations = (
+        f"Disk under results/activations: about {(raw + compressed) / 1e9:,.1f} GB "
+        f"({raw / 1e9:,.1f} GB stored raw, extraction.uncompressed; the other datasets at "
+        f"{costs.CODEC_STORED_FRACTION:g} of their raw size, as the codec stored the default "
+        "run's attention maps)."
+    )
+    temporary = (
+        f"Temporary, under results/long_context: up to {long_context / 1e9:,.1f} GB if every "
+        "pair's long-context inputs exist at once (Z of every layer, float32)."
+    )
+    cache = (
+        f"Hub cache (HF_HOME, step 2 of docs/cluster.md): up to {hub / 1e9:,.1f} GB, the hub "
+        "models' weights in their configured dtypes."
+    )
+    return [activations, temporary, cache, f"Disk in all: about {total / 1e9:,.1f} GB."]
+
+
 def render_plan(
     config: Mapping[str, Any], rows: Sequence[PlanRow], configfiles: Sequence[str | Path]
 ) -> str:
-    """The plan as a Markdown table, with the totals and the disk of the activation files."""
+    """The plan as a Markdown table, with the totals and the disk (:func:`disk_lines`)."""
     from sinkscope.config import pairs
 
     lines = [
@@ -166,26 +258,8 @@ def render_plan(
         f"| **total** | {total_jobs} | | | | {sum(r.gpu_hours for r in rows):,.1f} | "
         f"{sum(r.cpu_hours for r in rows):,.1f} | {sum(r.expected_hours for r in rows):,.1f} |"
     )
-    extraction = config["extraction"]
-    disk = 0
     unknown = sorted({m for r in rows for m in r.unknown})
-    for model, _dataset in pairs(config):
-        if model in unknown:
-            continue
-        facts = model_facts(config, model)
-        disk += activation_file_bytes(
-            facts,
-            int(extraction["n_sequences"]),
-            int(extraction["context_length"]) + 1,
-            extraction["storage_dtypes"],
-        )
-    lines += [
-        "",
-        (
-            f"Disk under results/activations: at most {disk / 1e9:,.1f} GB (the datasets in their "
-            "storage dtypes before compression; zstd stores about 0.3-0.4 of it)."
-        ),
-    ]
+    lines += ["", *disk_lines(config, unknown)]
     if unknown:
         lines.append(
             f"Shape unknown until prepare_model has run (TBD above): {', '.join(unknown)}."
