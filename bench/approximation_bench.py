@@ -1,4 +1,4 @@
-"""The per-sequence terms of eq. (2) timed against the moments they stand beside (issue 34).
+"""The per-sequence terms of eq. (2) timed against the moments they stand beside.
 
     .venv/bin/python bench/approximation_bench.py [--widths llama gpt2-xl] [--sequences 4]
 

@@ -1,4 +1,4 @@
-"""HDF5 codecs measured on the real tensors of an activation file (issue 17, section 6 of the bench).
+"""HDF5 codecs measured on the real tensors of an activation file (section 6 of the bench).
 
     .venv/bin/python bench/codecs_bench.py results/activations/smollm2-135m/alice.h5 [--layers 3]
 

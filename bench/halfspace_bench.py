@@ -1,4 +1,4 @@
-"""The long-context half-space solves timed at the default models' sizes (issue 34, Prop. 4.1).
+"""The long-context half-space solves timed at the default models' sizes (Prop. 4.1).
 
     .venv/bin/python bench/halfspace_bench.py [--dims 576 640 1024] [--points-per-dim 2.5]
 

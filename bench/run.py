@@ -1,4 +1,4 @@
-"""sinkscope benchmarks (issue 9): extraction and analyses measured against the model's own forward.
+"""sinkscope benchmarks: extraction and analyses measured against the model's own forward.
 
     .venv/bin/python bench/run.py [--quick] [--skip-dag]
 

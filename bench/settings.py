@@ -24,7 +24,7 @@ TARGETS = {
     "analysis_time": 1.0,
     "analysis_rss": 2.0,
     "noop": 5.0,
-    "analysis_vs_gzip": 1.0,  # issue 17: reading the new codec is no slower than gzip's files
+    "analysis_vs_gzip": 1.0,  # reading the new codec is no slower than gzip's files
 }
 #: the codec of the files before issue 17, measured beside the default in the same run
 BEFORE_CODEC = ("gzip", 1)
