@@ -26,7 +26,7 @@ TARGETS = {
     "noop": 5.0,
     "analysis_vs_gzip": 1.0,  # reading the new codec is no slower than gzip's files
 }
-#: the codec of the files before issue 17, measured beside the default in the same run
+#: the files' former codec (gzip), measured beside the default in the same run
 BEFORE_CODEC = ("gzip", 1)
 
 FULL = {
