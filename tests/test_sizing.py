@@ -239,6 +239,100 @@ def test_gpu_jobs_cover_what_the_gpu_rehearsal_measured() -> None:
         assert row["peak_rss_mb"] < request.mem_mb <= 3 * row["peak_rss_mb"], row["rule"]
 
 
+def test_gpu_memory_estimates_cover_what_the_gpu_rehearsal_measured() -> None:
+    """The GPU memory each GPU job is sized with (weights, CUDA context, what its forward holds)
+    covers the peak torch measured on the H200 (bench/gpu_rehearsal.json: 17.6 GB for the
+    extraction, 50.5 GB for the long-context inputs) and overstates it by at most 1.3x; with the
+    margin, the long-context job then needs an 80 GB card, as the measurement says."""
+    import json
+
+    from sinkscope.sizing.requests import MB, gpu_estimate_bytes, gpu_type_for
+
+    measured = json.loads((REPO / "bench" / "gpu_rehearsal.json").read_text())
+    config = validate_config(load_layered_config([REPO / "config" / "paper.yaml"]))
+    facts = facts_from_config(
+        "rehearsal", fixture_config(measured["hub_id"]), measured["dtype"], "kept"
+    )
+    types = {"l40s": 48, "a100": 80}
+    for row in measured["rows"]:
+        peak = row["gpu_peak_mb"] * MB
+        estimate = gpu_estimate_bytes(row["rule"], config, facts)
+        assert peak <= estimate <= 1.3 * peak, (row["rule"], peak / 1e9, estimate / 1e9)
+        asked = gpu_type_for(estimate, types, row["rule"])
+        assert types[asked] * 1e9 > peak, row["rule"]
+        assert asked == ("a100" if peak > 48e9 else "l40s"), row["rule"]
+
+
+def test_a_gpu_type_is_the_smallest_that_holds_the_job_and_grows_on_retry() -> None:
+    from sinkscope.sizing.requests import GpuTypeError, gpu_type_for
+
+    types = {"v100": 32, "a100_80": 80, "l40s": 48}
+    need = 40e9 / costs.GPU_MEM_MARGIN  # 40 GB with the margin
+    assert gpu_type_for(need, types, "job") == "l40s"
+    assert gpu_type_for(need, types, "job", attempt=2) == "a100_80"
+    assert gpu_type_for(need, types, "job", attempt=3) == "a100_80"  # the largest stays
+    assert gpu_type_for(need, {}, "job") == ""  # no types named: any GPU
+    with pytest.raises(GpuTypeError, match=r"extract_long_context \(big\) needs about 88\.0 GB"):
+        gpu_type_for(80e9, types, "extract_long_context (big)")
+
+
+def test_gpu_types_reach_the_model_jobs_and_a_name_slurm_refuses_is_named() -> None:
+    """With ``resources.gpu_types``, the rules that run a model ask for a type through the
+    resource ``resources.gpu_type_resource`` names (``gpu_model``: sbatch --gpus=<type>:<n>,
+    ``constraint``: --constraint), the others ask for none; a name with a hyphen, which the SLURM
+    plugin refuses as ``gpu_model``, is refused by the config check with its key."""
+    from sinkscope.config import ConfigError
+    from sinkscope.sizing.requests import MODEL_RUNNING_RULES, rule_resources
+
+    base = load_layered_config([TINY])
+    config = validate_config(base | {"resources": {"gpu_types": {"a100": 80}}})
+    for rule in MODEL_RUNNING_RULES:
+        assert "gpu_model" in rule_resources(rule, config), rule
+        assert "constraint" not in rule_resources(rule, config), rule
+    assert "gpu_model" not in rule_resources("classify_heads", config)
+    assert "gpu_model" not in rule_resources("extract_activations", validate_config(base))
+    with pytest.raises(ConfigError, match=r"resources\.gpu_types\.a100-sxm4-80gb: .*constraint"):
+        validate_config(base | {"resources": {"gpu_types": {"a100-sxm4-80gb": 80}}})
+    hyphen = validate_config(
+        base
+        | {"resources": {"gpu_types": {"a100-sxm4-80gb": 80}, "gpu_type_resource": "constraint"}}
+    )
+    assert "constraint" in rule_resources("extract_activations", hyphen)
+
+
+def test_plan_names_the_gpu_type_of_each_job_and_refuses_one_that_fits_none(
+    tmp_path: Path,
+) -> None:
+    """``sinkscope plan`` of config/paper.yaml shows each GPU job's memory and type; with a
+    type too small for some jobs it still prints the plan, names each of them on stderr and
+    exits 1. Llama-3.1-8B's long-context job needs more than 48 GB (measured 50.5 GB),
+    gpt-oss-20b's more than 80 GB (42 GB of weights in bfloat16 and 64 heads' attention)."""
+
+    def plan(types: dict[str, float]) -> subprocess.CompletedProcess[str]:
+        extra = tmp_path / "types.yaml"
+        extra.write_text(yaml.safe_dump({"resources": {"gpu_types": types}}))
+        command = ["plan", "--configfile", "config/paper.yaml", str(extra)]
+        return subprocess.run(
+            [sys.executable, "-m", "sinkscope.cli", *command],
+            capture_output=True, text=True, cwd=REPO, check=False,
+        )  # fmt: skip
+
+    fits = plan({"l40s": 48, "a100": 80, "h200": 141})
+    assert fits.returncode == 0, fits.stderr
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in fits.stdout.splitlines()
+            if line.startswith("| ")}  # fmt: skip
+    assert rows["extract_long_context"][6] == "a100, h200, l40s"
+    assert rows["extract_activations"][5].endswith(" GB")
+    assert rows["classify_heads"][6] == ""
+    refused = plan({"l40s": 48})
+    assert refused.returncode == 1
+    assert "| extract_activations |" in refused.stdout
+    lines = [line for line in refused.stderr.splitlines() if "refused" in line]
+    assert any("extract_long_context (llama-3.1-8b) needs about" in line for line in lines)
+    assert all("resources.gpu_types holds: l40s (48 GB)" in line for line in lines)
+    assert not any("(gpt2)" in line for line in lines)
+
+
 def test_the_cluster_guide_quotes_the_gpu_rehearsal_and_this_commits_requests() -> None:
     """docs/cluster.md's sentence on the one run on a GPU quotes bench/gpu_rehearsal.json (wall
     seconds, host and GPU peaks in GB) and the requests the sizing gives those two jobs now, so
@@ -507,14 +601,21 @@ def test_an_unreachable_hub_is_not_retried_for_a_shape(monkeypatch: pytest.Monke
 
 def test_threads_come_from_the_sizing_on_a_cluster_and_on_one_machine() -> None:
     """The extraction's 4 threads on a cluster (encoding while the GPU runs; no profile
-    setting any more), 2 for oversmoothing; on one machine at most half its cores."""
+    setting any more), 2 for oversmoothing, both at submission and inside the job; on one
+    machine at most half its cores."""
     from sinkscope.sizing.requests import job_threads
 
     assert job_threads("extract_activations", None) == 4
     assert job_threads("analyze_oversmoothing", None) == 2
     assert job_threads("classify_heads", None) == 1
-    assert [job_threads("extract_activations", c) for c in (1, 2, 3, 4, 16)] == [1, 1, 1, 2, 2]
-    assert job_threads("analyze_sinks", 16) == 1
+    local = {"PATH": "/usr/bin"}
+    by_cores = [job_threads("extract_activations", c, local) for c in (1, 2, 3, 4, 16)]
+    assert by_cores == [1, 1, 1, 2, 2]
+    assert job_threads("analyze_sinks", 16, local) == 1
+    # inside the SLURM job (Snakemake's --cores are the job's 4 CPUs): every CPU it asked for
+    in_job = {"SLURM_JOB_ID": "7"}
+    assert job_threads("extract_activations", 4, in_job) == 4
+    assert job_threads("analyze_oversmoothing", 2, in_job) == 2
     profile = yaml.safe_load((REPO / "profiles" / "slurm" / "config.yaml").read_text())
     assert "set-threads" not in profile
 
@@ -563,9 +664,14 @@ def test_the_cluster_guide_shows_this_commits_paper_plan() -> None:
         check=True,
     ).stdout
     rows = [line for line in plan.splitlines() if line.startswith("| ") and "rule" not in line]
+    disk = [
+        line
+        for line in plan.splitlines()
+        if line.startswith(("Disk under", "Temporary, under", "Hub cache", "Disk in all"))
+    ]
     guide = (REPO / "docs" / "cluster.md").read_text()
-    assert len(rows) > 20
-    assert [row for row in rows if row not in guide] == []
+    assert len(rows) > 20 and len(disk) == 4
+    assert [line for line in rows + disk if line not in guide] == []
 
 
 def test_the_plans_disk_holds_the_measured_paper_shape_file_and_every_part() -> None:

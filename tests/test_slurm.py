@@ -97,7 +97,12 @@ def ci_partitions(path: Path) -> Path:
 
 
 def run_slurm(
-    workdir: Path, env: dict[str, str], config: Path, download_dir: Path
+    workdir: Path,
+    env: dict[str, str],
+    config: Path,
+    download_dir: Path,
+    layers: tuple[Path, ...] = (),
+    extra: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
     command = [
         "timeout",
@@ -112,6 +117,8 @@ def run_slurm(
             str(config),
             str(MODEL_ONLY),
             str(ci_partitions(workdir / "ci_partitions.yaml")),
+            *map(str, layers),
+            *extra,
             "--config",
             f"download_dir={download_dir}",
         ),
@@ -170,6 +177,46 @@ def test_failing_job_is_reported_failed_and_retried(
     assert logs and "fewer than the 100000 sequences" in logs[0].read_text()
 
 
+def test_a_model_job_lands_on_the_gpu_partition_with_its_type_and_stops_without_cuda(
+    slurm_cluster: dict[str, str], download_dir: Path, tmp_path: Path
+) -> None:
+    """The CI cluster's partition ``gpu`` has one GPU of type ``fake`` that SLURM schedules and no
+    device backs (tests/slurm/cluster.sh). With ``resources.gpus: 1`` and ``gpu_types: {fake:
+    16}`` the extraction is submitted there with ``--gpus=fake:1``, and the job stops in seconds
+    with the message of :func:`sinkscope.prepare.models.check_requested_gpu` (this machine's
+    torch has no CUDA) instead of running the model on the CPU; its file is never written. The
+    CPU jobs before it run on ``ci`` without a GPU. Fails if a rule's GPU request, its type or
+    the check is removed: the extraction would then run on the CPU and succeed."""
+    gpu = tmp_path / "gpu.yaml"
+    gpu.write_text(
+        "resources: {gpus: 1, gpu_partition: gpu, cpu_partition: ci, gpu_types: {fake: 16}}\n"
+    )
+    target = "results/activations/smollm2-135m/alice.h5"
+    workdir = tmp_path / "run"
+    result = run_slurm(
+        workdir, slurm_cluster, TINY, download_dir, (gpu,), ("--retries", "0", target)
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode not in (0, 124, 137), output[-5000:]  # failed, not hung
+    submitted = [line for line in output.splitlines() if "rule extract_activations" in line]
+    assert submitted, output[-5000:]
+    assert "gpu=1" in output and "gpu_model=fake" in output and "slurm_partition=gpu" in output
+    assert "slurm_partition=ci" in output  # the CPU jobs before it
+    logs = list((workdir / "results" / "logs" / "extract_activations").rglob("*.log"))
+    assert logs, output[-5000:]
+    text = "\n".join(log.read_text() for log in logs)
+    assert "extract_activations: this SLURM job (job " in text, text[-3000:]
+    assert "asked for 1 GPU(s) (resources.gpus) but cannot use one" in text
+    assert "set resources.gpus: 0" in text
+    accounting = subprocess.run(
+        ["squeue", "--states=all", "-h", "-O", "Partition,tres-per-job,State"],
+        env=slurm_cluster, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    jobs = [line.split() for line in accounting.stdout.splitlines()]
+    assert ["gpu", "gres:gpu:fake:1", "FAILED"] in jobs, accounting.stdout  # SLURM's own record
+    assert not (workdir / target).exists()
+
+
 def _path_without_slurm(folder: Path) -> str:
     """A PATH folder with every command of this PATH except SLURM's client tools."""
     from sinkscope.cluster import SLURM_STATUS_TOOLS, SLURM_SUBMIT_TOOLS
@@ -207,6 +254,57 @@ def test_profile_slurm_without_slurm_commands_says_what_is_missing_before_any_jo
     assert "no sbatch, scancel, sacct, squeue on PATH" in output
     assert "more memory" not in output  # failed before the first submission, not retried
     assert not (workdir / "results").exists()
+
+
+def test_preflight_reads_the_real_clusters_partitions_and_gpu_types(
+    slurm_cluster: dict[str, str],
+) -> None:
+    """``sinkscope preflight``'s SLURM part against the CI cluster's own ``sinfo``: partitions
+    ``ci`` and ``gpu`` and the GPU type ``fake`` exist; a partition or type it lacks is named."""
+    from sinkscope.preflight import slurm_findings
+
+    def run(command):
+        return subprocess.run(
+            list(command), capture_output=True, text=True, check=False, env=slurm_cluster
+        )
+
+    base = load_layered_config([TINY])
+    good = validate_config(
+        base | {"resources": {"gpus": 1, "gpu_partition": "gpu", "cpu_partition": "ci",
+                              "gpu_types": {"fake": 16}}}
+    )  # fmt: skip
+    findings = slurm_findings(good, run=run)
+    assert all(f.ok for f in findings), [f.line() for f in findings]
+    bad = validate_config(
+        base | {"resources": {"gpus": 1, "gpu_partition": "a100", "cpu_partition": "ci"}}
+    )
+    failed = [f for f in slurm_findings(bad, run=run) if not f.ok]
+    assert len(failed) == 1 and "'a100' is not a partition of this cluster" in failed[0].what
+    assert "ci, gpu" in failed[0].what
+    typed = validate_config(
+        base | {"resources": {"gpus": 1, "gpu_partition": "gpu", "cpu_partition": "ci",
+                              "gpu_types": {"h100": 80}}}
+    )  # fmt: skip
+    failed = [f for f in slurm_findings(typed, run=run) if not f.ok]
+    assert len(failed) == 1 and "gpu_types.h100: no GPU of that type" in failed[0].what
+
+
+def test_the_controller_job_runs_the_profile_with_the_arguments_it_is_given() -> None:
+    """``slurm/controller.sbatch`` (docs/cluster.md, step 3) passes its arguments to
+    ``snakemake --profile slurm``: a dry run of the tiny config through it builds the DAG with
+    the SLURM executor, and its ``#SBATCH`` lines ask for one CPU and a day or more."""
+    script = REPO / "slurm" / "controller.sbatch"
+    header = [line for line in script.read_text().splitlines() if line.startswith("#SBATCH")]
+    assert "#SBATCH --cpus-per-task=1" in header
+    assert any(line.startswith("#SBATCH --time=2-") for line in header)
+    result = subprocess.run(
+        ["bash", str(script), "-n", "--configfile", str(TINY)],
+        cwd=REPO, capture_output=True, text=True, check=False, timeout=300,
+        env={**os.environ, "PYTHON": sys.executable},
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "rule extract_activations" in output and "slurm_partition=" in output
 
 
 def test_missing_slurm_tools_follow_the_status_command() -> None:

@@ -240,8 +240,12 @@ def _plan(configfiles: Sequence[str], snakefile: str) -> int:
         return 2
     config, jobs = dag_jobs(configfiles, snakefile)
     results = str(Path(snakefile).resolve().parent / "results")
-    print(render_plan(config, plan_rows(config, jobs, results), configfiles))
-    return 0
+    rows = plan_rows(config, jobs, results)
+    print(render_plan(config, rows, configfiles))
+    refused = [reason for row in rows for reason in row.refused]
+    for reason in dict.fromkeys(refused):  # one line per model and rule
+        print(f"sinkscope plan: refused: {reason}", file=sys.stderr)
+    return 1 if refused else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -256,6 +260,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     return status
+
+
+def _preflight(configfiles: Sequence[str], account: str | None, srun: bool) -> int:
+    """``sinkscope preflight``: :func:`sinkscope.preflight.preflight`, one line per check."""
+    from sinkscope.config import check_config_files, load_layered_config, validate_config
+    from sinkscope.preflight import preflight, render_findings
+
+    missing = [path for path in configfiles if not os.path.isfile(path)]
+    if missing:
+        print(f"sinkscope preflight: no such file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    try:
+        check_config_files(configfiles)
+        config = validate_config(load_layered_config(configfiles))
+    except ValueError as error:
+        print(f"sinkscope preflight: {error}", file=sys.stderr)
+        return 2
+    findings = preflight(config, Path("results"), account, srun)
+    print(render_findings(findings))
+    return 0 if all(f.ok for f in findings) else 1
 
 
 def _usage(logs: str) -> int:
@@ -328,6 +352,22 @@ def _main(argv: Sequence[str] | None) -> int:
         help="config files layered as snakemake --configfile does (default: config.yaml)",
     )
     plan.add_argument("--snakefile", default="Snakefile", help="the workflow (default: Snakefile)")
+    preflight = commands.add_parser(
+        "preflight",
+        help="check on the login node what a cluster run needs: SLURM, torch, the hub, the disk",
+    )
+    preflight.add_argument(
+        "--configfile",
+        nargs="+",
+        default=["config.yaml"],
+        help="config files layered as snakemake --configfile does (default: config.yaml)",
+    )
+    preflight.add_argument("--account", help="a SLURM account to check your association with")
+    preflight.add_argument(
+        "--srun",
+        action="store_true",
+        help="also run nvidia-smi on the GPU partition (a one-minute job) to check the driver",
+    )
     usage = commands.add_parser(
         "usage", help="where a finished run's time went, per rule (from the jobs' logs)"
     )
@@ -348,6 +388,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return _plan(args.configfile, args.snakefile)
     if args.command == "usage":
         return _usage(args.logs)
+    if args.command == "preflight":
+        return _preflight(args.configfile, args.account, args.srun)
     if args.command == "compare-claims":
         return _compare_claims(args.tables, args.labels)
     if args.command == "compare-conditions":

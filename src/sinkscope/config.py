@@ -253,8 +253,27 @@ def _semantic_problems(config: Mapping[str, Any]) -> list[str]:
         source = entry["source"]
         if source["kind"] == "local" and not Path(source["path"]).exists():
             problems.append(f"models.{name}.source.path: {source['path']!r} does not exist")
+    problems.extend(_gpu_type_problems(config["resources"]))
     problems.extend(_position_problems(config))
     return problems
+
+
+#: GPU type names that snakemake-executor-plugin-slurm passes as ``gpu_model`` (its own check)
+GPU_MODEL_NAME = re.compile(r"^[a-zA-Z0-9_.]+$")
+
+
+def _gpu_type_problems(resources: Mapping[str, Any]) -> list[str]:
+    """``resources.gpu_types`` names that the SLURM plugin would refuse as ``gpu_model``."""
+    if resources["gpu_type_resource"] != "gpu_model":
+        return []
+    return [
+        f"resources.gpu_types.{name}: the SLURM plugin passes a GPU type to sbatch --gpus only "
+        "when its name has letters, digits, '_' and '.' alone; use the GRES type name SLURM "
+        "knows (sinfo -o %G), or set resources.gpu_type_resource: constraint to ask for it as "
+        "a node feature"
+        for name in resources.get("gpu_types", {})
+        if not GPU_MODEL_NAME.match(name)
+    ]
 
 
 def analysis_runs(config: Mapping[str, Any], analysis: str) -> bool:

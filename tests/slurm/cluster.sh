@@ -43,8 +43,15 @@ SlurmctldPidFile=$state/slurmctld.pid
 SlurmdPidFile=$state/slurmd.pid
 SlurmctldLogFile=$state/log/slurmctld.log
 SlurmdLogFile=$state/log/slurmd.log
-NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
+GresTypes=gpu
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem Gres=gpu:fake:1 State=UNKNOWN
 PartitionName=ci Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=gpu Nodes=ALL MaxTime=INFINITE State=UP
+CONF
+  # one GPU of type "fake" that SLURM schedules (--gpus=fake:1) but that no device backs: a job
+  # placed there sees no CUDA device, as on a node whose GPU torch cannot use
+  cat > "$state/gres.conf" <<CONF
+NodeName=$host Name=gpu Type=fake File=/dev/null Count=1
 CONF
   # The config must also sit where SLURM clients look by default: the slurm-jobstep plugin strips
   # SLURM_CONF (with every other SLURM_* variable) from the environment of the `srun` it runs
@@ -57,6 +64,12 @@ CONF
   mkdir -p /etc/slurm
   { echo "# written by sinkscope tests/slurm/cluster.sh for $state"; cat "$state/slurm.conf"; } \
     > /etc/slurm/slurm.conf
+  if [ -e /etc/slurm/gres.conf ] && ! grep -q "^# written by sinkscope" /etc/slurm/gres.conf; then
+    echo "/etc/slurm/gres.conf exists and was not written by this script; not starting" >&2
+    return 1
+  fi
+  { echo "# written by sinkscope tests/slurm/cluster.sh for $state"; cat "$state/gres.conf"; } \
+    > /etc/slurm/gres.conf
   export SLURM_CONF=$state/slurm.conf
   mkdir -p /run/munge /var/log/munge /var/lib/munge /etc/munge
   chown munge:munge /run/munge /var/log/munge /var/lib/munge /etc/munge
@@ -93,9 +106,11 @@ stop() {
       rm -f "$state/$name.started"
     fi
   done
-  if grep -qs "^# written by sinkscope tests/slurm/cluster.sh for $state" /etc/slurm/slurm.conf; then
-    rm -f /etc/slurm/slurm.conf
-  fi
+  for name in slurm.conf gres.conf; do
+    if grep -qs "^# written by sinkscope tests/slurm/cluster.sh for $state" "/etc/slurm/$name"; then
+      rm -f "/etc/slurm/$name"
+    fi
+  done
 }
 
 case "$command" in

@@ -18,8 +18,10 @@ __all__ = [
     "CLAIMS_S_PER_TABLE_MB",
     "CLUSTER_THREADS",
     "CPU_FORWARD_FLOP_S",
+    "CUDA_CONTEXT_BYTES",
     "D2H_GB_S",
     "FS_GB_S",
+    "GPU_MEM_MARGIN",
     "GPU_TFLOPS",
     "HALFSPACE_JOB_FIXED_S",
     "HALFSPACE_NULL_S_PER_POINT2_DIM",
@@ -62,6 +64,13 @@ JOB_FIXED_MB = 450.0
 #: over two runs, the device-to-host copies (casts included) at about 1.5 GB/s; the forward and
 #: the copies are 1/4 of the job's wall time, so these stay as they are.
 GPU_TFLOPS, D2H_GB_S, FS_GB_S = 200.0, 10.0, 1.0
+
+#: GPU memory that a job holds before its tensors: the CUDA context and the caching allocator's
+#: first blocks (about 0.5-1 GB on recent cards; the larger end).
+CUDA_CONTEXT_BYTES = 10**9
+#: A GPU type must hold a job's estimated GPU peak x this (allocator fragmentation; the estimate
+#: covered the measured peaks by 1.03-1.24, bench/gpu_rehearsal.json, tests/test_sizing.py).
+GPU_MEM_MARGIN = 1.1
 
 #: Host copies of the weights while a model loads: the safetensors file's pages (memory-mapped,
 #: counted in the resident set) and the model's own tensors. Measured: the long-context job's

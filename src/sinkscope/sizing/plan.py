@@ -17,10 +17,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sinkscope.sizing.requests import MODEL_SIZED_RULES, job_request
+from sinkscope.sizing.requests import (
+    MB,
+    MODEL_SIZED_RULES,
+    GpuTypeError,
+    job_request,
+    job_threads,
+)
 from sinkscope.sizing.shapes import ModelFacts, UnknownModelShape, model_facts
 
-__all__ = ["PlanRow", "activation_file_bytes", "dag_jobs", "plan_rows", "render_plan"]
+__all__ = [
+    "DiskNeed",
+    "PlanRow",
+    "activation_file_bytes",
+    "dag_jobs",
+    "disk_lines",
+    "disk_need",
+    "plan_rows",
+    "render_plan",
+]
 
 
 @dataclass
@@ -37,6 +52,11 @@ class PlanRow:
     cpu_hours: float = 0.0
     expected_hours: float = 0.0
     unknown: list[str] = field(default_factory=list)
+    #: estimated GPU memory per job (MB) and the GPU types asked for (resources.gpu_types)
+    gpu_mb: list[float] = field(default_factory=list)
+    gpu_types: set[str] = field(default_factory=set)
+    #: jobs that no GPU type of resources.gpu_types holds, with the reason
+    refused: list[str] = field(default_factory=list)
 
 
 def activation_file_bytes(
@@ -130,7 +150,11 @@ def dag_jobs(
     ):
         workflow_api = api.workflow(
             resource_settings=ResourceSettings(cores=1),
-            config_settings=ConfigSettings(configfiles=[Path(p) for p in configfiles]),
+            # resources.gpus = 0 spares the dry run the GPU types (plan_rows prices them, and
+            # names every job that no type holds); the DAG is the same: GPUs change resources only
+            config_settings=ConfigSettings(
+                configfiles=[Path(p) for p in configfiles], config={"resources": {"gpus": 0}}
+            ),
             snakefile=snakefile,
             workdir=snakefile.parent,
         )
@@ -142,6 +166,10 @@ def dag_jobs(
             if job.rule.name != "all"
         ]
         config = dict(workflow.config)
+    from sinkscope.config import load_layered_config, validate_config
+
+    # the files' own resources (the override above was for the dry run alone)
+    config["resources"] = validate_config(load_layered_config(configfiles))["resources"]
     return config, jobs
 
 
@@ -155,10 +183,12 @@ def plan_rows(
 
     minutes = dynamics_minutes(config["dynamics"])
     rows: dict[str, PlanRow] = {}
-    for rule, wildcards, threads in jobs:
+    for rule, wildcards, _threads in jobs:
         row = rows.setdefault(rule, PlanRow(rule))
         row.jobs += 1
-        row.threads = threads
+        # what sbatch is asked for (--cpus-per-task): the rule's cluster threads, not the
+        # dry run's (its one core caps them)
+        row.threads = job_threads(rule, None)
         part = rule.removeprefix("dynamics_").removesuffix("_run")
         known = (
             minutes.get(part) if rule.startswith("dynamics_") and rule.endswith("_run") else None
@@ -166,6 +196,9 @@ def plan_rows(
         model = wildcards.get("model")
         try:
             request = job_request(rule, config, model, minutes=known, results=results)
+        except GpuTypeError as error:
+            row.refused.append(str(error))
+            continue
         except UnknownModelShape:
             # a rule without a model (the claims) is unknown through the models' own rows
             if model is not None and model not in row.unknown:
@@ -174,29 +207,53 @@ def plan_rows(
         row.mem_mb.append(request.mem_mb)
         row.runtime_min.append(request.runtime_min)
         row.gpus = max(row.gpus, request.gpus)
+        if request.gpus:
+            row.gpu_mb.append(request.estimate.gpu_mb)
+            if request.gpu_type:
+                row.gpu_types.add(request.gpu_type)
         hours = request.runtime_min / 60
         if request.gpus:
             row.gpu_hours += hours * request.gpus
-        row.cpu_hours += hours * threads
-        row.expected_hours += request.estimate.seconds / 3600 * max(threads, request.gpus)
+        row.cpu_hours += hours * row.threads
+        row.expected_hours += request.estimate.seconds / 3600 * max(row.threads, request.gpus)
     return sorted(rows.values(), key=lambda r: (-r.gpu_hours, -r.cpu_hours, r.rule))
 
 
-def _span(values: list[int], unit: str) -> str:
+def _span(values: Sequence[float], unit: str) -> str:
     if not values:
         return "TBD"
     low, high = min(values), max(values)
     return f"{low:,} {unit}" if low == high else f"{low:,}-{high:,} {unit}"
 
 
-def disk_lines(config: Mapping[str, Any], unknown: Sequence[str] = ()) -> list[str]:
-    """The plan's disk, in lines: the activation files (:func:`activation_file_stored_bytes`
-    per pair), the long-context inputs if every pair's temporary file existed at once
+@dataclass(frozen=True)
+class DiskNeed:
+    """Bytes a run writes: the activation files stored raw and compressed, the long-context
+    inputs if every pair's temporary file existed at once (all under ``results/``), and the hub
+    cache (under ``HF_HOME``)."""
+
+    raw: int
+    compressed: int
+    long_context: int
+    hub: int
+
+    @property
+    def results(self) -> int:
+        """What ``results/`` holds at most: the activation files and the long-context inputs."""
+        return self.raw + self.compressed + self.long_context
+
+    @property
+    def total(self) -> int:
+        return self.results + self.hub
+
+
+def disk_need(config: Mapping[str, Any], unknown: Sequence[str] = ()) -> DiskNeed:
+    """The run's disk (:class:`DiskNeed`): the activation files
+    (:func:`activation_file_stored_bytes` per pair), the long-context inputs
     (:func:`long_context_file_bytes`), the hub cache (each hub model's weights in its configured
-    dtype: an upper bound where the checkpoint is smaller, as gpt-oss-20b's MXFP4) and their sum.
-    Models in ``unknown`` (shape unknown until prepared) are left out."""
+    dtype: an upper bound where the checkpoint is smaller, as gpt-oss-20b's MXFP4). Models in
+    ``unknown`` (shape unknown until prepared) are left out."""
     from sinkscope.config import pairs
-    from sinkscope.sizing import costs
 
     extraction = config["extraction"]
     raw = compressed = long_context = 0
@@ -214,7 +271,17 @@ def disk_lines(config: Mapping[str, Any], unknown: Sequence[str] = ()) -> list[s
         for name, entry in config["models"].items()
         if name not in unknown and entry["source"]["kind"] == "hub"
     )
-    total = raw + compressed + long_context + hub
+    return DiskNeed(raw, compressed, long_context, hub)
+
+
+def disk_lines(config: Mapping[str, Any], unknown: Sequence[str] = ()) -> list[str]:
+    """The plan's disk (:func:`disk_need`), in lines: the activation files, the long-context
+    inputs, the hub cache and their sum."""
+    from sinkscope.sizing import costs
+
+    need = disk_need(config, unknown)
+    raw, compressed, long_context, hub = need.raw, need.compressed, need.long_context, need.hub
+    total = need.total
     activations = (
         f"Disk under results/activations: about {(raw + compressed) / 1e9:,.1f} GB "
         f"({raw / 1e9:,.1f} GB stored raw, extraction.uncompressed; the other datasets at "
@@ -244,18 +311,23 @@ def render_plan(
             "hours = request x jobs; expected = the estimate before the margins)"
         ),
         "",
-        "| rule | jobs | memory per job | time per job | GPUs | GPU-hours | CPU-hours | expected h |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        (
+            "| rule | jobs | memory per job | time per job | GPUs | GPU memory per job | "
+            "GPU type | GPU-hours | CPU-hours | expected h |"
+        ),
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|",
     ]
     for row in rows:
+        gpu_memory = _span([round(mb * MB / 1e9, 1) for mb in row.gpu_mb], "GB") if row.gpus else ""
         lines.append(
             f"| {row.rule} | {row.jobs} | {_span(row.mem_mb, 'MB')} | "
-            f"{_span(row.runtime_min, 'min')} | {row.gpus} | {row.gpu_hours:,.1f} | "
+            f"{_span(row.runtime_min, 'min')} | {row.gpus} | {gpu_memory} | "
+            f"{', '.join(sorted(row.gpu_types)) or 'any' if row.gpus else ''} | {row.gpu_hours:,.1f} | "
             f"{row.cpu_hours:,.1f} | {row.expected_hours:,.1f} |"
         )
     total_jobs = sum(r.jobs for r in rows)
     lines.append(
-        f"| **total** | {total_jobs} | | | | {sum(r.gpu_hours for r in rows):,.1f} | "
+        f"| **total** | {total_jobs} | | | | | | {sum(r.gpu_hours for r in rows):,.1f} | "
         f"{sum(r.cpu_hours for r in rows):,.1f} | {sum(r.expected_hours for r in rows):,.1f} |"
     )
     unknown = sorted({m for r in rows for m in r.unknown})

@@ -31,9 +31,12 @@ __all__ = [
     "MODEL_RUNNING_RULES",
     "MODEL_SIZED_RULES",
     "Estimate",
+    "GpuTypeError",
     "Request",
     "claims_estimate",
     "estimate",
+    "gpu_estimate_bytes",
+    "gpu_type_for",
     "job_request",
     "job_threads",
     "layer_bytes",
@@ -81,6 +84,8 @@ class Estimate:
     peak_mb: float
     seconds: float
     gpus: int = 0
+    #: peak memory on each of the job's GPUs (0 for a CPU job), :func:`gpu_estimate_bytes`
+    gpu_mb: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -92,16 +97,25 @@ class Request:
     gpus: int
     partition: str
     estimate: Estimate
+    #: the GPU type asked for (``resources.gpu_types``), "" when none is named
+    gpu_type: str = ""
 
     def resources(self) -> dict[str, Any]:
         """The rule's ``resources`` (Snakemake names: ``mem_mb``, ``runtime`` in minutes,
-        ``gpu``, ``slurm_partition``)."""
+        ``gpu``, ``slurm_partition``, and the GPU type under ``gpu_model`` and ``constraint``;
+        :func:`rule_resources` passes the one that ``resources.gpu_type_resource`` names)."""
         return {
             "mem_mb": self.mem_mb,
             "runtime": self.runtime_min,
             "gpu": self.gpus,
             "slurm_partition": self.partition,
+            "gpu_model": self.gpu_type,
+            "constraint": self.gpu_type,
         }
+
+
+class GpuTypeError(ValueError):
+    """No GPU type of ``resources.gpu_types`` holds a job's GPU memory."""
 
 
 def layer_parts(facts: ModelFacts, n_sequences: int, positions: int) -> tuple[int, int]:
@@ -169,6 +183,98 @@ def _model_job(
         host = costs.WEIGHT_COPIES_WHILE_LOADING * facts.weight_bytes + batch_bytes
     peak = costs.JOB_FIXED_MB + host / MB
     return Estimate(peak, seconds, gpus)
+
+
+def _eager_attention_bytes(facts: ModelFacts, rows: int, queries: int, keys: int) -> int:
+    """One layer's eager attention on the GPU for ``rows`` sequences: the scores and the masked
+    scores in the model's dtype, their float32 softmax and its cast back (``3 x dtype + 4``
+    bytes a weight; transformers' eager attention)."""
+    from sinkscope.sizing.shapes import DTYPE_BYTES
+
+    per_weight = 3 * DTYPE_BYTES[facts.dtype] + FLOAT32
+    return rows * facts.n_heads * queries * keys * per_weight
+
+
+def gpu_estimate_bytes(rule: str, config: Mapping[str, Any], facts: ModelFacts) -> int:
+    """Peak memory of one GPU job of ``rule`` on its device (an upper estimate): the weights in
+    their dtype, the CUDA context (:data:`~sinkscope.sizing.costs.CUDA_CONTEXT_BYTES`) and what
+    the forward holds at once.
+
+    * ``extract_activations``: the smallest batch the job can run (``extraction.batch_size``;
+      with ``auto`` one sequence, in the half of the free memory the job leaves to a batch:
+      :func:`sinkscope.extraction.batching.auto_batch_size`) at
+      :func:`~sinkscope.extraction.batching.batch_bytes_per_sequence` each;
+    * ``extract_long_context``: one sequence of the long-context length at a time, every
+      layer's hidden state kept (``output_hidden_states``) and one layer's eager attention;
+    * ``analyze_streaming``: :data:`~sinkscope.streaming.evaluator.BATCHING`'s policies per
+      forward, each over every stream, with their caches, one chunk's attention weights and the
+      dense run's cache snapshot; ``analyze_streaming_recompute``: its bound on attention
+      weights per batch, twice (weights and scores) in float32.
+
+    Measured on one H200 (bench/gpu_rehearsal.json, random-weight Llama-3.1-8B): 17.6 GB for the
+    extraction and 50.5 GB for the long-context inputs; ``tests/test_sizing.py`` holds these
+    estimates to cover both and to ask at most 1.3x them."""
+    from sinkscope.config import long_context_params, long_context_seq_len, streaming_params
+    from sinkscope.sizing.shapes import DTYPE_BYTES
+
+    held = facts.weight_bytes + costs.CUDA_CONTEXT_BYTES
+    dtype = DTYPE_BYTES[facts.dtype]
+    if rule == "extract_activations":
+        from sinkscope.extraction.batching import batch_bytes_per_sequence
+
+        extraction = config["extraction"]
+        n, t1 = int(extraction["n_sequences"]), int(extraction["context_length"]) + 1
+        requested = extraction["batch_size"]
+        per_sequence = batch_bytes_per_sequence(facts, t1)
+        if requested == "auto":
+            return held + 2 * per_sequence
+        return held + min(n, int(requested)) * per_sequence
+    if rule == "extract_long_context":
+        lc = long_context_params(config)
+        seq_len = long_context_seq_len(
+            lc["seq_len"], lc["points_per_dim"], facts.d_model, facts.max_positions
+        )
+        states = (facts.n_layers + 1) * seq_len * facts.d_model * dtype
+        normed = seq_len * facts.d_model * FLOAT32  # one layer's Z in float32 on its way out
+        return held + states + normed + _eager_attention_bytes(facts, 1, seq_len, seq_len)
+    if rule in ("analyze_streaming", "analyze_streaming_recompute"):
+        from sinkscope.streaming.evaluator import BATCHING
+
+        params = streaming_params(config)
+        batching = BATCHING["cuda"]
+        kv_per_token = 2 * facts.n_layers * facts.n_kv_heads * facts.head_dim * dtype
+        if rule == "analyze_streaming_recompute":
+            return held + 2 * FLOAT32 * batching.recompute_attention
+        n_streams, length = int(params["n_streams"]), int(params["stream_length"])
+        chunk = int(params["chunk_size"])
+        keys = max(int(w) for w in params["window_sizes"]) + int(params["sink_count"]) + chunk
+        rows = batching.policies * n_streams
+        caches = kv_per_token * (rows * keys + n_streams * length)
+        attention = _eager_attention_bytes(facts, rows, chunk, keys)
+        return held + caches + attention
+    raise KeyError(f"{rule!r} does not run a model on a GPU")
+
+
+def gpu_type_for(
+    gpu_bytes: float, gpu_types: Mapping[str, float], job: str, attempt: int = 1
+) -> str:
+    """The GPU type of ``gpu_types`` (name -> GB of memory, ``resources.gpu_types``) that a job
+    needing ``gpu_bytes`` asks for: the smallest that holds them with
+    :data:`~sinkscope.sizing.costs.GPU_MEM_MARGIN`; each retry moves one type up (a job killed
+    for GPU memory gets a larger card), up to the largest. "" when no types are configured.
+    Raises :class:`GpuTypeError` naming ``job`` when no type holds it."""
+    if not gpu_types:
+        return ""
+    needed_gb = gpu_bytes * costs.GPU_MEM_MARGIN / 1e9
+    fitting = sorted((gb, name) for name, gb in gpu_types.items() if float(gb) >= needed_gb)
+    if not fitting:
+        listed = ", ".join(f"{name} ({gb:g} GB)" for name, gb in sorted(gpu_types.items()))
+        raise GpuTypeError(
+            f"{job} needs about {needed_gb:,.1f} GB of GPU memory (its estimate x "
+            f"{costs.GPU_MEM_MARGIN:g}), more than any type of resources.gpu_types holds: "
+            f"{listed}; add a type with more memory, or shorten the job in the config (its batch or its length)"
+        )
+    return fitting[min(attempt, len(fitting)) - 1][1]
 
 
 def estimate(rule: str, config: Mapping[str, Any], facts: ModelFacts | None) -> Estimate:
@@ -333,19 +439,35 @@ def job_request(
     mem = max(costs.MIN_MEM_MB, math.ceil(guess.peak_mb * costs.MEM_MARGIN / 100) * 100)
     runtime = max(costs.MIN_RUNTIME_MIN, math.ceil(guess.seconds * costs.TIME_MARGIN / 60))
     partition = settings["gpu_partition"] if gpus else settings["cpu_partition"]
-    return Request(mem * attempt, runtime * attempt, gpus, partition, guess)
+    gpu_type = ""
+    if gpus and facts is not None:
+        gpu_bytes = gpu_estimate_bytes(rule, config, facts)
+        guess = Estimate(guess.peak_mb, guess.seconds, guess.gpus, gpu_bytes / MB)
+        job = f"{rule} ({facts.name})"
+        gpu_type = gpu_type_for(gpu_bytes, settings.get("gpu_types") or {}, job, attempt)
+    return Request(mem * attempt, runtime * attempt, gpus, partition, guess, gpu_type)
 
 
-def job_threads(rule: str, local_cores: int | None) -> int:
+def job_threads(
+    rule: str, local_cores: int | None, environ: Mapping[str, str] | None = None
+) -> int:
     """Threads of one job of ``rule`` (its ``threads:``, and ``--cpus-per-task`` on SLURM).
 
     On a cluster (``local_cores`` None: executors that submit jobs define no local core count)
-    :data:`~sinkscope.sizing.costs.CLUSTER_THREADS`. On one machine the multi-threaded rules get
+    :data:`~sinkscope.sizing.costs.CLUSTER_THREADS`, and the same inside the SLURM job itself
+    (:data:`sinkscope.cluster.SLURM_JOB_VARIABLE` in ``environ``, by default the process's):
+    there Snakemake runs with all the job's CPUs as its cores, and the job uses every CPU it
+    asked for rather than the one-machine share. On one machine the multi-threaded rules get
     half its cores, at most 2: Snakemake reserves no cores for a waiting job, so a 2-thread job
     on a 2-core machine would wait whenever a 1-thread job of lower priority holds a core; with
     half the cores a ready model-path job always starts. Every other rule: 1."""
+    import os
+
+    from sinkscope.cluster import SLURM_JOB_VARIABLE
+
     most = costs.CLUSTER_THREADS.get(rule, 1)
-    if local_cores is None:
+    in_job = SLURM_JOB_VARIABLE in (os.environ if environ is None else environ)
+    if local_cores is None or in_job:
         return most
     return min(most, max(1, min(2, local_cores // 2)))
 
@@ -369,11 +491,15 @@ def rule_resources(rule: str, config: Mapping[str, Any], minutes: float | None =
             missing = str(getattr(input, "model_dir", "") or next(iter(input), ""))
             raise FileNotFoundError(errno.ENOENT, str(error), missing) from error
 
+    names = ["mem_mb", "runtime", "gpu", "slurm_partition"]
+    settings = config["resources"]
+    if rule in MODEL_RUNNING_RULES and int(settings["gpus"]) and settings.get("gpu_types"):
+        names.append(settings["gpu_type_resource"])  # gpu_model or constraint
     return {
         name: (
             lambda wildcards, input, attempt, name=name: request(
                 wildcards, input, attempt
             ).resources()[name]
         )
-        for name in ("mem_mb", "runtime", "gpu", "slurm_partition")
+        for name in names
     }
