@@ -8,16 +8,18 @@ from snakemake.utils import min_version
 
 min_version("9.0")
 
-# The workflow imports the sinkscope package from this repository's src/ (jobs get it from the
-# environment, where `make install` or envs/sinkscope.post-deploy.sh installs it in editable mode,
-# so the code always matches this checkout).
+# The workflow imports the sinkscope package from this repository's src/, and so do its jobs
+# (PYTHONPATH, below), so the code always matches this checkout.
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 
 # In a SLURM job, HF_HUB_OFFLINE=1 and HF_DATASETS_OFFLINE=1 unless set: the hub's files were
 # fetched on the login node (docs/cluster.md, step 2); set before anything imports huggingface_hub.
-from sinkscope.cluster import hub_offline_in_jobs
+from sinkscope.cluster import hub_offline_in_jobs, package_on_pythonpath
 
 hub_offline_in_jobs(os.environ)
+# Jobs import this checkout's package whichever Python runs them (the .venv, or a conda env of
+# --sdm conda, which holds the locked dependencies only): src/ goes first on their PYTHONPATH.
+package_on_pythonpath(str(Path(workflow.basedir) / "src"), os.environ)
 
 from sinkscope.config import check_config_files
 

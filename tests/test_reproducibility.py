@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from pathlib import Path
 
 import polars as pl
 import pytest
 
+from sinkscope.config import load_layered_config, validate_config
 from tests.conftest import REPO, TINY, snakemake
 
 
@@ -35,15 +37,63 @@ def test_cpu_and_cuda_locks_pin_the_same_versions() -> None:
     assert not differing
 
 
-def test_every_conda_env_file_named_by_a_rule_exists() -> None:
-    named = set()
-    for rule_file in (REPO / "workflow" / "rules").glob("*.smk"):
-        for match in re.finditer(r'conda:\s*\n\s*"([^"]+)"', rule_file.read_text()):
-            named.add((rule_file.parent / match.group(1)).resolve())
-    assert named, "no rule names a conda environment"
-    for path in named:
-        assert path.is_file(), path
-        assert "requirements.lock" in path.read_text()
+def test_every_rule_names_its_conda_env_and_each_resolves_as_snakemake_and_conda_do() -> None:
+    """``--sdm conda``: every rule names its environment through ``conda_env("<its own name>")``
+    (:func:`sinkscope.cluster.conda_env`), a path that Snakemake resolves from the rule file's
+    folder; the rules that run a model get the CUDA environment when they ask for GPUs and the
+    CPU one at ``resources.gpus: 0``. Each environment's pip requirements name a lock file that
+    exists from the environment file's folder (where conda resolves ``-r``), with the torch build
+    of that lock, and there is no post-deploy script (Snakemake copies one under .snakemake/, so
+    a path computed from its own location points nowhere)."""
+    from sinkscope.cluster import CONDA_ENV, CONDA_ENV_CUDA, conda_env
+    from sinkscope.sizing.requests import MODEL_RUNNING_RULES
+
+    rules_dir = REPO / "workflow" / "rules"
+    named: dict[str, str] = {}
+    for rule_file in rules_dir.glob("*.smk"):
+        text = rule_file.read_text()
+        for block in re.split(r"\n(?=rule |checkpoint )", text)[1:]:
+            name = re.match(r"(?:rule|checkpoint) (\w+):", block).group(1)
+            match = re.search(r'conda:\s*\n\s*conda_env\("(\w+)"\)', block)
+            assert match and match.group(1) == name, (rule_file.name, name)
+            named[name] = match.group(1)
+    assert len(named) > 30 and set(MODEL_RUNNING_RULES) <= set(named)
+    gpu = validate_config(load_layered_config([TINY]) | {"resources": {"gpus": 1}})
+    cpu = validate_config(load_layered_config([TINY]) | {"resources": {"gpus": 0}})
+    for rule in named:
+        expected = CONDA_ENV_CUDA if rule in MODEL_RUNNING_RULES else CONDA_ENV
+        assert conda_env(rule, gpu) == expected and conda_env(rule, cpu) == CONDA_ENV, rule
+    common = (rules_dir / "common.smk").read_text()
+    assert 'return f"../../{rule_conda_env(rule, config)}"' in common
+    for env, lock, torch in (
+        (CONDA_ENV, "requirements.lock", "torch==2.13.0+cpu"),
+        (CONDA_ENV_CUDA, "requirements-cuda.lock", "torch==2.13.0 "),
+    ):
+        env_file = (rules_dir / ".." / ".." / env).resolve()
+        requirements = [
+            line.split("-r", 1)[1].strip()
+            for line in env_file.read_text().splitlines()
+            if line.strip().startswith("- -r")
+        ]
+        assert len(requirements) == 1, env
+        resolved = (env_file.parent / requirements[0]).resolve()
+        assert resolved == REPO / lock and torch in resolved.read_text(), env
+    assert not list((REPO / "envs").glob("*post-deploy*"))
+
+
+def test_jobs_import_the_checkouts_package_whichever_python_runs_them() -> None:
+    """The Snakefile puts the checkout's ``src/`` first on ``PYTHONPATH`` for its jobs (a conda
+    environment holds the dependencies only), once, keeping what was there."""
+    from sinkscope.cluster import package_on_pythonpath
+
+    environ = {"PYTHONPATH": "/site/extra"}
+    assert package_on_pythonpath("/repo/src", environ)
+    assert environ["PYTHONPATH"] == os.pathsep.join(["/repo/src", "/site/extra"])
+    assert not package_on_pythonpath("/repo/src", environ)
+    empty: dict[str, str] = {}
+    assert package_on_pythonpath("/repo/src", empty) and empty == {"PYTHONPATH": "/repo/src"}
+    snakefile = (REPO / "Snakefile").read_text()
+    assert 'package_on_pythonpath(str(Path(workflow.basedir) / "src"), os.environ)' in snakefile
 
 
 def _digests(root: Path) -> dict[str, str]:

@@ -11,8 +11,10 @@ usually have none, and the hub's models and datasets are fetched once on the log
 
 from __future__ import annotations
 
+import os
 import shutil
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any
 
 #: the commands the executor always runs: submission and cancellation
 SLURM_SUBMIT_TOOLS: tuple[str, ...] = ("sbatch", "scancel")
@@ -74,3 +76,35 @@ def hub_offline_in_jobs(environ: MutableMapping[str, str]) -> list[str]:
     for name in added:
         environ[name] = "1"
     return added
+
+
+#: The conda environments of the rules (``snakemake --sdm conda``), relative to the repository
+#: root: every rule's, from requirements.lock (the CPU build of torch), and that of the rules
+#: that run a model on a GPU, from requirements-cuda.lock (the same pins, torch's CUDA build).
+CONDA_ENV = "envs/sinkscope.yaml"
+CONDA_ENV_CUDA = "envs/sinkscope-cuda.yaml"
+
+
+def conda_env(rule: str, config: Mapping[str, Any]) -> str:
+    """The conda environment file of ``rule`` (relative to the repository root): the CUDA one
+    for the rules that run a model (:data:`sinkscope.sizing.requests.MODEL_RUNNING_RULES`) when
+    they ask for GPUs (``resources.gpus`` > 0), else the CPU one."""
+    from sinkscope.sizing.requests import MODEL_RUNNING_RULES
+
+    if rule in MODEL_RUNNING_RULES and int(config["resources"]["gpus"]) > 0:
+        return CONDA_ENV_CUDA
+    return CONDA_ENV
+
+
+def package_on_pythonpath(source: str, environ: MutableMapping[str, str]) -> bool:
+    """Put this checkout's package folder ``source`` (the repository's ``src/``) first on
+    ``PYTHONPATH`` in ``environ``, so that every job imports the code of the checkout that
+    built the DAG, whichever Python runs it: the ``.venv`` (whose editable install points there
+    too) or a conda environment of :func:`conda_env`, which holds the locked dependencies and
+    not the package. Jobs inherit it (a local job's process; sbatch exports the environment).
+    Returns whether it was added (it is not added twice)."""
+    entries = [e for e in environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+    if source in entries:
+        return False
+    environ["PYTHONPATH"] = os.pathsep.join([source, *entries])
+    return True

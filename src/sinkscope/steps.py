@@ -245,7 +245,7 @@ def extract_long_context(smk: Any) -> None:
 
 def analyze_geometry_long_context(smk: Any) -> None:
     """The CPU part: the half-space solves on the pair's file, its table and figure."""
-    from sinkscope.geometry.long_context import solve_long_context
+    from sinkscope.geometry.long_context import solve_deadline, solve_long_context
     from sinkscope.geometry.long_context_file import open_long_context_inputs
     from sinkscope.geometry.names import LONG_CONTEXT_TABLE
     from sinkscope.geometry.plots import long_context_figures
@@ -264,6 +264,8 @@ def analyze_geometry_long_context(smk: Any) -> None:
             gaussian_null=settings["gaussian_null"],
             null_solve_seconds=settings["null_solve_seconds"],
             threads=smk.threads,
+            # the solves share the job's own time request: it ends inside it, never killed
+            deadline_seconds=solve_deadline(getattr(smk.resources, "runtime", None)),
         )
     _write_tables({LONG_CONTEXT_TABLE: table}, smk)
     title = f"{smk.wildcards.model} on {smk.wildcards.dataset}: Prop. 4.1 on long sequences"

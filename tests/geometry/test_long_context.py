@@ -45,6 +45,8 @@ from sinkscope.geometry.long_context import (
     long_context_frame,
     long_context_inputs,
     long_context_layer_rows,
+    solve_budgets,
+    solve_deadline,
     solve_long_context,
 )
 from sinkscope.geometry.names import (
@@ -136,6 +138,55 @@ def test_long_context_columns_are_the_keys_and_the_halfspace_result() -> None:
 
 
 D, T = 6, 20  # more points than dimensions: no set can be trivially separable
+
+
+def test_the_solves_share_the_jobs_request_and_end_inside_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sets that no solve decides (each runs to its budget) end inside the job's request: each
+    layer's solves get an equal share of what is left of the deadline (here 80 s over 4 layers
+    of 2 sequences x 2 point sets, a Gaussian null beside each: 2.5 s a solve, not the
+    configured 300 s), and a layer that uses less leaves its time to the ones after it. The
+    clock is simulated: each solve "takes" the budget it was given (half of it in layer 0 of
+    the second run)."""
+    import sinkscope.geometry.long_context as module
+    from sinkscope.geometry.long_context_file import LongContextInputs
+
+    rng = np.random.default_rng(0)
+    layers = [rng.standard_normal((2, T + 1, D)).astype(np.float32) for _ in range(4)]
+    inputs = LongContextInputs(layers, "m", "d", T + 1, D, (0, 1), "float32", "cpu")
+    real_rows = module.long_context_layer_rows
+
+    def run(used_in_layer_0: float) -> tuple[float, list[tuple[float, float]]]:
+        now = [0.0]
+        budgets: list[tuple[float, float]] = []
+
+        def spending(z, layer, seed, tol, real, null_flag, null):
+            budgets.append((real, null))
+            share = used_in_layer_0 if layer == 0 else 1.0
+            now[0] += share * len(z) * len(LONG_CONTEXT_POINT_SETS) * (real + null)
+            return real_rows(z, layer, seed, tol, 5.0, null_flag, 5.0)
+
+        monkeypatch.setattr(module, "long_context_layer_rows", spending)
+        table = solve_long_context(
+            inputs, 0, solve_seconds=300.0, null_solve_seconds=300.0,
+            deadline_seconds=80.0, clock=lambda: now[0],
+        )  # fmt: skip
+        assert table.height == 4 * 2 * 2
+        return now[0], budgets
+
+    spent, budgets = run(1.0)
+    assert spent == pytest.approx(80.0) and budgets == [(2.5, 2.5)] * 4
+    spent, budgets = run(0.5)
+    assert spent == pytest.approx(80.0)
+    assert budgets[0] == (2.5, 2.5) and budgets[1][0] == pytest.approx(70.0 / 24)
+    # without a deadline each solve keeps its configured budget
+    assert solve_budgets(None, 4, 4, 300.0, 60.0, True) == (300.0, 60.0)
+    assert solve_budgets(1e6, 4, 4, 300.0, 60.0, True) == (300.0, 60.0)
+    assert solve_budgets(32.0, 4, 4, 300.0, None, False) == (2.0, None)
+    # the job's request: 90% of it less 2 minutes for reading, the table and the figure
+    assert solve_deadline(230) == pytest.approx(0.9 * 230 * 60 - 120)
+    assert solve_deadline(1) == 0.0 and solve_deadline(None) is None
 
 
 def test_a_bos_inside_the_hull_is_not_representable_and_the_claim_fails() -> None:

@@ -47,7 +47,7 @@ rule claims:
     log:
         paths.log("claims", "all"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("claims")
     resources:
         **job_resources("claims"),
     script:

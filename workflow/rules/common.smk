@@ -26,6 +26,7 @@ from sinkscope.config import (
 )
 from sinkscope.sizing.requests import job_threads as rule_threads
 from sinkscope.sizing.requests import rule_resources
+from sinkscope.cluster import conda_env as rule_conda_env
 from sinkscope.streaming.applicability import cache_pairs
 from sinkscope.outputs import priority
 from sinkscope.paths import Paths
@@ -79,6 +80,11 @@ def job_threads(rule):
 # Scheduling order (Snakemake runs the ready job of highest priority first): every rule's
 # priority: is sinkscope.outputs.priority(rule), stated once in the registry of outputs -- the
 # model path users wait for first, then the StreamingLLM evaluation and the model-free experiments.
+
+
+def conda_env(rule):
+    """The rule's conda environment for --sdm conda (sinkscope.cluster.conda_env), from here."""
+    return f"../../{rule_conda_env(rule, config)}"
 
 
 def job_resources(rule, minutes=None):

@@ -12,7 +12,7 @@ rule cost_toy:
     log:
         paths.log("cost_toy", "toy"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("cost_toy")
     resources:
         **job_resources("cost_toy"),
     script:
@@ -28,7 +28,7 @@ rule cost_backcopy_run:
     log:
         paths.log("cost_backcopy_run", "{pattern}_T{T}_seed{seed}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("cost_backcopy_run")
     resources:
         **job_resources("cost_backcopy_run"),
     script:
@@ -44,7 +44,7 @@ rule cost_backcopy_e2e:
     log:
         paths.log("cost_backcopy_e2e", "{pattern}_T{T}_seed{seed}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("cost_backcopy_e2e")
     resources:
         **job_resources("cost_backcopy_e2e"),
     script:
@@ -60,7 +60,7 @@ rule cost_copypaste_run:
     log:
         paths.log("cost_copypaste_run", "{pattern}_n{n}_delta{delta}_seed{seed}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("cost_copypaste_run")
     resources:
         **job_resources("cost_copypaste_run"),
     script:
@@ -84,7 +84,7 @@ rule summarize_backcopy:
     log:
         paths.log("summarize_backcopy", "all"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("summarize_backcopy")
     resources:
         **job_resources("summarize_backcopy"),
     script:
@@ -106,7 +106,7 @@ rule summarize_copypaste:
     log:
         paths.log("summarize_copypaste", "all"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("summarize_copypaste")
     resources:
         **job_resources("summarize_copypaste"),
     script:
@@ -127,7 +127,7 @@ rule summarize_backcopy_e2e:
     log:
         paths.log("summarize_backcopy_e2e", "all"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("summarize_backcopy_e2e")
     resources:
         **job_resources("summarize_backcopy_e2e"),
     script:

@@ -23,7 +23,7 @@ rule dynamics_value_softmax_run:
     log:
         paths.log("dynamics_value_softmax_run", "{run}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("dynamics_value_softmax_run")
     threads: 1
     resources:
         **job_resources("dynamics_value_softmax_run", minutes=DYNAMICS_MINUTES["value_softmax"]),
@@ -40,7 +40,7 @@ rule dynamics_induction_run:
     log:
         paths.log("dynamics_induction_run", "{run}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("dynamics_induction_run")
     threads: 1
     resources:
         **job_resources("dynamics_induction_run", minutes=DYNAMICS_MINUTES["induction"]),
@@ -57,7 +57,7 @@ rule dynamics_classification_run:
     log:
         paths.log("dynamics_classification_run", "{run}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("dynamics_classification_run")
     threads: 1
     resources:
         **job_resources("dynamics_classification_run", minutes=DYNAMICS_MINUTES["classification"]),
@@ -77,7 +77,7 @@ rule summarize_dynamics_value_softmax:
     log:
         paths.log("summarize_dynamics_value_softmax", "all"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("summarize_dynamics_value_softmax")
     resources:
         **job_resources("summarize_dynamics_value_softmax"),
     script:
@@ -96,7 +96,7 @@ rule summarize_dynamics_induction:
     log:
         paths.log("summarize_dynamics_induction", "all"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("summarize_dynamics_induction")
     resources:
         **job_resources("summarize_dynamics_induction"),
     script:
@@ -115,7 +115,7 @@ rule summarize_dynamics_classification:
     log:
         paths.log("summarize_dynamics_classification", "all"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("summarize_dynamics_classification")
     resources:
         **job_resources("summarize_dynamics_classification"),
     script:

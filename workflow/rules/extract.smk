@@ -17,7 +17,7 @@ rule extract_activations:
     log:
         paths.log("extract_activations", "{model}/{dataset}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("extract_activations")
     threads: job_threads("extract_activations")
     resources:
         **job_resources("extract_activations"),

@@ -17,7 +17,7 @@ rule analyze_geometry:
     log:
         paths.log("analyze_geometry", "{model}/{dataset}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("analyze_geometry")
     threads: 1
     resources:
         **job_resources("analyze_geometry"),
@@ -42,7 +42,7 @@ rule extract_long_context:
     log:
         paths.log("extract_long_context", "{model}/{dataset}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("extract_long_context")
     threads: 1
     resources:
         **job_resources("extract_long_context"),
@@ -62,7 +62,7 @@ rule analyze_geometry_long_context:
     log:
         paths.log("analyze_geometry_long_context", "{model}/{dataset}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("analyze_geometry_long_context")
     threads: 1
     resources:
         **job_resources("analyze_geometry_long_context"),
@@ -81,7 +81,7 @@ rule summarize_geometry:
     log:
         paths.log("summarize_geometry", "all"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("summarize_geometry")
     resources:
         **job_resources("summarize_geometry"),
     script:

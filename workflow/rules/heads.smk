@@ -13,7 +13,7 @@ rule classify_heads:
     log:
         paths.log("classify_heads", "{model}/{dataset}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("classify_heads")
     resources:
         **job_resources("classify_heads"),
     script:
@@ -33,7 +33,7 @@ rule summarize_heads:
     log:
         paths.log("summarize_heads", "all"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("summarize_heads")
     resources:
         **job_resources("summarize_heads"),
     script:

@@ -15,7 +15,7 @@ rule analyze_oversmoothing:
     log:
         paths.log("analyze_oversmoothing", "{model}/{dataset}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("analyze_oversmoothing")
     threads: job_threads("analyze_oversmoothing")
     resources:
         **job_resources("analyze_oversmoothing"),
@@ -35,7 +35,7 @@ rule summarize_oversmoothing:
     log:
         paths.log("summarize_oversmoothing", "all"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("summarize_oversmoothing")
     resources:
         **job_resources("summarize_oversmoothing"),
     script:

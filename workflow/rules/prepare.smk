@@ -12,7 +12,7 @@ rule prepare_model:
     log:
         paths.log("prepare_model", "{model}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("prepare_model")
     resources:
         **job_resources("prepare_model"),
     script:
@@ -29,7 +29,7 @@ rule prepare_corpus:
     log:
         paths.log("prepare_corpus", "{dataset}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("prepare_corpus")
     resources:
         **job_resources("prepare_corpus"),
     script:
@@ -49,7 +49,7 @@ rule tokenize_corpus:
     log:
         paths.log("tokenize_corpus", "{model}/{dataset}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("tokenize_corpus")
     resources:
         **job_resources("tokenize_corpus"),
     script:
@@ -71,7 +71,7 @@ rule cut_tokens:
     log:
         paths.log("cut_tokens", "{model}/{dataset}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("cut_tokens")
     resources:
         **job_resources("cut_tokens"),
     script:

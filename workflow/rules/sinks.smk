@@ -15,7 +15,7 @@ rule analyze_sinks:
     log:
         paths.log("analyze_sinks", "{model}/{dataset}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("analyze_sinks")
     threads: 1
     resources:
         **job_resources("analyze_sinks"),
@@ -34,7 +34,7 @@ rule summarize_sinks:
     log:
         paths.log("summarize_sinks", "all"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("summarize_sinks")
     resources:
         **job_resources("summarize_sinks"),
     script:

@@ -17,7 +17,7 @@ rule analyze_streaming:
     log:
         paths.log("analyze_streaming", "{model}/{dataset}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("analyze_streaming")
     threads: 1
     resources:
         **job_resources("analyze_streaming"),
@@ -39,7 +39,7 @@ rule analyze_streaming_recompute:
     log:
         paths.log("analyze_streaming_recompute", "{model}/{dataset}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("analyze_streaming_recompute")
     threads: 1
     resources:
         **job_resources("analyze_streaming_recompute"),
@@ -58,7 +58,7 @@ rule analyze_streaming_first_positions:
     log:
         paths.log("analyze_streaming_first_positions", "{model}/{dataset}"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("analyze_streaming_first_positions")
     resources:
         **job_resources("analyze_streaming_first_positions"),
     script:
@@ -83,7 +83,7 @@ rule summarize_streaming:
     log:
         paths.log("summarize_streaming", "all"),
     conda:
-        "../../envs/sinkscope.yaml"
+        conda_env("summarize_streaming")
     resources:
         **job_resources("summarize_streaming"),
     script:

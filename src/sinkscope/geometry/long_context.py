@@ -32,7 +32,8 @@ half-space solver's input.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -223,7 +224,6 @@ def long_context_inputs(
     ``n_sequences`` than the corpus holds streams of ``seq_len`` (:data:`LONG_CONTEXT_N_SEQUENCES_KEY`).
     """
     import logging
-    import time
 
     from sinkscope.config import long_context_seq_len
     from sinkscope.prepare.models import load_config, model_shape, pick_device
@@ -306,6 +306,47 @@ def long_context_inputs(
     )
 
 
+#: The long-context solves of a job get this share of its wall-time request, less
+#: :data:`DEADLINE_RESERVE_S` for reading the file, writing the table and drawing the figure
+#: (:func:`solve_deadline`).
+DEADLINE_FRACTION = 0.9
+DEADLINE_RESERVE_S = 120.0
+
+
+def solve_deadline(runtime_minutes: float | None) -> float | None:
+    """Seconds the half-space solves of a job with a ``runtime_minutes`` request may take in all
+    (:data:`DEADLINE_FRACTION` of it less :data:`DEADLINE_RESERVE_S`, at least 0); None without
+    a request. :func:`solve_long_context` shares them out, so the job ends inside its request
+    whatever the sets are: a solve cut short is undecided (inconclusive), never killed."""
+    if runtime_minutes is None:
+        return None
+    return max(0.0, DEADLINE_FRACTION * 60.0 * float(runtime_minutes) - DEADLINE_RESERVE_S)
+
+
+def solve_budgets(
+    remaining_s: float | None,
+    layers_left: int,
+    solves_per_layer: int,
+    solve_seconds: float | None,
+    null_solve_seconds: float | None,
+    gaussian_null: bool,
+) -> tuple[float | None, float | None]:
+    """The time budgets ``(real, null)`` of each solve of the next layer: the configured ones
+    (``solve_seconds``, ``null_solve_seconds``), each at most an equal share of the
+    ``remaining_s`` seconds over the solves left (``layers_left x solves_per_layer`` real
+    solves, as many nulls with ``gaussian_null``). Time a layer leaves unused goes to the
+    layers after it. ``remaining_s`` None: no deadline."""
+    if remaining_s is None:
+        return solve_seconds, null_solve_seconds
+    solves_left = max(1, layers_left * solves_per_layer * (2 if gaussian_null else 1))
+    share = max(0.0, remaining_s) / solves_left
+
+    def capped(budget: float | None) -> float:
+        return share if budget is None else min(float(budget), share)
+
+    return capped(solve_seconds), capped(null_solve_seconds) if gaussian_null else None
+
+
 def solve_long_context(
     inputs: LongContextInputs,
     seed: int,
@@ -315,6 +356,8 @@ def solve_long_context(
     gaussian_null: bool = True,
     null_solve_seconds: float | None = None,
     threads: int = 1,
+    deadline_seconds: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> pl.DataFrame:
     """Proposition 4.1's half-space test on the long-context attention inputs (the CPU part of
     long-context test, rule ``analyze_geometry_long_context``), one layer at a time.
@@ -330,24 +373,31 @@ def solve_long_context(
     points of the same size, dimension and covariance
     (:func:`~sinkscope.geometry.halfspace_solver.gaussian_null_margin`, seeded by ``seed`` and
     the layer, within ``null_solve_seconds``: its bracket's upper end is what the comparison with
-    the real margin needs). Returns the rows of :data:`LONG_CONTEXT_COLUMNS`.
+    the real margin needs). ``deadline_seconds``: the time all solves may take together
+    (:func:`solve_deadline` of the job's request; each layer's budgets come from
+    :func:`solve_budgets`, read on ``clock``); None: each solve has its configured budget only.
+    Returns the rows of :data:`LONG_CONTEXT_COLUMNS`.
     """
     import logging
-    import time
 
-    began = time.perf_counter()
+    began = clock()
     rows: list[dict[str, Any]] = []
+    n_layers = len(inputs.layers)
     with torch_threads(int(threads)):
-        for layer in range(len(inputs.layers)):
+        for layer in range(n_layers):
+            z_layer = inputs.layers[layer]
+            remaining = None if deadline_seconds is None else deadline_seconds - (clock() - began)
+            real_budget, null_budget = solve_budgets(
+                remaining,
+                n_layers - layer,
+                len(z_layer) * len(LONG_CONTEXT_POINT_SETS),
+                solve_seconds,
+                null_solve_seconds,
+                gaussian_null,
+            )
             rows.extend(
                 long_context_layer_rows(
-                    inputs.layers[layer],
-                    layer,
-                    seed,
-                    tol,
-                    solve_seconds,
-                    gaussian_null,
-                    null_solve_seconds,
+                    z_layer, layer, seed, tol, real_budget, gaussian_null, null_budget
                 )
             )
     logging.getLogger(__name__).info(
@@ -357,7 +407,7 @@ def solve_long_context(
         len(inputs.layers),
         inputs.seq_len,
         inputs.d_model,
-        time.perf_counter() - began,
+        clock() - began,
     )
     return long_context_frame(rows, inputs.model, inputs.dataset, inputs.seq_len)
 
