@@ -26,12 +26,12 @@ $(VENV)/.installed: $(LOCK) pyproject.toml | $(BIN)/python
 install: $(VENV)/.installed
 
 run: install
-	$(BIN)/snakemake --cores $(CORES)
+	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete
 	$(BIN)/sinkscope usage
 
 # The full offline scale (about 3-4 hours on 2 cores): config/offline-full.yaml layered on config.yaml
 run-full: install
-	$(BIN)/snakemake --cores $(CORES) --configfile config.yaml config/offline-full.yaml
+	$(BIN)/snakemake --cores $(CORES) --rerun-incomplete --configfile config.yaml config/offline-full.yaml
 	$(BIN)/sinkscope usage
 
 test: install

@@ -69,7 +69,7 @@ def test_inspect_advises_deleting_only_a_damaged_activation_file(tmp_path: Path,
 def test_layout(capsys) -> None:
     assert main(["inspect", "--layout"]) == 0
     out = capsys.readouterr().out
-    assert "attention/probs" in out and "schema version 2" in out
+    assert "attention/probs" in out and f"schema version {h5layout.SCHEMA_VERSION}" in out
     recomputed = out.split("Recomputed on reading (not stored):")[1]
     assert "attention/Z" in recomputed and "read_Z()" in recomputed
     assert "attention/values" in recomputed and "read_values()" in recomputed

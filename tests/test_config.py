@@ -373,7 +373,7 @@ def test_check_config_layers_files_as_snakemake_does_and_names_file_and_line(
     assert main(["check-config", base, str(zero)]) == 2
     err = capsys.readouterr().err
     assert f"{base} + {zero}: invalid configuration" in err
-    assert "extraction.n_sequences: 0 is less than the minimum of 1" in err
+    assert f"extraction.n_sequences ({zero}, line 2): 0 is less than the minimum of 1" in err
 
 
 def test_alternatives_and_too_short_lists_are_described_in_words(default_config: dict) -> None:

@@ -61,8 +61,10 @@ def test_slurm_partitions_gpu_types_and_the_account_are_checked_against_the_clus
     findings = slurm_findings(config, "proj", run, every_tool)
     failed = [f for f in findings if not f.ok]
     assert [f.what for f in failed] == [
-        "resources.gpu_types.h100: no GPU of that type on partition 'gpu' (its GRES: "
-        "gpu:a100:4(S:0-1), gpu:l40s:8)"
+        (
+            "resources.gpu_types.h100: no GPU of that type on partition 'gpu' (its GRES: "
+            "gpu:a100:4(S:0-1), gpu:l40s:8)"
+        )
     ]
     assert any("resources.gpu_partition = 'gpu': a partition" in f.what for f in findings)
     assert any("account 'proj'" in f.what and f.ok for f in findings)

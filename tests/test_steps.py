@@ -50,6 +50,7 @@ def test_a_failing_step_writes_its_sentence_to_the_console_and_the_traceback_to_
 
 
 from sinkscope.costs import names as cost_names
+from tests.conftest import TINY
 
 REPO = Path(__file__).resolve().parents[1]
 RULE = re.compile(r"^rule (\w+):$", re.MULTILINE)
@@ -406,6 +407,61 @@ def test_a_cluster_job_that_asked_for_a_gpu_stops_before_its_step_without_one(
     )
     assert "is a CPU build" in line and "make install LOCK=requirements-cuda.lock" in line
     assert "set resources.gpus: 0" in line and len(result.stderr.splitlines()) == 1
+
+
+POSITIONS_SCRIPT = """
+import json, sys
+from pathlib import Path
+from types import SimpleNamespace
+
+from sinkscope import steps
+
+def runs_the_model(smk):
+    Path(sys.argv[3]).write_text("the step ran")
+
+steps.STEPS["analyze_streaming"] = runs_the_model
+smk = SimpleNamespace(
+    log=[sys.argv[1]], output=[sys.argv[2]], config=json.loads(sys.argv[5]),
+    wildcards=SimpleNamespace(model="hubmodel", items=lambda: {"model": "hubmodel"}.items()),
+    input=SimpleNamespace(model_dir=sys.argv[4]), resources=SimpleNamespace(gpu=0),
+)
+steps.run("analyze_streaming", smk)
+"""
+
+
+def test_a_length_beyond_a_prepared_models_positions_is_refused_before_the_model_runs(
+    tmp_path: Path,
+) -> None:
+    """A hub model's positions are known once it is prepared: its StreamingLLM job refuses a
+    ``stream_length`` beyond them before its step runs, with the sentence the config check
+    gives a ``local`` model of the same ``config.json`` (only the file named differs)."""
+    import json
+
+    from sinkscope.config import ConfigError, load_layered_config, validate_config
+
+    prepared = tmp_path / "prepared"
+    prepared.mkdir()
+    (prepared / "config.json").write_text(json.dumps({"max_position_embeddings": 64}))
+    config = validate_config(load_layered_config([TINY]))
+    config["streaming"]["params"]["stream_length"] = 96
+    log, output, ran = tmp_path / "job.log", tmp_path / "out.parquet", tmp_path / "ran"
+    result = subprocess.run(
+        [sys.executable, "-c", POSITIONS_SCRIPT, str(log), str(output), str(ran), str(prepared),
+         json.dumps(config)],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert result.returncode != 0 and not ran.exists(), result.stderr
+    sentence = (
+        "streaming.params.stream_length: 96 exceeds the 64 positions of models.hubmodel "
+        "(max_position_embeddings in {}); set it to at most 64"
+    )
+    assert sentence.format(prepared / "config.json") in result.stderr
+    local = dict(config)
+    local["models"] = {"hubmodel": {**config["models"]["smollm2-135m"],
+                                    "source": {"kind": "local", "path": str(prepared)}}}  # fmt: skip
+    with pytest.raises(ConfigError) as error:
+        validate_config(local)
+    assert sentence.format(prepared / "config.json") in str(error.value)
 
 
 def test_a_cuda_build_that_cannot_use_the_gpu_names_the_driver(

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import sys
 from collections.abc import Sequence
@@ -226,7 +227,7 @@ def _pin_revisions(config: str, check: bool) -> int:
 
 
 def _plan(configfiles: Sequence[str], snakefile: str) -> int:
-    from sinkscope.config import check_config_files
+    from sinkscope.config import check_config_files, load_layered_config, validate_config
     from sinkscope.sizing.plan import dag_jobs, plan_rows, render_plan
 
     missing = [path for path in (*configfiles, snakefile) if not os.path.isfile(path)]
@@ -235,6 +236,8 @@ def _plan(configfiles: Sequence[str], snakefile: str) -> int:
         return 2
     try:
         check_config_files(configfiles)
+        # every problem the workflow's parse would raise, as one message before the dry run
+        validate_config(load_layered_config(configfiles))
     except ValueError as error:
         print(f"sinkscope plan: {error}", file=sys.stderr)
         return 2
@@ -260,6 +263,37 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         return 128 + signal.SIGPIPE
     return status
+
+
+def _verify(path: str) -> int:
+    """``sinkscope inspect --verify FILE``: every chunk read and checked
+    (:func:`sinkscope.extraction.h5codec.damaged_chunks`); 0 when none is damaged, 1 naming each
+    damaged one with the rebuild advice, 2 when the file cannot be opened."""
+    import h5py
+
+    from sinkscope.extraction.h5codec import damaged_chunks
+
+    try:
+        with h5py.File(path, "r") as handle:
+            found = damaged_chunks(handle)
+            count = [0]
+            handle.visititems(
+                lambda _n, item: count.__setitem__(0, count[0] + isinstance(item, h5py.Dataset))
+            )
+    except OSError as error:
+        print(f"sinkscope inspect: {path}: not a readable HDF5 file ({error})", file=sys.stderr)
+        return 2
+    if not found:
+        print(f"{path}: every chunk of its {count[0]} datasets read back and matched its checksum")
+        return 0
+    for problem in found:
+        print(f"{path}: {problem}", file=sys.stderr)
+    print(
+        f"sinkscope inspect: {path} is damaged ({len(found)} problem(s)); "
+        + h5layout.REBUILD_ADVICE.format(path=shlex.quote(path)),
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _preflight(configfiles: Sequence[str], account: str | None, srun: bool) -> int:
@@ -311,6 +345,11 @@ def _main(argv: Sequence[str] | None) -> int:
         help="results/activations/{model}/{dataset}.h5 or results/long_context/{model}/{dataset}.h5",
     )
     inspect.add_argument("--layout", action="store_true", help="print the file layout and exit")
+    inspect.add_argument(
+        "--verify",
+        action="store_true",
+        help="read every chunk and check its checksum; exit 1 naming any damaged chunk",
+    )
     inspect.add_argument(
         "--attention",
         nargs=3,
@@ -403,6 +442,8 @@ def _main(argv: Sequence[str] | None) -> int:
         return 0
     if not args.file:
         parser.error("inspect needs a FILE (or --layout)")
+    if args.verify:
+        return _verify(args.file)
     from sinkscope.geometry.long_context_file import (
         describe_long_context_file,
         is_long_context_file,

@@ -19,7 +19,7 @@ import copy
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,6 @@ import jsonschema
 import yaml
 
 from sinkscope.config_schema import load_schema
-from sinkscope.prepare.model_config import local_position_limit
 from sinkscope.variants import NO_BOS_SUFFIX, is_no_bos, no_bos_id, source_dataset
 
 
@@ -291,37 +290,94 @@ def analysis_runs(config: Mapping[str, Any], analysis: str) -> bool:
     return runs
 
 
-def _position_problems(config: Mapping[str, Any]) -> list[str]:
-    """Every token length the config asks a model to run beyond the positions of a model whose
-    ``config.json`` is readable now (a ``local`` source; the others are known only after
-    preparation, and :func:`sinkscope.geometry.long_context.long_context_inputs` checks them
-    before loading the weights): ``extraction.context_length`` (+ 1 for BOS),
-    ``geometry.long_context.seq_len`` and ``streaming.params.stream_length`` (whose "dense"
-    reference would otherwise silently be a window of the model's positions). Only the limit
-    counts, not ``d_model``: a model with ``d_model >= seq_len - 1`` gets long-context rows
-    marked trivially separable. An ``"auto"`` ``geometry.long_context.seq_len`` is never beyond
-    the positions (:func:`long_context_seq_len`)."""
-    lengths = {"extraction.context_length": (config["extraction"]["context_length"], 1)}
+#: The token lengths each model-running rule asks of a model (the config keys of
+#: :func:`model_lengths`): checked against the prepared model's positions before any work
+#: (:func:`check_model_positions`).
+RULE_LENGTH_KEYS: Mapping[str, tuple[str, ...]] = {
+    "extract_activations": ("extraction.context_length",),
+    "analyze_streaming": ("streaming.params.stream_length",),
+    "analyze_streaming_recompute": ("streaming.params.stream_length",),
+    "extract_long_context": ("geometry.long_context.seq_len",),
+}
+
+
+def model_lengths(config: Mapping[str, Any]) -> dict[str, tuple[int, int]]:
+    """``{config key: (tokens, extra)}``: the token lengths the config runs a model at, plus the
+    positions added (BOS): ``extraction.context_length`` (+ 1), ``geometry.long_context.seq_len``
+    (unless ``"auto"``, which is never beyond the positions: :func:`long_context_seq_len`) and
+    ``streaming.params.stream_length`` (whose "dense" reference would otherwise silently be a
+    window of the model's positions), each where its analysis runs."""
+    lengths = {"extraction.context_length": (int(config["extraction"]["context_length"]), 1)}
     seq_len = config["geometry"]["long_context"]["seq_len"]
     if analysis_runs(config, "geometry.long_context") and seq_len != AUTO_SEQ_LEN:
-        lengths["geometry.long_context.seq_len"] = (seq_len, 0)
+        lengths["geometry.long_context.seq_len"] = (int(seq_len), 0)
     if analysis_runs(config, "streaming"):
         length = streaming_params(config)["stream_length"]
-        lengths["streaming.params.stream_length"] = (length, 0)
+        lengths["streaming.params.stream_length"] = (int(length), 0)
+    return lengths
+
+
+def position_problems(
+    config: Mapping[str, Any],
+    model: str,
+    limit: tuple[str, int],
+    where: str | Path,
+    keys: Iterable[str] | None = None,
+) -> list[str]:
+    """One sentence per length of :func:`model_lengths` (only ``keys``, when given) beyond the
+    positions ``limit`` (``(attribute, value)`` of the model's ``config.json`` at ``where``):
+    the key, the length, the model, the file and the largest length that fits. The config
+    check gives it for ``local`` models; every model-running job for its own model once
+    ``prepare_model`` has read the positions (:func:`check_model_positions`)."""
+    wanted = None if keys is None else set(keys)
+    problems = []
+    for key, (length, extra) in model_lengths(config).items():
+        if (wanted is None or key in wanted) and length + extra > limit[1]:
+            plus = f" + {extra} (BOS)" if extra else ""
+            problems.append(
+                f"{key}: {length}{plus} exceeds the {limit[1]} positions of models.{model} "
+                f"({limit[0]} in {where}); set it to at most {limit[1] - extra}"
+            )
+    return problems
+
+
+def _position_problems(config: Mapping[str, Any]) -> list[str]:
+    """:func:`position_problems` of every model whose ``config.json`` is readable now (a
+    ``local`` source; the others are checked by their jobs once prepared); a ``config.json``
+    that is not JSON is a problem of its own, naming the file and the line."""
+    from sinkscope.prepare.model_config import ModelConfigError, local_position_limit
+
     problems = []
     for name, entry in config["models"].items():
-        limit = local_position_limit(entry["source"])
-        if limit is None:
+        try:
+            limit = local_position_limit(entry["source"], f"models.{name}.source.path")
+        except ModelConfigError as error:
+            problems.append(str(error))
             continue
-        for key, (length, extra) in lengths.items():
-            if length + extra > limit[1]:
-                plus = f" + {extra} (BOS)" if extra else ""
-                problems.append(
-                    f"{key}: {length}{plus} exceeds the {limit[1]} positions of models.{name} "
-                    f"({limit[0]} in {Path(entry['source']['path']) / 'config.json'}); set it to "
-                    f"at most {limit[1] - extra}"
-                )
+        if limit is not None:
+            where = Path(entry["source"]["path"]) / "config.json"
+            problems.extend(position_problems(config, name, limit, where))
     return problems
+
+
+def check_model_positions(
+    config: Mapping[str, Any], model: str, prepared_dir: str | Path, rule: str
+) -> None:
+    """Before ``rule`` loads ``model``: raise :class:`ConfigError` when a length it runs at
+    (:data:`RULE_LENGTH_KEYS`) exceeds the positions in the prepared ``config.json``, with the
+    sentence the config check gives a ``local`` model (:func:`position_problems`): a hub or
+    registry model's positions are known only once ``prepare_model`` has run."""
+    from sinkscope.prepare.model_config import position_limit, read_config_json
+
+    if rule not in RULE_LENGTH_KEYS:
+        return
+    where = Path(prepared_dir) / "config.json"
+    limit = position_limit(read_config_json(where, f"models.{model}"))
+    if limit is None:
+        return
+    problems = position_problems(config, model, limit, where, RULE_LENGTH_KEYS[rule])
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 def backcopy_params(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -561,7 +617,60 @@ def load_layered_config(paths: Iterable[str | Path]) -> dict[str, Any]:
     try:
         return validate_config(merged)
     except ConfigError as error:
-        raise ConfigError(f"{' + '.join(map(str, paths))}: {error}") from error
+        located = locate_problems(str(error), paths)
+        raise ConfigError(f"{' + '.join(map(str, paths))}: {located}") from error
+
+
+def _key_marks(path: Path) -> dict[tuple[str, ...], yaml.Mark]:
+    """Where each key of a YAML config file is written: ``{key path: mark of the key}`` (JSON
+    files and unreadable ones: empty)."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        json.loads(text)
+        return {}  # JSON: no line marks
+    except ValueError:
+        pass
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        return {}
+    marks: dict[tuple[str, ...], yaml.Mark] = {}
+
+    def visit(current: yaml.Node | None, prefix: tuple[str, ...]) -> None:
+        if isinstance(current, yaml.MappingNode):
+            for key_node, value_node in current.value:
+                if isinstance(key_node, yaml.ScalarNode):
+                    key = (*prefix, str(key_node.value))
+                    marks[key] = key_node.start_mark
+                    visit(value_node, key)
+        elif isinstance(current, yaml.SequenceNode):
+            for index, item in enumerate(current.value):
+                marks[(*prefix, str(index))] = item.start_mark
+                visit(item, (*prefix, str(index)))
+
+    visit(node, ())
+    return marks
+
+
+def locate_problems(message: str, paths: Sequence[Path]) -> str:
+    """``message`` (a :class:`ConfigError`'s ``"  - <dotted key>: <problem>"`` lines) with the
+    file and line that set each key, or its nearest written parent (the last file that writes
+    it wins, as in the layering), after the key."""
+    marks: dict[tuple[str, ...], tuple[Path, yaml.Mark]] = {}
+    for path in paths:
+        marks.update({key: (path, mark) for key, mark in _key_marks(path).items()})
+    lines = []
+    for line in message.splitlines():
+        head, sep, rest = line.partition(": ")
+        if line.startswith("  - ") and sep:
+            key = tuple(head[4:].split("."))
+            while key and key not in marks:
+                key = key[:-1]
+            if key:
+                path, mark = marks[key]
+                line = f"{head} ({path}, line {mark.line + 1}){sep}{rest}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def dataset_ids(config: Mapping[str, Any]) -> list[str]:
@@ -605,6 +714,21 @@ def model_entry(config: Mapping[str, Any], model: str) -> dict[str, Any]:
 def extraction_content(config: Mapping[str, Any]) -> dict[str, Any]:
     """``extraction`` without :data:`EXTRACTION_RUN_KEYS`: what an activation file depends on."""
     return {k: v for k, v in config["extraction"].items() if k not in EXTRACTION_RUN_KEYS}
+
+
+def content_settings(config: Mapping[str, Any], model: str, dataset_id: str) -> dict[str, Any]:
+    """Every setting a pair's activation file depends on, by config section: ``model``
+    (:func:`model_entry`: the source and its revision, the dtype, the attention kernel),
+    ``dataset`` (:func:`dataset_entry`: the source, its cleaning and cut) and ``extraction``
+    (:func:`extraction_content`: N, T, the seed, the storage dtypes and codecs). The extraction
+    records it in the file, and every rule that reads the file compares it with its own config
+    (:func:`sinkscope.extraction.h5layout.check_pair`); descriptions and how the file was
+    written (device, batch size) are not in it, so editing them changes nothing."""
+    return {
+        "model": model_entry(config, model),
+        "dataset": dataset_entry(config, dataset_id),
+        "extraction": extraction_content(config),
+    }
 
 
 def dataset_entry(config: Mapping[str, Any], dataset_id: str) -> dict[str, Any]:

@@ -24,6 +24,22 @@ PairSets = Mapping[str, Sequence[tuple[str, str]]]
 class Paths:
     root: str = "results"
 
+    def folder_problems(self) -> list[str]:
+        """Files where the workflow needs folders: ``root`` itself, and any entry directly
+        under it without a suffix (every folder of the layout; the files there, ``claims.*``,
+        have one). One sentence each, with the fix; checked before the DAG is built, where
+        Snakemake would otherwise stop on ``NotADirectoryError``."""
+        from pathlib import Path
+
+        root = Path(self.root)
+        blocked = [root] if root.exists() and not root.is_dir() else []
+        if root.is_dir():
+            blocked += sorted(e for e in root.iterdir() if e.is_file() and not e.suffix)
+        return [
+            f"{entry}: a file where the workflow writes a folder; move or delete it"
+            for entry in blocked
+        ]
+
     # preparation
     @property
     def model_dir(self) -> str:

@@ -314,7 +314,7 @@ def _access_finding(
             f"{label}: no such repository (or a private one this token cannot see)",
             f"check the id and the token ({page})",
         )
-    except Exception as error:  # network errors of every kind: say which
+    except Exception as error:  # noqa: BLE001 - any failure to reach the hub: named, one line
         return Finding(
             False,
             f"{label}: the hub did not answer ({type(error).__name__})",

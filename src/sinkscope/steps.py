@@ -127,6 +127,11 @@ def extract_activations(smk: Any) -> None:
         overlap_writes=run.get("overlap_writes", "auto"),
     )
     digest = config_digest(smk.params.model_entry, smk.params.dataset_entry, extraction)
+    content = {
+        "model": smk.params.model_entry,
+        "dataset": smk.params.dataset_entry,
+        "extraction": extraction,
+    }  # sinkscope.config.content_settings of the run's config: the rule's params
     extract(
         Path(smk.input.model_dir),
         Path(smk.input.tokens),
@@ -134,14 +139,19 @@ def extract_activations(smk: Any) -> None:
         smk.params.model_entry,
         settings,
         digest,
+        content_settings=content,
     )
 
 
 def _activations(smk: Any) -> Path:
-    """The job's activation file, checked to be its pair's (``{model}``, ``{dataset}``)."""
+    """The job's activation file, checked to be its pair's (``{model}``, ``{dataset}``) and made
+    with this run's settings (:func:`sinkscope.config.content_settings` of its config)."""
+    from sinkscope.config import content_settings
     from sinkscope.extraction.h5layout import check_pair
 
-    return check_pair(smk.input.activations, smk.wildcards.model, smk.wildcards.dataset)
+    model, dataset = smk.wildcards.model, smk.wildcards.dataset
+    expected = content_settings(smk.config, model, dataset)
+    return check_pair(smk.input.activations, model, dataset, expected)
 
 
 def classify_heads(smk: Any) -> None:
@@ -665,6 +675,7 @@ def run(step: str, smk: Any) -> None:
     (:func:`sinkscope.prepare.models.check_requested_gpu`); delete what killed earlier jobs of
     the same outputs left behind (their temporary files and folders; Snakemake runs one job per
     output, so all are stale), then run the step."""
+    from sinkscope.config import RULE_LENGTH_KEYS, check_model_positions
     from sinkscope.sizing.usage import usage_line
 
     started = time.monotonic()
@@ -677,6 +688,9 @@ def run(step: str, smk: Any) -> None:
             from sinkscope.prepare.models import check_requested_gpu
 
             check_requested_gpu(step, gpus)
+        model_dir = getattr(getattr(smk, "input", None), "model_dir", None)
+        if step in RULE_LENGTH_KEYS and model_dir:  # beyond the prepared model's positions
+            check_model_positions(smk.config, smk.wildcards.model, model_dir, step)
         for output in smk.output:
             remove_stale_partials(output)
         step_of(step)(smk)

@@ -3,7 +3,7 @@
 What is checked against an independent recomputation (a plain transformers forward without hooks,
 or the model's own modules):
 * X = hidden_states[l], A = the attention probabilities;
-* Z and the value vectors, recomputed from X by ``h5read.read_Z`` / ``read_values`` (schema 2
+* Z and the value vectors, recomputed from X by ``h5read.read_Z`` / ``read_values`` (the layout
   stores neither), equal what the model's input norm and value projection output in a hooked
   forward, in float32 and in a bfloat16 forward (whose roundings ``input_norm`` reproduces);
 * the value vectors equal Z W_V^T + b_V with the stored per-head weights (GQA expanded);
@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import torch
 
-from sinkscope.extraction import h5layout, h5read
+from sinkscope.extraction import h5codec, h5layout, h5read
 from sinkscope.extraction.batching import (
     CPU_BATCH_BUDGET_BYTES,
     auto_batch_size,
@@ -228,12 +228,16 @@ def test_truncated_and_foreign_files_are_rejected(extracted, tmp_path: Path) -> 
         del f.attrs["complete"]
     with pytest.raises(h5layout.ActivationFileError, match=r"never completed.*\(rm "):
         h5layout.open_activations(unfinished)
-    old = tmp_path / "schema1.h5"  # schema 1 stored Z and the values; no dual code path
-    old.write_bytes(path.read_bytes())
-    with h5py.File(old, "a") as f:
-        f.attrs["schema_version"] = 1
-    with pytest.raises(h5layout.ActivationFileError, match="version 1 is not 2; re-run the"):
-        h5layout.open_activations(old)
+    # schema 1 stored Z and the values, schema 2 had no checksums: both are extracted again
+    for version in (1, 2):
+        old = tmp_path / f"schema{version}.h5"
+        old.write_bytes(path.read_bytes())
+        with h5py.File(old, "a") as f:
+            f.attrs["schema_version"] = version
+        with pytest.raises(
+            h5layout.ActivationFileError, match=f"version {version} is not 3; re-run the"
+        ):
+            h5layout.open_activations(old)
     broken = tmp_path / "no_norm.h5"  # a file without the norm attributes names them
     broken.write_bytes(path.read_bytes())
     with h5py.File(broken, "a") as f:
@@ -266,6 +270,124 @@ def test_a_damaged_chunk_names_the_file_and_its_rebuild(extracted, tmp_path: Pat
     assert f"(rm {damaged}) and run snakemake again" in str(error.value)
     with h5layout.open_activations(damaged) as f, pytest.raises(KeyError):  # not a file error
         f["no/such/dataset"]
+
+
+def _flip_middle_of_chunk(path: Path, dataset: str, coord: tuple[int, ...], n: int = 64) -> None:
+    """Invert ``n`` bytes in the middle of one stored chunk, keeping the file's size and times
+    (what a bad disk or copy does unseen)."""
+    import os
+
+    times = os.stat(path)
+    with h5py.File(path, "r") as f:
+        info = f[dataset].id.get_chunk_info_by_coord(coord)
+    with open(path, "r+b") as handle:
+        handle.seek(info.byte_offset + info.size // 2 - n // 2)
+        data = handle.read(n)
+        handle.seek(info.byte_offset + info.size // 2 - n // 2)
+        handle.write(bytes(b ^ 0xFF for b in data))
+    os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))
+
+
+@pytest.mark.parametrize("extracted", ["llama"], indirect=True)
+def test_damaged_bytes_in_a_raw_and_a_compressed_dataset_are_caught_on_read(
+    extracted, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """64 bytes inverted in the middle of a chunk of ``residual/X`` (stored raw) and of
+    ``attention/probs`` (zstd), size and modification time kept: every way of reading them
+    fails, naming the file, the dataset and the fix: the analyses' threaded reader, a plain
+    h5py read inside ``open_activations`` and ``sinkscope inspect --verify`` (exit 1; 0 on the
+    intact file). Without the Fletcher-32 checksums the raw bytes would read back silently."""
+    import shutil
+
+    from sinkscope.cli import main
+    from tests.conftest import SETTINGS
+
+    _, first, _, _ = extracted
+    path = tmp_path / "intact.h5"  # the default storage: residual/X raw, the maps zstd
+    settings = dataclasses.replace(SETTINGS, uncompressed=("residual", "activations"))
+    entry = {"dtype": "float32", "attn_implementation": "eager"}
+    tokens = first.parent / "tokens.json"
+    extract_activations(first.parent / "prepared", tokens, path, entry, settings, "c", False)
+    damaged = tmp_path / "damaged.h5"
+    shutil.copy2(path, damaged)
+    with h5layout.open_activations(damaged) as f:
+        assert h5codec.pipeline(f[h5layout.RESIDUAL_X]) == h5codec.PIPELINES["none"]
+        assert h5codec.pipeline(f[h5layout.ATTENTION_PROBS]) == h5codec.PIPELINES["zstd"]
+    _flip_middle_of_chunk(damaged, h5layout.RESIDUAL_X, (1, 0, 0, 0))
+    _flip_middle_of_chunk(damaged, h5layout.ATTENTION_PROBS, (0, 1, 0, 0, 0))
+    assert damaged.stat().st_size == path.stat().st_size
+    advice = f"(rm {damaged}) and run snakemake again"
+    for name, layer, sequence in ((h5layout.RESIDUAL_X, 1, 0), (h5layout.ATTENTION_PROBS, 0, 1)):
+        with (
+            h5layout.open_activations(damaged) as f,
+            pytest.raises(h5layout.ActivationFileError) as error,
+        ):
+            h5read.read_layer(f[name], layer)
+        message = str(error.value)
+        assert message.startswith(f"{damaged}: /{name} chunk (layer {layer}, sequence {sequence})")
+        assert "Fletcher-32 checksum mismatch" in message and advice in message
+        with (
+            pytest.raises(h5layout.ActivationFileError) as error,
+            h5layout.open_activations(damaged) as f,
+        ):
+            f[name][layer]
+        message = str(error.value)
+        assert "; damaged: " in message and advice in message
+        assert f"/{h5layout.RESIDUAL_X} chunk (1, 0, 0, 0): Fletcher-32" in message
+        assert f"/{h5layout.ATTENTION_PROBS} chunk (0, 1, 0, 0, 0): Fletcher-32" in message
+    assert main(["inspect", "--verify", str(path)]) == 0
+    assert "matched its checksum" in capsys.readouterr().out
+    assert main(["inspect", "--verify", str(damaged)]) == 1
+    err = capsys.readouterr().err
+    assert f"{damaged}: /{h5layout.RESIDUAL_X} chunk (1, 0, 0, 0): Fletcher-32" in err
+    assert f"{damaged}: /{h5layout.ATTENTION_PROBS} chunk (0, 1, 0, 0, 0): Fletcher-32" in err
+    assert f"rm {damaged}" in err
+
+
+@pytest.mark.parametrize("extracted", ["llama"], indirect=True)
+def test_a_file_made_with_other_settings_is_refused_naming_what_differs(
+    extracted, tmp_path: Path
+) -> None:
+    """A pair's file made by a run with N = 3 and T = 20 (what the extraction records,
+    :func:`sinkscope.config.content_settings`) is refused by a run of the same pair with N = 2,
+    T = 32 and another model path, naming each differing key with the file's and the config's
+    value and the rebuild; a run that differs only in descriptions, the batch size or the device
+    reads it."""
+    import copy
+
+    from sinkscope.config import content_settings, load_layered_config, validate_config
+    from tests.conftest import SETTINGS, TINY
+
+    _, first, _, _ = extracted
+    weights = str(first.parent / "weights")
+    base = validate_config(load_layered_config([TINY]))  # the defaults filled in
+    base["models"] = {"llama": {**base["models"]["smollm2-135m"], "source": {
+        "kind": "local", "path": weights}}}  # fmt: skip
+    base["datasets"] = {"random": base["datasets"]["alice"]}
+    made = copy.deepcopy(base)
+    made["extraction"].update(n_sequences=3, context_length=20)
+    path = tmp_path / "made.h5"
+    entry = {"dtype": "float32", "attn_implementation": "eager"}
+    extract_activations(
+        first.parent / "prepared", first.parent / "tokens.json", path, entry, SETTINGS, "c",
+        False, content_settings=content_settings(made, "llama", "random"),
+    )  # fmt: skip
+    same = copy.deepcopy(made)
+    same["models"]["llama"]["description"] = "edited"
+    same["datasets"]["random"]["description"] = "edited"
+    same["extraction"].update(batch_size=1, device="cpu")
+    assert h5layout.check_pair(path, "llama", "random", content_settings(same, "llama", "random"))
+    other = copy.deepcopy(base)
+    other["models"]["llama"]["source"]["path"] = weights + "-other"
+    with pytest.raises(h5layout.ActivationFileError) as error:
+        h5layout.check_pair(path, "llama", "random", content_settings(other, "llama", "random"))
+    message = str(error.value)
+    assert message.startswith(f"{path}: it was extracted with other settings than this run's (")
+    assert "extraction.context_length: file 20, config 32" in message
+    assert "extraction.n_sequences: file 3, config 2" in message
+    assert f"models.llama.source.path: file {weights!r}, config {weights + '-other'!r}" in message
+    assert f"(rm {path}) and run snakemake again" in message
+    assert "storage_dtypes" not in message and "description" not in message
 
 
 # A child process that runs the extraction and stalls in its first batch write, the HDF5 file

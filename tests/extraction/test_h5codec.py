@@ -47,6 +47,59 @@ def test_encoded_chunks_decode_through_hdf5_own_pipeline(
         np.testing.assert_array_equal(decoded.reshape(chunk.shape), chunk)
 
 
+@pytest.mark.parametrize("size", [1, 2, 3, 777, 8191, 8192, 8193, 100_001, 3_000_001])
+def test_fletcher32_equals_the_checksum_hdf5_writes(tmp_path: Path, size: int) -> None:
+    """:func:`h5codec.fletcher32` against HDF5's own Fletcher-32 filter: HDF5 writes a chunk of
+    ``size`` random bytes (odd sizes, partial and whole blocks of 4,096 words), and the 4 bytes
+    it appends equal the function of the chunk's bytes. Also the all-0xFF chunk, where a sum is
+    a positive multiple of 65535 (HDF5 keeps 65535, not 0), and the all-zero one."""
+    rng = np.random.default_rng(size)
+    payloads = [rng.integers(0, 256, size, dtype=np.uint8)]
+    if size > 1000:
+        payloads += [np.full(size, 255, np.uint8), np.zeros(size, np.uint8)]
+    for index, payload in enumerate(payloads):
+        with h5py.File(tmp_path / "f.h5", "w") as f:
+            f.create_dataset("d", data=payload[None], chunks=(1, max(size, 1)), fletcher32=True)
+        with h5py.File(tmp_path / "f.h5", "r") as f:
+            _mask, raw = f["d"].id.read_direct_chunk((0, 0))
+        assert raw[:-4] == payload.tobytes(), index
+        assert h5codec.fletcher32(raw[:-4]) == int.from_bytes(raw[-4:], "little"), index
+
+
+def test_a_changed_byte_fails_the_checksum_in_both_readers(tmp_path: Path) -> None:
+    """A chunk with one byte changed after it was written: h5py (HDF5's filter) refuses to read
+    it, and :func:`h5codec.decode_chunk` raises naming the Fletcher-32 mismatch, for a raw and a
+    compressed pipeline."""
+    chunk = np.arange(4 * 6, dtype="float32").reshape(4, 6)
+    for codec, level in (("none", 0), ("zstd", 1)):
+        filters = h5codec.dataset_filters(codec, level, 4)
+        payload = bytearray(h5codec.encode_chunk(chunk, codec, level))
+        payload[len(payload) // 2] ^= 0x40
+        with h5py.File(tmp_path / f"{codec}.h5", "w") as f:
+            ds = f.create_dataset(
+                "d", shape=(1, 4, 6), dtype="float32", chunks=(1, 4, 6), **filters
+            )
+            ds.id.write_direct_chunk((0, 0, 0), bytes(payload))
+        with h5py.File(tmp_path / f"{codec}.h5", "r") as f:
+            with pytest.raises(OSError):
+                f["d"][0]
+            mask, raw = f["d"].id.read_direct_chunk((0, 0, 0))
+            with pytest.raises(ValueError, match="Fletcher-32 checksum mismatch"):
+                h5codec.decode_chunk(raw, h5codec.pipeline(f["d"]), mask, np.dtype("float32"))
+            assert h5codec.damaged_chunks(f) == [
+                "/d chunk (0, 0, 0): " + next(iter(_decode_errors(f["d"])))
+            ]
+
+
+def _decode_errors(dataset: h5py.Dataset) -> list[str]:
+    mask, raw = dataset.id.read_direct_chunk((0, 0, 0))
+    try:
+        h5codec.decode_chunk(raw, h5codec.pipeline(dataset), mask, np.dtype(dataset.dtype))
+    except ValueError as error:
+        return [str(error)]
+    return []
+
+
 def _assert_threaded_reader_equal(handle: h5py.File, reference: h5py.File, label: str) -> None:
     """Every layer of every per-layer dataset, read by the analyses' threaded reader from
     ``handle``, equals h5py's own read of ``reference``."""
@@ -80,7 +133,9 @@ def test_every_dataset_round_trips_under_every_codec(extracted, tmp_path: Path) 
                 assert handle.attrs["codec"] == f"{codec}(1)"
                 for spec in h5layout.DATASETS:
                     ds, ref = handle[spec.name], reference[spec.name]
-                    assert h5codec.pipeline(ds)[-1] in (h5codec.FILTER_ZSTD, h5codec.FILTER_DEFLATE)
+                    *codecs, checksum = h5codec.pipeline(ds)
+                    assert codecs[-1] in (h5codec.FILTER_ZSTD, h5codec.FILTER_DEFLATE)
+                    assert checksum == h5codec.FILTER_FLETCHER32
                     np.testing.assert_array_equal(ds[...], ref[...], err_msg=f"{codec} {spec.name}")
                 _assert_threaded_reader_equal(handle, reference, codec)
 
@@ -118,9 +173,9 @@ def test_uncompressed_kinds_are_stored_raw_and_read_back_bit_for_bit(
         assert raw == {h5layout.RESIDUAL_X, h5layout.ATTENTION_RESIDUAL_UPDATE}
         for spec in h5layout.DATASETS:
             ds = handle[spec.name]
-            expected = () if spec.name in raw else h5codec.PIPELINES["zstd"]
+            expected = h5codec.PIPELINES["none" if spec.name in raw else "zstd"]
             if spec.name not in raw and ds.dtype.itemsize == 1:
-                expected = (h5codec.FILTER_ZSTD,)
+                expected = (h5codec.FILTER_ZSTD, h5codec.FILTER_FLETCHER32)
             assert h5codec.pipeline(ds) == expected, spec.name
             np.testing.assert_array_equal(ds[...], reference[spec.name][...], err_msg=spec.name)
         _assert_threaded_reader_equal(handle, reference, "mixed")

@@ -88,7 +88,12 @@ def test_a_damaged_chunk_names_the_file_and_chunk(tmp_path: Path, compression) -
     path = tmp_path / "c.h5"
     with h5py.File(path, "w") as f:
         ds = f.create_dataset(
-            "d", data=data, chunks=(1, 1, 4, 6), compression=compression, shuffle=True
+            "d",
+            data=data,
+            chunks=(1, 1, 4, 6),
+            compression=compression,
+            shuffle=True,
+            fletcher32=True,
         )
         ds.id.write_direct_chunk((0, 1, 0, 0), b"not deflate")
     with h5py.File(path, "r") as f:

@@ -407,6 +407,35 @@ def test_hub_model_without_hub_access_fails_in_prepare_model(tmp_path: Path) -> 
     assert not models.exists() or not any(models.iterdir()), list(models.iterdir())
 
 
+def test_an_unreachable_hub_is_asked_once_without_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """huggingface_hub's ``snapshot_download`` retries an unresolvable host for about 25 s: one
+    ``model_info`` request without retries asks first, and its failure is the job's message;
+    the download never starts."""
+    import huggingface_hub
+
+    from sinkscope.prepare import models
+
+    class Retried(BaseException):  # not an Exception: no handler in the code under test hides it
+        pass
+
+    def unresolvable(*args, **kwargs):
+        raise ConnectionError("[Errno -2] Name or service not known")
+
+    def retrying(*args, **kwargs):
+        raise Retried("snapshot_download ran: it retries for about 25 s")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", unresolvable)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", retrying)
+    with pytest.raises(models.HubModelUnavailableError) as error:
+        models.fetch_hub_model("gpt2-hub", "openai-community/gpt2", "main")
+    assert str(error.value).startswith(
+        "models.gpt2-hub: could not fetch hub model 'openai-community/gpt2' at revision 'main': "
+        "ConnectionError: [Errno -2] Name or service not known"
+    )
+
+
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 HUB_SCRIPT = """

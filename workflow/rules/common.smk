@@ -1,10 +1,13 @@
 # Config validation and the target list. Runs when the workflow is parsed, before any job.
 
 from snakemake.logging import logger
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 # (the Snakefile puts this repository's src/ on sys.path)
 from sinkscope.config import (
+    ConfigError,
+    locate_problems,
     LONG_CONTEXT_INPUT_KEYS,
     LONG_CONTEXT_SOLVE_KEYS,
     backcopy_end_to_end_params,
@@ -34,9 +37,15 @@ from sinkscope.paths import Paths
 
 # sinkscope's validator first: its messages name every offending key as a dotted path; then
 # Snakemake's own validate() against the same schema, as the workflow catalog expects.
-config.update(validate_config(config))
+try:
+    config.update(validate_config(config))
+except ConfigError as error:  # one message naming every offending key and where it is set
+    files = [Path(f) for f in workflow.overwrite_configfiles or ["config.yaml"]]
+    raise WorkflowError(locate_problems(str(error), files)) from None
 validate(config, "../schemas/config.schema.yaml")
 paths = Paths("results")
+if paths.folder_problems():  # a file where results/ (or one of its folders) should be
+    raise WorkflowError("; ".join(paths.folder_problems()))
 for warning in config_warnings(config):
     logger.warning(f"sinkscope: warning: {warning}")
 logger.info(

@@ -6,7 +6,7 @@ once per file, the per-head value and output maps (``W_V``, ``W_O``), the input 
 biases and, as attributes, the norm's kind, epsilon and rounding (:func:`sinkscope.extraction.introspection.input_norm_settings`).
 The normed attention input ``Z`` and the value vectors are not stored: they are functions of
 ``X`` and these weights, recomputed by :func:`sinkscope.extraction.h5read.read_Z` and
-:func:`~sinkscope.extraction.h5read.read_values` (schema 2). The layout is defined in
+:func:`~sinkscope.extraction.h5read.read_values`. The layout is defined in
 :mod:`sinkscope.extraction.h5layout`.
 
 Models whose heads have a learned sink logit (gpt-oss's ``self_attn.sinks``: one logit per head,
@@ -87,6 +87,7 @@ def extract_activations(
     settings: ExtractionSettings,
     config_sha256: str,
     progress: bool = True,
+    content_settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the model on the cut sequences and write the activation file ``out_h5``.
 
@@ -145,6 +146,8 @@ def extract_activations(
         layout.ATTR_CONTEXT_LENGTH: t1 - 1,
         layout.ATTR_SEED: token_record["seed"],
         layout.ATTR_CONFIG_SHA256: config_sha256,
+        # what the readers compare with their own config (sinkscope.config.content_settings)
+        layout.ATTR_CONTENT_SETTINGS: json.dumps(content_settings or {}, sort_keys=True),
         layout.ATTR_N_LAYERS: shape.n_layers,
         layout.ATTR_N_HEADS: shape.n_heads,
         layout.ATTR_N_KV_HEADS: shape.n_kv_heads,

@@ -58,7 +58,7 @@ import numpy as np
 from sinkscope.extraction import h5codec
 
 FORMAT = "sinkscope-activations"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Names of the stored datasets (their specs are :data:`DATASETS`); every reader and writer uses
 #: these, never the strings.
@@ -113,6 +113,7 @@ ATTR_BOS_TOKEN_SOURCE = "bos_token_source"
 #: a file without it kept BOS (sinkscope.variants).
 ATTR_BOS = "bos"
 ATTR_CODEC = "codec"
+ATTR_CONTENT_SETTINGS = "content_settings"
 #: Names of the attributes of every dataset (:class:`DatasetSpec`: description, axes, symbol).
 ATTR_DESCRIPTION = "description"
 ATTR_AXES = "axes"
@@ -314,6 +315,8 @@ FILE_ATTRIBUTES: dict[str, str] = {
     ATTR_CONTEXT_LENGTH: "T (tokens after BOS); sequences have T + 1 positions",
     ATTR_SEED: "seed of the sequence cut",
     ATTR_CONFIG_SHA256: "sha256 of the config sections this file depends on",
+    ATTR_CONTENT_SETTINGS: "those sections themselves (JSON: model, dataset, extraction; "
+    "sinkscope.config.content_settings); every reader compares them with its own config",
     ATTR_N_LAYERS: "L",
     ATTR_N_HEADS: "H",
     ATTR_N_KV_HEADS: "K",
@@ -425,7 +428,18 @@ class ActivationFile(h5py.File):
         path = self.filename if self.id.valid else "an activation file (closed early)"
         super().__exit__(exc_type, exc, traceback)
         if isinstance(exc, (OSError, RuntimeError)) and _raised_by_h5py(traceback):
-            raise damaged_file_error(path, f"reading it failed ({exc})") from exc
+            raise damaged_file_error(path, f"reading it failed ({exc}){_damage(path)}") from exc
+
+
+def _damage(path: str) -> str:
+    """The damaged chunks of the file at ``path`` (:func:`sinkscope.extraction.h5codec.
+    damaged_chunks`, at most 3), as a clause naming them, or "" when none is found."""
+    try:
+        with h5py.File(path, "r") as handle:
+            found = h5codec.damaged_chunks(handle, limit=3)
+    except OSError:
+        return ""
+    return f"; damaged: {'; '.join(found)}" if found else ""
 
 
 def _raised_by_h5py(traceback: TracebackType | None) -> bool:
@@ -484,14 +498,24 @@ def open_activations(path: str | os.PathLike[str]) -> ActivationFile:
     return handle
 
 
-def check_pair(path: str | os.PathLike[str], model: str, dataset: str) -> Path:
+def check_pair(
+    path: str | os.PathLike[str],
+    model: str,
+    dataset: str,
+    expected: Mapping[str, Any] | None = None,
+) -> Path:
     """``path`` if the activation file there was extracted for ``model`` on ``dataset`` (its
-    :data:`ATTR_MODEL_NAME` and :data:`ATTR_DATASET_NAME`, the config's keys), else an
-    :class:`ActivationFileError` naming both pairs and how to rebuild the file: a file copied or
-    moved between pairs would otherwise be analysed under the wrong name (every reader of a
+    :data:`ATTR_MODEL_NAME` and :data:`ATTR_DATASET_NAME`, the config's keys) with the settings
+    ``expected`` (:func:`sinkscope.config.content_settings` of the reader's config, compared
+    with the file's :data:`ATTR_CONTENT_SETTINGS`), else an :class:`ActivationFileError` naming
+    what differs, the file's value and the config's, and how to rebuild the file: a file copied
+    or moved between pairs or runs would otherwise be analysed as this run's (every reader of a
     pair's file calls this first, in :mod:`sinkscope.steps`)."""
     with open_activations(path) as handle:
         found = (str(read_attr(handle, ATTR_MODEL_NAME)), str(read_attr(handle, ATTR_DATASET_NAME)))
+        recorded = (
+            None if expected is None else read_attr(handle, ATTR_CONTENT_SETTINGS, as_json=True)
+        )
     if found != (model, dataset):
         raise damaged_file_error(
             path,
@@ -499,7 +523,42 @@ def check_pair(path: str | os.PathLike[str], model: str, dataset: str) -> Path:
             f"read for model {model!r} on dataset {dataset!r} (copied or moved from another "
             "pair?)",
         )
+    if expected is not None:
+        from sinkscope.variants import source_dataset
+
+        prefixes = {
+            "model": f"models.{model}",
+            "dataset": f"datasets.{source_dataset(dataset)}",
+            "extraction": "extraction",
+        }
+        differences = _differences(json.loads(json.dumps(expected)), recorded, prefixes)
+        if differences:
+            raise damaged_file_error(
+                path,
+                "it was extracted with other settings than this run's ("
+                + "; ".join(differences)
+                + "), e.g. copied from another run",
+            )
     return Path(path)
+
+
+def _differences(
+    config: Any, recorded: Any, prefixes: Mapping[str, str], key: str = ""
+) -> list[str]:
+    """``"<config key>: file <value>, config <value>"`` for every leaf where ``recorded`` (the
+    file's settings) and ``config`` differ; top-level sections are named by ``prefixes``."""
+    if isinstance(config, dict) and isinstance(recorded, dict):
+        out = []
+        for name in sorted(set(config) | set(recorded)):
+            dotted = prefixes.get(name, name) if not key else f"{key}.{name}"
+            if name not in recorded:
+                out.append(f"{dotted}: not in the file, config {config[name]!r}")
+            elif name not in config:
+                out.append(f"{dotted}: file {recorded[name]!r}, not in the config")
+            else:
+                out += _differences(config[name], recorded[name], prefixes, dotted)
+        return out
+    return [] if config == recorded else [f"{key}: file {recorded!r}, config {config!r}"]
 
 
 def _activation_path(path: Path) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,7 +97,12 @@ def write_long_context_inputs(inputs: LongContextInputs, path: str | os.PathLike
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         f.attrs.update(attrs)
         for layer, z in enumerate(inputs.layers):
-            f.create_dataset(LONG_CONTEXT_Z.format(layer=layer), data=np.asarray(z, np.float32))
+            data = np.asarray(z, np.float32)
+            # one chunk per sequence, each with HDF5's Fletcher-32 checksum, verified on read
+            chunks = (1, *data.shape[1:]) if data.ndim == 3 and data.size else None
+            f.create_dataset(
+                LONG_CONTEXT_Z.format(layer=layer), data=data, chunks=chunks, fletcher32=True
+            )
 
 
 class _FileLayers(Sequence[np.ndarray]):
@@ -117,7 +123,15 @@ class _FileLayers(Sequence[np.ndarray]):
             return [self[i] for i in range(*index.indices(self._n))]
         if not -self._n <= index < self._n:
             raise IndexError(index)
-        return self._f[LONG_CONTEXT_Z.format(layer=index % self._n)][...]
+        name = LONG_CONTEXT_Z.format(layer=index % self._n)
+        try:
+            return self._f[name][...]
+        except OSError as error:  # a chunk that fails its checksum, or unreadable bytes
+            raise ValueError(
+                f"{self._f.filename}: {name} cannot be read ({error}); the file is damaged: "
+                f"delete it (rm {shlex.quote(self._f.filename)}) and run snakemake again "
+                "(rule extract_long_context writes it anew)"
+            ) from error
 
 
 @contextlib.contextmanager

@@ -18,13 +18,54 @@ __all__ = [
     "MODEL_CONFIGS",
     "POSITION_LIMIT_ATTRIBUTES",
     "ROTARY_KEYS",
+    "ModelConfigError",
     "config_json",
     "config_json_of_entry",
     "fixture_config",
     "has_learned_sinks",
     "has_rotary_positions",
     "local_position_limit",
+    "position_limit",
+    "read_config_json",
 ]
+
+
+class ModelConfigError(ValueError):
+    """A model's ``config.json`` that cannot be read; the message names the config key, the
+    file, where in it, and the fix."""
+
+
+def read_config_json(path: Path, key: str) -> dict[str, Any]:
+    """The mapping in the ``config.json`` at ``path`` (``key``: the config key that points to
+    it, e.g. ``models.<name>.source.path``), or :class:`ModelConfigError` naming the key, the
+    file, the line and column of a JSON error, and the fix."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as error:
+        raise ModelConfigError(
+            f"{key}: {path} is not valid JSON ({error.msg} at line {error.lineno} column "
+            f"{error.colno}); fix the file or point {key} at the model's own folder"
+        ) from error
+    except (OSError, UnicodeDecodeError) as error:
+        raise ModelConfigError(f"{key}: {path} cannot be read ({error})") from error
+    if not isinstance(raw, dict):
+        raise ModelConfigError(f"{key}: {path} holds a {type(raw).__name__}, not a JSON object")
+    return raw
+
+
+def position_limit(raw: Mapping[str, Any]) -> tuple[str, int] | None:
+    """``(attribute, value)`` of the position limit in a ``config.json`` mapping
+    (:data:`POSITION_LIMIT_ATTRIBUTES`, the first that is a positive integer; the text config of
+    a multimodal model); None when it does not say."""
+    text = raw.get("text_config") or raw
+    if not isinstance(text, dict):
+        return None
+    for attribute in POSITION_LIMIT_ATTRIBUTES:
+        value = text.get(attribute)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return attribute, value
+    return None
+
 
 #: The kept ``config.json`` files of the paper's hub models (``<org>--<name>.json``): their shapes
 #: and position handling are known without the hub (:mod:`sinkscope.sizing`, the applicability of
@@ -36,25 +77,15 @@ MODEL_CONFIGS = Path(__file__).with_name("model_configs")
 POSITION_LIMIT_ATTRIBUTES = ("max_position_embeddings", "n_positions")
 
 
-def local_position_limit(source: Mapping[str, Any]) -> tuple[str, int] | None:
-    """``(attribute, value)`` of the position limit (:data:`POSITION_LIMIT_ATTRIBUTES`, the first
-    that is a positive integer) in a ``local`` model's ``config.json`` (the text config of a
-    multimodal one), read without transformers; None for other sources or when the file does not
-    say."""
-    if source["kind"] != "local":
+def local_position_limit(
+    source: Mapping[str, Any], key: str = "models.<name>.source.path"
+) -> tuple[str, int] | None:
+    """:func:`position_limit` of a ``local`` model's ``config.json``, read without transformers;
+    None for other sources, without the file, or when it does not say; a file that is not JSON
+    raises :class:`ModelConfigError` naming ``key``."""
+    if source["kind"] != "local" or not (Path(source["path"]) / "config.json").is_file():
         return None
-    try:
-        raw = json.loads((Path(source["path"]) / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    text = (raw.get("text_config") or raw) if isinstance(raw, dict) else {}
-    if not isinstance(text, dict):
-        return None
-    for attribute in POSITION_LIMIT_ATTRIBUTES:
-        value = text.get(attribute)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return attribute, value
-    return None
+    return position_limit(read_config_json(Path(source["path"]) / "config.json", key))
 
 
 def fixture_config(hub_id: str) -> dict[str, Any] | None:
@@ -84,11 +115,12 @@ def config_json_of_entry(
     source = json.loads(entry_json)["source"]
     prepared = Path(results) / "models" / name
     if (prepared / "sinkscope_model.json").is_file() and (prepared / "config.json").is_file():
-        return json.loads((prepared / "config.json").read_text()), "prepared"
+        return read_config_json(prepared / "config.json", f"models.{name}"), "prepared"
     if source["kind"] == "hub" and (kept := fixture_config(source["id"])) is not None:
         return kept, f"model_configs/{source['id']}"
     if source["kind"] == "local" and (Path(source["path"]) / "config.json").is_file():
-        return json.loads((Path(source["path"]) / "config.json").read_text()), "local"
+        key = f"models.{name}.source.path"
+        return read_config_json(Path(source["path"]) / "config.json", key), "local"
     if source["kind"] == "registry_gguf":
         kept = fixture_config(f"gguf/{source['gguf_sha256']}")
         if kept is not None:

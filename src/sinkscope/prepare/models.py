@@ -251,6 +251,10 @@ def _short(error: BaseException) -> str:
     return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
+#: Seconds the first request to the hub may take (:func:`fetch_hub_model`), without retries.
+HUB_PROBE_TIMEOUT_S = 20.0
+
+
 def fetch_hub_model(name: str, repo_id: str, revision: str) -> Path:
     """Bring a hub model's config, tokenizer and weight files into the hub cache; return the
     snapshot folder (its name is the commit that ``revision`` resolved to).
@@ -258,15 +262,20 @@ def fetch_hub_model(name: str, repo_id: str, revision: str) -> Path:
     :func:`huggingface_hub.snapshot_download` fetches the small top-level files
     (:data:`HUB_MODEL_FILES`) first, then, at the commit that call resolved, the weights that
     transformers would load (:data:`HUB_WEIGHT_FILES`: the shards a weight index lists, else the
-    single file). ``snapshot_download`` asks the hub for the file list without retries, so an
-    unreachable hub fails in well under a second (transformers' loaders retry for about 30 s);
-    with ``HF_HUB_OFFLINE=1`` only the cache is read and the files are checked there. Every
-    failure becomes one :class:`HubModelUnavailableError` naming ``models.<name>``, the hub id and
-    the revision.
+    single file). ``snapshot_download`` retries its file listing for about 25 s when the hub is
+    unreachable, so one request without retries (``model_info``) asks first: an unreachable hub,
+    a gated or missing repository fail in well under a second. With ``HF_HUB_OFFLINE=1`` only
+    the cache is read and the files are checked there. Every failure becomes one
+    :class:`HubModelUnavailableError` naming ``models.<name>``, the hub id and the revision.
     """
-    from huggingface_hub import is_offline_mode, snapshot_download
+    from huggingface_hub import HfApi, is_offline_mode, snapshot_download
 
     where = "in the local cache (HF_HUB_OFFLINE=1)" if is_offline_mode() else "in the repository"
+    if not is_offline_mode():
+        try:
+            HfApi().model_info(repo_id, revision=revision, timeout=HUB_PROBE_TIMEOUT_S)
+        except Exception as error:  # every failure to reach it: one sentence
+            raise _hub_failure(name, repo_id, revision, _short(error)) from error
 
     def download(at: str, patterns: list[str], ignore: list[str] | None = None) -> Path:
         try:
