@@ -439,9 +439,16 @@ def test_a_length_beyond_a_prepared_models_positions_is_refused_before_the_model
 
     from sinkscope.config import ConfigError, load_layered_config, validate_config
 
-    prepared = tmp_path / "prepared"
-    prepared.mkdir()
-    (prepared / "config.json").write_text(json.dumps({"max_position_embeddings": 64}))
+    from transformers import AutoModelForCausalLM
+
+    from sinkscope.prepare.models import prepare_model
+    from tests.conftest import tiny_config
+
+    weights, prepared = tmp_path / "weights", tmp_path / "prepared"
+    AutoModelForCausalLM.from_config(tiny_config("llama")).save_pretrained(weights)
+    assert json.loads((weights / "config.json").read_text())["max_position_embeddings"] == 64
+    source = {"kind": "local", "path": str(weights)}
+    prepare_model("hubmodel", {"source": source, "dtype": "float32"}, prepared, tmp_path / "dl")
     config = validate_config(load_layered_config([TINY]))
     config["streaming"]["params"]["stream_length"] = 96
     log, output, ran = tmp_path / "job.log", tmp_path / "out.parquet", tmp_path / "ran"
@@ -455,13 +462,12 @@ def test_a_length_beyond_a_prepared_models_positions_is_refused_before_the_model
         "streaming.params.stream_length: 96 exceeds the 64 positions of models.hubmodel "
         "(max_position_embeddings in {}); set it to at most 64"
     )
-    assert sentence.format(prepared / "config.json") in result.stderr
+    assert sentence.format(f"the config of the prepared model {prepared}") in result.stderr
     local = dict(config)
-    local["models"] = {"hubmodel": {**config["models"]["smollm2-135m"],
-                                    "source": {"kind": "local", "path": str(prepared)}}}  # fmt: skip
+    local["models"] = {"hubmodel": {**config["models"]["smollm2-135m"], "source": source}}
     with pytest.raises(ConfigError) as error:
         validate_config(local)
-    assert sentence.format(prepared / "config.json") in str(error.value)
+    assert sentence.format(weights / "config.json") in str(error.value)
 
 
 def test_a_cuda_build_that_cannot_use_the_gpu_names_the_driver(
