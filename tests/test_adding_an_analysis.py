@@ -1,4 +1,4 @@
-"""Issue 35 item 4: a new per-pair analysis is five files, following docs/adding-an-analysis.md.
+"""A new per-pair analysis is five files, following docs/adding-an-analysis.md.
 
 The test takes the page's marked code blocks as they stand, applies them to a copy of the
 repository and runs the copy on a copy of the tiny run. The registry entry goes into the
@@ -38,7 +38,7 @@ BLOCK = re.compile(
 #: The line of the registry above which new entries go.
 ANCHOR = "    # new analyses: their entries go above this line (docs/adding-an-analysis.md)\n"
 RULE = "analyze_attention_entropy"
-#: The files an analysis may not need to edit beyond the registry entry (issue 35 item 4).
+#: The files an analysis may not need to edit beyond the registry entry.
 UNTOUCHED = {
     "src/sinkscope/paths.py",
     "workflow/rules/common.smk",

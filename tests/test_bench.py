@@ -51,7 +51,7 @@ def test_stored_bytes_equal_the_datasets_of_a_real_extraction(
 
 
 def test_llama_attention_maps_are_the_hand_counted_bytes(bench_projection) -> None:
-    """32 layers x 50 sequences x 32 heads x 257^2 float16 probabilities: ~6.8 GB (issue 17)."""
+    """32 layers x 50 sequences x 32 heads x 257^2 float16 probabilities: ~6.8 GB."""
     bytes_ = bench_projection.stored_bytes(
         bench_projection.PAPER_SHAPES["Llama-3.1-8B"],
         50,

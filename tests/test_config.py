@@ -549,7 +549,7 @@ def _restated_defaults(config: dict) -> list[str]:
 
 @pytest.mark.parametrize("name", ["config.yaml", "config/paper.yaml"])
 def test_a_config_file_does_not_restate_a_default(repo, name: str) -> None:
-    """Issue 35, every fact once: config.yaml and the paper's config hold what differs from the
+    """Every fact once: config.yaml and the paper's config hold what differs from the
     defaults (and what is required); a default restated in them would drift from the schema
     unseen. config/offline-full.yaml sets defaults back on purpose (the test above)."""
     config = yaml.safe_load((repo / name).read_text())

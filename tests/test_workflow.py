@@ -527,7 +527,7 @@ def test_a_damaged_activation_file_names_the_command_that_rebuilds_it(
 def test_a_changed_tolerance_reruns_only_the_claims(
     tiny_run: Path, download_dir: Path, tmp_path: Path
 ) -> None:
-    """Issue 35 item 5: the claims are decided in the claims rule alone, so changing any
+    """The claims are decided in the claims rule alone, so changing any
     tolerance (one per analysis group here, and the geometry bound that the statements table
     once read) leaves every analysis and summary up to date and reruns only ``claims``."""
     overlay = tmp_path / "tolerances.yaml"

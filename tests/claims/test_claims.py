@@ -692,7 +692,7 @@ def test_predicted_signs_and_positive_similarity() -> None:
 
 
 def test_toy_nuclear_norms_are_a_sanity_check_not_a_claim() -> None:
-    """Issue 34 item 4: the §7 toy's ratio is sqrt(T+1) by construction, so it is a sanity
+    """The §7 toy's ratio is sqrt(T+1) by construction, so it is a sanity
     check (its own section of claims.md) and no claim row; a ratio 1% off fails the default
     bound and passes a looser one."""
     from sinkscope.claims.sanity import sanity_checks
@@ -1218,7 +1218,7 @@ def test_softmax_sinks_emerge() -> None:
 
 
 def test_softmax_sinks_emerge_over_seeds_needs_every_seed() -> None:
-    """Issue 34 item 3: with three seeds per setup each bound is read on the range over the
+    """With three seeds per setup each bound is read on the range over the
     seeds. Softmax's mean 0.5 clears the floor 0.1, but one seed gave 0.05: the seeds disagree,
     inconclusive. Every seed above the floor and every un-normalised seed under the ceiling:
     reproduced; every softmax seed below the floor: not reproduced."""
@@ -1251,7 +1251,7 @@ def test_softmax_sinks_emerge_over_seeds_needs_every_seed() -> None:
 
 
 def test_other_switch_replaces_sink_on_planted_setups() -> None:
-    """Issue 20's claim: per switch and setup, against softmax at the same PE and lambda, the
+    """The switches claim: per switch and setup, against softmax at the same PE and lambda, the
     sink-head share and the first-half BOS share fall by the tolerances while the accuracy
     stays; a switch that loses the task fails, a reference that did not learn decides nothing."""
     tolerances = (0.25, 0.125, 0.0625)  # exact in binary: the boundaries are tested exactly
@@ -1744,7 +1744,7 @@ def _bos_residual_norm(model: str, dataset: str, norms: list[float]) -> pl.DataF
 
 
 def test_a_failing_layer_is_matched_with_the_known_events_of_its_model() -> None:
-    """Issue 34 item 6: the reason says whether the failing layer is where BOS's relative
+    """The reason says whether the failing layer is where BOS's relative
     residual norm jumps (the largest rise over the previous layer) and where massive
     activations start; an event elsewhere is named as not a failing layer."""
     from sinkscope.claims.events import bos_norm_jumps, events_by_pair, massive_onsets

@@ -1,4 +1,4 @@
-"""The numbers the figures print are the claim rows' values (issue 22), for heads, §7 costs,
+"""The numbers the figures print are the claim rows' values, for heads, §7 costs,
 streaming and the training dynamics (oversmoothing and geometry: their own test modules).
 
 Each test builds a tiny planted table, evaluates the claims on it (:func:`claims.evaluate_claims`

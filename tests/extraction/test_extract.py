@@ -560,7 +560,7 @@ def test_rms_norm_cast_is_measured_on_the_module() -> None:
 def test_a_full_disk_names_the_folder_and_the_bytes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 33 item 5: HDF5 fails on a full disk with "Can't decrement id ref count (file write
+    """HDF5 fails on a full disk with "Can't decrement id ref count (file write
     failed ...)"; the console line (the error's first line) must say "No space left on device",
     with the folder and the bytes the file needs, and nothing is left behind. The full disk is
     Linux's /dev/full, on which every write fails with ENOSPC, the way HDF5 meets a full disk."""

@@ -1,4 +1,4 @@
-"""Block-wise geometry analysis (issue 9): the tables do not depend on the block size.
+"""Block-wise geometry analysis: the tables do not depend on the block size.
 
 :func:`sinkscope.geometry.analysis.analyze_file` reads ``Z``, ``X``, values and the sink heads' BOS
 attention a block of sequences at a time and computes every per-sequence quantity per block;

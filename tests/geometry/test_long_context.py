@@ -1,4 +1,4 @@
-"""Proposition 4.1 where it can fail: the long-context half-space test (issue 22, item 4).
+"""Proposition 4.1 where it can fail: the long-context half-space test.
 
 With ``T' <= d_model`` tokens of full rank both point sets are trivially separable, so the
 extraction's ``T = 256`` cannot tell a representable sink from a non-representable one. The

@@ -1,4 +1,4 @@
-"""The numbers that geometry figures, summaries and claims share (issue 22).
+"""The numbers that geometry figures, summaries and claims share.
 
 Each figure-claim pair reads one function of the geometry stage: Figure 1's two readings of the
 maximum BOS cosine (:func:`~sinkscope.geometry.alignment.bos_max_readings`), Proposition 4.1's

@@ -101,7 +101,7 @@ def test_plot_summary_bars(tmp_path: Path, tables: list[pl.DataFrame]) -> None:
     assert_png(tmp_path / "one.png")
 
 
-# --- readability (issue 22): what a reader needs, checked on the built figures ---------------
+# --- readability: what a reader needs, checked on the built figures ---------------
 
 
 def planted_per_head(layers: int, heads: int, seed: int = 0) -> pl.DataFrame:

@@ -1,4 +1,4 @@
-"""Block-wise oversmoothing analysis (issue 9): the tables do not depend on the block size.
+"""Block-wise oversmoothing analysis: the tables do not depend on the block size.
 
 :func:`sinkscope.oversmoothing.analysis.analyze_file` reads a layer in blocks of sequences and
 pools per-sequence statistics; one sequence per block, blocks that straddle the output-projection

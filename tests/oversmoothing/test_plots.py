@@ -1,4 +1,4 @@
-"""The numbers the oversmoothing figures print are the claim rows' values (issue 22).
+"""The numbers the oversmoothing figures print are the claim rows' values.
 
 On a tiny extracted model (fixture ``extracted``, llama family) with planted sink heads, each
 figure-claim pair is compared: Fig. 2 left vs ``approximation_mean``, Fig. 2 right vs

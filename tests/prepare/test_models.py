@@ -524,7 +524,7 @@ def test_hub_model_offline_uses_a_filled_cache_and_names_a_missing_one(
 def test_a_cached_gguf_is_recorded_as_not_fetched_and_a_cold_miss_names_the_part(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 33 item 3: a GGUF in the download cache whose sha256 matches is used as it is and the
+    """A GGUF in the download cache whose sha256 matches is used as it is and the
     record says its parts were not fetched; without it, a part the registry lacks names its key."""
     import hashlib
 
