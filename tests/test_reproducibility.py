@@ -39,14 +39,13 @@ def test_cpu_and_cuda_locks_pin_the_same_versions() -> None:
 
 def test_every_rule_names_its_conda_env_and_each_resolves_as_snakemake_and_conda_do() -> None:
     """``--sdm conda``: every rule names its environment through ``conda_env("<its own name>")``
-    (:func:`sinkscope.cluster.conda_env`), a path that Snakemake resolves from the rule file's
+    (:func:`sinkscope.sizing.requests.conda_env`), a path that Snakemake resolves from the rule file's
     folder; the rules that run a model get the CUDA environment when they ask for GPUs and the
     CPU one at ``resources.gpus: 0``. Each environment's pip requirements name a lock file that
     exists from the environment file's folder (where conda resolves ``-r``), with the torch build
     of that lock, and there is no post-deploy script (Snakemake copies one under .snakemake/, so
     a path computed from its own location points nowhere)."""
-    from sinkscope.cluster import CONDA_ENV, CONDA_ENV_CUDA, conda_env
-    from sinkscope.sizing.requests import MODEL_RUNNING_RULES
+    from sinkscope.sizing.requests import CONDA_ENV, CONDA_ENV_CUDA, MODEL_RUNNING_RULES, conda_env
 
     rules_dir = REPO / "workflow" / "rules"
     named: dict[str, str] = {}

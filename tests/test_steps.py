@@ -114,7 +114,9 @@ def test_every_figure_a_rule_writes_has_one_drawing_function() -> None:
     none = dict.fromkeys(("per_head", "per_layer"))
     assert tuple(heads.pair_figures(None, "", None)) == heads_names.FIGURES
     assert tuple(heads.summary_figures(None, None)) == (heads_names.SUMMARY,)
-    assert paths.Paths("r").heads_summary_figure == "r/summary/head_classes.png"
+    assert paths.Paths("r").registered_figure("summarize_heads", "head_classes") == (
+        "r/summary/head_classes.png"
+    )
     assert tuple(geometry.pair_figures({}, "")) == geometry_names.FIGURES
     assert tuple(geometry.summary_figures({}, [], None, "")) == geometry_names.FIGURES
     assert tuple(oversmoothing.figures(none)) == oversmoothing_names.FIGURES
@@ -437,10 +439,9 @@ def test_a_length_beyond_a_prepared_models_positions_is_refused_before_the_model
     gives a ``local`` model of the same ``config.json`` (only the file named differs)."""
     import json
 
-    from sinkscope.config import ConfigError, load_layered_config, validate_config
-
     from transformers import AutoModelForCausalLM
 
+    from sinkscope.config import ConfigError, load_layered_config, validate_config
     from sinkscope.prepare.models import prepare_model
     from tests.conftest import tiny_config
 

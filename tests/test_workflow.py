@@ -115,7 +115,10 @@ def test_all_outputs_exist_and_rerun_is_a_no_op(tiny_run: Path, download_dir: Pa
     missing = [path for path in expected if not Path(path).exists()]
     assert not missing
     for name in HEAD_FIGURES:
-        assert Path(paths.heads_figure(name).format(**PAIR)).stat().st_size > 10_000
+        assert (
+            Path(paths.registered_figure("classify_heads", name).format(**PAIR)).stat().st_size
+            > 10_000
+        )
     result = snakemake(tiny_run, "-n", "--configfile", str(TINY), download_dir=download_dir)
     assert "Nothing to be done" in result.stdout + result.stderr
 
@@ -407,7 +410,7 @@ def test_dynamics_outputs_of_the_tiny_run(tiny_run: Path) -> None:
     assert len(targets) == 2 * (4 + 6 + 4) + (5 + 5 + 3)
     assert not [path for path in targets if not Path(path).exists()]
     for part, runs in dynamics_jobs(config["dynamics"]).items():
-        final = pl.read_parquet(paths.dynamics_table(part, "final"))
+        final = pl.read_parquet(paths.registered_table(f"summarize_dynamics_{part}", "final"))
         assert sorted(final["run_id"]) == sorted(runs) and runs
         assert not [c for c in final.columns if c.startswith("wall")]
         timing = read_json(paths.dynamics_timing(part))

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable, Mapping, MutableMapping
-from typing import Any
+from collections.abc import Callable, MutableMapping
 
 #: the commands the executor always runs: submission and cancellation
 SLURM_SUBMIT_TOOLS: tuple[str, ...] = ("sbatch", "scancel")
@@ -76,24 +75,6 @@ def hub_offline_in_jobs(environ: MutableMapping[str, str]) -> list[str]:
     for name in added:
         environ[name] = "1"
     return added
-
-
-#: The conda environments of the rules (``snakemake --sdm conda``), relative to the repository
-#: root: every rule's, from requirements.lock (the CPU build of torch), and that of the rules
-#: that run a model on a GPU, from requirements-cuda.lock (the same pins, torch's CUDA build).
-CONDA_ENV = "envs/sinkscope.yaml"
-CONDA_ENV_CUDA = "envs/sinkscope-cuda.yaml"
-
-
-def conda_env(rule: str, config: Mapping[str, Any]) -> str:
-    """The conda environment file of ``rule`` (relative to the repository root): the CUDA one
-    for the rules that run a model (:data:`sinkscope.sizing.requests.MODEL_RUNNING_RULES`) when
-    they ask for GPUs (``resources.gpus`` > 0), else the CPU one."""
-    from sinkscope.sizing.requests import MODEL_RUNNING_RULES
-
-    if rule in MODEL_RUNNING_RULES and int(config["resources"]["gpus"]) > 0:
-        return CONDA_ENV_CUDA
-    return CONDA_ENV
 
 
 def package_on_pythonpath(source: str, environ: MutableMapping[str, str]) -> bool:

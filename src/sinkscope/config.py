@@ -360,30 +360,6 @@ def _position_problems(config: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-def check_model_positions(
-    config: Mapping[str, Any], model: str, prepared_dir: str | Path, rule: str
-) -> None:
-    """Before ``rule`` loads ``model``: raise :class:`ConfigError` when a length it runs at
-    (:data:`RULE_LENGTH_KEYS`) exceeds the positions in the prepared ``config.json``, with the
-    sentence the config check gives a ``local`` model (:func:`position_problems`): a hub or
-    registry model's positions are known only once ``prepare_model`` has run."""
-    from sinkscope.prepare.model_config import POSITION_LIMIT_ATTRIBUTES
-    from sinkscope.prepare.models import load_config
-
-    if rule not in RULE_LENGTH_KEYS:
-        return
-    loaded = load_config(Path(prepared_dir))  # as the job loads it: hub, registry or local
-    text = loaded.get_text_config() if hasattr(loaded, "get_text_config") else loaded
-    found = [(name, getattr(text, name, None)) for name in POSITION_LIMIT_ATTRIBUTES]
-    limit = next(((n, int(v)) for n, v in found if isinstance(v, int) and v > 0), None)
-    if limit is None:
-        return
-    where = f"the config of the prepared model {prepared_dir}"
-    problems = position_problems(config, model, limit, where, RULE_LENGTH_KEYS[rule])
-    if problems:
-        raise ConfigError("; ".join(problems))
-
-
 def backcopy_params(config: Mapping[str, Any]) -> dict[str, Any]:
     """``costs.backcopy.params`` of a validated config over
     :data:`sinkscope.defaults.BACKCOPY_PARAMS` (what every back-copy run uses)."""

@@ -89,9 +89,6 @@ class Paths:
         """A pair's head table: ``per_head`` or ``per_sequence`` (rule classify_heads)."""
         return self.registered_table("classify_heads", level, suffix)
 
-    def heads_figure(self, name: str) -> str:
-        return self.registered_figure("classify_heads", name)
-
     def heads_summary(self, suffix: str = "parquet", name: str = heads_names.SUMMARY) -> str:
         """A summary table of the head classification: the class shares (``name`` =
         :data:`~sinkscope.heads.names.SUMMARY`) or the per-sequence masses
@@ -102,10 +99,6 @@ class Paths:
         """Every pair's per-sequence head masses (:data:`~sinkscope.heads.names.SEQUENCE_MASSES`),
         from which the claims rule bootstraps the head shares."""
         return self.heads_summary(suffix, heads_names.SEQUENCE_MASSES)
-
-    @property
-    def heads_summary_figure(self) -> str:
-        return self.registered_figure("summarize_heads", heads_names.SUMMARY)
 
     # the registered outputs (sinkscope.outputs): tables, figures, a rule's output: and targets
     def registered_table(self, rule: str, name: str, suffix: str = "parquet") -> str:
@@ -198,12 +191,6 @@ class Paths:
     def figure(self, analysis: str, name: str) -> str:
         return f"{self.root}/{analysis}/{{model}}/{{dataset}}/{name}.png"
 
-    def summary_table(self, analysis: str, name: str, suffix: str = "parquet") -> str:
-        return f"{self.root}/summary/{analysis}/{name}.{suffix}"
-
-    def summary_figure(self, analysis: str, name: str) -> str:
-        return f"{self.root}/summary/{analysis}/{name}.png"
-
     # §7 synthetic cost experiments (no model): one JSON row per run, then tables and figures
     def cost_run(self, task: str) -> str:
         patterns = {
@@ -212,9 +199,6 @@ class Paths:
             "copypaste": "{pattern}_n{n}_delta{delta}_seed{seed}",
         }
         return f"{self.root}/costs/{task}/runs/{patterns[task]}.json"
-
-    def cost_table(self, name: str, suffix: str = "parquet") -> str:
-        return f"{self.root}/costs/{name}.{suffix}"
 
     def cost_figure(self, name: str) -> str:
         return f"{self.root}/costs/{name}.png"
@@ -250,12 +234,6 @@ class Paths:
 
     def dynamics_run_timing(self, part: str) -> str:
         return f"{self.root}/dynamics/{part}/runs/{{run}}/timing.json"
-
-    def dynamics_table(self, part: str, name: str, suffix: str = "parquet") -> str:
-        return f"{self.root}/dynamics/{part}/{name}.{suffix}"
-
-    def dynamics_figure(self, part: str, name: str) -> str:
-        return f"{self.root}/dynamics/{part}/{name}.png"
 
     def dynamics_timing(self, part: str) -> str:
         return f"{self.root}/dynamics/{part}/timing.json"

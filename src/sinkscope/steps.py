@@ -675,7 +675,8 @@ def run(step: str, smk: Any) -> None:
     (:func:`sinkscope.prepare.models.check_requested_gpu`); delete what killed earlier jobs of
     the same outputs left behind (their temporary files and folders; Snakemake runs one job per
     output, so all are stale), then run the step."""
-    from sinkscope.config import RULE_LENGTH_KEYS, check_model_positions
+    from sinkscope.config import RULE_LENGTH_KEYS
+    from sinkscope.prepare.models import check_model_positions
     from sinkscope.sizing.usage import usage_line
 
     started = time.monotonic()

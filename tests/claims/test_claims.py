@@ -32,7 +32,6 @@ from sinkscope.claims.checks import heads as HC
 from sinkscope.claims.checks import oversmoothing as OC
 from sinkscope.claims.checks import oversmoothing_conditions as OCC
 from sinkscope.claims.checks import streaming as SC
-from sinkscope.claims.intervals import newcombe_difference, wilson_interval
 from sinkscope.config import ConfigError, analysis_runs, load_config, load_schema, validate_config
 from sinkscope.costs.summary import fit_slopes
 from sinkscope.costs.toy import toy_table
@@ -42,6 +41,7 @@ from sinkscope.heads.summary import summarize
 from sinkscope.oversmoothing import names as ov_names
 from sinkscope.oversmoothing import summary as ov_summary
 from sinkscope.paths import Paths
+from sinkscope.stats.intervals import newcombe_difference, wilson_interval
 from sinkscope.streaming.recompute import RECOMPUTE_SCHEMA
 from sinkscope.streaming.summary import summarize as summarize_streaming
 from tests.conftest import ONE_PAIR
@@ -1147,8 +1147,8 @@ def test_the_default_grid_gives_each_polarization_share_its_seeds() -> None:
     """The short run and the full offline scale both run the default grid's untied runs on every
     seed of POLARIZATION_SEEDS, enough for a unanimous share to exclude 0.5; the tied and
     regression runs keep their two seeds."""
-    from sinkscope.claims.intervals import wilson_interval
     from sinkscope.dynamics.grids import POLARIZATION_SEEDS, value_softmax_grid
+    from sinkscope.stats.intervals import wilson_interval
 
     grid = value_softmax_grid("default")
     untied = {s["seed"] for s in grid if s["experiment"] == "untied"}

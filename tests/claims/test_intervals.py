@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from sinkscope.claims.intervals import (
+from sinkscope.stats.intervals import (
     block_bootstrap_interval,
     bootstrap_interval,
     needed_units,
@@ -184,7 +184,7 @@ def test_t_probability_matches_its_tabulated_quantiles() -> None:
 def test_student_t_quantile_is_the_tabulated_one(level: float, dof: int, tabulated: float) -> None:
     """The quantile against a statistics table, and its probability against Simpson's rule on the
     density (:func:`_t_within`, independent of the closed series the code sums)."""
-    from sinkscope.claims.intervals import student_t_quantile, student_t_within
+    from sinkscope.stats.intervals import student_t_quantile, student_t_within
 
     assert student_t_quantile(level, dof) == pytest.approx(tabulated, abs=2e-6)
     assert student_t_within(tabulated, dof) == pytest.approx(_t_within(tabulated, dof), abs=1e-8)
@@ -196,7 +196,7 @@ def test_bootstrap_t_interval_of_a_mean_is_the_t_interval() -> None:
     """On a mean, the bootstrap standard error times sqrt(n / (n - 1)) is the sample's s / sqrt(n)
     (up to the resamples' Monte Carlo error): the interval is the textbook t-interval
     ``mean -+ t_{n-1} s / sqrt(n)``, computed here by hand."""
-    from sinkscope.claims.intervals import bootstrap_t_interval, sample_and_resample_counts
+    from sinkscope.stats.intervals import bootstrap_t_interval, sample_and_resample_counts
 
     units = np.array([0.31, 0.52, 0.12, 0.44, 0.29, 0.61, 0.35, 0.40])
     n = units.size
@@ -227,7 +227,7 @@ def test_bootstrap_t_covers_normal_means_at_its_level(n: int) -> None:
 def test_bootstrap_t_interval_keeps_infinities_and_points() -> None:
     """An infinite draw (a ratio over a flat curve) makes that end infinite, never NaN; draws
     that never vary (every unit agrees) give a point; one unit has no spread and is refused."""
-    from sinkscope.claims.intervals import bootstrap_t_interval
+    from sinkscope.stats.intervals import bootstrap_t_interval
 
     draws = np.concatenate([np.full(90, 0.1), np.full(10, np.inf)])
     low, high = bootstrap_t_interval(0.1, draws, 8, 0.95)
@@ -241,7 +241,7 @@ def test_simultaneous_intervals_are_bonferroni_t_intervals() -> None:
     """Each column's interval is the bootstrap-SE t-interval at the level 1 - 0.05 / family:
     with 10 columns and 7 degrees of freedom, Student's 99.5% point, 4.029 (a table); a column
     of infinite draws keeps its infinite end."""
-    from sinkscope.claims.intervals import sample_and_resample_counts, simultaneous_t_intervals
+    from sinkscope.stats.intervals import sample_and_resample_counts, simultaneous_t_intervals
 
     rng = np.random.default_rng(3)
     units = rng.normal(size=(8, 10))
@@ -261,7 +261,7 @@ def test_share_bounds_by_brute_force() -> None:
     its two ends and a point between gives the same least and largest share."""
     import itertools
 
-    from sinkscope.claims.intervals import share_bounds
+    from sinkscope.stats.intervals import share_bounds
 
     low = np.array([0.1, 0.55, 0.58, 0.7, 0.2])
     high = np.array([0.3, 0.65, 0.59, 0.9, 0.61])
@@ -282,7 +282,7 @@ def test_simultaneous_intervals_cover_a_maximum_and_a_share(n: int) -> None:
     ``n`` sequences, the largest head mean and the share of heads over 0.6 lie inside the
     intervals read off the simultaneous ends at least 95% of the time less three binomial
     standard errors (Bonferroni's inequality guarantees the level; it is conservative)."""
-    from sinkscope.claims.intervals import (
+    from sinkscope.stats.intervals import (
         sample_and_resample_counts,
         share_bounds,
         simultaneous_t_intervals,
@@ -327,7 +327,7 @@ def test_sample_and_resample_counts_put_the_sample_first() -> None:
     """Row 0 draws every unit once; each resample draws n units with replacement, so a
     count-weighted mean over the units is the sample's mean in row 0 and a bootstrap mean in
     the others (their spread: the standard error, sqrt((n - 1) / n) s / sqrt(n), within 10%)."""
-    from sinkscope.claims.intervals import sample_and_resample_counts
+    from sinkscope.stats.intervals import sample_and_resample_counts
 
     rng = np.random.default_rng(0)
     counts = sample_and_resample_counts(30, 4000, rng)
@@ -345,7 +345,7 @@ def test_sample_and_resample_counts_put_the_sample_first() -> None:
 def test_wilson_ends_are_exact_at_zero_and_all_successes() -> None:
     """At k = 0 the score interval's lower end is 0 and at k = n its upper end is 1, exactly (no
     rounding residue such as 3e-17 in a printed interval)."""
-    from sinkscope.claims.intervals import wilson_interval
+    from sinkscope.stats.intervals import wilson_interval
 
     assert wilson_interval(0, 5)[0] == 0.0 and wilson_interval(5, 5)[1] == 1.0
     assert wilson_interval(0, 5)[1] == pytest.approx(1.96**2 / (5 + 1.96**2), rel=1e-3)

@@ -88,7 +88,7 @@ def test_the_power_counts_what_the_checks_count() -> None:
     """Independent counts: the tiny config by hand (2 sequences; 96-token stream, largest window
     32, blocks of 16: (96 - 32 - 1) // 16 = 3 blocks; one seed per setup), Wilson's unanimous
     share first excluding 0.5 at 4 of 4 ([0.51, 1]), and the short run's by hand."""
-    from sinkscope.claims.intervals import wilson_interval
+    from sinkscope.stats.intervals import wilson_interval
 
     tiny = validate_config(load_layered_config([TINY]))
     # an interval needs two units for a spread; Student's t widens it at every count above

@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from sinkscope.prepare.model_config import POSITION_LIMIT_ATTRIBUTES, local_position_limit
+from sinkscope.prepare.model_config import (
+    POSITION_LIMIT_ATTRIBUTES,
+    ModelConfigError,
+    local_position_limit,
+)
 from sinkscope.prepare.models import model_shape
 from tests.conftest import tiny_config
 
@@ -39,8 +43,12 @@ def test_local_position_limit_reads_the_text_config_and_skips_what_does_not_say(
     assert local_position_limit({"kind": "local", "path": str(tmp_path)}) == ("n_positions", 32)
     (tmp_path / "config.json").write_text(json.dumps({"max_position_embeddings": 0}))
     assert local_position_limit({"kind": "local", "path": str(tmp_path)}) is None
-    (tmp_path / "config.json").write_text("not json")
-    assert local_position_limit({"kind": "local", "path": str(tmp_path)}) is None
+    (tmp_path / "config.json").write_text("not json")  # named, never skipped silently
+    with pytest.raises(
+        ModelConfigError,
+        match=r"models\.m\.source\.path: .*config\.json is not valid JSON \(Expecting value at line 1 column 1\)",
+    ):
+        local_position_limit({"kind": "local", "path": str(tmp_path)}, "models.m.source.path")
     assert local_position_limit({"kind": "local", "path": str(tmp_path / "missing")}) is None
     assert local_position_limit({"kind": "hub", "id": "x/y", "revision": "main"}) is None
 

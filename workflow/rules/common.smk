@@ -29,7 +29,7 @@ from sinkscope.config import (
 )
 from sinkscope.sizing.requests import job_threads as rule_threads
 from sinkscope.sizing.requests import rule_resources
-from sinkscope.cluster import conda_env as rule_conda_env
+from sinkscope.sizing.requests import conda_env as rule_conda_env
 from sinkscope.streaming.applicability import cache_pairs
 from sinkscope.outputs import priority
 from sinkscope.paths import Paths
@@ -80,10 +80,18 @@ onstart:
         check_slurm_client(getattr(workflow.executor_settings, "status_command", None))
 
 
+def local_cores():
+    """--cores of a local run; None for executors that submit jobs (no local core count)."""
+    try:
+        return workflow.cores
+    except WorkflowError:
+        return None
+
+
 def job_threads(rule):
     """A rule's threads (sinkscope.sizing.requests.job_threads): on a cluster executor, which
     defines no local core count, the cluster's; on one machine at most half its cores."""
-    return rule_threads(rule, workflow._cores)
+    return rule_threads(rule, local_cores())
 
 
 # Scheduling order (Snakemake runs the ready job of highest priority first): every rule's
@@ -92,7 +100,7 @@ def job_threads(rule):
 
 
 def conda_env(rule):
-    """The rule's conda environment for --sdm conda (sinkscope.cluster.conda_env), from here."""
+    """The rule's conda environment for --sdm conda (sinkscope.sizing.requests.conda_env), from here."""
     return f"../../{rule_conda_env(rule, config)}"
 
 

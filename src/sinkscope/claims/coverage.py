@@ -1,15 +1,15 @@
 """The coverage of the claims' bootstrap intervals, measured by simulation with a known truth.
 
 Every interval a verdict is decided on should cover the true value at its level at the sample
-size the run has. :func:`sinkscope.claims.intervals.bootstrap_t_interval` is exact for the mean
+size the run has. :func:`sinkscope.stats.intervals.bootstrap_t_interval` is exact for the mean
 of normal units (a closed form: it is the t-interval); for the other statistics the claims read
 there is no closed form, so :func:`coverage` measures it: it draws ``trials`` samples of ``n``
 units from a model whose true statistic is known (:data:`KINDS`), builds each sample's interval
 exactly as the claims do (the same count-weighted resampling,
-:func:`~sinkscope.claims.intervals.sample_and_resample_counts`, and the same method: a
+:func:`~sinkscope.stats.intervals.sample_and_resample_counts`, and the same method: a
 bootstrap-SE t-interval of the statistic, Fieller's interval for a ratio, or, for a maximum or a thresholded share over heads,
 the simultaneous per-head intervals of
-:func:`~sinkscope.claims.intervals.simultaneous_t_intervals` reduced by the statistic), and counts
+:func:`~sinkscope.stats.intervals.simultaneous_t_intervals` reduced by the statistic), and counts
 how often the interval covers the truth. The numbers the config schema's reasons state
 (``claims.intervals``) come from :func:`coverage_table`, which ``python -m
 sinkscope.claims.coverage`` prints; a test holds the stated numbers to a smaller re-run.
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sinkscope.claims.intervals import (
+from sinkscope.stats.intervals import (
     bootstrap_t_interval,
     fieller_interval,
     sample_and_resample_counts,
@@ -50,7 +50,7 @@ class Kind:
     statistic: Callable[[np.ndarray], np.ndarray]
     truth: float
     #: the interval of the statistic from simultaneous per-head intervals ``(low, high)``
-    #: (:func:`~sinkscope.claims.intervals.simultaneous_t_intervals`); None: the bootstrap-SE
+    #: (:func:`~sinkscope.stats.intervals.simultaneous_t_intervals`); None: the bootstrap-SE
     #: t-interval of the statistic itself
     from_heads: Callable[[np.ndarray, np.ndarray], tuple[float, float]] | None = None
     #: the interval in closed form from the ``(n, H)`` units and the level (Fieller's for a
@@ -146,7 +146,7 @@ def coverage(
     seed: int = 0,
 ) -> float:
     """The share of ``trials`` simulated samples of ``n`` units whose interval at ``level``
-    (:func:`~sinkscope.claims.intervals.bootstrap_t_interval` of ``n_resamples`` resamples)
+    (:func:`~sinkscope.stats.intervals.bootstrap_t_interval` of ``n_resamples`` resamples)
     covers ``kind``'s true value."""
     rng = np.random.default_rng(seed)
     hits = 0

@@ -6,7 +6,7 @@ bootstrap over those sequences: :func:`sequence_interval` cuts a per-sequence ta
 row's strata (one pair; for a row pooled over datasets, ``dataset = "all"``, every dataset of
 the model, each resampled on its own), asks the analysis's ``draws`` function for the statistic
 on the sample and on every resample, and returns the t-interval with that bootstrap standard
-error (:func:`~sinkscope.claims.intervals.bootstrap_t_interval`; its degrees of freedom are
+error (:func:`~sinkscope.stats.intervals.bootstrap_t_interval`; its degrees of freedom are
 ``sum(n_h - 1)`` over the strata) as an :class:`~sinkscope.claims.verdicts.Interval` with its
 unit named; :func:`simultaneous_sequence_intervals` gives one such interval per head (or
 layer) at a Bonferroni level, for a maximum, a minimum or a thresholded share over them;
@@ -23,12 +23,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from sinkscope.claims.intervals import (
-    bootstrap_t_interval,
-    needed_units,
-    row_seed,
-    simultaneous_t_intervals,
-)
 from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
@@ -38,6 +32,12 @@ from sinkscope.claims.verdicts import (
     needed_text,
 )
 from sinkscope.labels import POOLED
+from sinkscope.stats.intervals import (
+    bootstrap_t_interval,
+    needed_units,
+    row_seed,
+    simultaneous_t_intervals,
+)
 
 __all__ = [
     "Draws",
@@ -94,7 +94,7 @@ def _drawn(
 ) -> tuple[list[pl.DataFrame], float, int, Any, np.ndarray] | None:
     """The row's strata (:func:`_strata`; None without them), its level and resamples (the
     config's ``claims.intervals`` over :data:`DEFAULT_TOLERANCES`) and ``draws`` on them with a
-    generator seeded by :func:`~sinkscope.claims.intervals.row_seed` of the model, dataset and
+    generator seeded by :func:`~sinkscope.stats.intervals.row_seed` of the model, dataset and
     ``key``: ``(strata, level, n_resamples, sample, resampled)``."""
     strata = _strata(table, model, dataset, datasets, accept)
     if strata is None:
@@ -125,13 +125,13 @@ def sequence_interval(
     accept: Callable[[list[pl.DataFrame]], bool] | None = None,
 ) -> Interval | None:
     """The t-interval with the bootstrap standard error over sequences of ``draws``' statistic
-    (:func:`~sinkscope.claims.intervals.bootstrap_t_interval`) for the row ``(model,
+    (:func:`~sinkscope.stats.intervals.bootstrap_t_interval`) for the row ``(model,
     dataset)``, from the per-sequence ``table`` (columns ``model, dataset, sequence`` and what
     ``draws`` reads). The strata are ``datasets`` where given (all of them must be in the table),
     else the row's dataset, or every dataset of the model for a pooled row; None where the table
     holds none (or, with ``datasets``, not all) of them. ``intervals``: the config's
     ``claims.intervals`` (over :data:`DEFAULT_TOLERANCES`); the generator is seeded with
-    :func:`~sinkscope.claims.intervals.row_seed` of the model, dataset and ``key``. The t has
+    :func:`~sinkscope.stats.intervals.row_seed` of the model, dataset and ``key``. The t has
     ``sum(n_h - 1)`` degrees of freedom over the strata."""
     drawn = _drawn(table, model, dataset, draws, intervals, key, datasets, accept)
     if drawn is None:
@@ -181,7 +181,7 @@ def simultaneous_sequence_intervals(
     key: Sequence[str] = (),
     datasets: Sequence[str] | None = None,
 ) -> Simultaneous | None:
-    """Simultaneous intervals over sequences (:func:`~sinkscope.claims.intervals.
+    """Simultaneous intervals over sequences (:func:`~sinkscope.stats.intervals.
     simultaneous_t_intervals`, Bonferroni over the statistics) of every statistic ``draws``
     gives for the row ``(model, dataset)`` (``what`` names them in the unit: "heads"), with the
     strata, seed and degrees of freedom of :func:`sequence_interval`. A maximum, a minimum or a
@@ -202,7 +202,7 @@ def simultaneous_sequence_intervals(
 def more_sequences_text(interval: Interval, value: float, tolerance: float, pooled: bool) -> str:
     """The reason an interval over sequences left its row inconclusive: it straddles
     ``tolerance``, with about how many sequences (per dataset where ``pooled``) would decide it
-    at this effect (:func:`~sinkscope.claims.intervals.needed_units`)."""
+    at this effect (:func:`~sinkscope.stats.intervals.needed_units`)."""
     units = "sequences per dataset" if pooled else "sequences"
     more = needed_units(
         interval.n_units or 0, value, interval.low, interval.high, tolerance, interval.level

@@ -4,7 +4,7 @@ rests on and the config keys that set how many of them a run has.
 :func:`sample_lines` states them with the values of the run's config, so ``claims.md`` says, per
 claim, on how much data this run decided it (the short run's ``config.yaml`` and the full
 offline scale differ exactly in these keys). An inconclusive row says, besides, about how many
-more units would decide it (:func:`sinkscope.claims.intervals.needed_units`).
+more units would decide it (:func:`sinkscope.stats.intervals.needed_units`).
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ class Sample(NamedTuple):
 def unanimous_runs_needed(level: float = 0.95, majority: float = 0.5) -> int:
     """The fewest runs whose unanimous share (n of n) has a Wilson interval at ``level``
     excluding ``majority`` (the tolerance ``claims.dynamics.majority``): the least seeds of a
-    polarization claim (:func:`sinkscope.claims.intervals.wilson_interval`)."""
-    from sinkscope.claims.intervals import wilson_interval
+    polarization claim (:func:`sinkscope.stats.intervals.wilson_interval`)."""
+    from sinkscope.stats.intervals import wilson_interval
 
     n = 1
     while wilson_interval(n, n, level)[0] <= majority:
@@ -64,7 +64,7 @@ def unanimous_runs_needed(level: float = 0.95, majority: float = 0.5) -> int:
 
 
 #: The fewest sampling units an interval from their spread needs (one unit has no spread):
-#: :func:`sinkscope.claims.intervals.bootstrap_t_interval` widens its interval by Student's t at
+#: :func:`sinkscope.stats.intervals.bootstrap_t_interval` widens its interval by Student's t at
 #: every count above it instead of asking for a floor.
 MIN_INTERVAL_UNITS = 2
 

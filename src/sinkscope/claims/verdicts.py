@@ -82,7 +82,7 @@ Tables = Mapping[str, pl.DataFrame]
 class Interval:
     """An interval of a measured value at ``level`` (0.95: a 95% interval) and how it was made:
     ``unit`` names the method and the sampling unit with its count, e.g. "Newcombe score
-    interval over 800 + 800 attacked sequences" (:mod:`sinkscope.claims.intervals`)."""
+    interval over 800 + 800 attacked sequences" (:mod:`sinkscope.stats.intervals`)."""
 
     low: float
     high: float
@@ -113,7 +113,7 @@ def decide(interval: Interval, tolerance: float, above: bool, strict: bool = Fal
     tolerance" (not ``above``; ``strict``: "<") on an interval of the value: reproduced when
     the whole interval satisfies it, not reproduced when none of it does, inconclusive when the
     interval straddles the tolerance (more data could turn it either way). Every interval is
-    valid at the sample it was made from (:mod:`sinkscope.claims.intervals`), so a few units
+    valid at the sample it was made from (:mod:`sinkscope.stats.intervals`), so a few units
     widen it; they never veto it."""
 
     def holds(x: float) -> bool:
@@ -131,7 +131,7 @@ def decide(interval: Interval, tolerance: float, above: bool, strict: bool = Fal
 
 def needed_text(needed: int | None, units: str) -> str:
     """The power statement of an inconclusive row, from
-    :func:`sinkscope.claims.intervals.needed_units`: "about 240 heads at this effect"."""
+    :func:`sinkscope.stats.intervals.needed_units`: "about 240 heads at this effect"."""
     if needed is None:
         return "no sample decides a value on the tolerance"
     return f"about {needed:,} {units} at this effect"

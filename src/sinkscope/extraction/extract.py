@@ -21,8 +21,8 @@ bytes to copy for float16), copied to the host and written batch by batch into c
 datasets (one chunk per layer x sequence), so memory stays at one batch (two with overlapped
 writes). The chunks are compressed by a pool of threads in the pipeline the datasets declare
 (shuffle + Zstandard by default, :mod:`sinkscope.extraction.h5codec`) and written with
-``write_direct_chunk``: HDF5 alone compresses one chunk at a time on one core (with gzip that
-took as long as the forward itself on a CPU, ``BENCHMARKS.md``). On a GPU the host-side compression and writing of batch ``b`` run in a background thread
+``write_direct_chunk``: HDF5 alone compresses one chunk at a time on one core (BENCHMARKS.md,
+section 1, has the encoding's share of an extraction). On a GPU the host-side compression and writing of batch ``b`` run in a background thread
 while batch ``b + 1`` is computed (``extraction.overlap_writes``); on the CPU both compete for the
 same cores, so they run in turn (``bench/run.py`` measures both). The wall seconds of each stage
 (forward, device-to-host copies, compression + writing) are stored in the file attribute

@@ -91,7 +91,7 @@ def lowest_median_draws(
     rel_rank``) and is resampled on its own (as many sequences as it has, with replacement); a
     drawn sequence brings every kv head's rank of every layer, counted as often as it was drawn
     (:func:`weighted_median`). Returns the sample's value and the ``(n_resamples,)`` draws."""
-    from sinkscope.claims.intervals import sample_and_resample_counts
+    from sinkscope.stats.intervals import sample_and_resample_counts
 
     values: dict[int, list[np.ndarray]] = {layer: [] for layer in layers}
     weights: dict[int, list[np.ndarray]] = {layer: [] for layer in layers}

@@ -31,10 +31,10 @@ import numpy as np
 import polars as pl
 import torch
 
-from sinkscope.claims.intervals import bootstrap_t_interval
 from sinkscope.geometry.halfspace_solver import rank_from_singular_values, torch_threads
 from sinkscope.heads.order import dataset_order, sort_pooled_last
 from sinkscope.labels import CLASS_LEGEND_NAMES, POOLED
+from sinkscope.stats.intervals import bootstrap_t_interval
 
 __all__ = [
     "BOOTSTRAP_LEVEL",
@@ -68,9 +68,9 @@ def bootstrap_settings(intervals: Mapping[str, Any] | None = None) -> dict[str, 
     ``geometry.sink_bos_value_small``): the config's ``claims.intervals`` (``n_resamples``,
     ``seed``, ``level``) over their defaults, the settings of every other interval of the
     claims."""
-    from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
+    from sinkscope.stats.intervals import interval_settings
 
-    settings = {**DEFAULT_TOLERANCES["intervals"], **(intervals or {})}
+    settings = interval_settings(intervals)
     return {
         "n_boot": int(settings["n_resamples"]),
         "seed": int(settings["seed"]),
@@ -198,7 +198,7 @@ def sink_value_norm_effect(
     and non-sink head instances, their ratio ``sink / other`` (the effect size; ``W_VO x_0 = 0``
     is ratio 0, no difference is 1) and a t-interval at ``level`` with the bootstrap standard
     error of ``n_boot`` resamples of the heads
-    (:func:`sinkscope.claims.intervals.bootstrap_t_interval`): the unit of resampling is the head ``(layer, head)`` with all its
+    (:func:`sinkscope.stats.intervals.bootstrap_t_interval`): the unit of resampling is the head ``(layer, head)`` with all its
     dataset instances (the same head measured on four datasets is one unit, not four
     independent ones), and a head keeps its per-dataset ``is_sink`` label. ``ratio_dataset_min``
     / ``ratio_dataset_max``: the smallest and largest per-dataset ratio (the spread across
@@ -344,7 +344,7 @@ def bos_mass_relation(
     ``rel_bos_vo_norm`` (negative: the relation the assumption implies), and the ratio of the
     median ``rel_bos_vo_norm`` at ``bos_mass >= HIGH_BOS_MASS`` to the median at ``bos_mass <
     LOW_BOS_MASS``, each with a t-interval at ``level`` with the bootstrap standard error over
-    heads (:func:`sinkscope.claims.intervals.bootstrap_t_interval`; the unit is the head
+    heads (:func:`sinkscope.stats.intervals.bootstrap_t_interval`; the unit is the head
     ``(layer, head)`` with all its dataset instances, as in :func:`sink_value_norm_effect`; a
     fresh generator seeded with ``seed`` per group; the correlation's t has ``heads - 1``
     degrees of freedom). ``n_high`` / ``n_low`` count the head instances at each end,

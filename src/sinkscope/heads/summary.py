@@ -30,6 +30,7 @@ from sinkscope.heads.names import (
 )
 from sinkscope.heads.order import sort_pooled_last
 from sinkscope.labels import OTHER, POOLED
+from sinkscope.stats.intervals import interval_settings
 from sinkscope.variants import NO_BOS_SUFFIX, is_no_bos
 
 __all__ = [
@@ -151,16 +152,6 @@ def masses_by_sequence(per_sequence_tables: Sequence[pl.DataFrame]) -> pl.DataFr
     return frame.sort("model", "dataset", "layer", "head", "sequence")
 
 
-def _interval_settings(intervals: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The config's ``claims.intervals`` over the schema's defaults, the level checked."""
-    from sinkscope.config_schema import schema_default
-
-    settings = {**schema_default("claims", "intervals"), **(intervals or {})}
-    if not 0.0 < float(settings["level"]) < 1.0:
-        raise ValueError(f"claims.intervals.level must lie in (0, 1), got {settings['level']}")
-    return settings
-
-
 def _mass_arrays(
     per_sequence: pl.DataFrame | Sequence[pl.DataFrame],
 ) -> dict[tuple[str, str], list[np.ndarray]]:
@@ -186,11 +177,11 @@ def _mass_bounds(
     dof: int,
     family: int,
 ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
-    """Simultaneous intervals (:func:`sinkscope.claims.intervals.simultaneous_t_intervals`,
+    """Simultaneous intervals (:func:`sinkscope.stats.intervals.simultaneous_t_intervals`,
     Bonferroni over ``family`` masses) of every head's mean masses: ``sample`` the ``(H,)``
     means of each mass over the sequences, ``resampled`` their ``(B, H)`` resampled means;
     returns the ``(low, high)`` ends, one ``(H,)`` array per mass."""
-    from sinkscope.claims.intervals import simultaneous_t_intervals
+    from sinkscope.stats.intervals import simultaneous_t_intervals
 
     ends = [
         simultaneous_t_intervals(m, r, n_units, level, dof, family)
@@ -210,7 +201,7 @@ def share_intervals(
     A head's class comes from its masses averaged over the pair's N sequences (the per-head
     table), so the shares vary with which sequences were seen. Every head's three mean masses
     get simultaneous intervals over the sequences (a t-interval with a bootstrap standard error
-    at the Bonferroni level over the 3 H masses, :func:`sinkscope.claims.intervals.
+    at the Bonferroni level over the 3 H masses, :func:`sinkscope.stats.intervals.
     simultaneous_t_intervals`; each resample draws N of the pair's sequences with replacement,
     pooled: each dataset's own N from that dataset, and the t has ``sum(n_h - 1)`` degrees of
     freedom), so that all of them hold together at ``level``. A share's interval then runs from
@@ -225,10 +216,10 @@ def share_intervals(
     claims' settings. Columns ``model, dataset, n_resamples, level``, ``n_units`` (the sequences
     a resample draws per stratum: the pair's N; pooled, the smallest dataset's N), ``dof`` and
     ``<share>_lo/_hi``."""
-    from sinkscope.claims.intervals import sample_and_resample_counts
     from sinkscope.heads.classify import flag_bounds
+    from sinkscope.stats.intervals import sample_and_resample_counts
 
-    settings = _interval_settings(intervals)
+    settings = interval_settings(intervals)
     level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
     arrays = _mass_arrays(per_sequence)
     groups: dict[tuple[str, str], list[tuple[str, str]]] = {key: [key] for key in arrays}
@@ -304,12 +295,12 @@ def sink_ratio_intervals(
     when no head is certainly a sink with BOS; 0 when none can be one without it or, with some,
     when none can be one with it). Columns ``model, dataset`` (the no-BOS id), ``n_resamples,
     level, n_units`` (N), ``ratio_lo, ratio_hi``; the seed of a row is
-    :func:`sinkscope.claims.intervals.row_seed` of ``claims.intervals.seed``, model, dataset and
+    :func:`sinkscope.stats.intervals.row_seed` of ``claims.intervals.seed``, model, dataset and
     ``"sink_ratio"``."""
-    from sinkscope.claims.intervals import row_seed, sample_and_resample_counts
+    from sinkscope.stats.intervals import row_seed, sample_and_resample_counts
     from sinkscope.variants import source_dataset
 
-    settings = _interval_settings(intervals)
+    settings = interval_settings(intervals)
     level, n_resamples = float(settings["level"]), int(settings["n_resamples"])
     arrays = _mass_arrays(per_sequence)
     rows = []

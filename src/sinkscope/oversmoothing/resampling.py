@@ -6,7 +6,7 @@ and eq. (2)'s coefficients (``approximation_by_sequence``, :mod:`.approximation`
 layer's ``rho`` before and after its update (``layers_by_sequence``, Fig. 4) and Fig. 2 right's
 ``rho``'s and the uniformity per head (``heads_by_sequence``). A resample of
 sequences weights each sequence by how often it was drawn
-(:func:`sinkscope.claims.intervals.sample_and_resample_counts`), so a statistic is recomputed
+(:func:`sinkscope.stats.intervals.sample_and_resample_counts`), so a statistic is recomputed
 as an analysis of the drawn sequences would compute it, with the layer constants that pool
 every sequence held fixed (a post-norm model's gain and ``kappa``,
 :mod:`sinkscope.oversmoothing.approximation`). Each function takes the
@@ -23,9 +23,9 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 import polars as pl
 
-from sinkscope.claims.intervals import sample_and_resample_counts
 from sinkscope.oversmoothing.approximation import rho_hat_from_means
 from sinkscope.oversmoothing.names import SEQUENCE_TERMS
+from sinkscope.stats.intervals import sample_and_resample_counts
 
 __all__ = [
     "RESAMPLE_CHUNK",

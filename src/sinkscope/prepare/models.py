@@ -407,6 +407,29 @@ def load_config(prepared_dir: Path) -> Any:
     return AutoConfig.from_pretrained(path, **kwargs)
 
 
+def check_model_positions(
+    config: Mapping[str, Any], model: str, prepared_dir: str | Path, rule: str
+) -> None:
+    """Before ``rule`` loads ``model``: raise :class:`sinkscope.config.ConfigError` when a length it runs at
+    (:data:`sinkscope.config.RULE_LENGTH_KEYS`) exceeds the positions in the prepared ``config.json``, with the
+    sentence the config check gives a ``local`` model (:func:`sinkscope.config.position_problems`): a hub or
+    registry model's positions are known only once ``prepare_model`` has run."""
+    from sinkscope.config import RULE_LENGTH_KEYS, ConfigError, position_problems
+
+    if rule not in RULE_LENGTH_KEYS:
+        return
+    loaded = load_config(Path(prepared_dir))  # as the job loads it: hub, registry or local
+    text = loaded.get_text_config() if hasattr(loaded, "get_text_config") else loaded
+    found = [(name, getattr(text, name, None)) for name in POSITION_LIMIT_ATTRIBUTES]
+    limit = next(((n, int(v)) for n, v in found if isinstance(v, int) and v > 0), None)
+    if limit is None:
+        return
+    where = f"the config of the prepared model {prepared_dir}"
+    problems = position_problems(config, model, limit, where, RULE_LENGTH_KEYS[rule])
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
 def pick_device(requested: str) -> str:
     """The device of a job that runs a model (config ``extraction.device``: the extraction and the
     StreamingLLM and long-context analyses): ``auto`` takes the GPU where one is visible and falls

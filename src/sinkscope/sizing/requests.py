@@ -28,12 +28,15 @@ from sinkscope.sizing import costs
 from sinkscope.sizing.shapes import ModelFacts, model_facts
 
 __all__ = [
+    "CONDA_ENV",
+    "CONDA_ENV_CUDA",
     "MODEL_RUNNING_RULES",
     "MODEL_SIZED_RULES",
     "Estimate",
     "GpuTypeError",
     "Request",
     "claims_estimate",
+    "conda_env",
     "estimate",
     "gpu_estimate_bytes",
     "gpu_type_for",
@@ -116,6 +119,22 @@ class Request:
 
 class GpuTypeError(ValueError):
     """No GPU type of ``resources.gpu_types`` holds a job's GPU memory."""
+
+
+#: The conda environments of the rules (``snakemake --sdm conda``), relative to the repository
+#: root: every rule's, from requirements.lock (the CPU build of torch), and that of the rules
+#: that run a model on a GPU, from requirements-cuda.lock (the same pins, torch's CUDA build).
+CONDA_ENV = "envs/sinkscope.yaml"
+CONDA_ENV_CUDA = "envs/sinkscope-cuda.yaml"
+
+
+def conda_env(rule: str, config: Mapping[str, Any]) -> str:
+    """The conda environment file of ``rule`` (relative to the repository root): the CUDA one
+    for the rules that run a model (:data:`sinkscope.sizing.requests.MODEL_RUNNING_RULES`) when
+    they ask for GPUs (``resources.gpus`` > 0), else the CPU one."""
+    if rule in MODEL_RUNNING_RULES and int(config["resources"]["gpus"]) > 0:
+        return CONDA_ENV_CUDA
+    return CONDA_ENV
 
 
 def layer_parts(facts: ModelFacts, n_sequences: int, positions: int) -> tuple[int, int]:

@@ -51,7 +51,7 @@ RECOMPUTE_SCHEMA: dict[str, Any] = {
     "policy_vs_recompute_se": pl.Float64,
     "recovered_fraction": pl.Float64,
     # per sampled query (mean over streams), in the order of the sampled positions: the sampling
-    # unit of the claims' bootstrap interval of recovered_fraction (sinkscope.claims.intervals)
+    # unit of the claims' bootstrap interval of recovered_fraction (sinkscope.stats.intervals)
     "window_nll_by_query": pl.List(pl.Float64),
     "recompute_nll_by_query": pl.List(pl.Float64),
     "policy_nll_by_query": pl.List(pl.Float64),

@@ -88,7 +88,7 @@ def eviction_excess(pair_tables: Sequence[Mapping[str, pl.DataFrame]]) -> pl.Dat
     (a list; each entry the mean over streams of the token's window-only minus dense NLL).
     Their mean is the pair's ``window_log_ppl_ratio`` (every stream scores every position), and
     the claim ``streaming.eviction_hurts`` takes its interval over them
-    (:func:`sinkscope.claims.intervals.block_bootstrap_interval`: neighbouring tokens' NLLs are
+    (:func:`sinkscope.stats.intervals.block_bootstrap_interval`: neighbouring tokens' NLLs are
     correlated). Pairs without ``nll_by_position`` give no rows."""
     frames = []
     for tables in pair_tables:

@@ -12,12 +12,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from sinkscope.claims.intervals import (
-    bootstrap_interval,
-    needed_units,
-    newcombe_difference,
-    wilson_interval,
-)
 from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
@@ -37,6 +31,12 @@ from sinkscope.claims.verdicts import (
     rows_per,
 )
 from sinkscope.dynamics.grids import NO_SWITCH, compared_for_sinks
+from sinkscope.stats.intervals import (
+    bootstrap_interval,
+    needed_units,
+    newcombe_difference,
+    wilson_interval,
+)
 
 # sinkscope.geometry, .oversmoothing and .costs import torch: the checks that use their helpers
 # import them when they run, so importing this module (and rendering the claims that need none of
@@ -432,7 +432,7 @@ def check_flip_rate_decreases(
     The sampling unit is the attacked sequence (``attacked`` per run; ``flip_rate`` = flipped /
     attacked): the flips of the runs at one level are pooled into one proportion, and the
     difference of the two proportions gets Newcombe's score interval at ``level``
-    (:func:`sinkscope.claims.intervals.newcombe_difference`); the verdict is decided on it
+    (:func:`sinkscope.stats.intervals.newcombe_difference`); the verdict is decided on it
     (:func:`sinkscope.claims.verdicts.decide`). That interval covers the attack's sampling only.
     Where two or more training seeds ran at both levels, the seed-to-seed spread is tested too: a
     t-interval with the bootstrap standard error over the seeds (each resample pools the flips of the drawn seeds,

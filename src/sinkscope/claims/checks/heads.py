@@ -13,7 +13,6 @@ from typing import Any
 
 import polars as pl
 
-from sinkscope.claims.intervals import needed_units
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
     NOT_REPRODUCED,
@@ -29,6 +28,7 @@ from sinkscope.claims.verdicts import (
     rows_per,
 )
 from sinkscope.heads.order import sort_pooled_last
+from sinkscope.stats.intervals import needed_units
 
 
 def _interval(r: Mapping[str, Any], share: str) -> Interval | None:

@@ -17,7 +17,6 @@ from typing import Any
 
 import polars as pl
 
-from sinkscope.claims.intervals import needed_units
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
     NOT_RUN,
@@ -32,6 +31,7 @@ from sinkscope.claims.verdicts import (
     row,
     rows_per,
 )
+from sinkscope.stats.intervals import needed_units
 from sinkscope.variants import NO_BOS_SUFFIX, source_dataset
 
 __all__ = ["check_first_token_becomes_sink"]

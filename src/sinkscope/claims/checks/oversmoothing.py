@@ -16,11 +16,6 @@ from typing import Any
 import polars as pl
 
 from sinkscope.claims.events import LayerEvents, coincidence
-from sinkscope.claims.intervals import (
-    needed_units,
-    share_bounds,
-    wilson_interval,
-)
 from sinkscope.claims.resampling import (
     Simultaneous,
     sequence_interval,
@@ -43,6 +38,11 @@ from sinkscope.claims.verdicts import (
 )
 from sinkscope.heads.order import sort_pooled_last
 from sinkscope.labels import POOLED
+from sinkscope.stats.intervals import (
+    needed_units,
+    share_bounds,
+    wilson_interval,
+)
 
 # sinkscope.geometry, .oversmoothing and .costs import torch: the checks that use their helpers
 # import them when they run, so importing this module (and rendering the claims that need none of
@@ -235,11 +235,11 @@ def check_approximation_most_heads(
     an identity, :mod:`sinkscope.claims.sanity`).
 
     Two sampling units, both tested: the head, as in :func:`check_predicted_signs` (a Wilson
-    interval, :func:`sinkscope.claims.intervals.wilson_interval`, at ``level``), and, given
+    interval, :func:`sinkscope.stats.intervals.wilson_interval`, at ``level``), and, given
     ``by_sequence`` (``approximation_by_sequence``), the sequences each head's error is read on:
     the share lies between the share of heads whose simultaneous interval over sequences lies
     wholly under the bound and the share whose interval reaches under it
-    (:func:`_head_error_intervals`, :func:`sinkscope.claims.intervals.share_bounds`;
+    (:func:`_head_error_intervals`, :func:`sinkscope.stats.intervals.share_bounds`;
     ``intervals``: the config's ``claims.intervals``). Reproduced
     when both lie wholly above ``most``, not reproduced when either lies wholly below,
     inconclusive otherwise; the row shows the interval over sequences and its reason the one

@@ -18,11 +18,6 @@ from typing import Any
 import polars as pl
 
 from sinkscope.claims.checks.oversmoothing import largest_context
-from sinkscope.claims.intervals import (
-    needed_units,
-    newcombe_difference,
-    wilson_interval,
-)
 from sinkscope.claims.resampling import sequence_interval, sequence_reading
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
@@ -38,6 +33,11 @@ from sinkscope.claims.verdicts import (
     rows_per,
 )
 from sinkscope.labels import POOLED
+from sinkscope.stats.intervals import (
+    needed_units,
+    newcombe_difference,
+    wilson_interval,
+)
 
 __all__ = [
     "check_attention_raises_similarity",
@@ -380,7 +380,7 @@ def _condition_rows(
     of ``n_non_sink``); "n/a" where every head is a sink head.
 
     The sampling unit is the head, as in :func:`check_predicted_signs`: the share gets a Wilson
-    interval at ``level`` (:func:`sinkscope.claims.intervals.wilson_interval`), which
+    interval at ``level`` (:func:`sinkscope.stats.intervals.wilson_interval`), which
     ``verdict_of`` reads against the tolerance's ``bounds``. A pooled row counts each head
     once (:func:`_readings_per_head`)."""
     from sinkscope.oversmoothing.summary import CONDITION_BASIS
@@ -437,7 +437,7 @@ def check_predicted_signs(summary: pl.DataFrame, most: float, level: float = 0.9
 
     The sampling unit is the head: the agreement gets a Wilson interval against ``most`` and its
     difference from the base rate Newcombe's interval against 0
-    (:mod:`sinkscope.claims.intervals`, at ``level``). Reproduced when both lie wholly above,
+    (:mod:`sinkscope.stats.intervals`, at ``level``). Reproduced when both lie wholly above,
     not reproduced when either lies wholly below, inconclusive otherwise. Without unpredicted
     heads there is no base rate and the first test decides alone (the reason says so)."""
     cols = ["model", "dataset", "context_length", "n_predicted_s"]

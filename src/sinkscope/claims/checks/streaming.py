@@ -12,12 +12,6 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from sinkscope.claims.intervals import (
-    block_bootstrap_interval,
-    fieller_interval,
-    needed_units,
-    student_t_quantile,
-)
 from sinkscope.claims.tolerances import DEFAULT_TOLERANCES
 from sinkscope.claims.verdicts import (
     INCONCLUSIVE,
@@ -29,6 +23,12 @@ from sinkscope.claims.verdicts import (
     not_applicable,
     require,
     rows_per,
+)
+from sinkscope.stats.intervals import (
+    block_bootstrap_interval,
+    fieller_interval,
+    needed_units,
+    student_t_quantile,
 )
 
 # sinkscope.streaming.summary imports torch: the checks import its number formats when they run,
@@ -53,7 +53,7 @@ def check_eviction_raises_perplexity(
     ``window_excess_by_position``, :func:`sinkscope.streaming.summary.eviction_excess`); the
     log ratio is their mean. Neighbouring tokens' NLLs are correlated, so its interval is a
     moving-block bootstrap over runs of ``intervals["block_tokens"]`` positions
-    (:func:`sinkscope.claims.intervals.block_bootstrap_interval`), exponentiated to the ratio,
+    (:func:`sinkscope.stats.intervals.block_bootstrap_interval`), exponentiated to the ratio,
     and the verdict is decided on it: its t counts the blocks' degrees of freedom."""
     from sinkscope.streaming.summary import eviction_label, perplexity_factor
 
@@ -157,7 +157,7 @@ def check_sink_tokens_restore(
     The sampling unit is the re-computed query (its NLL averaged over the streams): the
     recovered fraction, a ratio of two paired means over the sampled queries
     (:func:`recovered_fraction`), gets Fieller's interval (``intervals``: the config's
-    ``claims.intervals``, :func:`sinkscope.claims.intervals.fieller_interval`), and the verdict
+    ``claims.intervals``, :func:`sinkscope.stats.intervals.fieller_interval`), and the verdict
     is decided on it (:func:`sinkscope.claims.verdicts.decide`): the same decision as the paired
     t-test of ``(nll_window - nll_sink) - min_recovered_fraction (nll_window -
     nll_recompute)``, whose spread also sizes the queries an inconclusive row needs. Where

@@ -45,8 +45,9 @@ from __future__ import annotations
 import math
 import warnings
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
@@ -387,3 +388,15 @@ def needed_units(
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if decides(mid) else (mid, hi)
     return hi
+
+
+def interval_settings(intervals: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The config's ``claims.intervals`` (``level``, ``n_resamples``, ``seed``, ...) over the
+    config schema's defaults, the level checked: the settings of every interval the analyses
+    and the claims compute."""
+    from sinkscope.config_schema import schema_default
+
+    settings = {**schema_default("claims", "intervals"), **(intervals or {})}
+    if not 0.0 < float(settings["level"]) < 1.0:
+        raise ValueError(f"claims.intervals.level must lie in (0, 1), got {settings['level']}")
+    return settings
