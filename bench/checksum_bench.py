@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ import hdf5plugin  # noqa: F401  (registers Zstandard)
 import numpy as np
 
 from sinkscope.extraction import h5codec, h5layout
+from sinkscope.sizing.usage import cpu_model
 
 #: each kind as the default config stores it (extraction.codec zstd(1); residual and
 #: activations in extraction.uncompressed)
@@ -45,16 +45,6 @@ def timed(function, repeats: int = 3) -> float:
         function()
         runs.append(time.perf_counter() - started)
     return best_of(runs)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def measure_kind(chunks: list[np.ndarray], codec: str, level: int) -> dict[str, float]:
